@@ -1,0 +1,100 @@
+// What to compute (MoeConfig: the seed harness's problem parameters, one run) apart from how it is
+// scheduled (KernelConfig: threads, tiles, kernel variants). Both validate and print themselves.
+// Dimension alphabet: T tokens, H hidden, M mlp_dim, E experts, K topk, S shared dim, A = T*K.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "moe/dtype.h"
+#include "moe/status.h"
+
+namespace moe {
+
+enum class Distribution { random, runs };
+enum class Impl { baseline, fused_w13, preweight, fused_w13_preweight, scatter, fast };
+enum class BackendKind { gmm, ragged_dot };
+enum class PackStrategy { argsort, tuple_sort, expert_score_sort };
+enum class PermuteMode { direct_take, repeat_sort };
+enum class CapacityPolicy { none, drop, pad };
+enum class RematMode { none, expert_mlp, combine };
+enum class BenchPass { forward, forward_backward };
+
+// Names exactly as the seed's flags spell them; parse_* return nullopt for unknown spellings.
+const char* name(Distribution v);
+const char* name(Impl v);
+const char* name(BackendKind v);
+const char* name(PackStrategy v);
+const char* name(PermuteMode v);
+const char* name(CapacityPolicy v);
+const char* name(RematMode v);
+const char* name(BenchPass v);
+std::optional<Distribution> parse_distribution(std::string_view s);
+std::optional<Impl> parse_impl(std::string_view s);
+std::optional<BackendKind> parse_backend(std::string_view s);
+std::optional<PackStrategy> parse_pack_strategy(std::string_view s);
+std::optional<PermuteMode> parse_permute_mode(std::string_view s);
+std::optional<CapacityPolicy> parse_capacity_policy(std::string_view s);
+std::optional<RematMode> parse_remat_mode(std::string_view s);
+std::optional<BenchPass> parse_bench_pass(std::string_view s);
+
+extern const std::vector<Impl> kAllImpls;  // the order `--impl both` runs them in
+
+// The seed's impl matrix (spec §3.4).
+struct ImplTraits {
+  bool fuse_w13;
+  bool preweight;
+  bool scatter_combine;
+};
+ImplTraits impl_traits(Impl impl);
+
+struct MoeConfig {
+  int64_t tokens = 32768;       // T
+  int64_t hidden = 2048;        // H
+  int64_t mlp_dim = 4096;       // M
+  int64_t experts = 8;          // E
+  int64_t topk = 4;             // K
+  int64_t shared_expert_dim = 0;  // S (0: no shared expert)
+  bool shared_fused = false;
+  Dtype dtype = Dtype::bf16;
+  BackendKind backend = BackendKind::gmm;
+  Impl impl = Impl::fused_w13;
+  Distribution distribution = Distribution::random;
+  BenchPass bench_pass = BenchPass::forward;
+  PackStrategy pack_strategy = PackStrategy::argsort;
+  PermuteMode permute_mode = PermuteMode::direct_take;
+  RematMode remat_mode = RematMode::none;
+  CapacityPolicy capacity_policy = CapacityPolicy::none;
+  double capacity_factor = 0.0;
+  double run_alpha = 0.98;
+  double run_noise_scale = 0.35;
+  uint64_t seed = 0;
+
+  int64_t assignments() const { return tokens * topk; }
+  bool has_shared() const { return shared_expert_dim > 0; }
+  // cap = max(1, ceil(cf*A/E)) when capacity is active, else 0 (spec §3.3).
+  int64_t capacity() const;
+  bool capacity_active() const { return capacity_policy != CapacityPolicy::none && capacity_factor > 0; }
+  // Scatter combine is forced by capacity=pad (spec §3.4).
+  bool uses_scatter_combine() const;
+
+  // Bytes the forward_backward working set needs, as an upper bound, to refuse runs that cannot fit.
+  double estimated_bytes() const;
+  Status validate() const;
+  std::string to_json() const;
+};
+
+// Scheduling: never changes results beyond floating-point reassociation.
+struct KernelConfig {
+  int threads = 0;          // 0: all cores
+  int64_t gmm_tile_rows = 64;  // gmm backend: each expert group padded to a multiple of this
+  std::string gemm_variant = "onednn";
+
+  Status validate() const;
+  std::string to_json() const;
+};
+
+}  // namespace moe

@@ -1,0 +1,45 @@
+// CPU GEMMs through oneDNN 2.6 (brgemm kernels: avx512_core_bf16 for bf16, avx512_core for f32).
+// Row-major everywhere. Inputs are in `in` dtype (f32 or bf16), accumulation is f32, the output
+// dtype is chosen per call. Primitives are cached per (shape, dtypes, transposes); a process-wide
+// cache is safe because the benchmark runs one block at a time (not thread-safe by design).
+//
+// Grouped forms take the expert-major row buffer of pack.h: group e is rows
+// [group_offset[e], group_offset[e+1]) of lhs/out and uses rhs[e]. Empty groups are skipped; an
+// expert with zero rows in the weight gradient gets a zero gradient.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "moe/dtype.h"
+
+namespace moe {
+
+struct GroupedShape {
+  const int64_t* group_offset;  // (E+1)
+  int64_t experts;              // E
+};
+
+// out (rows, N) = lhs (rows, Kd) @ rhs[e] (Kd, N)          [forward: x @ w13, g @ w2]
+void grouped_gemm_nn(void* out, Dtype out_dtype, const void* lhs, const void* rhs, Dtype in_dtype,
+                     GroupedShape groups, int64_t Kd, int64_t N);
+
+// out (rows, Kd) = dout (rows, N) @ rhs[e]^T, rhs[e] (Kd, N)   [backward data: dh @ w13^T, dy @ w2^T]
+void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, const void* rhs, Dtype in_dtype,
+                     GroupedShape groups, int64_t Kd, int64_t N);
+
+// drhs[e] (Kd, N) = lhs_e^T (Kd, rows_e) @ dout_e (rows_e, N)  [backward weights: x^T @ dh, g^T @ dy]
+void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* dout, Dtype in_dtype,
+                     GroupedShape groups, int64_t Kd, int64_t N);
+
+// Dense: out (R, N) = a (R, Kd) @ b (Kd, N), with a and b possibly of different dtypes
+// (the shared expert's second GEMM takes f32 activations and run-dtype weights, spec §2.5).
+// trans_a / trans_b read a as (Kd, R) / b as (N, Kd) row-major.
+void dense_gemm(void* out, Dtype out_dtype, const void* a, Dtype a_dtype, const void* b, Dtype b_dtype, int64_t R,
+                int64_t Kd, int64_t N, bool trans_a = false, bool trans_b = false);
+
+// The library and ISA the kernels dispatch to, for result rows (e.g. "oneDNN 2.6.3 avx512_core_bf16").
+std::string gemm_library_version();
+
+}  // namespace moe

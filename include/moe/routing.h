@@ -1,0 +1,47 @@
+// Synthetic routing (spec §2.2-2.4): router logits from a distribution, top-k, softmax over the K
+// selected logits, and the host-side diagnostics the seed prints. Computed once per run, outside timing.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "moe/config.h"
+
+namespace moe {
+
+struct Routing {
+  int64_t tokens = 0;   // T
+  int64_t topk = 0;     // K
+  int64_t experts = 0;  // E (real experts; ids >= E are null slots, issue 4)
+  std::vector<int32_t> ids;    // ids     (T, K) expert per assignment, descending logit order
+  std::vector<float> weights;  // weights (T, K) softmax over the K selected logits, f32
+};
+
+// logits (T, E) f32, from the distribution's own key (derived from seed and the distribution index
+// `dist_index` within the run's distribution list, as in the seed).
+std::vector<float> sample_router_logits(const MoeConfig& cfg, Distribution dist, uint64_t key);
+
+// Top-k over each row of logits (T, E): descending, ties to the lower expert index; weights = softmax
+// of the K selected logits (max-subtracted, f32).
+Routing route_topk(const std::vector<float>& logits, int64_t tokens, int64_t experts, int64_t topk);
+
+// The routing a run uses: logits from key derive_key(derive_key(seed, kStreamRoute), distribution).
+Routing make_routing(const MoeConfig& cfg);
+
+// Routing built from explicit ids/weights (tests: all tokens on one expert, empty experts, ...).
+Routing routing_from(int64_t tokens, int64_t topk, int64_t experts, std::vector<int32_t> ids,
+                     std::vector<float> weights);
+
+struct RunStats {
+  double runs = 0, mean = 0, p95 = 0, max = 0;
+};
+struct LoadStats {
+  double min = 0, max = 0, std = 0, cv = 0;
+};
+// Run-length encoding of the top-1 expert sequence (ids[:, 0]); p95 with linear interpolation.
+RunStats run_stats(const Routing& r);
+// counts = bincount over real ids only (null ids dropped); population std; cv = std/mean (0 if mean 0).
+LoadStats load_stats(const Routing& r);
+std::vector<int64_t> expert_counts(const Routing& r);  // (E)
+
+}  // namespace moe
