@@ -17,8 +17,7 @@ struct Routing {
   std::vector<float> weights;  // weights (T, K) softmax over the K selected logits, f32
 };
 
-// logits (T, E) f32, from the distribution's own key (derived from seed and the distribution index
-// `dist_index` within the run's distribution list, as in the seed).
+// logits (T, E) f32 drawn from `key` (make_routing derives it from the seed and the distribution).
 std::vector<float> sample_router_logits(const MoeConfig& cfg, Distribution dist, uint64_t key);
 
 // Top-k over each row of logits (T, E): descending, ties to the lower expert index; weights = softmax

@@ -112,8 +112,8 @@ Status MoeConfig::validate() const {
     return Status::error(fmt::format("Invalid topk={}; must be in [1, experts] (experts={}).", topk, experts));
   if (shared_expert_dim < 0)
     return Status::error(fmt::format("invalid --shared-expert-dim={}: must be >= 0", shared_expert_dim));
-  if (!std::isfinite(capacity_factor))
-    return Status::error("invalid --capacity-factor: must be a finite number");
+  if (!std::isfinite(capacity_factor) || capacity_factor > 64)
+    return Status::error(fmt::format("invalid --capacity-factor={}: must be a finite number <= 64", capacity_factor));
   if (!(run_alpha >= 0 && run_alpha < 1))
     return Status::error(fmt::format("invalid --run-alpha={}: must be in [0, 1)", run_alpha));
   if (!(run_noise_scale >= 0) || !std::isfinite(run_noise_scale))

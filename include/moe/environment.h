@@ -1,0 +1,27 @@
+// Where a result came from: build, machine and library versions, printed beside every result row and
+// stored with every dump so a number can be traced back to the code and hardware that produced it.
+#pragma once
+
+#include <string>
+
+namespace moe {
+
+struct Environment {
+  std::string git_commit;    // MOE_GIT_COMMIT, fixed at configure time
+  std::string cpu_model;     // /proc/cpuinfo "model name"
+  std::string isa;           // those of avx512_bf16,avx512_vnni,avx512f,avx2 the CPU has, best first
+  int threads = 0;           // omp_get_max_threads() at capture time
+  std::string gemm_library;  // gemm_library_version()
+  std::string compiler;
+  std::string moe_version;  // MOE_VERSION
+  std::string date;         // UTC, ISO-8601 (2024-05-01T12:34:56Z)
+  std::string hostname;
+
+  std::string to_json() const;  // flat object, keys as the field names
+};
+
+// Reads /proc/cpuinfo and the clock; fields that cannot be determined read "unknown" (isa: "none"
+// when the CPU has none of the listed extensions).
+Environment capture_environment();
+
+}  // namespace moe

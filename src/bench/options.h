@@ -1,0 +1,34 @@
+// Command-line options of moe-bench: the seed harness's flags (spec §1) with its spellings and
+// defaults, plus ours (--threads, --check, --dump, --gmm-tile-rows). Lists expand into the seed's
+// nested run loop: distribution -> topk -> impl -> queue mode.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "moe/config.h"
+#include "moe/status.h"
+
+namespace moe::bench {
+
+enum class QueueMode { full, prequeue };
+const char* name(QueueMode q);
+
+struct BenchOptions {
+  MoeConfig base;  // one run's config; the list axes below override its fields per run
+  KernelConfig kernel;
+  std::vector<Distribution> distributions;
+  std::vector<int64_t> topks;
+  std::vector<Impl> impls;
+  std::vector<QueueMode> queue_modes;
+  int iters = 5;
+  int warmup = 2;
+  bool check = false;
+  std::string dump_dir;
+};
+
+// Parses argv into `opts`. Returns an error Status for bad input (one line, for exit code 2).
+// Sets `exit_ok` when the run is done already (--help, --version printed).
+Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok);
+
+}  // namespace moe::bench

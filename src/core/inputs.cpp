@@ -1,0 +1,114 @@
+#include "moe/inputs.h"
+
+#include <cstring>
+
+#include "moe/rng.h"
+
+namespace moe {
+namespace {
+
+// Below this many elements a parallel region costs more than the work it shares.
+constexpr int64_t kParallelMin = int64_t(1) << 15;
+
+// Element i of `t` is N(0, 1) value i of stream `key`: counter-based, so the schedule cannot change it.
+void fill_normal(Tensor& t, uint64_t key) {
+  const int64_t n = t.numel();
+  if (t.dtype() == Dtype::f32) {
+    float* p = t.data<float>();
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+    for (int64_t i = 0; i < n; ++i) p[i] = float(random_normal(key, uint64_t(i)));
+  } else {
+    bf16_t* p = t.data<bf16_t>();
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+    for (int64_t i = 0; i < n; ++i) p[i] = f32_to_bf16(float(random_normal(key, uint64_t(i))));
+  }
+}
+
+Tensor normal_tensor(const MoeConfig& cfg, RngStream stream, std::vector<int64_t> shape) {
+  Tensor t(cfg.dtype, std::move(shape));
+  fill_normal(t, derive_key(cfg.seed, stream));
+  return t;
+}
+
+// Copies n elements, converting when the dtypes differ (narrowing rounds to nearest even).
+void copy_elements(Tensor& dst, int64_t dst_off, const Tensor& src, int64_t src_off, int64_t n) {
+  if (dst.dtype() == src.dtype()) {
+    const size_t es = dtype_size(src.dtype());
+    std::memcpy(static_cast<char*>(dst.raw()) + size_t(dst_off) * es,
+                static_cast<const char*>(src.raw()) + size_t(src_off) * es, size_t(n) * es);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) dst.set(dst_off + i, src.get(src_off + i));
+}
+
+// An output that already has the right shape is written in place (in its own dtype) so callers can
+// reuse buffers; anything else is reallocated in the source dtype.
+void ensure_shape(Tensor& t, Dtype dtype, const std::vector<int64_t>& shape) {
+  if (t.shape() != shape) t = Tensor(dtype, shape);
+}
+
+std::vector<int64_t> with_last_dim(std::vector<int64_t> shape, int64_t last) {
+  shape.back() = last;
+  return shape;
+}
+
+}  // namespace
+
+MoeInputs make_inputs(const MoeConfig& cfg) {
+  const int64_t T = cfg.tokens, H = cfg.hidden, M = cfg.mlp_dim, E = cfg.experts, S = cfg.shared_expert_dim;
+  MoeInputs in;
+  in.x = normal_tensor(cfg, kStreamX, {T, H});
+  in.w1 = normal_tensor(cfg, kStreamW1, {E, H, M});
+  in.w3 = normal_tensor(cfg, kStreamW3, {E, H, M});
+  in.w2 = normal_tensor(cfg, kStreamW2, {E, M, H});
+  concat_last_dim(in.w13, in.w1, in.w3);
+  // S == 0 still gives well-formed (H, 0) / (0, H) tensors, so shape code needs no special case.
+  in.sw1 = normal_tensor(cfg, kStreamSharedW1, {H, S});
+  in.sw3 = normal_tensor(cfg, kStreamSharedW3, {H, S});
+  in.sw2 = normal_tensor(cfg, kStreamSharedW2, {S, H});
+  concat_last_dim(in.sw13, in.sw1, in.sw3);
+  return in;
+}
+
+void concat_last_dim(Tensor& w13, const Tensor& w1, const Tensor& w3) {
+  MOE_CHECK(!w1.shape().empty() && w1.shape() == w3.shape(), "concat_last_dim: w1 and w3 shapes differ");
+  MOE_CHECK(w1.dtype() == w3.dtype(), "concat_last_dim: w1 and w3 dtypes differ");
+  const int64_t N = w1.shape().back();
+  ensure_shape(w13, w1.dtype(), with_last_dim(w1.shape(), 2 * N));
+  const int64_t rows = N == 0 ? 0 : w1.numel() / N;
+#pragma omp parallel for schedule(static) if (rows * N >= kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    copy_elements(w13, r * 2 * N, w1, r * N, N);
+    copy_elements(w13, r * 2 * N + N, w3, r * N, N);
+  }
+}
+
+void split_last_dim(Tensor& d1, Tensor& d3, const Tensor& d13) {
+  MOE_CHECK(!d13.shape().empty() && d13.shape().back() % 2 == 0, "split_last_dim: last dim must be even");
+  const int64_t N = d13.shape().back() / 2;
+  const std::vector<int64_t> half = with_last_dim(d13.shape(), N);
+  ensure_shape(d1, d13.dtype(), half);
+  ensure_shape(d3, d13.dtype(), half);
+  const int64_t rows = N == 0 ? 0 : d13.numel() / (2 * N);
+#pragma omp parallel for schedule(static) if (rows * N >= kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    copy_elements(d1, r * N, d13, r * 2 * N, N);
+    copy_elements(d3, r * N, d13, r * 2 * N + N, N);
+  }
+}
+
+MoeGrads make_grads(const MoeConfig& cfg) {
+  const int64_t T = cfg.tokens, H = cfg.hidden, M = cfg.mlp_dim, E = cfg.experts, S = cfg.shared_expert_dim;
+  const Dtype dt = cfg.dtype;
+  return MoeGrads{
+      .dx = Tensor(dt, {T, H}),
+      .dw1 = Tensor(dt, {E, H, M}),
+      .dw3 = Tensor(dt, {E, H, M}),
+      .dw2 = Tensor(dt, {E, M, H}),
+      .dsw1 = Tensor(dt, {H, S}),
+      .dsw3 = Tensor(dt, {H, S}),
+      .dsw2 = Tensor(dt, {S, H}),
+  };
+}
+
+}  // namespace moe

@@ -1,0 +1,33 @@
+// SwiGLU (spec §3.4): g = silu(a) * b, optionally pre-multiplied by the row's routing weight, and its
+// backward. a and b are the gate and up halves; they live either in one fused row buffer
+// h (rows, 2M) (a = h, b = h + M, ld = 2M) or in two separate buffers (ld = M). Rows are processed
+// in float; storage is the run dtype. Used for the routed rows and (in f32) for the shared expert.
+#pragma once
+
+#include <cstdint>
+
+#include "moe/dtype.h"
+
+namespace moe::cpu {
+
+struct GateUp {
+  const void* a;  // gate (rows, ld) view, first M columns used
+  const void* b;  // up   (rows, ld) view
+  int64_t ld;     // row stride in elements
+};
+
+struct GateUpGrad {
+  void* da;  // (rows, ld) view
+  void* db;  // (rows, ld) view
+  int64_t ld;
+};
+
+// g (rows, M) = silu(a) * b * (row_weight ? row_weight[r] : 1)
+void swiglu_forward(void* g, GateUp in, Dtype dt, int64_t rows, int64_t M, const float* row_weight);
+// row_weight (rows) or nullptr
+
+// Given dg = dL/dg (rows, M) of the forward above: da = dg*w * b * silu'(a), db = dg*w * silu(a).
+void swiglu_backward(GateUpGrad out, const void* dg, GateUp in, Dtype dt, int64_t rows, int64_t M,
+                     const float* row_weight);
+
+}  // namespace moe::cpu

@@ -1,0 +1,78 @@
+// Element-wise math that the compiler vectorises (no libm calls inside `omp simd` loops), plus
+// bulk dtype conversions. exp_approx is accurate to ~2 ulp on its clamped range, which is far below
+// every tolerance in docs/design.md; glibc's vector expf would need -ffast-math for the whole file.
+#pragma once
+
+#include <bit>
+#include <cstdint>
+#include <cstring>
+
+#include "moe/dtype.h"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace moe::cpu {
+
+#pragma omp declare simd
+inline float exp_approx(float x) {
+  // exp(x) = 2^n * exp(r), n = round(x / ln2), r = x - n*ln2 split in two constants (Cody-Waite).
+  x = x < -87.3f ? -87.3f : (x > 88.3f ? 88.3f : x);
+  // Adding and removing 1.5*2^23 rounds to nearest even without a libm call.
+  float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  float r = x - n * 0.693145751953125f;
+  r = r - n * 1.428606765330187e-06f;
+  float p = 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  return p * std::bit_cast<float>((int32_t(n) + 127) << 23);
+}
+
+#pragma omp declare simd
+inline float sigmoid_approx(float z) { return 1.0f / (1.0f + exp_approx(-z)); }
+
+// dst[i] = float(src[i]) for a row of n bf16 values.
+inline void bf16_to_f32_row(float* dst, const bf16_t* src, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits = uint32_t(src[i]) << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    dst[i] = f;
+  }
+}
+
+// dst[i] = bf16(src[i]), round to nearest even.
+inline void f32_to_bf16_row(bf16_t* dst, const float* src, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512BF16__)
+  for (; i + 16 <= n; i += 16) {
+    __m256bh v = _mm512_cvtneps_pbh(_mm512_loadu_ps(src + i));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), reinterpret_cast<__m256i&>(v));
+  }
+#endif
+  for (; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
+}
+
+// Loads a row of either dtype as float (copying only when it is bf16). Returns the float view.
+inline const float* load_row_f32(float* scratch, const void* src, Dtype dt, int64_t n) {
+  if (dt == Dtype::f32) return static_cast<const float*>(src);
+  bf16_to_f32_row(scratch, static_cast<const bf16_t*>(src), n);
+  return scratch;
+}
+
+// Stores a float row into either dtype.
+inline void store_row(void* dst, Dtype dt, const float* src, int64_t n) {
+  if (dt == Dtype::f32)
+    std::memcpy(dst, src, size_t(n) * 4);
+  else
+    f32_to_bf16_row(static_cast<bf16_t*>(dst), src, n);
+}
+
+}  // namespace moe::cpu

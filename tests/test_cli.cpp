@@ -1,0 +1,78 @@
+// moe-bench as a user runs it: bad input gets one clear line on stderr and exit code 2, never a crash;
+// a tiny run prints seed-format lines and a passing CHECK.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+namespace {
+
+struct Ran {
+  int exit_code;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+Ran run_bench(const std::string& args) {
+  const std::string err_path = ::testing::TempDir() + "moe_cli_stderr.txt";
+  const std::string cmd = std::string(MOE_BENCH_BINARY) + " " + args + " 2>" + err_path;
+  Ran r{};
+  FILE* p = popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  FILE* e = fopen(err_path.c_str(), "r");
+  while (e && (n = fread(buf.data(), 1, buf.size(), e)) > 0) r.err.append(buf.data(), n);
+  if (e) fclose(e);
+  return r;
+}
+
+const char* kTiny = "--tokens 33 --hidden 16 --mlp-dim 12 --experts 4 --topk 2 --iters 1 --warmup 0 --threads 1";
+
+TEST(Cli, BadInputIsOneLineAndExitTwo) {
+  const char* bad[] = {
+      "--tokens -5",         "--tokens 0",         "--iters abc",           "--topk 0 --experts 4",
+      "--topk 5 --experts 4", "--topk-list 1,x",    "--impl nope",           "--backend cuda",
+      "--dtype float16",     "--distribution zipf", "--capacity-policy maybe", "--remat-mode all",
+      "--hidden 0",          "--mlp-dim -1",       "--experts 0",           "--no-such-flag",
+      "--quant-mode int8",   "--parallel-mode ep",  "--tokens 100000000 --hidden 100000 --experts 64",
+      "--queue-mode sometimes", "--iters 0",        "--threads -1",
+  };
+  for (const char* args : bad) {
+    Ran r = run_bench(std::string(kTiny) + " " + args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\nstderr: " << r.err;
+    EXPECT_EQ(r.out, "") << args;
+    ASSERT_FALSE(r.err.empty()) << args;
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "not one line for " << args << ": " << r.err;
+    EXPECT_EQ(r.err.rfind("moe-bench: error: ", 0), 0u) << r.err;
+  }
+}
+
+TEST(Cli, TinyRunPrintsSeedLinesAndPassesCheck) {
+  Ran r = run_bench(std::string(kTiny) +
+                    " --impl fused_w13 --distribution random --dtype float32 --bench-pass forward_backward --check");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("shape tokens=33 hidden=16"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[random] mode=full pass=forward_backward topk=2 impl=fused_w13 time_s="), std::string::npos);
+  EXPECT_NE(r.out.find("RESULT distribution=random mode=full pass=forward_backward impl=fused_w13 backend=gmm topk=2 "
+                       "null_target=0.000 null_realized=0.000 null_mode=independent null_assignments=0 "
+                       "real_assignments=66 tflops="),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("ceiling_tflops="), std::string::npos);
+  EXPECT_NE(r.out.find("CHECK pass=true"), std::string::npos) << r.out;
+}
+
+TEST(Cli, HelpListsFlagsWithDefaults) {
+  Ran r = run_bench("--help");
+  EXPECT_EQ(r.exit_code, 0);
+  for (const char* flag : {"--tokens", "--topk-list", "--remat-mode", "--capacity-policy", "--check", "--dump"})
+    EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
+  EXPECT_NE(r.out.find("32768"), std::string::npos);
+}
+
+}  // namespace
