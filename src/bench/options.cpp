@@ -130,7 +130,7 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok) {
   if (impl == "both") {
     opts.impls = kAllImpls;
   } else {
-    Impl one;
+    Impl one = Impl::fused_w13;
     MOE_RETURN_IF_ERROR(parse_choice("--impl", impl, parse_impl, one,
                                      "baseline, fused_w13, preweight, fused_w13_preweight, scatter, fast, both"));
     opts.impls = {one};
@@ -139,7 +139,7 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok) {
   if (distribution == "both") {
     opts.distributions = {Distribution::random, Distribution::runs};
   } else {
-    Distribution one;
+    Distribution one = Distribution::random;
     MOE_RETURN_IF_ERROR(parse_choice("--distribution", distribution, parse_distribution, one, "random, runs, both"));
     opts.distributions = {one};
   }

@@ -1,0 +1,239 @@
+// moe/gemm.h on oneDNN 2.6 matmul (brgemm kernels). Shapes and semantics: see the header.
+//
+// Every GEMM becomes one oneDNN matmul described by a Plan, built on the first call with a given
+// (M, K, N, dtypes, transposes, threads) and then cached for the life of the process: creating a
+// brgemm primitive JITs kernels (milliseconds), while the benchmark repeats its shapes every
+// iteration. Grouped forms run one matmul per non-empty group, so the cache holds one plan per
+// distinct group size (a runtime-M primitive would fall back to the slower gemm:jit, docs/deps.md).
+//
+// Layout policy, measured on the 2-core Zen 4 box (docs/kernels.md):
+//  - A transposed (tn's lhs_e^T) is read in place through strides ("ba"): brgemm's transposing copy
+//    of A runs as fast as an explicit transpose into scratch.
+//  - B plain (nn's rhs[e], tn's dout_e) is reordered once per call into the blocked layout brgemm
+//    asks for (format_tag::any) when M >= 512. Fed a plain B, brgemm re-copies it for every chunk
+//    of M, which costs 2-8% at M = 1k-16k; below ~512 rows it makes one copy anyway and the extra
+//    reorder pass loses.
+//  - B transposed (nt's rhs[e]^T) is read through strides below M = 4096: oneDNN's transposing
+//    reorder into the blocked layout is slow and only pays off over many rows.
+//  - Mixed a/b dtypes (the shared expert's f32 activations x bf16 weights) and f32 inputs with a
+//    bf16 output have no oneDNN 2.6 kernel: the bf16 operand is widened to f32 (exact) by the same
+//    reorders, and an f32 result is rounded to bf16 (nearest even) from scratch.
+#ifdef MOE_HAVE_ONEDNN
+
+#include <omp.h>
+
+#include <compare>
+#include <cstddef>
+#include <cstring>
+#include <map>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <optional>
+#include <string>
+
+#include "moe/gemm.h"
+#include "moe/status.h"
+#include "moe/tensor.h"
+
+namespace moe {
+namespace {
+
+using dnnl::memory;
+using Tag = memory::format_tag;
+
+constexpr int64_t kPackPlainMinRows = 512;
+constexpr int64_t kPackTransposedMinRows = 4096;
+
+memory::data_type dnnl_type(Dtype dt) { return dt == Dtype::f32 ? memory::data_type::f32 : memory::data_type::bf16; }
+
+struct Runtime {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+};
+
+Runtime& runtime() {
+  static Runtime rt;
+  return rt;
+}
+
+// One growing buffer per role, reused by every call (single caller, like the plan cache).
+enum ScratchSlot { kScratchA, kScratchB, kScratchC, kScratchSlots };
+
+void* scratch(ScratchSlot slot, size_t bytes) {
+  static Buffer<std::byte> buffers[kScratchSlots];
+  Buffer<std::byte>& buf = buffers[slot];
+  if (buf.size() < bytes) buf = Buffer<std::byte>(bytes);
+  return buf.data();
+}
+
+// c (m, n) = a (m, k) @ b (k, n); a is stored (k, m) row-major when trans_a, b is (n, k) when trans_b.
+struct PlanKey {
+  int64_t m, k, n;
+  Dtype a_dtype, b_dtype, c_dtype;
+  bool trans_a, trans_b;
+  int threads;  // brgemm bakes the thread count into its work split at creation
+  auto operator<=>(const PlanKey&) const = default;
+};
+
+// A reorder from a caller's operand into scratch in the layout/dtype the matmul reads (or back).
+struct Conversion {
+  dnnl::reorder reorder;
+  memory::desc src, dst;
+};
+
+struct Plan {
+  dnnl::matmul matmul;
+  memory::desc a, b, c;  // the caller's layouts
+  std::optional<Conversion> a_in, b_in, c_out;
+};
+
+memory::desc matrix_desc(int64_t rows, int64_t cols, Dtype dt, bool transposed) {
+  return memory::desc({rows, cols}, dnnl_type(dt), transposed ? Tag::ba : Tag::ab);
+}
+
+Conversion make_conversion(const memory::desc& src, const memory::desc& dst) {
+  Runtime& rt = runtime();
+  return {dnnl::reorder(dnnl::reorder::primitive_desc(rt.engine, src, rt.engine, dst)), src, dst};
+}
+
+Plan make_plan(const PlanKey& key) {
+  const Dtype compute = key.a_dtype == key.b_dtype ? key.a_dtype : Dtype::f32;
+  Plan plan;
+  plan.a = matrix_desc(key.m, key.k, key.a_dtype, key.trans_a);
+  plan.b = matrix_desc(key.k, key.n, key.b_dtype, key.trans_b);
+  plan.c = matrix_desc(key.m, key.n, key.c_dtype, false);
+
+  const bool convert_a = key.a_dtype != compute;
+  // Widening B costs one pass anyway, so it writes the blocked layout directly.
+  const bool pack_b = key.b_dtype != compute || key.m >= (key.trans_b ? kPackTransposedMinRows : kPackPlainMinRows);
+  const bool convert_c = compute == Dtype::f32 && key.c_dtype == Dtype::bf16;
+
+  const memory::desc a = convert_a ? matrix_desc(key.m, key.k, compute, false) : plan.a;
+  const memory::desc b = pack_b ? memory::desc({key.k, key.n}, dnnl_type(compute), Tag::any) : plan.b;
+  const memory::desc c = convert_c ? matrix_desc(key.m, key.n, Dtype::f32, false) : plan.c;
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), runtime().engine);
+  plan.matmul = dnnl::matmul(pd);
+  if (convert_a) plan.a_in = make_conversion(plan.a, a);
+  if (pack_b) plan.b_in = make_conversion(plan.b, pd.weights_desc());
+  if (convert_c) plan.c_out = make_conversion(c, plan.c);
+  return plan;
+}
+
+const Plan& get_plan(const PlanKey& key) {
+  static std::map<PlanKey, Plan> cache;
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    try {
+      it = cache.emplace(key, make_plan(key)).first;
+    } catch (const dnnl::error& e) {
+      MOE_CHECK(false, std::string("oneDNN matmul setup failed: ") + e.what());
+    }
+  }
+  return it->second;
+}
+
+// Converts `user` into the slot's scratch when the plan asks for it.
+memory stage_in(const std::optional<Conversion>& conv, memory user, ScratchSlot slot) {
+  if (!conv) return user;
+  Runtime& rt = runtime();
+  memory staged(conv->dst, rt.engine, scratch(slot, conv->dst.get_size()));
+  conv->reorder.execute(rt.stream, user, staged);
+  return staged;
+}
+
+// c (m, n) = a (m, k) @ b (k, n), a stored (k, m) when trans_a, b stored (n, k) when trans_b.
+void matmul(void* c, Dtype c_dtype, const void* a, Dtype a_dtype, const void* b, Dtype b_dtype, int64_t m, int64_t k,
+            int64_t n, bool trans_a, bool trans_b) {
+  MOE_CHECK(m >= 0 && k >= 0 && n >= 0, "negative GEMM dimension");
+  if (m == 0 || n == 0) return;
+  if (k == 0) {  // an empty sum
+    std::memset(c, 0, size_t(m * n) * dtype_size(c_dtype));
+    return;
+  }
+  const Plan& plan = get_plan({m, k, n, a_dtype, b_dtype, c_dtype, trans_a, trans_b, omp_get_max_threads()});
+  Runtime& rt = runtime();
+  memory a_mem = stage_in(plan.a_in, memory(plan.a, rt.engine, const_cast<void*>(a)), kScratchA);
+  memory b_mem = stage_in(plan.b_in, memory(plan.b, rt.engine, const_cast<void*>(b)), kScratchB);
+  memory c_user(plan.c, rt.engine, c);
+  memory c_mem = plan.c_out ? memory(plan.c_out->src, rt.engine, scratch(kScratchC, plan.c_out->src.get_size())) : c_user;
+  plan.matmul.execute(rt.stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
+  if (plan.c_out) plan.c_out->reorder.execute(rt.stream, c_mem, c_user);
+  rt.stream.wait();
+}
+
+const std::byte* at(const void* base, int64_t elements, Dtype dt) {
+  return static_cast<const std::byte*>(base) + size_t(elements) * dtype_size(dt);
+}
+std::byte* at(void* base, int64_t elements, Dtype dt) {
+  return static_cast<std::byte*>(base) + size_t(elements) * dtype_size(dt);
+}
+
+void check_groups(GroupedShape groups, int64_t Kd, int64_t N) {
+  MOE_CHECK(groups.experts >= 0 && Kd >= 0 && N >= 0, "negative grouped GEMM dimension");
+  for (int64_t e = 0; e < groups.experts; ++e)
+    MOE_CHECK(groups.group_offset[e + 1] >= groups.group_offset[e], "group offsets must not decrease");
+}
+
+const char* isa_name(dnnl::cpu_isa isa) {
+  switch (isa) {
+    case dnnl::cpu_isa::all: return "any";
+    case dnnl::cpu_isa::sse41: return "sse41";
+    case dnnl::cpu_isa::avx: return "avx";
+    case dnnl::cpu_isa::avx2: return "avx2";
+    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_mic: return "avx512_mic";
+    case dnnl::cpu_isa::avx512_mic_4ops: return "avx512_mic_4ops";
+    case dnnl::cpu_isa::avx512_core: return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+void grouped_gemm_nn(void* out, Dtype out_dtype, const void* lhs, const void* rhs, Dtype in_dtype,
+                     GroupedShape groups, int64_t Kd, int64_t N) {
+  check_groups(groups, Kd, N);
+  for (int64_t e = 0; e < groups.experts; ++e) {
+    const int64_t row0 = groups.group_offset[e], rows = groups.group_offset[e + 1] - row0;
+    matmul(at(out, row0 * N, out_dtype), out_dtype, at(lhs, row0 * Kd, in_dtype), in_dtype,
+           at(rhs, e * Kd * N, in_dtype), in_dtype, rows, Kd, N, false, false);
+  }
+}
+
+void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, const void* rhs, Dtype in_dtype,
+                     GroupedShape groups, int64_t Kd, int64_t N) {
+  check_groups(groups, Kd, N);
+  for (int64_t e = 0; e < groups.experts; ++e) {
+    const int64_t row0 = groups.group_offset[e], rows = groups.group_offset[e + 1] - row0;
+    matmul(at(out, row0 * Kd, out_dtype), out_dtype, at(dout, row0 * N, in_dtype), in_dtype,
+           at(rhs, e * Kd * N, in_dtype), in_dtype, rows, N, Kd, false, true);
+  }
+}
+
+void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* dout, Dtype in_dtype,
+                     GroupedShape groups, int64_t Kd, int64_t N) {
+  check_groups(groups, Kd, N);
+  for (int64_t e = 0; e < groups.experts; ++e) {
+    const int64_t row0 = groups.group_offset[e], rows = groups.group_offset[e + 1] - row0;
+    // rows == 0 reaches matmul as k == 0, which zeroes the expert's gradient.
+    matmul(at(drhs, e * Kd * N, out_dtype), out_dtype, at(lhs, row0 * Kd, in_dtype), in_dtype,
+           at(dout, row0 * N, in_dtype), in_dtype, Kd, rows, N, true, false);
+  }
+}
+
+void dense_gemm(void* out, Dtype out_dtype, const void* a, Dtype a_dtype, const void* b, Dtype b_dtype, int64_t R,
+                int64_t Kd, int64_t N, bool trans_a, bool trans_b) {
+  matmul(out, out_dtype, a, a_dtype, b, b_dtype, R, Kd, N, trans_a, trans_b);
+}
+
+std::string gemm_library_version() {
+  const dnnl_version_t* v = dnnl::version();
+  return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) + " " +
+         isa_name(dnnl::get_effective_cpu_isa());
+}
+
+}  // namespace moe
+
+#endif  // MOE_HAVE_ONEDNN

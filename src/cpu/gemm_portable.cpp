@@ -1,0 +1,140 @@
+// moe/gemm.h without oneDNN: a plain cache-blocked OpenMP GEMM, for machines that lack the library.
+// Shapes and semantics: see the header. It aims at correctness and tolerable speed (the compiler
+// vectorises the inner loop), not at the machine's peak.
+//
+// Every form reduces to one strided product c (m, n) = a (m, k) @ b (k, n) in which a and b are
+// read through (row stride, column stride) views, so the transposes cost nothing but strides.
+// Threads split the tiles of c; each tile accumulates in f32 over blocks of k whose a and b panels
+// are first widened to contiguous f32, so bf16 converts on the fly and the innermost loop is a
+// unit-stride axpy whatever the source layout.
+#ifndef MOE_HAVE_ONEDNN
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "moe/gemm.h"
+#include "moe/status.h"
+
+namespace moe {
+namespace {
+
+// c tile kTileM x kTileN (16 KiB of f32 accumulators) and panels of kTileK: together ~176 KiB, L2-resident.
+constexpr int64_t kTileM = 32, kTileN = 128, kTileK = 256;
+
+// Element (i, j) of a matrix at p[i * row_stride + j * col_stride].
+struct View {
+  const void* p;
+  Dtype dtype;
+  int64_t row_stride, col_stride;
+
+  float at(int64_t i, int64_t j) const {
+    const int64_t idx = i * row_stride + j * col_stride;
+    return dtype == Dtype::f32 ? static_cast<const float*>(p)[idx] : bf16_to_f32(static_cast<const bf16_t*>(p)[idx]);
+  }
+};
+
+// c (m, n) row-major = a (m, k) @ b (k, n); k == 0 writes zeros.
+void gemm(void* c, Dtype c_dtype, View a, View b, int64_t m, int64_t k, int64_t n) {
+  if (m == 0 || n == 0) return;
+  const int64_t tiles_m = (m + kTileM - 1) / kTileM, tiles_n = (n + kTileN - 1) / kTileN;
+#pragma omp parallel
+  {
+    std::vector<float> a_panel(kTileM * kTileK), b_panel(kTileK * kTileN), acc(kTileM * kTileN);
+#pragma omp for collapse(2) schedule(dynamic)
+    for (int64_t tm = 0; tm < tiles_m; ++tm) {
+      for (int64_t tn = 0; tn < tiles_n; ++tn) {
+        const int64_t i0 = tm * kTileM, j0 = tn * kTileN;
+        const int64_t mb = std::min(kTileM, m - i0), nb = std::min(kTileN, n - j0);
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        for (int64_t k0 = 0; k0 < k; k0 += kTileK) {
+          const int64_t kb = std::min(kTileK, k - k0);
+          for (int64_t i = 0; i < mb; ++i)
+            for (int64_t kk = 0; kk < kb; ++kk) a_panel[size_t(i * kTileK + kk)] = a.at(i0 + i, k0 + kk);
+          for (int64_t kk = 0; kk < kb; ++kk)
+            for (int64_t j = 0; j < nb; ++j) b_panel[size_t(kk * kTileN + j)] = b.at(k0 + kk, j0 + j);
+          for (int64_t i = 0; i < mb; ++i) {
+            float* __restrict crow = &acc[size_t(i * kTileN)];
+            for (int64_t kk = 0; kk < kb; ++kk) {
+              const float av = a_panel[size_t(i * kTileK + kk)];
+              const float* __restrict brow = &b_panel[size_t(kk * kTileN)];
+              for (int64_t j = 0; j < nb; ++j) crow[j] += av * brow[j];
+            }
+          }
+        }
+        for (int64_t i = 0; i < mb; ++i) {
+          const float* crow = &acc[size_t(i * kTileN)];
+          const int64_t base = (i0 + i) * n + j0;
+          if (c_dtype == Dtype::f32) {
+            std::memcpy(static_cast<float*>(c) + base, crow, size_t(nb) * sizeof(float));
+          } else {
+            bf16_t* dst = static_cast<bf16_t*>(c) + base;
+            for (int64_t j = 0; j < nb; ++j) dst[j] = f32_to_bf16(crow[j]);
+          }
+        }
+      }
+    }
+  }
+}
+
+const std::byte* at(const void* base, int64_t elements, Dtype dt) {
+  return static_cast<const std::byte*>(base) + size_t(elements) * dtype_size(dt);
+}
+std::byte* at(void* base, int64_t elements, Dtype dt) {
+  return static_cast<std::byte*>(base) + size_t(elements) * dtype_size(dt);
+}
+
+void check_groups(GroupedShape groups, int64_t Kd, int64_t N) {
+  MOE_CHECK(groups.experts >= 0 && Kd >= 0 && N >= 0, "negative grouped GEMM dimension");
+  for (int64_t e = 0; e < groups.experts; ++e)
+    MOE_CHECK(groups.group_offset[e + 1] >= groups.group_offset[e], "group offsets must not decrease");
+}
+
+}  // namespace
+
+void grouped_gemm_nn(void* out, Dtype out_dtype, const void* lhs, const void* rhs, Dtype in_dtype,
+                     GroupedShape groups, int64_t Kd, int64_t N) {
+  check_groups(groups, Kd, N);
+  for (int64_t e = 0; e < groups.experts; ++e) {
+    const int64_t row0 = groups.group_offset[e], rows = groups.group_offset[e + 1] - row0;
+    gemm(at(out, row0 * N, out_dtype), out_dtype, View{at(lhs, row0 * Kd, in_dtype), in_dtype, Kd, 1},
+         View{at(rhs, e * Kd * N, in_dtype), in_dtype, N, 1}, rows, Kd, N);
+  }
+}
+
+void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, const void* rhs, Dtype in_dtype,
+                     GroupedShape groups, int64_t Kd, int64_t N) {
+  check_groups(groups, Kd, N);
+  for (int64_t e = 0; e < groups.experts; ++e) {
+    const int64_t row0 = groups.group_offset[e], rows = groups.group_offset[e + 1] - row0;
+    gemm(at(out, row0 * Kd, out_dtype), out_dtype, View{at(dout, row0 * N, in_dtype), in_dtype, N, 1},
+         View{at(rhs, e * Kd * N, in_dtype), in_dtype, 1, N}, rows, N, Kd);
+  }
+}
+
+void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* dout, Dtype in_dtype,
+                     GroupedShape groups, int64_t Kd, int64_t N) {
+  check_groups(groups, Kd, N);
+  for (int64_t e = 0; e < groups.experts; ++e) {
+    const int64_t row0 = groups.group_offset[e], rows = groups.group_offset[e + 1] - row0;
+    // rows == 0 is an empty sum: gemm writes the zero gradient.
+    gemm(at(drhs, e * Kd * N, out_dtype), out_dtype, View{at(lhs, row0 * Kd, in_dtype), in_dtype, 1, Kd},
+         View{at(dout, row0 * N, in_dtype), in_dtype, N, 1}, Kd, rows, N);
+  }
+}
+
+void dense_gemm(void* out, Dtype out_dtype, const void* a, Dtype a_dtype, const void* b, Dtype b_dtype, int64_t R,
+                int64_t Kd, int64_t N, bool trans_a, bool trans_b) {
+  MOE_CHECK(R >= 0 && Kd >= 0 && N >= 0, "negative GEMM dimension");
+  const View av = trans_a ? View{a, a_dtype, 1, R} : View{a, a_dtype, Kd, 1};
+  const View bv = trans_b ? View{b, b_dtype, 1, Kd} : View{b, b_dtype, N, 1};
+  gemm(out, out_dtype, av, bv, R, Kd, N);
+}
+
+std::string gemm_library_version() { return "portable fallback"; }
+
+}  // namespace moe
+
+#endif  // MOE_HAVE_ONEDNN

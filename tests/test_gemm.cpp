@@ -1,0 +1,238 @@
+// Every form of moe/gemm.h (whichever build: oneDNN or portable) against a naive double-precision
+// product of the very values the kernel reads (bf16 inputs are rounded first, so the reference sees
+// what the kernel sees). Fresh random inputs each run; the seed is printed (MOE_TEST_SEED replays).
+//
+// Tolerance, per output element, in terms of S = sum_k |a_ik b_kj| (the scale of any rounding error
+// a GEMM accumulating in f32 can make, immune to cancellation in the sum):
+//   f32 output:  |got - want| <= 1e-5 S          (f32 accumulation; ~sqrt(k) * 6e-8 S in practice)
+//   bf16 output: adds 4e-3 |want|                 (one rounding to bf16: half an ulp is 2^-9 = 2e-3)
+// Outputs are pre-filled with NaN so an element the kernel forgets to write fails.
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "moe/gemm.h"
+#include "moe/rng.h"
+#include "moe/tensor.h"
+#include "test_util.h"
+
+namespace moe {
+namespace {
+
+constexpr Dtype kDtypes[] = {Dtype::f32, Dtype::bf16};
+
+class Inputs {
+ public:
+  explicit Inputs(uint64_t seed) : seed_(seed) {}
+  Tensor random(Dtype dt, std::vector<int64_t> shape) {
+    Tensor t(dt, std::move(shape));
+    const uint64_t key = derive_key(seed_, next_++);
+    for (int64_t i = 0; i < t.numel(); ++i) t.set(i, float(random_normal(key, uint64_t(i))));
+    return t;
+  }
+
+ private:
+  uint64_t seed_;
+  uint64_t next_ = 0;
+};
+
+Tensor nan_filled(Dtype dt, std::vector<int64_t> shape) {
+  Tensor t(dt, std::move(shape));
+  for (int64_t i = 0; i < t.numel(); ++i) t.set(i, std::numeric_limits<float>::quiet_NaN());
+  return t;
+}
+
+// The expected output and, per element, S = sum |a b| of its terms.
+struct Expected {
+  std::vector<double> value, scale;
+  explicit Expected(int64_t n) : value(size_t(n), 0.0), scale(size_t(n), 0.0) {}
+  void add(int64_t i, double a, double b) {
+    value[size_t(i)] += a * b;
+    scale[size_t(i)] += std::fabs(a * b);
+  }
+};
+
+void expect_close(const Tensor& got, const Expected& want) {
+  const double rounding = got.dtype() == Dtype::bf16 ? 4e-3 : 0.0;
+  int64_t bad = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const double w = want.value[size_t(i)], tol = 1e-5 * want.scale[size_t(i)] + rounding * std::fabs(w);
+    if (!(std::fabs(double(got.get(i)) - w) <= tol) && ++bad <= 5)
+      ADD_FAILURE() << "element " << i << ": got " << got.get(i) << ", want " << w << " (tol " << tol << ")";
+  }
+  EXPECT_EQ(bad, 0) << "mismatching elements out of " << got.numel();
+}
+
+std::string trace(Dtype in, Dtype out) { return std::string("in ") + dtype_name(in) + ", out " + dtype_name(out); }
+
+// ---- grouped forms --------------------------------------------------------------------------------
+
+struct GroupCase {
+  const char* name;
+  std::vector<int64_t> sizes;  // (E) rows per group
+  int64_t Kd, N;
+};
+
+// Odd sizes everywhere. The oneDNN build packs weights per call from 512 rows (plain) / 4096 rows
+// (transposed): 520 and 4100 rows cross those thresholds in nn/nt, Kd = 520 does in tn (M = Kd there).
+const GroupCase kGroupCases[] = {
+    {"odd_sizes_with_empty", {3, 0, 17, 1, 63, 65}, 17, 63},
+    {"all_rows_in_one_group", {0, 0, 37, 0}, 65, 3},
+    {"groups_of_one_row", {1, 1, 1, 1, 1}, 63, 17},
+    {"zero_rows", {0, 0, 0}, 17, 65},
+    {"one_expert_kd_1", {65}, 1, 63},
+    {"large_group", {520, 7}, 65, 33},
+    {"huge_group", {4100}, 9, 17},
+    {"wide_kd", {5, 0, 30}, 520, 7},
+};
+
+struct Groups {
+  std::vector<int64_t> offset;  // (E+1)
+  explicit Groups(const std::vector<int64_t>& sizes) : offset{0} {
+    for (int64_t s : sizes) offset.push_back(offset.back() + s);
+  }
+  int64_t experts() const { return int64_t(offset.size()) - 1; }
+  int64_t rows() const { return offset.back(); }
+  GroupedShape shape() const { return {offset.data(), experts()}; }
+};
+
+TEST(GroupedGemm, NnMatchesReference) {
+  Inputs inputs(testing::test_seed());
+  for (const GroupCase& c : kGroupCases) {
+    const Groups g(c.sizes);
+    for (Dtype in : kDtypes) {
+      for (Dtype out_dt : kDtypes) {
+        SCOPED_TRACE(std::string(c.name) + ", " + trace(in, out_dt));
+        const Tensor lhs = inputs.random(in, {g.rows(), c.Kd});                   // (rows, Kd)
+        const Tensor rhs = inputs.random(in, {g.experts(), c.Kd, c.N});           // (E, Kd, N)
+        Tensor out = nan_filled(out_dt, {g.rows(), c.N});                         // (rows, N)
+        grouped_gemm_nn(out.raw(), out_dt, lhs.raw(), rhs.raw(), in, g.shape(), c.Kd, c.N);
+        Expected want(out.numel());
+        for (int64_t e = 0; e < g.experts(); ++e)
+          for (int64_t r = g.offset[size_t(e)]; r < g.offset[size_t(e) + 1]; ++r)
+            for (int64_t j = 0; j < c.N; ++j)
+              for (int64_t k = 0; k < c.Kd; ++k)
+                want.add(r * c.N + j, lhs.get(r * c.Kd + k), rhs.get((e * c.Kd + k) * c.N + j));
+        expect_close(out, want);
+      }
+    }
+  }
+}
+
+TEST(GroupedGemm, NtMatchesReference) {
+  Inputs inputs(testing::test_seed());
+  for (const GroupCase& c : kGroupCases) {
+    const Groups g(c.sizes);
+    for (Dtype in : kDtypes) {
+      for (Dtype out_dt : kDtypes) {
+        SCOPED_TRACE(std::string(c.name) + ", " + trace(in, out_dt));
+        const Tensor dout = inputs.random(in, {g.rows(), c.N});                   // (rows, N)
+        const Tensor rhs = inputs.random(in, {g.experts(), c.Kd, c.N});           // (E, Kd, N)
+        Tensor out = nan_filled(out_dt, {g.rows(), c.Kd});                        // (rows, Kd)
+        grouped_gemm_nt(out.raw(), out_dt, dout.raw(), rhs.raw(), in, g.shape(), c.Kd, c.N);
+        Expected want(out.numel());
+        for (int64_t e = 0; e < g.experts(); ++e)
+          for (int64_t r = g.offset[size_t(e)]; r < g.offset[size_t(e) + 1]; ++r)
+            for (int64_t k = 0; k < c.Kd; ++k)
+              for (int64_t j = 0; j < c.N; ++j)
+                want.add(r * c.Kd + k, dout.get(r * c.N + j), rhs.get((e * c.Kd + k) * c.N + j));
+        expect_close(out, want);
+      }
+    }
+  }
+}
+
+TEST(GroupedGemm, TnMatchesReferenceAndZeroesEmptyExperts) {
+  Inputs inputs(testing::test_seed());
+  for (const GroupCase& c : kGroupCases) {
+    const Groups g(c.sizes);
+    for (Dtype in : kDtypes) {
+      for (Dtype out_dt : kDtypes) {
+        SCOPED_TRACE(std::string(c.name) + ", " + trace(in, out_dt));
+        const Tensor lhs = inputs.random(in, {g.rows(), c.Kd});                   // (rows, Kd)
+        const Tensor dout = inputs.random(in, {g.rows(), c.N});                   // (rows, N)
+        Tensor drhs = nan_filled(out_dt, {g.experts(), c.Kd, c.N});               // (E, Kd, N)
+        grouped_gemm_tn(drhs.raw(), out_dt, lhs.raw(), dout.raw(), in, g.shape(), c.Kd, c.N);
+        Expected want(drhs.numel());  // empty experts stay all-zero
+        for (int64_t e = 0; e < g.experts(); ++e)
+          for (int64_t r = g.offset[size_t(e)]; r < g.offset[size_t(e) + 1]; ++r)
+            for (int64_t k = 0; k < c.Kd; ++k)
+              for (int64_t j = 0; j < c.N; ++j)
+                want.add((e * c.Kd + k) * c.N + j, lhs.get(r * c.Kd + k), dout.get(r * c.N + j));
+        expect_close(drhs, want);
+      }
+    }
+  }
+}
+
+// The cached primitives and reused scratch must not leak state from one call into the next.
+TEST(GroupedGemm, RepeatedCallsAreBitwiseIdentical) {
+  Inputs inputs(testing::test_seed());
+  const Groups g({600, 0, 130});
+  const int64_t Kd = 40, N = 24;
+  for (Dtype in : kDtypes) {
+    SCOPED_TRACE(dtype_name(in));
+    const Tensor lhs = inputs.random(in, {g.rows(), Kd});          // (rows, Kd)
+    const Tensor rhs = inputs.random(in, {g.experts(), Kd, N});    // (E, Kd, N)
+    const Tensor other = inputs.random(in, {g.experts(), Kd, N});  // (E, Kd, N)
+    Tensor first(in, {g.rows(), N}), again(in, {g.rows(), N});     // (rows, N)
+    grouped_gemm_nn(first.raw(), in, lhs.raw(), rhs.raw(), in, g.shape(), Kd, N);
+    grouped_gemm_nn(again.raw(), in, lhs.raw(), other.raw(), in, g.shape(), Kd, N);
+    grouped_gemm_nn(again.raw(), in, lhs.raw(), rhs.raw(), in, g.shape(), Kd, N);
+    EXPECT_EQ(std::memcmp(first.raw(), again.raw(), first.bytes()), 0);
+  }
+}
+
+// ---- dense ----------------------------------------------------------------------------------------
+
+struct DenseCase {
+  int64_t R, Kd, N;
+};
+
+// Includes R = 0 and Kd = 0 (an empty sum: zeros), and R across both packing thresholds.
+const DenseCase kDenseCases[] = {{1, 17, 3}, {3, 63, 65}, {65, 1, 17}, {600, 33, 9}, {4100, 9, 5}, {0, 5, 7}, {5, 0, 7}};
+
+TEST(DenseGemm, AllTransposesAndDtypeMixesMatchReference) {
+  Inputs inputs(testing::test_seed());
+  for (const DenseCase& c : kDenseCases) {
+    for (bool trans_a : {false, true}) {
+      for (bool trans_b : {false, true}) {
+        for (Dtype a_dt : kDtypes) {
+          for (Dtype b_dt : kDtypes) {
+            for (Dtype out_dt : kDtypes) {
+              SCOPED_TRACE("R " + std::to_string(c.R) + " Kd " + std::to_string(c.Kd) + " N " + std::to_string(c.N) +
+                           ", trans_a " + std::to_string(trans_a) + " trans_b " + std::to_string(trans_b) + ", a " +
+                           dtype_name(a_dt) + " b " + dtype_name(b_dt) + " out " + dtype_name(out_dt));
+              const Tensor a = trans_a ? inputs.random(a_dt, {c.Kd, c.R}) : inputs.random(a_dt, {c.R, c.Kd});
+              const Tensor b = trans_b ? inputs.random(b_dt, {c.N, c.Kd}) : inputs.random(b_dt, {c.Kd, c.N});
+              Tensor out = nan_filled(out_dt, {c.R, c.N});  // (R, N)
+              dense_gemm(out.raw(), out_dt, a.raw(), a_dt, b.raw(), b_dt, c.R, c.Kd, c.N, trans_a, trans_b);
+              Expected want(out.numel());
+              for (int64_t i = 0; i < c.R; ++i)
+                for (int64_t j = 0; j < c.N; ++j)
+                  for (int64_t k = 0; k < c.Kd; ++k)
+                    want.add(i * c.N + j, a.get(trans_a ? k * c.R + i : i * c.Kd + k),
+                             b.get(trans_b ? j * c.Kd + k : k * c.N + j));
+              expect_close(out, want);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(GemmLibrary, ReportsVersion) {
+  const std::string v = gemm_library_version();
+  std::printf("[ gemm     ] %s\n", v.c_str());
+  EXPECT_FALSE(v.empty());
+}
+
+}  // namespace
+}  // namespace moe
