@@ -31,12 +31,13 @@ class MoeBlock {
   // build w13 = [w1|w3] inside the call and split dw13 back, as the seed's value_and_grad does.
   double forward_backward(Tensor& out, MoeGrads& grads, const MoeInputs& in, const Routing& routing);
 
-  // Stages, for --stage-timing: each reads the previous stage's buffers.
+  // Stages, for --stage-timing: each reads the previous stage's buffers. stage_combine starts from
+  // zeros unless `onto_shared` (then it adds onto the shared expert's output).
   void stage_pack(const Routing& routing);
   void stage_dispatch(const MoeInputs& in);
   void stage_up(const MoeInputs& in, bool fused_w13_from_inputs);
   void stage_down(const MoeInputs& in);
-  void stage_combine(const Routing& routing);
+  void stage_combine(const Routing& routing, bool onto_shared = false);
 
   // Bytes of activations a forward_backward keeps from its forward for its backward: dispatched rows,
   // the up projection and the SwiGLU output unless expert_mlp remat recomputes them, the shared

@@ -31,11 +31,11 @@ void print_shape_line(const BenchOptions& o) {
       "shared_fused={} bench_pass={} parallel_mode=none ep_comm_path=compact_psum queue_mode={} "
       "routing_pack_strategy={} dispatch_permute_mode={} use_custom_sort_vjp=False remat_mode={} "
       "capacity_policy={} capacity_factor={} null_route_frac=0.0 null_experts=0 null_routing_mode=independent "
-      "renormalize_real_after_null=False stage_timing=False\n",
+      "renormalize_real_after_null=False stage_timing={}\n",
       c.tokens, c.hidden, c.mlp_dim, c.experts, c.topk, dtype_name(c.dtype), name(c.backend),
       o.impls.size() > 1 ? "both" : name(o.impls.front()), c.shared_expert_dim, py_bool(c.shared_fused),
       name(c.bench_pass), queue, name(c.pack_strategy), name(c.permute_mode), name(c.remat_mode),
-      name(c.capacity_policy), c.capacity_factor);
+      name(c.capacity_policy), c.capacity_factor, py_bool(o.stage_timing));
 }
 
 // The dense GEMM ceiling: [T*K, H] x [H, 2M] in the run dtype through the same library, same process.
@@ -56,6 +56,27 @@ Status check_memory(const MoeConfig& c) {
     return Status::error(fmt::format("this shape needs about {:.1f} GiB but the machine has {:.1f} GiB of memory",
                                      need / 1073741824.0, physical / 1073741824.0));
   return Status::ok();
+}
+
+// Spec §9.4: each stage timed on its own (same warmup/iters); inputs of a stage come from one extra
+// call of the previous stage. The shared expert is in no stage.
+void print_stage_timing(const BenchOptions& o, const MoeConfig& c, const MoeInputs& in, const Routing& routing,
+                        MoeBlock& block) {
+  const std::string dist = name(c.distribution);
+  if (c.bench_pass != BenchPass::forward) {
+    fmt::print(stderr, "moe-bench: --stage-timing is forward only; skipped for forward_backward\n");
+    return;
+  }
+  double pack = time_fn([&] { block.stage_pack(routing), block.stage_dispatch(in); }, o.warmup, o.iters).mean;
+  double up = time_fn([&] { block.stage_up(in, true); }, o.warmup, o.iters).mean;
+  double down = time_fn([&] { block.stage_down(in); }, o.warmup, o.iters).mean;
+  double combine = time_fn([&] { block.stage_combine(routing); }, o.warmup, o.iters).mean;
+  const double total = pack + up + down + combine;
+  fmt::print("[{}] pass=forward stage pack_s={:.6f}\n[{}] pass=forward stage up_s={:.6f}\n", dist, pack, dist, up);
+  fmt::print("[{}] pass=forward stage down_s={:.6f}\n[{}] pass=forward stage combine_s={:.6f}\n", dist, down, dist,
+             combine);
+  fmt::print("[{}] pass=forward stage_pct pack={:.1f} up={:.1f} down={:.1f} combine={:.1f}\n", dist,
+             100 * pack / total, 100 * up / total, 100 * down / total, 100 * combine / total);
 }
 
 struct RunOutcome {
@@ -103,6 +124,8 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, const MoeInputs& i
         block.saved_activation_bytes(), omp_get_max_threads(), name(c.remat_mode), name(c.capacity_policy),
         c.shared_expert_dim, c.tokens, c.hidden, c.mlp_dim, c.experts));
   }
+
+  if (o.stage_timing) print_stage_timing(o, c, in, routing, block);
 
   RunStats rs = run_stats(routing);
   LoadStats ls = load_stats(routing);

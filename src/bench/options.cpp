@@ -88,6 +88,7 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok) {
   app.add_option("--threads", opts.kernel.threads, "CPU threads (0 = all cores)")->capture_default_str();
   app.add_option("--gmm-tile-rows", opts.kernel.gmm_tile_rows, "gmm backend: group row alignment")
       ->capture_default_str();
+  app.add_flag("--stage-timing", opts.stage_timing, "forward only: time pack, up, down, combine separately");
   app.add_flag("--check", opts.check, "verify each run against the float64 reference; exit 1 if out of tolerance");
   app.add_option("--dump", opts.dump_dir, "write inputs, routing, output and gradients as .npy + config.json here");
 

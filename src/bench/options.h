@@ -24,6 +24,7 @@ struct BenchOptions {
   int iters = 5;
   int warmup = 2;
   bool check = false;
+  bool stage_timing = false;
   std::string dump_dir;
 };
 

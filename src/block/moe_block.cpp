@@ -80,9 +80,9 @@ void MoeBlock::stage_down(const MoeInputs& in) {
   grouped_gemm_nn(ys_.raw(), cfg_.dtype, g_.raw(), in.w2.raw(), cfg_.dtype, groups, cfg_.mlp_dim, cfg_.hidden);
 }
 
-void MoeBlock::stage_combine(const Routing& routing) {
+void MoeBlock::stage_combine(const Routing& routing, bool onto_shared) {
   ensure(out_acc_, Dtype::f32, cfg_.tokens * cfg_.hidden);
-  if (!cfg_.has_shared()) out_acc_.fill_zero();
+  if (!onto_shared) out_acc_.fill_zero();
   auto kind = cfg_.uses_scatter_combine() ? cpu::CombineKind::scatter : cpu::CombineKind::unsort;
   cpu::combine_forward(out_acc_.data<float>(), ys_.raw(), cfg_.dtype, plan_, routing, cfg_.hidden, kind,
                        traits_.preweight);
@@ -129,7 +129,7 @@ void MoeBlock::forward_prepared(Tensor& out, const MoeInputs& in, const Routing&
   stage_up(in, /*fused_w13_from_inputs=*/true);
   stage_down(in);
   if (cfg_.has_shared()) shared_forward(in, in.sw13);
-  stage_combine(routing);
+  stage_combine(routing, cfg_.has_shared());
   finish_output(out);
 }
 
@@ -163,7 +163,7 @@ double MoeBlock::forward_backward(Tensor& out, MoeGrads& grads, const MoeInputs&
     std::swap(g_, dg_);
   }
   if (cfg_.has_shared()) shared_forward(in, sw13_work_);
-  stage_combine(routing);
+  stage_combine(routing, cfg_.has_shared());
   finish_output(out);
 
   // loss = mean(y^2) over the stored (run-dtype) output; dy = 2 y / (T H).
