@@ -5,15 +5,19 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <optional>
 
 #include "bench/accounting.h"
 #include "bench/options.h"
+#include "bench/report.h"
 #include "bench/timing.h"
+#include "moe/backend.h"
 #include "moe/block.h"
 #include "moe/check.h"
 #include "moe/dump.h"
+#include "moe/environment.h"
 #include "moe/gemm.h"
 #include "moe/inputs.h"
 #include "moe/routing.h"
@@ -36,6 +40,17 @@ void print_shape_line(const BenchOptions& o) {
       o.impls.size() > 1 ? "both" : name(o.impls.front()), c.shared_expert_dim, py_bool(c.shared_fused),
       name(c.bench_pass), queue, name(c.pack_strategy), name(c.permute_mode), name(c.remat_mode),
       name(c.capacity_policy), c.capacity_factor, py_bool(o.stage_timing));
+}
+
+void print_list() {
+  fmt::print("backends:");
+  for (const Backend& b : registered_backends()) fmt::print(" {} ({})", b.name, b.description);
+  fmt::print("\nimpls:");
+  for (Impl i : kAllImpls) fmt::print(" {}", name(i));
+  fmt::print("\ngrouped_gemm backends: gmm (contiguous layout, tile-padded groups) ragged_dot (exact groups)\n");
+  fmt::print("gemm library: {}\n", gemm_library_version());
+  fmt::print("routing_pack_strategy: argsort tuple_sort expert_score_sort\n");
+  fmt::print("dispatch_permute_mode: direct_take repeat_sort\ncombine: scatter unsort\n");
 }
 
 // The dense GEMM ceiling: [T*K, H] x [H, 2M] in the run dtype through the same library, same process.
@@ -79,22 +94,86 @@ void print_stage_timing(const BenchOptions& o, const MoeConfig& c, const MoeInpu
              100 * pack / total, 100 * up / total, 100 * down / total, 100 * combine / total);
 }
 
+// Keys of the seed's RESULT line, in its order; the text form formats these exactly as the seed.
+const std::vector<std::string> kSeedKeys = {
+    "distribution", "mode",          "pass",     "impl",           "backend",          "topk",   "null_target",
+    "null_realized", "null_mode",   "null_assignments", "real_assignments", "tflops", "tokens_per_s"};
+// Our keys appended to the text RESULT line; jsonl/csv rows carry everything.
+const std::vector<std::string> kTextExtraKeys = {
+    "dtype",         "time_s",      "time_median_s", "time_min_s", "time_max_s", "ceiling_tflops", "pct_of_ceiling",
+    "saved_activation_bytes", "threads", "remat_mode", "capacity_policy", "shared_expert_dim", "tokens", "hidden",
+    "mlp_dim",       "experts"};
+
+std::string result_text(const ResultRow& r) {
+  std::string line = fmt::format(
+      "RESULT distribution={} mode={} pass={} impl={} backend={} topk={} null_target={:.3f} null_realized={:.3f} "
+      "null_mode={} null_assignments={} real_assignments={} tflops={:.6f} tokens_per_s={:.6f}",
+      r["distribution"].get<std::string>(), r["mode"].get<std::string>(), r["pass"].get<std::string>(),
+      r["impl"].get<std::string>(), r["backend"].get<std::string>(), r["topk"].get<int64_t>(),
+      r["null_target"].get<double>(), r["null_realized"].get<double>(), r["null_mode"].get<std::string>(),
+      r["null_assignments"].get<int64_t>(), r["real_assignments"].get<int64_t>(), r["tflops"].get<double>(),
+      r["tokens_per_s"].get<double>());
+  for (const std::string& k : kTextExtraKeys) {
+    const auto& v = r[k];
+    line += " " + k + "=" + (v.is_number_float() ? fmt::format("{:.6f}", v.get<double>())
+                             : v.is_string()     ? v.get<std::string>()
+                                                 : v.dump());
+  }
+  return line;
+}
+
+ResultRow make_row(const MoeConfig& c, const KernelConfig& k, QueueMode mode, const TimingStats& t, double ceiling,
+                   int64_t saved_bytes, const Environment& env) {
+  const int64_t real = c.assignments();
+  const double tflops = seed_flops(c, real) / t.mean / 1e12;
+  ResultRow r;
+  r["distribution"] = name(c.distribution);
+  r["mode"] = name(mode);
+  r["pass"] = name(c.bench_pass);
+  r["impl"] = name(c.impl);
+  r["backend"] = name(c.backend);
+  r["topk"] = c.topk;
+  r["null_target"] = 0.0;
+  r["null_realized"] = 0.0;
+  r["null_mode"] = "independent";
+  r["null_assignments"] = 0;
+  r["real_assignments"] = real;
+  r["tflops"] = tflops;
+  r["tokens_per_s"] = double(c.tokens) / t.mean;
+  r["dtype"] = dtype_name(c.dtype);
+  r["time_s"] = t.mean;
+  r["time_median_s"] = t.median;
+  r["time_min_s"] = t.min;
+  r["time_max_s"] = t.max;
+  r["ceiling_tflops"] = ceiling;
+  r["pct_of_ceiling"] = 100.0 * tflops / ceiling;
+  r["saved_activation_bytes"] = saved_bytes;
+  r["threads"] = omp_get_max_threads();
+  // Full config, kernel config and environment, without repeating a key already in the row.
+  for (const std::string& extra : {c.to_json(), k.to_json(), env.to_json()}) {
+    const ResultRow fields = ResultRow::parse(extra);
+    for (auto it = fields.begin(); it != fields.end(); ++it)
+      if (!r.contains(it.key())) r[it.key()] = it.value();
+  }
+  return r;
+}
+
 struct RunOutcome {
   bool check_failed = false;
+  Status dump_status;
+  std::vector<ResultRow> rows;
 };
 
 RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, const MoeInputs& in, const Routing& routing,
-                   double ceiling_tflops, const std::string& dump_dir) {
+                   double ceiling_tflops, const Environment& env) {
   RunOutcome outcome;
+  const bool text_stdout = o.format == OutputFormat::text || !o.out_path.empty();
   const std::string dist = name(c.distribution);
-  const std::string impl = name(c.impl);
-  const std::string pass = name(c.bench_pass);
   MoeBlock block(c, o.kernel);
   Tensor out(c.dtype, {c.tokens, c.hidden});
   std::optional<MoeGrads> grads;
   if (c.bench_pass == BenchPass::forward_backward) grads = make_grads(c);
 
-  std::vector<std::string> results;
   for (QueueMode mode : o.queue_modes) {
     TimingStats t;
     if (c.bench_pass == BenchPass::forward_backward) {
@@ -105,88 +184,98 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, const MoeInputs& i
     } else {
       t = time_fn([&] { block.forward(out, in, routing); }, o.warmup, o.iters);
     }
-    const int64_t real = c.assignments();
-    const double flops = seed_flops(c, real);
-    const double tflops = flops / t.mean / 1e12;
-    const double tps = double(c.tokens) / t.mean;
-    const std::string head = fmt::format("[{}] mode={} pass={} topk={} impl={}", dist, name(mode), pass, c.topk, impl);
-    fmt::print("{} backend={}\n{} remat_mode={}\n{} parallel_mode=none\n{} ep_comm_path=compact_psum\n", head,
-               name(c.backend), head, name(c.remat_mode), head, head);
-    fmt::print("{} time_s={:.6f}\n{} tflops={:.3f}\n{} tokens_per_s={:.2f}\n", head, t.mean, head, tflops, head, tps);
-    results.push_back(fmt::format(
-        "RESULT distribution={} mode={} pass={} impl={} backend={} topk={} null_target={:.3f} null_realized={:.3f} "
-        "null_mode=independent null_assignments=0 real_assignments={} tflops={:.6f} tokens_per_s={:.6f} dtype={} "
-        "time_s={:.6f} time_median_s={:.6f} time_min_s={:.6f} time_max_s={:.6f} ceiling_tflops={:.6f} "
-        "pct_of_ceiling={:.2f} saved_activation_bytes={} threads={} remat_mode={} capacity_policy={} "
-        "shared_expert_dim={} tokens={} hidden={} mlp_dim={} experts={}",
-        dist, name(mode), pass, impl, name(c.backend), c.topk, 0.0, 0.0, real, tflops, tps, dtype_name(c.dtype),
-        t.mean, t.median, t.min, t.max, ceiling_tflops, 100.0 * tflops / ceiling_tflops,
-        block.saved_activation_bytes(), omp_get_max_threads(), name(c.remat_mode), name(c.capacity_policy),
-        c.shared_expert_dim, c.tokens, c.hidden, c.mlp_dim, c.experts));
+    ResultRow row = make_row(c, o.kernel, mode, t, ceiling_tflops, block.saved_activation_bytes(), env);
+    if (text_stdout) {
+      const std::string head =
+          fmt::format("[{}] mode={} pass={} topk={} impl={}", dist, name(mode), name(c.bench_pass), c.topk, name(c.impl));
+      fmt::print("{} backend={}\n{} remat_mode={}\n{} parallel_mode=none\n{} ep_comm_path=compact_psum\n", head,
+                 name(c.backend), head, name(c.remat_mode), head, head);
+      fmt::print("{} time_s={:.6f}\n{} tflops={:.3f}\n{} tokens_per_s={:.2f}\n", head, t.mean, head,
+                 row["tflops"].get<double>(), head, row["tokens_per_s"].get<double>());
+    }
+    outcome.rows.push_back(std::move(row));
   }
 
-  if (o.stage_timing) print_stage_timing(o, c, in, routing, block);
-
-  RunStats rs = run_stats(routing);
-  LoadStats ls = load_stats(routing);
-  const std::string tag = fmt::format("[{}] topk={} impl={}", dist, c.topk, impl);
-  fmt::print("{} run_stats runs={:.0f} mean={:.2f} p95={:.2f} max={:.0f}\n", tag, rs.runs, rs.mean, rs.p95, rs.max);
-  fmt::print("{} load_stats min={:.0f} max={:.0f} std={:.2f} cv={:.4f}\n", tag, ls.min, ls.max, ls.std, ls.cv);
-  const DispatchPlan& plan = block.plan();
-  fmt::print("{} capacity policy={} factor={:.3f} cap={} dropped={} drop_frac={:.4f}\n", tag, name(c.capacity_policy),
-             c.capacity_factor, c.capacity(), plan.dropped,
-             double(plan.dropped) / double(std::max<int64_t>(1, c.assignments())));
-  for (const std::string& line : results) fmt::print("{}\n", line);
+  if (o.stage_timing && text_stdout) print_stage_timing(o, c, in, routing, block);
+  if (text_stdout) {
+    RunStats rs = run_stats(routing);
+    LoadStats ls = load_stats(routing);
+    const std::string tag = fmt::format("[{}] topk={} impl={}", dist, c.topk, name(c.impl));
+    fmt::print("{} run_stats runs={:.0f} mean={:.2f} p95={:.2f} max={:.0f}\n", tag, rs.runs, rs.mean, rs.p95, rs.max);
+    fmt::print("{} load_stats min={:.0f} max={:.0f} std={:.2f} cv={:.4f}\n", tag, ls.min, ls.max, ls.std, ls.cv);
+    const DispatchPlan& plan = block.plan();
+    fmt::print("{} capacity policy={} factor={:.3f} cap={} dropped={} drop_frac={:.4f}\n", tag,
+               name(c.capacity_policy), c.capacity_factor, c.capacity(), plan.dropped,
+               double(plan.dropped) / double(std::max<int64_t>(1, c.assignments())));
+    for (const ResultRow& row : outcome.rows) fmt::print("{}\n", result_text(row));
+  } else {
+    static bool csv_header_printed = false;
+    if (o.format == OutputFormat::csv && !csv_header_printed && !outcome.rows.empty()) {
+      fmt::print("{}\n", csv_header(outcome.rows.front()));
+      csv_header_printed = true;
+    }
+    for (const ResultRow& row : outcome.rows)
+      fmt::print("{}\n", o.format == OutputFormat::jsonl ? format_jsonl(row) : format_csv(row));
+  }
 
   if (o.check) {
     CheckResult r = check_against_reference(c, in, routing, out, grads ? &*grads : nullptr);
     std::string grad_err = r.grad_rel_err < 0 ? "none" : fmt::format("{:.3e}", r.grad_rel_err);
-    fmt::print("CHECK pass={} out_rel_err={:.3e} grad_rel_err={} tol={:.1e} distribution={} topk={} impl={} "
-               "pass_kind={}\n",
-               r.pass ? "true" : "false", r.out_rel_err, grad_err, r.tol, dist, c.topk, impl, pass);
+    // In jsonl/csv mode stdout holds rows only, so the CHECK line goes to stderr.
+    fmt::print(text_stdout ? stdout : stderr,
+               "CHECK pass={} out_rel_err={:.3e} grad_rel_err={} tol={:.1e} distribution={} topk={} impl={} "
+               "bench_pass={}\n",
+               r.pass ? "true" : "false", r.out_rel_err, grad_err, r.tol, dist, c.topk, name(c.impl),
+               name(c.bench_pass));
     outcome.check_failed = !r.pass;
-  }
-  if (!dump_dir.empty()) {
-    Status s = write_dump(dump_dir, c, fmt::format("{{\"kernel\": {}}}", o.kernel.to_json()), in, routing, out,
-                          grads ? &*grads : nullptr);
-    if (!s) {
-      fmt::print(stderr, "moe-bench: error: {}\n", s.message());
-      std::exit(2);
+    for (ResultRow& row : outcome.rows) {
+      row["check_pass"] = r.pass;
+      row["check_out_rel_err"] = r.out_rel_err;
+      row["check_grad_rel_err"] = r.grad_rel_err;
     }
+  }
+  if (!o.dump_dir.empty()) {
+    // The output and gradients of the last timed call: deterministic, so they belong to these inputs.
+    std::string extra = fmt::format("{{\"kernel\": {}, \"environment\": {}}}", o.kernel.to_json(), env.to_json());
+    outcome.dump_status = write_dump(o.dump_dir, c, extra, in, routing, out, grads ? &*grads : nullptr);
   }
   std::fflush(stdout);
   return outcome;
 }
 
+int fail(const Status& s) {
+  fmt::print(stderr, "moe-bench: error: {}\n", s.message());
+  return 2;
+}
+
 int run(int argc, char** argv) {
   BenchOptions o;
   bool exit_ok = false;
-  Status s = parse_options(argc, argv, o, exit_ok);
-  if (!s) {
-    fmt::print(stderr, "moe-bench: error: {}\n", s.message());
-    return 2;
-  }
+  if (Status s = parse_options(argc, argv, o, exit_ok); !s) return fail(s);
   if (exit_ok) return 0;
+  if (o.list) {
+    print_list();
+    return 0;
+  }
   if (o.kernel.threads > 0) omp_set_num_threads(o.kernel.threads);
 
   MoeConfig c = o.base;
   for (int64_t k : o.topks) {
     c.topk = k;
-    if (Status m = check_memory(c); !m) {
-      fmt::print(stderr, "moe-bench: error: {}\n", m.message());
-      return 2;
-    }
+    if (Status m = check_memory(c); !m) return fail(m);
   }
   const size_t n_runs = o.distributions.size() * o.topks.size() * o.impls.size();
-  if (!o.dump_dir.empty() && n_runs > 1) {
-    fmt::print(stderr, "moe-bench: error: --dump takes a single run (one distribution, topk and impl)\n");
-    return 2;
-  }
+  if (!o.dump_dir.empty() && n_runs > 1)
+    return fail(Status::error("--dump takes a single run (one distribution, topk and impl)"));
 
-  print_shape_line(o);
-  fmt::print(stderr, "moe-bench: {} threads, GEMM library: {}\n", omp_get_max_threads(), gemm_library_version());
+  const Environment env = capture_environment();
+  if (o.format == OutputFormat::text || !o.out_path.empty()) print_shape_line(o);
+  fmt::print(stderr, "moe-bench: {} threads, GEMM library: {}\n", omp_get_max_threads(), env.gemm_library);
+
   MoeInputs in = make_inputs(o.base);
   bool any_check_failed = false;
+  size_t done = 0;
+  const auto start = std::chrono::steady_clock::now();
   for (Distribution dist : o.distributions) {
     for (int64_t k : o.topks) {
       c = o.base;
@@ -196,7 +285,19 @@ int run(int argc, char** argv) {
       const double ceiling = measure_ceiling_tflops(c, o.warmup, o.iters);
       for (Impl impl : o.impls) {
         c.impl = impl;
-        any_check_failed |= run_one(o, c, in, routing, ceiling, o.dump_dir).check_failed;
+        RunOutcome r = run_one(o, c, in, routing, ceiling, env);
+        any_check_failed |= r.check_failed;
+        if (!r.dump_status) return fail(r.dump_status);
+        if (!o.out_path.empty()) {
+          std::vector<std::string> lines;
+          for (const ResultRow& row : r.rows) lines.push_back(result_text(row));
+          if (Status s = append_rows(o.out_path, o.format, lines, r.rows); !s) return fail(s);
+        }
+        ++done;
+        const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (n_runs > 1 && elapsed > 3.0)
+          fmt::print(stderr, "moe-bench: run {}/{} done ({} topk={} {}), elapsed {:.1f}s, ETA {:.1f}s\n", done, n_runs,
+                     name(dist), k, name(impl), elapsed, elapsed / double(done) * double(n_runs - done));
       }
     }
   }

@@ -91,6 +91,11 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok) {
   app.add_flag("--stage-timing", opts.stage_timing, "forward only: time pack, up, down, combine separately");
   app.add_flag("--check", opts.check, "verify each run against the float64 reference; exit 1 if out of tolerance");
   app.add_option("--dump", opts.dump_dir, "write inputs, routing, output and gradients as .npy + config.json here");
+  std::string format = "text";
+  app.add_option("--format", format, "text|jsonl|csv: rows on stdout, or in --out with the seed lines on stdout")
+      ->capture_default_str();
+  app.add_option("--out", opts.out_path, "append result rows to this file (atomic; rows carry config + environment)");
+  app.add_flag("--list", opts.list, "print registered backends, impls and kernel variants, then exit");
 
   try {
     app.parse(argc, argv);
@@ -109,6 +114,14 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok) {
     return Status::error(msg);
   }
 
+  if (format == "text")
+    opts.format = OutputFormat::text;
+  else if (format == "jsonl")
+    opts.format = OutputFormat::jsonl;
+  else if (format == "csv")
+    opts.format = OutputFormat::csv;
+  else
+    return Status::error(fmt::format("invalid --format '{}': expected one of text, jsonl, csv", format));
   if (parallel_mode != "none")
     return Status::error(fmt::format("--parallel-mode {} is not implemented yet (only 'none')", parallel_mode));
   if (quant_mode != "none")

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/report.h"
 #include "moe/config.h"
 #include "moe/status.h"
 
@@ -26,6 +27,9 @@ struct BenchOptions {
   bool check = false;
   bool stage_timing = false;
   std::string dump_dir;
+  OutputFormat format = OutputFormat::text;
+  std::string out_path;  // append rows here (atomic); stdout keeps the seed's text lines
+  bool list = false;
 };
 
 // Parses argv into `opts`. Returns an error Status for bad input (one line, for exit code 2).

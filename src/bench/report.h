@@ -1,0 +1,37 @@
+// Result rows: one per (run, queue mode). The seed's RESULT line is the text form; jsonl and csv
+// rows carry the same keys plus the full config and the environment (git commit, CPU, ISA,
+// threads, library versions, date), so a row can be traced without the command that made it.
+//
+// Files are appended atomically: the new file (old content + new rows) is written beside the old
+// one, flushed to disk and renamed over it, so a crash or Ctrl-C leaves either the old or the new
+// file, never a torn row.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "moe/status.h"
+
+namespace moe::bench {
+
+enum class OutputFormat { text, jsonl, csv };
+const char* name(OutputFormat f);
+
+// Keys in insertion order; values keep their JSON type (numbers stay numbers in jsonl).
+using ResultRow = nlohmann::ordered_json;
+
+// "RESULT k=v k=v ..." with the keys of `seed_keys` first in that order (formatted by the caller),
+// then every other key of the row.
+std::string format_text(const std::string& seed_part, const ResultRow& row, const std::vector<std::string>& skip);
+std::string format_jsonl(const ResultRow& row);
+std::string csv_header(const ResultRow& row);
+std::string format_csv(const ResultRow& row);
+
+// Appends `rows` to `path` in `format` (csv: writes the header when the file is new or empty, and
+// refuses a file whose header differs). Atomic as described above.
+Status append_rows(const std::string& path, OutputFormat format, const std::vector<std::string>& text_lines,
+                   const std::vector<ResultRow>& rows);
+
+}  // namespace moe::bench
