@@ -94,70 +94,6 @@ void print_stage_timing(const BenchOptions& o, const MoeConfig& c, const MoeInpu
              100 * pack / total, 100 * up / total, 100 * down / total, 100 * combine / total);
 }
 
-// Keys of the seed's RESULT line, in its order; the text form formats these exactly as the seed.
-const std::vector<std::string> kSeedKeys = {
-    "distribution", "mode",          "pass",     "impl",           "backend",          "topk",   "null_target",
-    "null_realized", "null_mode",   "null_assignments", "real_assignments", "tflops", "tokens_per_s"};
-// Our keys appended to the text RESULT line; jsonl/csv rows carry everything.
-const std::vector<std::string> kTextExtraKeys = {
-    "dtype",         "time_s",      "time_median_s", "time_min_s", "time_max_s", "ceiling_tflops", "pct_of_ceiling",
-    "saved_activation_bytes", "threads", "remat_mode", "capacity_policy", "shared_expert_dim", "tokens", "hidden",
-    "mlp_dim",       "experts"};
-
-std::string result_text(const ResultRow& r) {
-  std::string line = fmt::format(
-      "RESULT distribution={} mode={} pass={} impl={} backend={} topk={} null_target={:.3f} null_realized={:.3f} "
-      "null_mode={} null_assignments={} real_assignments={} tflops={:.6f} tokens_per_s={:.6f}",
-      r["distribution"].get<std::string>(), r["mode"].get<std::string>(), r["pass"].get<std::string>(),
-      r["impl"].get<std::string>(), r["backend"].get<std::string>(), r["topk"].get<int64_t>(),
-      r["null_target"].get<double>(), r["null_realized"].get<double>(), r["null_mode"].get<std::string>(),
-      r["null_assignments"].get<int64_t>(), r["real_assignments"].get<int64_t>(), r["tflops"].get<double>(),
-      r["tokens_per_s"].get<double>());
-  for (const std::string& k : kTextExtraKeys) {
-    const auto& v = r[k];
-    line += " " + k + "=" + (v.is_number_float() ? fmt::format("{:.6f}", v.get<double>())
-                             : v.is_string()     ? v.get<std::string>()
-                                                 : v.dump());
-  }
-  return line;
-}
-
-ResultRow make_row(const MoeConfig& c, const KernelConfig& k, QueueMode mode, const TimingStats& t, double ceiling,
-                   int64_t saved_bytes, const Environment& env) {
-  const int64_t real = c.assignments();
-  const double tflops = seed_flops(c, real) / t.mean / 1e12;
-  ResultRow r;
-  r["distribution"] = name(c.distribution);
-  r["mode"] = name(mode);
-  r["pass"] = name(c.bench_pass);
-  r["impl"] = name(c.impl);
-  r["backend"] = name(c.backend);
-  r["topk"] = c.topk;
-  r["null_target"] = 0.0;
-  r["null_realized"] = 0.0;
-  r["null_mode"] = "independent";
-  r["null_assignments"] = 0;
-  r["real_assignments"] = real;
-  r["tflops"] = tflops;
-  r["tokens_per_s"] = double(c.tokens) / t.mean;
-  r["dtype"] = dtype_name(c.dtype);
-  r["time_s"] = t.mean;
-  r["time_median_s"] = t.median;
-  r["time_min_s"] = t.min;
-  r["time_max_s"] = t.max;
-  r["ceiling_tflops"] = ceiling;
-  r["pct_of_ceiling"] = 100.0 * tflops / ceiling;
-  r["saved_activation_bytes"] = saved_bytes;
-  r["threads"] = omp_get_max_threads();
-  // Full config, kernel config and environment, without repeating a key already in the row.
-  for (const std::string& extra : {c.to_json(), k.to_json(), env.to_json()}) {
-    const ResultRow fields = ResultRow::parse(extra);
-    for (auto it = fields.begin(); it != fields.end(); ++it)
-      if (!r.contains(it.key())) r[it.key()] = it.value();
-  }
-  return r;
-}
-
 struct RunOutcome {
   bool check_failed = false;
   Status dump_status;
@@ -184,7 +120,8 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, const MoeInputs& i
     } else {
       t = time_fn([&] { block.forward(out, in, routing); }, o.warmup, o.iters);
     }
-    ResultRow row = make_row(c, o.kernel, mode, t, ceiling_tflops, block.saved_activation_bytes(), env);
+    ResultRow row = make_row(c, o.kernel, name(mode), t, ceiling_tflops, block.saved_activation_bytes(),
+                             omp_get_max_threads(), env);
     if (text_stdout) {
       const std::string head =
           fmt::format("[{}] mode={} pass={} topk={} impl={}", dist, name(mode), name(c.bench_pass), c.topk, name(c.impl));

@@ -1,5 +1,7 @@
 #include "bench/report.h"
 
+#include "bench/accounting.h"
+
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
@@ -22,13 +24,6 @@ const char* name(OutputFormat f) {
 }
 
 namespace {
-
-std::string scalar_text(const nlohmann::ordered_json& v) {
-  if (v.is_string()) return v.get<std::string>();
-  if (v.is_boolean()) return v.get<bool>() ? "True" : "False";
-  if (v.is_number_float()) return fmt::format("{:.6f}", v.get<double>());
-  return v.dump();
-}
 
 std::string csv_field(const nlohmann::ordered_json& v) {
   std::string s = v.is_string() ? v.get<std::string>() : v.dump();
@@ -63,14 +58,66 @@ Status write_all(int fd, const std::string& data, const std::string& path) {
 
 }  // namespace
 
-std::string format_text(const std::string& seed_part, const ResultRow& row, const std::vector<std::string>& skip) {
-  std::string line = seed_part;
-  for (auto it = row.begin(); it != row.end(); ++it) {
-    if (std::find(skip.begin(), skip.end(), it.key()) != skip.end()) continue;
-    line += " " + it.key() + "=" + scalar_text(it.value());
+// Our keys appended to the text RESULT line; jsonl/csv rows carry everything.
+static const std::vector<std::string> kTextExtraKeys = {
+    "dtype",         "time_s",      "time_median_s", "time_min_s", "time_max_s", "ceiling_tflops", "pct_of_ceiling",
+    "saved_activation_bytes", "threads", "remat_mode", "capacity_policy", "shared_expert_dim", "tokens", "hidden",
+    "mlp_dim",       "experts"};
+
+std::string result_text(const ResultRow& r) {
+  std::string line = fmt::format(
+      "RESULT distribution={} mode={} pass={} impl={} backend={} topk={} null_target={:.3f} null_realized={:.3f} "
+      "null_mode={} null_assignments={} real_assignments={} tflops={:.6f} tokens_per_s={:.6f}",
+      r["distribution"].get<std::string>(), r["mode"].get<std::string>(), r["pass"].get<std::string>(),
+      r["impl"].get<std::string>(), r["backend"].get<std::string>(), r["topk"].get<int64_t>(),
+      r["null_target"].get<double>(), r["null_realized"].get<double>(), r["null_mode"].get<std::string>(),
+      r["null_assignments"].get<int64_t>(), r["real_assignments"].get<int64_t>(), r["tflops"].get<double>(),
+      r["tokens_per_s"].get<double>());
+  for (const std::string& k : kTextExtraKeys) {
+    const auto& v = r[k];
+    line += " " + k + "=" + (v.is_number_float() ? fmt::format("{:.6f}", v.get<double>())
+                             : v.is_string()     ? v.get<std::string>()
+                                                 : v.dump());
   }
   return line;
 }
+
+ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const char* mode, const TimingStats& t, double ceiling,
+                   int64_t saved_bytes, int threads, const Environment& env) {
+  const int64_t real = c.assignments();
+  const double tflops = seed_flops(c, real) / t.mean / 1e12;
+  ResultRow r;
+  r["distribution"] = name(c.distribution);
+  r["mode"] = mode;
+  r["pass"] = name(c.bench_pass);
+  r["impl"] = name(c.impl);
+  r["backend"] = name(c.backend);
+  r["topk"] = c.topk;
+  r["null_target"] = 0.0;
+  r["null_realized"] = 0.0;
+  r["null_mode"] = "independent";
+  r["null_assignments"] = 0;
+  r["real_assignments"] = real;
+  r["tflops"] = tflops;
+  r["tokens_per_s"] = double(c.tokens) / t.mean;
+  r["dtype"] = dtype_name(c.dtype);
+  r["time_s"] = t.mean;
+  r["time_median_s"] = t.median;
+  r["time_min_s"] = t.min;
+  r["time_max_s"] = t.max;
+  r["ceiling_tflops"] = ceiling;
+  r["pct_of_ceiling"] = 100.0 * tflops / ceiling;
+  r["saved_activation_bytes"] = saved_bytes;
+  r["threads"] = threads;
+  // Full config, kernel config and environment, without repeating a key already in the row.
+  for (const std::string& extra : {c.to_json(), k.to_json(), env.to_json()}) {
+    const ResultRow fields = ResultRow::parse(extra);
+    for (auto it = fields.begin(); it != fields.end(); ++it)
+      if (!r.contains(it.key())) r[it.key()] = it.value();
+  }
+  return r;
+}
+
 
 std::string format_jsonl(const ResultRow& row) { return row.dump(); }
 

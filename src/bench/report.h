@@ -12,6 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "bench/timing.h"
+#include "moe/config.h"
+#include "moe/environment.h"
 #include "moe/status.h"
 
 namespace moe::bench {
@@ -22,9 +25,15 @@ const char* name(OutputFormat f);
 // Keys in insertion order; values keep their JSON type (numbers stay numbers in jsonl).
 using ResultRow = nlohmann::ordered_json;
 
-// "RESULT k=v k=v ..." with the keys of `seed_keys` first in that order (formatted by the caller),
-// then every other key of the row.
-std::string format_text(const std::string& seed_part, const ResultRow& row, const std::vector<std::string>& skip);
+// One row of a run: the seed's RESULT keys in its order, then ours (dtype, the four time statistics,
+// ceiling_tflops, pct_of_ceiling, saved_activation_bytes, threads), then the full config, the kernel
+// config and the environment. TF/s uses the seed's FLOP formula and the mean time.
+ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const char* mode, const TimingStats& t, double ceiling,
+                   int64_t saved_bytes, int threads, const Environment& env);
+
+// The seed's RESULT line (its keys and number formats, so a seed parser still works) followed by our
+// run keys; the config and environment stay in the jsonl/csv rows.
+std::string result_text(const ResultRow& row);
 std::string format_jsonl(const ResultRow& row);
 std::string csv_header(const ResultRow& row);
 std::string format_csv(const ResultRow& row);

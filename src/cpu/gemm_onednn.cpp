@@ -7,8 +7,8 @@
 // distinct group size (a runtime-M primitive would fall back to the slower gemm:jit, docs/deps.md).
 //
 // Layout policy, measured on the 2-core Zen 4 box (docs/kernels.md):
-//  - A transposed (tn's lhs_e^T) is read in place through strides ("ba"): brgemm's transposing copy
-//    of A runs as fast as an explicit transpose into scratch.
+//  - A transposed (tn's lhs_e^T) is transposed explicitly into scratch: brgemm can read it through
+//    strides ("ba"), but that is ~8% slower in f32 at the acceptance shape (no difference in bf16).
 //  - B plain (nn's rhs[e], tn's dout_e) is reordered once per call into the blocked layout brgemm
 //    asks for (format_tag::any) when M >= 512. Fed a plain B, brgemm re-copies it for every chunk
 //    of M, which costs 2-8% at M = 1k-16k; below ~512 rows it makes one copy anyway and the extra
@@ -102,7 +102,7 @@ Plan make_plan(const PlanKey& key) {
   plan.b = matrix_desc(key.k, key.n, key.b_dtype, key.trans_b);
   plan.c = matrix_desc(key.m, key.n, key.c_dtype, false);
 
-  const bool convert_a = key.a_dtype != compute;
+  const bool convert_a = key.a_dtype != compute || key.trans_a;
   // Widening B costs one pass anyway, so it writes the blocked layout directly.
   const bool pack_b = key.b_dtype != compute || key.m >= (key.trans_b ? kPackTransposedMinRows : kPackPlainMinRows);
   const bool convert_c = compute == Dtype::f32 && key.c_dtype == Dtype::bf16;
