@@ -7,6 +7,8 @@
 //   f32 output:  |got - want| <= 1e-5 S          (f32 accumulation; ~sqrt(k) * 6e-8 S in practice)
 //   bf16 output: adds 4e-3 |want|                 (one rounding to bf16: half an ulp is 2^-9 = 2e-3)
 // Outputs are pre-filled with NaN so an element the kernel forgets to write fails.
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -14,8 +16,6 @@
 #include <limits>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "moe/gemm.h"
 #include "moe/rng.h"
@@ -69,7 +69,9 @@ void expect_close(const Tensor& got, const Expected& want) {
   EXPECT_EQ(bad, 0) << "mismatching elements out of " << got.numel();
 }
 
-std::string trace(Dtype in, Dtype out) { return std::string("in ") + dtype_name(in) + ", out " + dtype_name(out); }
+std::string trace(Dtype in, Dtype out) {
+  return std::string("in ") + dtype_name(in) + ", out " + dtype_name(out);
+}
 
 // ---- grouped forms --------------------------------------------------------------------------------
 
@@ -109,9 +111,9 @@ TEST(GroupedGemm, NnMatchesReference) {
     for (Dtype in : kDtypes) {
       for (Dtype out_dt : kDtypes) {
         SCOPED_TRACE(std::string(c.name) + ", " + trace(in, out_dt));
-        const Tensor lhs = inputs.random(in, {g.rows(), c.Kd});                   // (rows, Kd)
-        const Tensor rhs = inputs.random(in, {g.experts(), c.Kd, c.N});           // (E, Kd, N)
-        Tensor out = nan_filled(out_dt, {g.rows(), c.N});                         // (rows, N)
+        const Tensor lhs = inputs.random(in, {g.rows(), c.Kd});          // (rows, Kd)
+        const Tensor rhs = inputs.random(in, {g.experts(), c.Kd, c.N});  // (E, Kd, N)
+        Tensor out = nan_filled(out_dt, {g.rows(), c.N});                // (rows, N)
         grouped_gemm_nn(out.raw(), out_dt, lhs.raw(), rhs.raw(), in, g.shape(), c.Kd, c.N);
         Expected want(out.numel());
         for (int64_t e = 0; e < g.experts(); ++e)
@@ -132,9 +134,9 @@ TEST(GroupedGemm, NtMatchesReference) {
     for (Dtype in : kDtypes) {
       for (Dtype out_dt : kDtypes) {
         SCOPED_TRACE(std::string(c.name) + ", " + trace(in, out_dt));
-        const Tensor dout = inputs.random(in, {g.rows(), c.N});                   // (rows, N)
-        const Tensor rhs = inputs.random(in, {g.experts(), c.Kd, c.N});           // (E, Kd, N)
-        Tensor out = nan_filled(out_dt, {g.rows(), c.Kd});                        // (rows, Kd)
+        const Tensor dout = inputs.random(in, {g.rows(), c.N});          // (rows, N)
+        const Tensor rhs = inputs.random(in, {g.experts(), c.Kd, c.N});  // (E, Kd, N)
+        Tensor out = nan_filled(out_dt, {g.rows(), c.Kd});               // (rows, Kd)
         grouped_gemm_nt(out.raw(), out_dt, dout.raw(), rhs.raw(), in, g.shape(), c.Kd, c.N);
         Expected want(out.numel());
         for (int64_t e = 0; e < g.experts(); ++e)
@@ -155,9 +157,9 @@ TEST(GroupedGemm, TnMatchesReferenceAndZeroesEmptyExperts) {
     for (Dtype in : kDtypes) {
       for (Dtype out_dt : kDtypes) {
         SCOPED_TRACE(std::string(c.name) + ", " + trace(in, out_dt));
-        const Tensor lhs = inputs.random(in, {g.rows(), c.Kd});                   // (rows, Kd)
-        const Tensor dout = inputs.random(in, {g.rows(), c.N});                   // (rows, N)
-        Tensor drhs = nan_filled(out_dt, {g.experts(), c.Kd, c.N});               // (E, Kd, N)
+        const Tensor lhs = inputs.random(in, {g.rows(), c.Kd});      // (rows, Kd)
+        const Tensor dout = inputs.random(in, {g.rows(), c.N});      // (rows, N)
+        Tensor drhs = nan_filled(out_dt, {g.experts(), c.Kd, c.N});  // (E, Kd, N)
         grouped_gemm_tn(drhs.raw(), out_dt, lhs.raw(), dout.raw(), in, g.shape(), c.Kd, c.N);
         Expected want(drhs.numel());  // empty experts stay all-zero
         for (int64_t e = 0; e < g.experts(); ++e)
@@ -196,7 +198,8 @@ struct DenseCase {
 };
 
 // Includes R = 0 and Kd = 0 (an empty sum: zeros), and R across both packing thresholds.
-const DenseCase kDenseCases[] = {{1, 17, 3}, {3, 63, 65}, {65, 1, 17}, {600, 33, 9}, {4100, 9, 5}, {0, 5, 7}, {5, 0, 7}};
+const DenseCase kDenseCases[] = {{1, 17, 3},   {3, 63, 65}, {65, 1, 17}, {600, 33, 9},
+                                 {4100, 9, 5}, {0, 5, 7},   {5, 0, 7}};
 
 TEST(DenseGemm, AllTransposesAndDtypeMixesMatchReference) {
   Inputs inputs(testing::test_seed());
@@ -206,9 +209,10 @@ TEST(DenseGemm, AllTransposesAndDtypeMixesMatchReference) {
         for (Dtype a_dt : kDtypes) {
           for (Dtype b_dt : kDtypes) {
             for (Dtype out_dt : kDtypes) {
-              SCOPED_TRACE("R " + std::to_string(c.R) + " Kd " + std::to_string(c.Kd) + " N " + std::to_string(c.N) +
-                           ", trans_a " + std::to_string(trans_a) + " trans_b " + std::to_string(trans_b) + ", a " +
-                           dtype_name(a_dt) + " b " + dtype_name(b_dt) + " out " + dtype_name(out_dt));
+              SCOPED_TRACE("R " + std::to_string(c.R) + " Kd " + std::to_string(c.Kd) + " N " +
+                           std::to_string(c.N) + ", trans_a " + std::to_string(trans_a) + " trans_b " +
+                           std::to_string(trans_b) + ", a " + dtype_name(a_dt) + " b " + dtype_name(b_dt) +
+                           " out " + dtype_name(out_dt));
               const Tensor a = trans_a ? inputs.random(a_dt, {c.Kd, c.R}) : inputs.random(a_dt, {c.R, c.Kd});
               const Tensor b = trans_b ? inputs.random(b_dt, {c.N, c.Kd}) : inputs.random(b_dt, {c.Kd, c.N});
               Tensor out = nan_filled(out_dt, {c.R, c.N});  // (R, N)

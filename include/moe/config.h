@@ -23,6 +23,19 @@ enum class CapacityPolicy { none, drop, pad };
 enum class RematMode { none, expert_mlp, combine };
 enum class BenchPass { forward, forward_backward };
 
+enum class NullRoutingMode { independent, take_until_null };
+
+const char* name(NullRoutingMode v);
+std::optional<NullRoutingMode> parse_null_routing_mode(std::string_view s);
+
+struct NullRoutingConfig {
+  double frac = 0;           // f, target fraction of the T*K assignments routed to null (0 disables)
+  int64_t null_experts = 0;  // M0, number of null slots; 0 derives it from E and f
+  uint64_t seed = 0;         // --null-route-seed, folded into the mask key
+  NullRoutingMode mode = NullRoutingMode::independent;
+  bool renormalize = false;  // rescale each token's remaining real weights to sum to 1
+};
+
 // Names exactly as the seed's flags spell them; parse_* return nullopt for unknown spellings.
 const char* name(Distribution v);
 const char* name(Impl v);
@@ -72,13 +85,15 @@ struct MoeConfig {
   double run_alpha = 0.98;
   double run_noise_scale = 0.35;
   uint64_t seed = 0;
+  NullRoutingConfig null_routing;  // issue 4; frac 0 = off
 
   int64_t assignments() const { return tokens * topk; }
   bool has_shared() const { return shared_expert_dim > 0; }
   // cap = max(1, ceil(cf*A/E)) when capacity is active, else 0 (spec §3.3).
   int64_t capacity() const;
   bool capacity_active() const { return capacity_policy != CapacityPolicy::none && capacity_factor > 0; }
-  // Scatter combine is forced by capacity=pad (spec §3.4).
+  bool null_routing_active() const { return null_routing.frac > 0; }
+  // Scatter combine is forced by capacity=pad and by null routing (spec §3.4).
   bool uses_scatter_combine() const;
 
   // Bytes the forward_backward working set needs, as an upper bound, to refuse runs that cannot fit.

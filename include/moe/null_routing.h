@@ -17,24 +17,11 @@
 #include <string_view>
 #include <vector>
 
+#include "moe/config.h"
 #include "moe/routing.h"
 #include "moe/status.h"
 
 namespace moe {
-
-enum class NullRoutingMode { independent, take_until_null };
-
-// Names as the seed's --null-routing-mode spells them; parse returns nullopt for unknown spellings.
-const char* name(NullRoutingMode v);
-std::optional<NullRoutingMode> parse_null_routing_mode(std::string_view s);
-
-struct NullRoutingConfig {
-  double frac = 0;           // f, target fraction of the T*K assignments routed to null (0 disables)
-  int64_t null_experts = 0;  // M0, number of null slots; 0 derives it from E and f
-  uint64_t seed = 0;         // --null-route-seed, folded into the mask key
-  NullRoutingMode mode = NullRoutingMode::independent;
-  bool renormalize = false;  // rescale each token's remaining real weights to sum to 1
-};
 
 struct NullRoutingStats {
   double target = 0;             // f

@@ -24,8 +24,14 @@ std::vector<float> sample_router_logits(const MoeConfig& cfg, Distribution dist,
 // of the K selected logits (max-subtracted, f32).
 Routing route_topk(const std::vector<float>& logits, int64_t tokens, int64_t experts, int64_t topk);
 
-// The routing a run uses: logits from key derive_key(derive_key(seed, kStreamRoute), distribution).
-Routing make_routing(const MoeConfig& cfg);
+// The key a run's router logits (and its null mask, null_routing.h) derive from:
+// derive_key(derive_key(seed, kStreamRoute), distribution), independent of the other distributions run.
+uint64_t distribution_key(const MoeConfig& cfg);
+
+// The routing a run uses: top-k of logits drawn from distribution_key(cfg), then null routing when
+// cfg.null_routing is active (null_routing.h). `null_stats` (optional) receives the null statistics.
+struct NullRoutingStats;
+Routing make_routing(const MoeConfig& cfg, NullRoutingStats* null_stats = nullptr);
 
 // Routing built from explicit ids/weights (tests: all tokens on one expert, empty experts, ...).
 Routing routing_from(int64_t tokens, int64_t topk, int64_t experts, std::vector<int32_t> ids,

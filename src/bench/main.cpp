@@ -20,6 +20,7 @@
 #include "moe/environment.h"
 #include "moe/gemm.h"
 #include "moe/inputs.h"
+#include "moe/null_routing.h"
 #include "moe/routing.h"
 
 namespace moe::bench {
@@ -34,12 +35,13 @@ void print_shape_line(const BenchOptions& o) {
       "shape tokens={} hidden={} mlp_dim={} experts={} topk={} dtype={} backend={} impl={} shared_expert_dim={} "
       "shared_fused={} bench_pass={} parallel_mode=none ep_comm_path=compact_psum queue_mode={} "
       "routing_pack_strategy={} dispatch_permute_mode={} use_custom_sort_vjp=False remat_mode={} "
-      "capacity_policy={} capacity_factor={} null_route_frac=0.0 null_experts=0 null_routing_mode=independent "
-      "renormalize_real_after_null=False stage_timing={}\n",
+      "capacity_policy={} capacity_factor={} null_route_frac={} null_experts={} null_routing_mode={} "
+      "renormalize_real_after_null={} stage_timing={}\n",
       c.tokens, c.hidden, c.mlp_dim, c.experts, c.topk, dtype_name(c.dtype), name(c.backend),
       o.impls.size() > 1 ? "both" : name(o.impls.front()), c.shared_expert_dim, py_bool(c.shared_fused),
       name(c.bench_pass), queue, name(c.pack_strategy), name(c.permute_mode), name(c.remat_mode),
-      name(c.capacity_policy), c.capacity_factor, py_bool(o.stage_timing));
+      name(c.capacity_policy), c.capacity_factor, c.null_routing.frac, c.null_routing.null_experts,
+      name(c.null_routing.mode), py_bool(c.null_routing.renormalize), py_bool(o.stage_timing));
 }
 
 void print_list() {
@@ -101,7 +103,7 @@ struct RunOutcome {
 };
 
 RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, const MoeInputs& in, const Routing& routing,
-                   double ceiling_tflops, const Environment& env) {
+                   const NullRoutingStats& null_stats, double ceiling_tflops, const Environment& env) {
   RunOutcome outcome;
   const bool text_stdout = o.format == OutputFormat::text || !o.out_path.empty();
   const std::string dist = name(c.distribution);
@@ -121,7 +123,7 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, const MoeInputs& i
       t = time_fn([&] { block.forward(out, in, routing); }, o.warmup, o.iters);
     }
     ResultRow row = make_row(c, o.kernel, name(mode), t, ceiling_tflops, block.saved_activation_bytes(),
-                             omp_get_max_threads(), env);
+                             omp_get_max_threads(), null_stats, env);
     if (text_stdout) {
       const std::string head =
           fmt::format("[{}] mode={} pass={} topk={} impl={}", dist, name(mode), name(c.bench_pass), c.topk, name(c.impl));
@@ -144,6 +146,11 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, const MoeInputs& i
     fmt::print("{} capacity policy={} factor={:.3f} cap={} dropped={} drop_frac={:.4f}\n", tag,
                name(c.capacity_policy), c.capacity_factor, c.capacity(), plan.dropped,
                double(plan.dropped) / double(std::max<int64_t>(1, c.assignments())));
+    if (o.null_routing_requested)
+      fmt::print("{} null_route mode={} target={:.3f} realized={:.3f} null_experts={} null_assignments={} "
+                 "real_assignments={}\n",
+                 tag, name(c.null_routing.mode), null_stats.target, null_stats.realized, null_stats.null_experts,
+                 null_stats.null_assignments, null_stats.real_assignments);
     for (const ResultRow& row : outcome.rows) fmt::print("{}\n", result_text(row));
   } else {
     static bool csv_header_printed = false;
@@ -201,7 +208,7 @@ int run(int argc, char** argv) {
     c.topk = k;
     if (Status m = check_memory(c); !m) return fail(m);
   }
-  const size_t n_runs = o.distributions.size() * o.topks.size() * o.impls.size();
+  const size_t n_runs = o.distributions.size() * o.topks.size() * o.impls.size() * o.null_fracs.size();
   if (!o.dump_dir.empty() && n_runs > 1)
     return fail(Status::error("--dump takes a single run (one distribution, topk and impl)"));
 
@@ -218,23 +225,30 @@ int run(int argc, char** argv) {
       c = o.base;
       c.distribution = dist;
       c.topk = k;
-      Routing routing = make_routing(c);
       const double ceiling = measure_ceiling_tflops(c, o.warmup, o.iters);
       for (Impl impl : o.impls) {
-        c.impl = impl;
-        RunOutcome r = run_one(o, c, in, routing, ceiling, env);
-        any_check_failed |= r.check_failed;
-        if (!r.dump_status) return fail(r.dump_status);
-        if (!o.out_path.empty()) {
-          std::vector<std::string> lines;
-          for (const ResultRow& row : r.rows) lines.push_back(result_text(row));
-          if (Status s = append_rows(o.out_path, o.format, lines, r.rows); !s) return fail(s);
+        for (double f : o.null_fracs) {
+          c.impl = impl;
+          c.null_routing.frac = f;
+          // Same routing for every impl and fraction of a (distribution, topk): the null mask of a larger
+          // fraction is a superset of a smaller one's.
+          NullRoutingStats null_stats;
+          Routing routing = make_routing(c, &null_stats);
+          RunOutcome r = run_one(o, c, in, routing, null_stats, ceiling, env);
+          any_check_failed |= r.check_failed;
+          if (!r.dump_status) return fail(r.dump_status);
+          if (!o.out_path.empty()) {
+            std::vector<std::string> lines;
+            for (const ResultRow& row : r.rows) lines.push_back(result_text(row));
+            if (Status s = append_rows(o.out_path, o.format, lines, r.rows); !s) return fail(s);
+          }
+          ++done;
+          const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          if (n_runs > 1 && elapsed > 3.0)
+            fmt::print(stderr, "moe-bench: run {}/{} done ({} topk={} {} null={:.2f}), elapsed {:.1f}s, ETA {:.1f}s\n",
+                       done, n_runs, name(dist), k, name(impl), f, elapsed,
+                       elapsed / double(done) * double(n_runs - done));
         }
-        ++done;
-        const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        if (n_runs > 1 && elapsed > 3.0)
-          fmt::print(stderr, "moe-bench: run {}/{} done ({} topk={} {}), elapsed {:.1f}s, ETA {:.1f}s\n", done, n_runs,
-                     name(dist), k, name(impl), elapsed, elapsed / double(done) * double(n_runs - done));
       }
     }
   }

@@ -1,5 +1,7 @@
 #include "bench/options.h"
 
+#include "moe/null_routing.h"
+
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -82,6 +84,18 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok) {
   app.add_option("--run-alpha", c.run_alpha, "runs distribution: mean run length 1/(1-alpha)")->capture_default_str();
   app.add_option("--run-noise-scale", c.run_noise_scale, "runs distribution: logit noise std")->capture_default_str();
   app.add_option("--quant-mode", quant_mode, "none (int8 modes: not implemented yet)")->capture_default_str();
+  std::string null_list, null_mode = "independent";
+  bool null_sweep = false;
+  app.add_option("--null-route-frac", c.null_routing.frac, "fraction of the T*K assignments routed to null slots")
+      ->capture_default_str();
+  app.add_option("--null-route-frac-list", null_list, "comma list of null fractions (overrides sweep and frac)");
+  app.add_flag("--null-route-sweep", null_sweep, "null fractions 0.1..0.9");
+  app.add_option("--null-experts", c.null_routing.null_experts, "null slots M0 (0 = max(1, round(E f/(1-f))))")
+      ->capture_default_str();
+  app.add_option("--null-route-seed", c.null_routing.seed, "folded into the null-mask key")->capture_default_str();
+  app.add_option("--null-routing-mode", null_mode, "independent|take_until_null")->capture_default_str();
+  app.add_flag("--renormalize-real-after-null", c.null_routing.renormalize,
+               "renormalize each token's remaining real weights to sum to 1");
   app.add_option("--iters", opts.iters, "timed iterations")->capture_default_str();
   app.add_option("--warmup", opts.warmup, "untimed iterations after the first call")->capture_default_str();
   app.add_option("--seed", c.seed, "master seed of inputs and routing")->capture_default_str();
@@ -139,6 +153,16 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok) {
                                    "none, expert_mlp, combine"));
   MOE_RETURN_IF_ERROR(parse_choice("--capacity-policy", cap_policy, parse_capacity_policy, c.capacity_policy,
                                    "none, drop, pad"));
+
+  MOE_RETURN_IF_ERROR(parse_choice("--null-routing-mode", null_mode, parse_null_routing_mode, c.null_routing.mode,
+                                   "independent, take_until_null"));
+  Status null_status;
+  opts.null_fracs = null_route_fractions(null_list, null_sweep, c.null_routing.frac, null_status);
+  MOE_RETURN_IF_ERROR(null_status);
+  opts.null_routing_requested = !null_list.empty() || null_sweep || c.null_routing.frac != 0;
+  for (double f : opts.null_fracs)
+    if (f > 0 && c.capacity_policy != CapacityPolicy::none)
+      return Status::error("Null routing currently requires capacity_policy='none' in this harness.");
 
   opts.impls.clear();
   if (impl == "both") {

@@ -83,8 +83,8 @@ std::string result_text(const ResultRow& r) {
 }
 
 ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const char* mode, const TimingStats& t, double ceiling,
-                   int64_t saved_bytes, int threads, const Environment& env) {
-  const int64_t real = c.assignments();
+                   int64_t saved_bytes, int threads, const NullRoutingStats& null_stats, const Environment& env) {
+  const int64_t real = null_stats.real_assignments;
   const double tflops = seed_flops(c, real) / t.mean / 1e12;
   ResultRow r;
   r["distribution"] = name(c.distribution);
@@ -93,10 +93,10 @@ ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const char* mode, 
   r["impl"] = name(c.impl);
   r["backend"] = name(c.backend);
   r["topk"] = c.topk;
-  r["null_target"] = 0.0;
-  r["null_realized"] = 0.0;
-  r["null_mode"] = "independent";
-  r["null_assignments"] = 0;
+  r["null_target"] = null_stats.target;
+  r["null_realized"] = null_stats.realized;
+  r["null_mode"] = name(c.null_routing.mode);
+  r["null_assignments"] = null_stats.null_assignments;
   r["real_assignments"] = real;
   r["tflops"] = tflops;
   r["tokens_per_s"] = double(c.tokens) / t.mean;

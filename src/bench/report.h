@@ -15,6 +15,7 @@
 #include "bench/timing.h"
 #include "moe/config.h"
 #include "moe/environment.h"
+#include "moe/null_routing.h"
 #include "moe/status.h"
 
 namespace moe::bench {
@@ -29,7 +30,7 @@ using ResultRow = nlohmann::ordered_json;
 // ceiling_tflops, pct_of_ceiling, saved_activation_bytes, threads), then the full config, the kernel
 // config and the environment. TF/s uses the seed's FLOP formula and the mean time.
 ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const char* mode, const TimingStats& t, double ceiling,
-                   int64_t saved_bytes, int threads, const Environment& env);
+                   int64_t saved_bytes, int threads, const NullRoutingStats& null_stats, const Environment& env);
 
 // The seed's RESULT line (its keys and number formats, so a seed parser still works) followed by our
 // run keys; the config and environment stay in the jsonl/csv rows.

@@ -83,7 +83,8 @@ int64_t MoeConfig::capacity() const {
 }
 
 bool MoeConfig::uses_scatter_combine() const {
-  return impl_traits(impl).scatter_combine || (capacity_active() && capacity_policy == CapacityPolicy::pad);
+  return impl_traits(impl).scatter_combine || (capacity_active() && capacity_policy == CapacityPolicy::pad) ||
+         null_routing_active();
 }
 
 double MoeConfig::estimated_bytes() const {
@@ -118,6 +119,14 @@ Status MoeConfig::validate() const {
     return Status::error(fmt::format("invalid --run-alpha={}: must be in [0, 1)", run_alpha));
   if (!(run_noise_scale >= 0) || !std::isfinite(run_noise_scale))
     return Status::error(fmt::format("invalid --run-noise-scale={}: must be a finite number >= 0", run_noise_scale));
+  if (null_routing.frac != 0 || null_routing.null_experts != 0) {
+    if (!(null_routing.frac >= 0 && null_routing.frac < 1))
+      return Status::error(fmt::format("Invalid null-route fraction {}; expected in [0, 1).", null_routing.frac));
+    if (null_routing.null_experts < 0)
+      return Status::error(fmt::format("invalid --null-experts={}: must be >= 0 (0 = derived)", null_routing.null_experts));
+  }
+  if (null_routing_active() && capacity_policy != CapacityPolicy::none)
+    return Status::error("Null routing currently requires capacity_policy='none' in this harness.");
   // Index math uses int32 row ids; keep every count well inside that range.
   const int64_t kMaxIndex = int64_t(1) << 31;
   if (tokens > kMaxIndex / topk || experts > (1 << 20))
@@ -149,6 +158,11 @@ std::string MoeConfig::to_json() const {
   j["run_alpha"] = run_alpha;
   j["run_noise_scale"] = run_noise_scale;
   j["seed"] = seed;
+  j["null_route_frac"] = null_routing.frac;
+  j["null_experts"] = null_routing.null_experts;
+  j["null_route_seed"] = null_routing.seed;
+  j["null_routing_mode"] = name(null_routing.mode);
+  j["renormalize_real_after_null"] = null_routing.renormalize;
   return j.dump();
 }
 

@@ -1,5 +1,7 @@
 #include "moe/routing.h"
 
+#include "moe/null_routing.h"
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -152,11 +154,18 @@ Routing route_topk(const std::vector<float>& logits, int64_t tokens, int64_t exp
   return r;
 }
 
-Routing make_routing(const MoeConfig& cfg) {
+uint64_t distribution_key(const MoeConfig& cfg) {
   // Keyed by the distribution itself, not its position in the run's list (the seed splits by position),
   // so a distribution routes identically whichever others run beside it.
-  const uint64_t key = derive_key(derive_key(cfg.seed, kStreamRoute), uint64_t(cfg.distribution));
-  return route_topk(sample_router_logits(cfg, cfg.distribution, key), cfg.tokens, cfg.experts, cfg.topk);
+  return derive_key(derive_key(cfg.seed, kStreamRoute), uint64_t(cfg.distribution));
+}
+
+Routing make_routing(const MoeConfig& cfg, NullRoutingStats* null_stats) {
+  const uint64_t key = distribution_key(cfg);
+  Routing r = route_topk(sample_router_logits(cfg, cfg.distribution, key), cfg.tokens, cfg.experts, cfg.topk);
+  NullRoutingStats stats = apply_null_routing(r, cfg.null_routing, key);
+  if (null_stats) *null_stats = stats;
+  return r;
 }
 
 Routing routing_from(int64_t tokens, int64_t topk, int64_t experts, std::vector<int32_t> ids,

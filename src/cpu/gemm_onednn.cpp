@@ -43,7 +43,9 @@ using Tag = memory::format_tag;
 constexpr int64_t kPackPlainMinRows = 512;
 constexpr int64_t kPackTransposedMinRows = 4096;
 
-memory::data_type dnnl_type(Dtype dt) { return dt == Dtype::f32 ? memory::data_type::f32 : memory::data_type::bf16; }
+memory::data_type dnnl_type(Dtype dt) {
+  return dt == Dtype::f32 ? memory::data_type::f32 : memory::data_type::bf16;
+}
 
 struct Runtime {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
@@ -104,7 +106,8 @@ Plan make_plan(const PlanKey& key) {
 
   const bool convert_a = key.a_dtype != compute || key.trans_a;
   // Widening B costs one pass anyway, so it writes the blocked layout directly.
-  const bool pack_b = key.b_dtype != compute || key.m >= (key.trans_b ? kPackTransposedMinRows : kPackPlainMinRows);
+  const bool pack_b =
+      key.b_dtype != compute || key.m >= (key.trans_b ? kPackTransposedMinRows : kPackPlainMinRows);
   const bool convert_c = compute == Dtype::f32 && key.c_dtype == Dtype::bf16;
 
   const memory::desc a = convert_a ? matrix_desc(key.m, key.k, compute, false) : plan.a;
@@ -141,8 +144,8 @@ memory stage_in(const std::optional<Conversion>& conv, memory user, ScratchSlot 
 }
 
 // c (m, n) = a (m, k) @ b (k, n), a stored (k, m) when trans_a, b stored (n, k) when trans_b.
-void matmul(void* c, Dtype c_dtype, const void* a, Dtype a_dtype, const void* b, Dtype b_dtype, int64_t m, int64_t k,
-            int64_t n, bool trans_a, bool trans_b) {
+void matmul(void* c, Dtype c_dtype, const void* a, Dtype a_dtype, const void* b, Dtype b_dtype, int64_t m,
+            int64_t k, int64_t n, bool trans_a, bool trans_b) {
   MOE_CHECK(m >= 0 && k >= 0 && n >= 0, "negative GEMM dimension");
   if (m == 0 || n == 0) return;
   if (k == 0) {  // an empty sum
@@ -154,7 +157,9 @@ void matmul(void* c, Dtype c_dtype, const void* a, Dtype a_dtype, const void* b,
   memory a_mem = stage_in(plan.a_in, memory(plan.a, rt.engine, const_cast<void*>(a)), kScratchA);
   memory b_mem = stage_in(plan.b_in, memory(plan.b, rt.engine, const_cast<void*>(b)), kScratchB);
   memory c_user(plan.c, rt.engine, c);
-  memory c_mem = plan.c_out ? memory(plan.c_out->src, rt.engine, scratch(kScratchC, plan.c_out->src.get_size())) : c_user;
+  memory c_mem = plan.c_out
+                     ? memory(plan.c_out->src, rt.engine, scratch(kScratchC, plan.c_out->src.get_size()))
+                     : c_user;
   plan.matmul.execute(rt.stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
   if (plan.c_out) plan.c_out->reorder.execute(rt.stream, c_mem, c_user);
   rt.stream.wait();
@@ -175,17 +180,28 @@ void check_groups(GroupedShape groups, int64_t Kd, int64_t N) {
 
 const char* isa_name(dnnl::cpu_isa isa) {
   switch (isa) {
-    case dnnl::cpu_isa::all: return "any";
-    case dnnl::cpu_isa::sse41: return "sse41";
-    case dnnl::cpu_isa::avx: return "avx";
-    case dnnl::cpu_isa::avx2: return "avx2";
-    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
-    case dnnl::cpu_isa::avx512_mic: return "avx512_mic";
-    case dnnl::cpu_isa::avx512_mic_4ops: return "avx512_mic_4ops";
-    case dnnl::cpu_isa::avx512_core: return "avx512_core";
-    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
-    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
-    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
+    case dnnl::cpu_isa::all:
+      return "any";
+    case dnnl::cpu_isa::sse41:
+      return "sse41";
+    case dnnl::cpu_isa::avx:
+      return "avx";
+    case dnnl::cpu_isa::avx2:
+      return "avx2";
+    case dnnl::cpu_isa::avx2_vnni:
+      return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_mic:
+      return "avx512_mic";
+    case dnnl::cpu_isa::avx512_mic_4ops:
+      return "avx512_mic_4ops";
+    case dnnl::cpu_isa::avx512_core:
+      return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni:
+      return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16:
+      return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx:
+      return "avx512_core_amx";
   }
   return "unknown";
 }
@@ -223,15 +239,15 @@ void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* d
   }
 }
 
-void dense_gemm(void* out, Dtype out_dtype, const void* a, Dtype a_dtype, const void* b, Dtype b_dtype, int64_t R,
-                int64_t Kd, int64_t N, bool trans_a, bool trans_b) {
+void dense_gemm(void* out, Dtype out_dtype, const void* a, Dtype a_dtype, const void* b, Dtype b_dtype,
+                int64_t R, int64_t Kd, int64_t N, bool trans_a, bool trans_b) {
   matmul(out, out_dtype, a, a_dtype, b, b_dtype, R, Kd, N, trans_a, trans_b);
 }
 
 std::string gemm_library_version() {
   const dnnl_version_t* v = dnnl::version();
-  return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) + " " +
-         isa_name(dnnl::get_effective_cpu_isa());
+  return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+         std::to_string(v->patch) + " " + isa_name(dnnl::get_effective_cpu_isa());
 }
 
 }  // namespace moe

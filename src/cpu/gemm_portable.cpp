@@ -32,7 +32,8 @@ struct View {
 
   float at(int64_t i, int64_t j) const {
     const int64_t idx = i * row_stride + j * col_stride;
-    return dtype == Dtype::f32 ? static_cast<const float*>(p)[idx] : bf16_to_f32(static_cast<const bf16_t*>(p)[idx]);
+    return dtype == Dtype::f32 ? static_cast<const float*>(p)[idx]
+                               : bf16_to_f32(static_cast<const bf16_t*>(p)[idx]);
   }
 };
 
@@ -125,15 +126,17 @@ void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* d
   }
 }
 
-void dense_gemm(void* out, Dtype out_dtype, const void* a, Dtype a_dtype, const void* b, Dtype b_dtype, int64_t R,
-                int64_t Kd, int64_t N, bool trans_a, bool trans_b) {
+void dense_gemm(void* out, Dtype out_dtype, const void* a, Dtype a_dtype, const void* b, Dtype b_dtype,
+                int64_t R, int64_t Kd, int64_t N, bool trans_a, bool trans_b) {
   MOE_CHECK(R >= 0 && Kd >= 0 && N >= 0, "negative GEMM dimension");
   const View av = trans_a ? View{a, a_dtype, 1, R} : View{a, a_dtype, Kd, 1};
   const View bv = trans_b ? View{b, b_dtype, 1, Kd} : View{b, b_dtype, N, 1};
   gemm(out, out_dtype, av, bv, R, Kd, N);
 }
 
-std::string gemm_library_version() { return "portable fallback"; }
+std::string gemm_library_version() {
+  return "portable fallback";
+}
 
 }  // namespace moe
 
