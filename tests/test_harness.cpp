@@ -1,0 +1,206 @@
+// The harness around the block: option parsing and the seed's run loop, the RESULT line (golden, and
+// readable by a parser written for the seed's lines), jsonl/csv rows that parse back, atomic appends,
+// and stage timing that adds up to the whole forward.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "bench/options.h"
+#include "bench/report.h"
+#include "moe/null_routing.h"
+
+namespace moe::bench {
+namespace {
+
+Status parse(std::vector<std::string> args, BenchOptions& o) {
+  args.insert(args.begin(), "moe-bench");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  bool exit_ok = false;
+  return parse_options(int(argv.size()), argv.data(), o, exit_ok);
+}
+
+std::string run_stdout(const std::string& args) {
+  std::string out;
+  FILE* p = popen((std::string(MOE_BENCH_BINARY) + " " + args + " 2>/dev/null").c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  EXPECT_EQ(pclose(p), 0) << args;
+  return out;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::stringstream ss(text);
+  for (std::string line; std::getline(ss, line);) lines.push_back(line);
+  return lines;
+}
+
+// What a parser written for the seed's RESULT lines does: split on spaces, then on '='.
+std::map<std::string, std::string> seed_parse(const std::string& line) {
+  std::map<std::string, std::string> kv;
+  std::stringstream ss(line.substr(std::string("RESULT ").size()));
+  for (std::string tok; ss >> tok;) {
+    auto eq = tok.find('=');
+    if (eq != std::string::npos) kv[tok.substr(0, eq)] = tok.substr(eq + 1);
+  }
+  return kv;
+}
+
+ResultRow sample_row() {
+  MoeConfig c;
+  c.tokens = 128;
+  c.hidden = 64;
+  c.mlp_dim = 32;
+  c.experts = 4;
+  c.topk = 2;
+  TimingStats t = summarize({0.25, 0.5, 0.75});
+  NullRoutingStats ns;
+  ns.real_assignments = 256;
+  Environment env;
+  env.git_commit = "abc";
+  return make_row(c, KernelConfig{}, "full", t, 0.001, 4096, 2, ns, env);
+}
+
+TEST(Harness, ResultLineGoldenAndSeedParsable) {
+  const std::string line = result_text(sample_row());
+  // FLOPs = 6*H*M*real = 6*64*32*256 = 3145728; / 0.5 s = 6.291456e-06 TF/s; tokens/s = 256.
+  const std::string golden =
+      "RESULT distribution=random mode=full pass=forward impl=fused_w13 backend=gmm topk=2 null_target=0.000 "
+      "null_realized=0.000 null_mode=independent null_assignments=0 real_assignments=256 tflops=0.000006 "
+      "tokens_per_s=256.000000 dtype=bfloat16 time_s=0.500000 time_median_s=0.500000 time_min_s=0.250000 "
+      "time_max_s=0.750000 ceiling_tflops=0.001000 pct_of_ceiling=0.629146 saved_activation_bytes=4096 threads=2";
+  EXPECT_EQ(line.substr(0, golden.size()), golden);
+  auto kv = seed_parse(line);
+  for (const char* key : {"distribution", "mode", "pass", "impl", "backend", "topk", "null_target", "null_realized",
+                          "null_mode", "null_assignments", "real_assignments", "tflops", "tokens_per_s"})
+    EXPECT_TRUE(kv.count(key)) << key;
+  EXPECT_DOUBLE_EQ(std::stod(kv["tokens_per_s"]), 256.0);
+}
+
+TEST(Harness, JsonlAndCsvRowsParseBackAndAppendAtomically) {
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "moe_rows";
+  std::filesystem::create_directories(dir);
+  const std::string jsonl = (dir / "r.jsonl").string(), csv = (dir / "r.csv").string();
+  std::filesystem::remove(jsonl);
+  std::filesystem::remove(csv);
+  {  // an earlier row whose writer died mid-line: kept, and never glued to ours
+    std::ofstream f(jsonl);
+    f << "{\"earlier\": 1}\n{\"torn";
+  }
+  ResultRow row = sample_row();
+  ASSERT_TRUE(append_rows(jsonl, OutputFormat::jsonl, {}, {row, row}));
+  auto lines = lines_of([&] {
+    std::ifstream f(jsonl);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  }());
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[0], "{\"earlier\": 1}");
+  EXPECT_EQ(lines[1], "{\"torn");
+  auto parsed = nlohmann::json::parse(lines[3]);
+  EXPECT_EQ(parsed["real_assignments"], 256);
+  EXPECT_EQ(parsed["git_commit"], "abc");
+  EXPECT_TRUE(parsed.contains("mlp_dim") && parsed.contains("gmm_tile_rows"));
+
+  ASSERT_TRUE(append_rows(csv, OutputFormat::csv, {}, {row}));
+  ASSERT_TRUE(append_rows(csv, OutputFormat::csv, {}, {row}));
+  auto csv_lines = lines_of([&] {
+    std::ifstream f(csv);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  }());
+  ASSERT_EQ(csv_lines.size(), 3u) << "one header, two rows";
+  auto count_fields = [](const std::string& s) { return std::count(s.begin(), s.end(), ',') + 1; };
+  EXPECT_EQ(count_fields(csv_lines[0]), count_fields(csv_lines[2]));
+  EXPECT_EQ(csv_lines[0].rfind("distribution,mode,pass,impl", 0), 0u);
+
+  ResultRow other = row;
+  other["extra_column"] = 1;
+  Status s = append_rows(csv, OutputFormat::csv, {}, {other});
+  EXPECT_FALSE(s);
+  EXPECT_NE(s.message().find("different csv header"), std::string::npos);
+  for (auto& entry : std::filesystem::directory_iterator(dir))
+    EXPECT_EQ(entry.path().string().find(".tmp."), std::string::npos) << "left a temp file " << entry.path();
+}
+
+TEST(Harness, OptionsFollowTheSeed) {
+  BenchOptions o;
+  ASSERT_TRUE(parse({}, o));
+  EXPECT_EQ(o.base.tokens, 32768);
+  EXPECT_EQ(o.base.hidden, 2048);
+  EXPECT_EQ(o.base.mlp_dim, 4096);
+  EXPECT_EQ(o.impls.size(), 6u) << "--impl defaults to both";
+  EXPECT_EQ(o.distributions.size(), 2u) << "--distribution defaults to both";
+  EXPECT_EQ(o.iters, 5);
+  EXPECT_EQ(o.warmup, 2);
+
+  BenchOptions q;
+  ASSERT_TRUE(parse({"--queue-mode", "both", "--bench-pass", "forward_backward"}, q));
+  ASSERT_EQ(q.queue_modes.size(), 1u) << "forward_backward forces full";
+  BenchOptions k;
+  ASSERT_TRUE(parse({"--topk-list", " 1, 2,,8", "--topk", "3"}, k));
+  EXPECT_EQ(k.topks, (std::vector<int64_t>{1, 2, 8}));
+  BenchOptions n;
+  ASSERT_TRUE(parse({"--null-route-sweep", "--null-route-frac", "0.5"}, n));
+  EXPECT_EQ(n.null_fracs.size(), 9u) << "sweep beats the single value";
+  BenchOptions nl;
+  ASSERT_TRUE(parse({"--null-route-sweep", "--null-route-frac-list", "0.2,0.4"}, nl));
+  EXPECT_EQ(nl.null_fracs, (std::vector<double>{0.2, 0.4})) << "the list beats the sweep";
+
+  BenchOptions bad;
+  EXPECT_NE(parse({"--null-route-frac", "1.0"}, bad).message().find("Invalid null-route fraction"), std::string::npos);
+  EXPECT_NE(parse({"--null-route-frac", "0.2", "--capacity-policy", "drop", "--capacity-factor", "1"}, bad)
+                .message()
+                .find("capacity_policy='none'"),
+            std::string::npos);
+  EXPECT_NE(parse({"--topk-list", "1,9", "--experts", "8"}, bad).message().find("Invalid topk=9"), std::string::npos);
+}
+
+TEST(Harness, RunLoopOrderIsDistributionTopkImplNull) {
+  const std::string out = run_stdout(
+      "--tokens 40 --hidden 16 --mlp-dim 8 --experts 4 --topk-list 2,1 --impl both --distribution both "
+      "--null-route-frac-list 0,0.5 --iters 1 --warmup 0 --threads 1 --format jsonl");
+  std::vector<std::string> got;
+  for (const std::string& line : lines_of(out)) {
+    auto j = nlohmann::json::parse(line);
+    got.push_back(j["distribution"].get<std::string>() + "/" + std::to_string(j["topk"].get<int>()) + "/" +
+                  j["impl"].get<std::string>() + "/" + std::to_string(j["null_target"].get<double>()));
+  }
+  std::vector<std::string> want;
+  for (const char* d : {"random", "runs"})
+    for (int k : {2, 1})
+      for (const char* impl : {"baseline", "fused_w13", "preweight", "fused_w13_preweight", "scatter", "fast"})
+        for (double f : {0.0, 0.5})
+          want.push_back(std::string(d) + "/" + std::to_string(k) + "/" + impl + "/" + std::to_string(f));
+  EXPECT_EQ(got, want);
+}
+
+TEST(Harness, StageTimesAddUpToTheForward) {
+  const std::string out = run_stdout(
+      "--tokens 2048 --hidden 256 --mlp-dim 256 --experts 8 --topk 2 --impl fused_w13 --distribution random "
+      "--iters 5 --warmup 1 --stage-timing");
+  double total = 0, forward = 0;
+  for (const std::string& line : lines_of(out)) {
+    for (const char* key : {"pack_s=", "up_s=", "down_s=", "combine_s="}) {
+      auto pos = line.find(std::string("stage ") + key);
+      if (pos != std::string::npos) total += std::stod(line.substr(pos + 6 + std::string(key).size()));
+    }
+    auto pos = line.find("mode=full pass=forward topk=2 impl=fused_w13 time_s=");
+    if (pos != std::string::npos) forward = std::stod(line.substr(line.find("time_s=") + 7));
+  }
+  ASSERT_GT(forward, 0);
+  ASSERT_GT(total, 0);
+  // Separate stages lose fusion and cache warmth but do the same work: within a loose factor.
+  EXPECT_GT(total / forward, 0.4) << total << " vs " << forward;
+  EXPECT_LT(total / forward, 2.5) << total << " vs " << forward;
+  EXPECT_NE(out.find("stage_pct pack="), std::string::npos);
+}
+
+}  // namespace
+}  // namespace moe::bench
