@@ -2,13 +2,19 @@
 // H = 1024, E = 16 experts of ~1024 rows (+-5%, fixed seed), contiguous layout padded to 64 rows.
 // The weights are w13 (E, H, N) with N = 2M = 2048 (and N = 1024, the w2-sized GEMM). Every figure
 // is GFLOP/s of useful work (2 * 16384 * H * N; padding rows count as overhead) and, in the summary
-// printed at the end, a ratio to the dense GEMM [16384, H] x [H, N] of the same dtype measured in the
-// same process: runs are interleaved at random and the best repetition of each is kept, because the
-// 2-core box is shared and contention only ever slows a run down.
+// printed at the end, a ratio to the library's dense GEMM [16384, H] x [H, N] of the same dtype
+// measured in the same process: runs are interleaved at random and the best repetition of each is
+// kept, because the 2-core box is shared and contention only ever slows a run down.
 //
-// Besides the library's forms (nn, nt, tn, dense), the oneDNN build times the variants that were tried
-// and rejected, or that need a header change (prepacked weights), so docs/kernels.md can be reproduced:
-//   bench_gemm                                   all of it (~4 min)
+// Besides the library's forms (dense, nn, nt, tn), the oneDNN build times the other ways of running
+// the same products that were tried (docs/kernels.md), by mechanism:
+//   plainB     brgemm reading every operand as stored (b copied into its layout per chunk of M)
+//   packB      brgemm after a per-call reorder of b into its blocked layout
+//   prepacked  brgemm on weights packed once outside the timed region (needs a header change)
+//   gemmjit    oneDNN's BLAS-style gemm:jit (reached through runtime dims), operands as stored
+//   stridedA / transposeA   tn's x^T read through strides / transposed into scratch (b packed per call)
+// and the exact/ragged layout (same rows, no padding). Usage:
+//   bench_gemm                                   all of it (~6 min)
 //   bench_gemm --benchmark_filter='bf16/N2048'   one dtype and width
 #include <benchmark/benchmark.h>
 #include <omp.h>
@@ -20,6 +26,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "moe/gemm.h"
@@ -37,10 +44,6 @@ namespace {
 
 constexpr int64_t kLiveRows = 16384, kHidden = 1024, kExperts = 16, kTile = 64;
 constexpr uint64_t kGroupSeed = 20261126;
-
-std::byte* offset(Buffer<std::byte>& buf, int64_t elements, Dtype dt) {
-  return buf.data() + size_t(elements) * dtype_size(dt);
-}
 
 // Bounded values without denormals; the GEMM's speed does not depend on them.
 Buffer<std::byte> filled(Dtype dt, int64_t n) {
@@ -62,8 +65,8 @@ std::vector<int64_t> group_offsets(int64_t tile) {
   std::vector<int64_t> live(kExperts);
   int64_t sum = 0;
   for (int64_t e = 0; e < kExperts; ++e) {
-    live[size_t(e)] =
-        kLiveRows / kExperts + int64_t(std::lround((random_uniform(kGroupSeed, uint64_t(e)) - 0.5) * 102));
+    const double jitter = (random_uniform(kGroupSeed, uint64_t(e)) - 0.5) * 0.1;
+    live[size_t(e)] = kLiveRows / kExperts + int64_t(std::lround(jitter * double(kLiveRows / kExperts)));
     sum += live[size_t(e)];
   }
   live.back() += kLiveRows - sum;
@@ -72,8 +75,41 @@ std::vector<int64_t> group_offsets(int64_t tile) {
   return off;
 }
 
+// One dtype and width: the contiguous-layout buffers of the forward (x @ w -> y) and the backward
+// (dh @ w^T -> dx, x^T @ dh -> dw). The dense GEMM reads the first kLiveRows rows of x and expert 0.
+struct Problem {
+  Dtype dt;
+  int64_t N;
+  std::vector<int64_t> off, ragged;  // (E+1) contiguous layout; the same live rows without padding
+  int64_t rows;                      // padded buffer rows
+  // x (rows, H), w (E, H, N), dh (rows, N), y (rows, N), dx (rows, H), dw (E, H, N)
+  Buffer<std::byte> x, w, dh, y, dx, dw;
+
+  Problem(Dtype dtype, int64_t width)
+      : dt(dtype), N(width), off(group_offsets(kTile)), ragged(group_offsets(1)), rows(off.back()) {
+    x = filled(dt, rows * kHidden);
+    w = filled(dt, kExperts * kHidden * N);
+    dh = filled(dt, rows * N);
+    y = Buffer<std::byte>(size_t(rows * N) * dtype_size(dt));
+    dx = Buffer<std::byte>(size_t(rows * kHidden) * dtype_size(dt));
+    dw = Buffer<std::byte>(size_t(kExperts * kHidden * N) * dtype_size(dt));
+  }
+
+  GroupedShape groups() const { return {off.data(), kExperts}; }
+  GroupedShape ragged_groups() const { return {ragged.data(), kExperts}; }
+  // Element `i` of `buf`.
+  std::byte* at(Buffer<std::byte>& buf, int64_t i) const { return buf.data() + size_t(i) * dtype_size(dt); }
+};
+
+Problem& problem(Dtype dt, int64_t N) {
+  static std::map<std::pair<Dtype, int64_t>, std::unique_ptr<Problem>> cache;
+  auto& p = cache[{dt, N}];
+  if (!p) p = std::make_unique<Problem>(dt, N);
+  return *p;
+}
+
 #ifdef MOE_HAVE_ONEDNN
-// Direct oneDNN matmuls for the variants the library does not run.
+// The library's products run directly on oneDNN by other mechanisms.
 namespace direct {
 
 using dnnl::memory;
@@ -83,59 +119,101 @@ dnnl::engine& engine() {
   static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
   return eng;
 }
+
 dnnl::stream& stream() {
   static dnnl::stream s(engine());
   return s;
 }
 
-enum class Weights { plain, transposed, packed };  // how the matmul reads b
+memory::data_type dnnl_type(Dtype dt) {
+  return dt == Dtype::f32 ? memory::data_type::f32 : memory::data_type::bf16;
+}
 
-// c (m, n) = a (m, k) @ b (k, n); a stored (k, m) when trans_a.
-struct Key {
+memory::desc matrix(memory::dim rows, memory::dim cols, Dtype dt, bool transposed) {
+  return {{rows, cols}, dnnl_type(dt), transposed ? Tag::ba : Tag::ab};
+}
+
+// c (m, n) = a (m, k) @ b (k, n); a stored (k, m) when trans_a, b stored (n, k) when trans_b.
+struct Product {
   int64_t m, k, n;
+  bool trans_a, trans_b;
+  const void* a;
+  const void* b;
+  void* c;
+};
+
+// Expert e's product in each form, and the dense one.
+Product nn(Problem& p, int64_t e) {
+  const int64_t r0 = p.off[size_t(e)], m = p.off[size_t(e) + 1] - r0;
+  return {m,
+          kHidden,
+          p.N,
+          false,
+          false,
+          p.at(p.x, r0 * kHidden),
+          p.at(p.w, e * kHidden * p.N),
+          p.at(p.y, r0 * p.N)};
+}
+Product nt(Problem& p, int64_t e) {
+  const int64_t r0 = p.off[size_t(e)], m = p.off[size_t(e) + 1] - r0;
+  return {m,
+          p.N,
+          kHidden,
+          false,
+          true,
+          p.at(p.dh, r0 * p.N),
+          p.at(p.w, e * kHidden * p.N),
+          p.at(p.dx, r0 * kHidden)};
+}
+Product tn(Problem& p, int64_t e) {
+  const int64_t r0 = p.off[size_t(e)], rows = p.off[size_t(e) + 1] - r0;
+  return {kHidden,
+          rows,
+          p.N,
+          true,
+          false,
+          p.at(p.x, r0 * kHidden),
+          p.at(p.dh, r0 * p.N),
+          p.at(p.dw, e * kHidden * p.N)};
+}
+Product dense(Problem& p) {
+  return {kLiveRows, kHidden, p.N, false, false, p.x.data(), p.w.data(), p.y.data()};
+}
+
+enum class Weights { as_stored, packed };  // how brgemm reads b
+
+// brgemm matmuls per (shape, dtype, layouts); a runtime-dims matmul (gemm:jit) per (dtype, transposes).
+struct Key {
+  memory::dim m, k, n;
   Dtype dt;
-  bool trans_a;
+  bool trans_a, trans_b;
   Weights b;
   auto operator<=>(const Key&) const = default;
 };
 
-struct Matmul {
-  dnnl::matmul prim;
-  memory::desc a, b, c;
-};
-
-memory::data_type dnnl_type(Dtype dt) {
-  return dt == Dtype::f32 ? memory::data_type::f32 : memory::data_type::bf16;
-}
-memory::desc matrix(int64_t rows, int64_t cols, Dtype dt, Tag tag) {
-  return {{rows, cols}, dnnl_type(dt), tag};
-}
-
-const Matmul& get(const Key& key) {
-  static std::map<Key, Matmul> cache;
+const dnnl::matmul::primitive_desc& matmul_pd(const Key& key) {
+  static std::map<Key, dnnl::matmul::primitive_desc> cache;
   auto it = cache.find(key);
-  if (it != cache.end()) return it->second;
-  const memory::desc a = matrix(key.m, key.k, key.dt, key.trans_a ? Tag::ba : Tag::ab);
-  const memory::desc b = matrix(key.k, key.n, key.dt,
-                                key.b == Weights::plain        ? Tag::ab
-                                : key.b == Weights::transposed ? Tag::ba
-                                                               : Tag::any);
-  const memory::desc c = matrix(key.m, key.n, key.dt, Tag::ab);
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), engine());
-  return cache.emplace(key, Matmul{dnnl::matmul(pd), a, pd.weights_desc(), c}).first->second;
+  if (it == cache.end()) {
+    const memory::desc b = key.b == Weights::packed
+                               ? memory::desc({key.k, key.n}, dnnl_type(key.dt), Tag::any)
+                               : matrix(key.k, key.n, key.dt, key.trans_b);
+    dnnl::matmul::primitive_desc pd(
+        dnnl::matmul::desc(matrix(key.m, key.k, key.dt, key.trans_a), b, matrix(key.m, key.n, key.dt, false)),
+        engine());
+    it = cache.emplace(key, pd).first;
+  }
+  return it->second;
 }
 
-void run(const Key& key, const void* a, const void* b, void* c) {
-  const Matmul& mm = get(key);
-  memory am(mm.a, engine(), const_cast<void*>(a)), bm(mm.b, engine(), const_cast<void*>(b)),
-      cm(mm.c, engine(), c);
-  mm.prim.execute(stream(), {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+void execute(const Key& key, const memory::desc& a, const void* ap, const memory::desc& b, const void* bp,
+             const memory::desc& c, void* cp) {
+  static std::map<Key, dnnl::matmul> cache;
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, dnnl::matmul(matmul_pd(key))).first;
+  memory am(a, engine(), const_cast<void*>(ap)), bm(b, engine(), const_cast<void*>(bp)), cm(c, engine(), cp);
+  it->second.execute(stream(), {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
   stream().wait();
-}
-
-// The blocked weight layout brgemm picks for b (k, n); it does not depend on M (checked in setup).
-memory::desc packed(int64_t m, int64_t k, int64_t n, Dtype dt) {
-  return get({m, k, n, dt, false, Weights::packed}).b;
 }
 
 void reorder(const memory::desc& src, const void* from, const memory::desc& dst, void* to) {
@@ -152,77 +230,110 @@ void reorder(const memory::desc& src, const void* from, const memory::desc& dst,
   stream().wait();
 }
 
-}  // namespace direct
-#endif
+void* scratch(size_t bytes) {
+  static Buffer<std::byte> buf;
+  if (buf.size() < bytes) buf = Buffer<std::byte>(bytes);
+  return buf.data();
+}
 
-// One dtype and width: the contiguous-layout buffers of the forward (x @ w -> y) and the backward
-// (dh @ w^T -> dx, x^T @ dh -> dw). The dense GEMM reads the first kLiveRows rows of x and expert 0.
-struct Problem {
-  Dtype dt;
-  int64_t N;
-  std::vector<int64_t> off, ragged;  // (E+1) contiguous layout; the same live rows without padding
-  int64_t rows;                      // padded buffer rows
-  // x (rows, H), w (E, H, N), dh (rows, N), y (rows, N), dx (rows, H), dw (E, H, N)
-  Buffer<std::byte> x, w, dh, y, dx, dw;
-#ifdef MOE_HAVE_ONEDNN
-  size_t packed_bytes = 0, packed_t_bytes = 0;
-  // w[e] and w[e]^T in brgemm's layout (E of each); scratch for the variants that pack per call
-  Buffer<std::byte> w_packed, wt_packed, scratch_b;
-#endif
+void plain_b(Dtype dt, const Product& q) {
+  const Key key{q.m, q.k, q.n, dt, q.trans_a, q.trans_b, Weights::as_stored};
+  execute(key, matrix(q.m, q.k, dt, q.trans_a), q.a, matrix(q.k, q.n, dt, q.trans_b), q.b,
+          matrix(q.m, q.n, dt, false), q.c);
+}
 
-  Problem(Dtype dtype, int64_t width)
-      : dt(dtype), N(width), off(group_offsets(kTile)), ragged(group_offsets(1)), rows(off.back()) {
-    x = filled(dt, rows * kHidden);
-    w = filled(dt, kExperts * kHidden * N);
-    dh = filled(dt, rows * N);
-    y = Buffer<std::byte>(size_t(rows * N) * dtype_size(dt));
-    dx = Buffer<std::byte>(size_t(rows * kHidden) * dtype_size(dt));
-    dw = Buffer<std::byte>(size_t(kExperts * kHidden * N) * dtype_size(dt));
-#ifdef MOE_HAVE_ONEDNN
-    using direct::matrix, direct::packed;
-    using Tag = dnnl::memory::format_tag;
-    const auto pw = packed(kLiveRows, kHidden, N, dt), pwt = packed(kLiveRows, N, kHidden, dt);
-    for (int64_t e = 0; e < kExperts; ++e)
-      MOE_CHECK(packed(group_rows(e), kHidden, N, dt) == pw && packed(group_rows(e), N, kHidden, dt) == pwt,
-                "brgemm's packed weight layout depends on M");
-    packed_bytes = pw.get_size();
-    packed_t_bytes = pwt.get_size();
-    w_packed = Buffer<std::byte>(packed_bytes * kExperts);
-    wt_packed = Buffer<std::byte>(packed_t_bytes * kExperts);
-    for (int64_t e = 0; e < kExperts; ++e) {
-      direct::reorder(matrix(kHidden, N, dt, Tag::ab), expert(w, e), pw,
-                      w_packed.data() + packed_bytes * size_t(e));
-      direct::reorder(matrix(N, kHidden, dt, Tag::ba), expert(w, e), pwt,
-                      wt_packed.data() + packed_t_bytes * size_t(e));
-    }
-    size_t b_bytes = packed_t_bytes;
-    for (int64_t e = 0; e < kExperts; ++e)
-      b_bytes = std::max(
-          b_bytes, direct::get({kHidden, group_rows(e), N, dt, true, direct::Weights::packed}).b.get_size());
-    scratch_b = Buffer<std::byte>(b_bytes);
-#endif
+// b reordered into brgemm's blocked layout first; with transpose_a, a is also made row-major first.
+void pack_b(Dtype dt, const Product& q, bool transpose_a = false) {
+  const bool trans_a = q.trans_a && !transpose_a;
+  const Key key{q.m, q.k, q.n, dt, trans_a, false, Weights::packed};
+  const memory::desc packed = matmul_pd(key).weights_desc();
+  const size_t a_bytes = size_t(q.m * q.k) * dtype_size(dt);
+  std::byte* buf = static_cast<std::byte*>(scratch(a_bytes + packed.get_size()));
+  const void* a = q.a;
+  if (transpose_a) {
+    reorder(matrix(q.m, q.k, dt, true), q.a, matrix(q.m, q.k, dt, false), buf);
+    a = buf;
   }
+  reorder(matrix(q.k, q.n, dt, q.trans_b), q.b, packed, buf + a_bytes);
+  execute(key, matrix(q.m, q.k, dt, trans_a), a, packed, buf + a_bytes, matrix(q.m, q.n, dt, false), q.c);
+}
 
-  int64_t group_rows(int64_t e) const {
-    return off[size_t(e) + 1] - off[size_t(e)];
+// b already in brgemm's blocked layout (q.b points at it).
+void prepacked(Dtype dt, const Product& q) {
+  const Key key{q.m, q.k, q.n, dt, q.trans_a, false, Weights::packed};
+  execute(key, matrix(q.m, q.k, dt, q.trans_a), q.a, matmul_pd(key).weights_desc(), q.b,
+          matrix(q.m, q.n, dt, false), q.c);
+}
+
+void gemm_jit(Dtype dt, const Product& q) {
+  static std::map<std::tuple<Dtype, bool, bool>, dnnl::matmul> cache;
+  auto it = cache.find({dt, q.trans_a, q.trans_b});
+  if (it == cache.end()) {
+    const memory::dim any = DNNL_RUNTIME_DIM_VAL;
+    dnnl::matmul::primitive_desc pd(
+        dnnl::matmul::desc(matrix(any, any, dt, q.trans_a), matrix(any, any, dt, q.trans_b),
+                           matrix(any, any, dt, false)),
+        engine());
+    MOE_CHECK(std::string(pd.impl_info_str()).starts_with("gemm:jit"), pd.impl_info_str());
+    it = cache.emplace(std::make_tuple(dt, q.trans_a, q.trans_b), dnnl::matmul(pd)).first;
   }
-  GroupedShape groups() const {
-    return {off.data(), kExperts};
-  }
-  GroupedShape ragged_groups() const {
-    return {ragged.data(), kExperts};
-  }
-  std::byte* expert(Buffer<std::byte>& buf, int64_t e) {
-    return offset(buf, e * kHidden * N, dt);
-  }
+  memory am(matrix(q.m, q.k, dt, q.trans_a), engine(), const_cast<void*>(q.a)),
+      bm(matrix(q.k, q.n, dt, q.trans_b), engine(), const_cast<void*>(q.b)),
+      cm(matrix(q.m, q.n, dt, false), engine(), q.c);
+  it->second.execute(stream(), {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+  stream().wait();
+}
+
+// w[e] (as nn's b) or w[e]^T (as nt's b) in brgemm's blocked layout, packed once per problem.
+struct PackedWeights {
+  size_t bytes;  // per expert
+  Buffer<std::byte> data;
 };
 
-Problem& problem(Dtype dt, int64_t N) {
-  static std::map<std::pair<Dtype, int64_t>, std::unique_ptr<Problem>> cache;
-  auto& p = cache[{dt, N}];
-  if (!p) p = std::make_unique<Problem>(dt, N);
-  return *p;
+const PackedWeights& packed_weights(Problem& p, bool transposed) {
+  static std::map<std::tuple<Dtype, int64_t, bool>, PackedWeights> cache;
+  auto it = cache.find({p.dt, p.N, transposed});
+  if (it != cache.end()) return it->second;
+  const Product first = transposed ? nt(p, 0) : nn(p, 0);
+  const memory::desc packed =
+      matmul_pd({first.m, first.k, first.n, p.dt, false, false, Weights::packed}).weights_desc();
+  for (int64_t e = 1; e < kExperts; ++e) {  // prepacking presumes one layout for every group size
+    const Product q = transposed ? nt(p, e) : nn(p, e);
+    MOE_CHECK(matmul_pd({q.m, q.k, q.n, p.dt, false, false, Weights::packed}).weights_desc() == packed,
+              "brgemm's packed weight layout depends on M");
+  }
+  PackedWeights pw{packed.get_size(), Buffer<std::byte>(packed.get_size() * kExperts)};
+  for (int64_t e = 0; e < kExperts; ++e)
+    reorder(matrix(first.k, first.n, p.dt, transposed), p.at(p.w, e * kHidden * p.N), packed,
+            pw.data.data() + pw.bytes * size_t(e));
+  return cache.emplace(std::make_tuple(p.dt, p.N, transposed), std::move(pw)).first->second;
 }
+
+template <Product (*form)(Problem&, int64_t), void (*how)(Dtype, const Product&)>
+void each_expert(Problem& p) {
+  for (int64_t e = 0; e < kExperts; ++e) how(p.dt, form(p, e));
+}
+
+template <Product (*form)(Problem&, int64_t)>
+void each_expert_prepacked(Problem& p) {
+  const PackedWeights& pw = packed_weights(p, form == &nt);
+  for (int64_t e = 0; e < kExperts; ++e) {
+    Product q = form(p, e);
+    q.b = pw.data.data() + pw.bytes * size_t(e);
+    q.trans_b = false;
+    prepacked(p.dt, q);
+  }
+}
+
+void tn_transpose_a(Dtype dt, const Product& q) {
+  pack_b(dt, q, true);
+}
+void pack_b_only(Dtype dt, const Product& q) {
+  pack_b(dt, q);
+}
+
+}  // namespace direct
+#endif
 
 using Variant = void (*)(Problem&);
 
@@ -258,73 +369,21 @@ const std::pair<const char*, Variant> kVariants[] = {
        grouped_gemm_tn(p.dw.data(), p.dt, p.x.data(), p.dh.data(), p.dt, p.ragged_groups(), kHidden, p.N);
      }},
 #ifdef MOE_HAVE_ONEDNN
-    // Weights read as stored: brgemm copies them into its layout once per chunk of M.
-    {"dense_plainB",
-     [](Problem& p) {
-       direct::run({kLiveRows, kHidden, p.N, p.dt, false, direct::Weights::plain}, p.x.data(), p.w.data(),
-                   p.y.data());
-     }},
-    {"nn_plainB",
-     [](Problem& p) {
-       for (int64_t e = 0; e < kExperts; ++e)
-         direct::run({p.group_rows(e), kHidden, p.N, p.dt, false, direct::Weights::plain},
-                     offset(p.x, p.off[size_t(e)] * kHidden, p.dt), p.expert(p.w, e),
-                     offset(p.y, p.off[size_t(e)] * p.N, p.dt));
-     }},
-    {"tn_plainB",
-     [](Problem& p) {
-       for (int64_t e = 0; e < kExperts; ++e)
-         direct::run({kHidden, p.group_rows(e), p.N, p.dt, true, direct::Weights::plain},
-                     offset(p.x, p.off[size_t(e)] * kHidden, p.dt),
-                     offset(p.dh, p.off[size_t(e)] * p.N, p.dt), p.expert(p.dw, e));
-     }},
-    // Weights packed once, outside the timed region: what a prepacked-weights API would buy.
-    {"dense_prepacked",
-     [](Problem& p) {
-       direct::run({kLiveRows, kHidden, p.N, p.dt, false, direct::Weights::packed}, p.x.data(),
-                   p.w_packed.data(), p.y.data());
-     }},
-    {"nn_prepacked",
-     [](Problem& p) {
-       for (int64_t e = 0; e < kExperts; ++e)
-         direct::run({p.group_rows(e), kHidden, p.N, p.dt, false, direct::Weights::packed},
-                     offset(p.x, p.off[size_t(e)] * kHidden, p.dt),
-                     p.w_packed.data() + p.packed_bytes * size_t(e),
-                     offset(p.y, p.off[size_t(e)] * p.N, p.dt));
-     }},
-    {"nt_prepacked",
-     [](Problem& p) {
-       for (int64_t e = 0; e < kExperts; ++e)
-         direct::run({p.group_rows(e), p.N, kHidden, p.dt, false, direct::Weights::packed},
-                     offset(p.dh, p.off[size_t(e)] * p.N, p.dt),
-                     p.wt_packed.data() + p.packed_t_bytes * size_t(e),
-                     offset(p.dx, p.off[size_t(e)] * kHidden, p.dt));
-     }},
-    // w^T packed per call by oneDNN's transposing reorder, instead of read through strides.
-    {"nt_packB",
-     [](Problem& p) {
-       using Tag = dnnl::memory::format_tag;
-       for (int64_t e = 0; e < kExperts; ++e) {
-         const int64_t m = p.group_rows(e);
-         direct::reorder(direct::matrix(p.N, kHidden, p.dt, Tag::ba), p.expert(p.w, e),
-                         direct::packed(m, p.N, kHidden, p.dt), p.scratch_b.data());
-         direct::run({m, p.N, kHidden, p.dt, false, direct::Weights::packed},
-                     offset(p.dh, p.off[size_t(e)] * p.N, p.dt), p.scratch_b.data(),
-                     offset(p.dx, p.off[size_t(e)] * kHidden, p.dt));
-       }
-     }},
-    // x_e^T read through strides rather than transposed into scratch (dh_e packed per call as in "tn").
-    {"tn_stridedA",
-     [](Problem& p) {
-       using Tag = dnnl::memory::format_tag;
-       for (int64_t e = 0; e < kExperts; ++e) {
-         const direct::Key key{kHidden, p.group_rows(e), p.N, p.dt, true, direct::Weights::packed};
-         direct::reorder(direct::matrix(key.k, p.N, p.dt, Tag::ab),
-                         offset(p.dh, p.off[size_t(e)] * p.N, p.dt), direct::get(key).b, p.scratch_b.data());
-         direct::run(key, offset(p.x, p.off[size_t(e)] * kHidden, p.dt), p.scratch_b.data(),
-                     p.expert(p.dw, e));
-       }
-     }},
+    {"dense_plainB", [](Problem& p) { direct::plain_b(p.dt, direct::dense(p)); }},
+    {"dense_packB", [](Problem& p) { direct::pack_b(p.dt, direct::dense(p)); }},
+    {"dense_gemmjit", [](Problem& p) { direct::gemm_jit(p.dt, direct::dense(p)); }},
+    {"nn_plainB", direct::each_expert<direct::nn, direct::plain_b>},
+    {"nn_packB", direct::each_expert<direct::nn, direct::pack_b_only>},
+    {"nn_prepacked", direct::each_expert_prepacked<direct::nn>},
+    {"nn_gemmjit", direct::each_expert<direct::nn, direct::gemm_jit>},
+    {"nt_plainB", direct::each_expert<direct::nt, direct::plain_b>},
+    {"nt_packB", direct::each_expert<direct::nt, direct::pack_b_only>},
+    {"nt_prepacked", direct::each_expert_prepacked<direct::nt>},
+    {"nt_gemmjit", direct::each_expert<direct::nt, direct::gemm_jit>},
+    {"tn_plainB", direct::each_expert<direct::tn, direct::plain_b>},
+    {"tn_stridedA", direct::each_expert<direct::tn, direct::pack_b_only>},
+    {"tn_transposeA", direct::each_expert<direct::tn, direct::tn_transpose_a>},
+    {"tn_gemmjit", direct::each_expert<direct::tn, direct::gemm_jit>},
 #endif
 };
 

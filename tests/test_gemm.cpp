@@ -81,8 +81,9 @@ struct GroupCase {
   int64_t Kd, N;
 };
 
-// Odd sizes everywhere. The oneDNN build packs weights per call from 512 rows (plain) / 4096 rows
-// (transposed): 520 and 4100 rows cross those thresholds in nn/nt, Kd = 520 does in tn (M = Kd there).
+// Odd sizes everywhere. The oneDNN build switches kernel or layout at M = 512 rows (f32 gemm:jit,
+// per-call packing of plain weights) and M = 4096 (packing transposed weights): 520 and 4100 rows
+// cross those thresholds in nn/nt, Kd = 520 does in tn (M = Kd there).
 const GroupCase kGroupCases[] = {
     {"odd_sizes_with_empty", {3, 0, 17, 1, 63, 65}, 17, 63},
     {"all_rows_in_one_group", {0, 0, 37, 0}, 65, 3},

@@ -1,20 +1,24 @@
-// moe/gemm.h on oneDNN 2.6 matmul (brgemm kernels). Shapes and semantics: see the header.
+// moe/gemm.h on oneDNN 2.6 matmul. Shapes and semantics: see the header.
 //
 // Every GEMM becomes one oneDNN matmul described by a Plan, built on the first call with a given
 // (M, K, N, dtypes, transposes, threads) and then cached for the life of the process: creating a
 // brgemm primitive JITs kernels (milliseconds), while the benchmark repeats its shapes every
-// iteration. Grouped forms run one matmul per non-empty group, so the cache holds one plan per
-// distinct group size (a runtime-M primitive would fall back to the slower gemm:jit, docs/deps.md).
+// iteration. Grouped forms run one matmul per non-empty group, i.e. one plan per distinct group size.
 //
-// Layout policy, measured on the 2-core Zen 4 box (docs/kernels.md):
-//  - A transposed (tn's lhs_e^T) is transposed explicitly into scratch: brgemm can read it through
-//    strides ("ba"), but that is ~8% slower in f32 at the acceptance shape (no difference in bf16).
-//  - B plain (nn's rhs[e], tn's dout_e) is reordered once per call into the blocked layout brgemm
-//    asks for (format_tag::any) when M >= 512. Fed a plain B, brgemm re-copies it for every chunk
-//    of M, which costs 2-8% at M = 1k-16k; below ~512 rows it makes one copy anyway and the extra
-//    reorder pass loses.
-//  - B transposed (nt's rhs[e]^T) is read through strides below M = 4096: oneDNN's transposing
-//    reorder into the blocked layout is slow and only pays off over many rows.
+// Kernel and layout policy, measured at the acceptance shape on the 2-core Zen 4 box
+// (bench/bench_gemm.cpp, numbers in docs/kernels.md):
+//  - f32 with B as stored (nn, tn, dense) and M >= 512 rows: gemm:jit, oneDNN's BLAS-style GEMM that
+//    packs both operands itself and reads tn's lhs_e^T natively; 2-7% faster than brgemm there.
+//    oneDNN 2.6 only dispatches to it when the dims are runtime values. Below 512 rows brgemm wins
+//    (gemm:jit is 25% slower at M = 256).
+//  - Everything else runs brgemm (brg:avx512_core_bf16 / brg:avx512_core):
+//    - B as stored is reordered once per call into brgemm's blocked layout (format_tag::any) when
+//      M >= 512: fed a plain B, brgemm re-copies it for every chunk of M (2-8% at M = 1k-16k); below
+//      ~512 rows it makes one copy anyway and the extra pass loses.
+//    - B transposed (nt's rhs[e]^T) is read through strides below M = 4096: oneDNN's transposing
+//      reorder into the blocked layout is slow and pays off only over many rows.
+//    - A transposed (tn's lhs_e^T, outside the gemm:jit case) is transposed into scratch: at the
+//      acceptance shape that was no slower than brgemm's strided read in bf16 and 5-8% faster in f32.
 //  - Mixed a/b dtypes (the shared expert's f32 activations x bf16 weights) and f32 inputs with a
 //    bf16 output have no oneDNN 2.6 kernel: the bf16 operand is widened to f32 (exact) by the same
 //    reorders, and an f32 result is rounded to bf16 (nearest even) from scratch.
@@ -40,6 +44,7 @@ namespace {
 using dnnl::memory;
 using Tag = memory::format_tag;
 
+constexpr int64_t kGemmJitMinRows = 512;
 constexpr int64_t kPackPlainMinRows = 512;
 constexpr int64_t kPackTransposedMinRows = 4096;
 
@@ -104,16 +109,29 @@ Plan make_plan(const PlanKey& key) {
   plan.b = matrix_desc(key.k, key.n, key.b_dtype, key.trans_b);
   plan.c = matrix_desc(key.m, key.n, key.c_dtype, false);
 
-  const bool convert_a = key.a_dtype != compute || key.trans_a;
+  const bool gemm_jit =
+      compute == Dtype::f32 && key.b_dtype == Dtype::f32 && !key.trans_b && key.m >= kGemmJitMinRows;
+  const bool convert_a = key.a_dtype != compute || (key.trans_a && !gemm_jit);
   // Widening B costs one pass anyway, so it writes the blocked layout directly.
-  const bool pack_b =
-      key.b_dtype != compute || key.m >= (key.trans_b ? kPackTransposedMinRows : kPackPlainMinRows);
+  const bool pack_b = !gemm_jit && (key.b_dtype != compute ||
+                                    key.m >= (key.trans_b ? kPackTransposedMinRows : kPackPlainMinRows));
   const bool convert_c = compute == Dtype::f32 && key.c_dtype == Dtype::bf16;
 
   const memory::desc a = convert_a ? matrix_desc(key.m, key.k, compute, false) : plan.a;
   const memory::desc b = pack_b ? memory::desc({key.k, key.n}, dnnl_type(compute), Tag::any) : plan.b;
   const memory::desc c = convert_c ? matrix_desc(key.m, key.n, Dtype::f32, false) : plan.c;
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), runtime().engine);
+  Runtime& rt = runtime();
+  dnnl::matmul::primitive_desc pd;
+  if (gemm_jit) {
+    // oneDNN 2.6 only dispatches to gemm:jit when the dims are runtime values (concrete ones get brgemm).
+    const memory::dim any = DNNL_RUNTIME_DIM_VAL;
+    pd = dnnl::matmul::primitive_desc(
+        dnnl::matmul::desc(matrix_desc(any, any, compute, key.trans_a && !convert_a),
+                           matrix_desc(any, any, compute, false), matrix_desc(any, any, compute, false)),
+        rt.engine);
+  } else {
+    pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), rt.engine);
+  }
   plan.matmul = dnnl::matmul(pd);
   if (convert_a) plan.a_in = make_conversion(plan.a, a);
   if (pack_b) plan.b_in = make_conversion(plan.b, pd.weights_desc());
