@@ -25,6 +25,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -389,7 +390,9 @@ const std::pair<const char*, Variant> kVariants[] = {
 
 void run_variant(benchmark::State& state, Dtype dt, int64_t N, Variant variant) {
   Problem& p = problem(dt, N);
-  variant(p);  // first call builds and caches the primitives
+  // The first call builds and caches the primitives; later repetitions find them ready.
+  static std::set<std::pair<const Problem*, Variant>> warm;
+  if (warm.insert({&p, variant}).second) variant(p);
   for (auto _ : state) variant(p);
   state.counters["GFLOP/s"] = benchmark::Counter(2e-9 * double(kLiveRows * kHidden * N),
                                                  benchmark::Counter::kIsIterationInvariantRate);

@@ -2,6 +2,7 @@
 // a tiny run prints seed-format lines and a passing CHECK.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -16,7 +17,10 @@ struct Ran {
 };
 
 Ran run_bench(const std::string& args) {
-  const std::string err_path = ::testing::TempDir() + "moe_cli_stderr.txt";
+  // One stderr file per call and process: ctest runs tests of this binary in parallel.
+  static int calls = 0;
+  const std::string err_path =
+      ::testing::TempDir() + "moe_cli_stderr_" + std::to_string(getpid()) + "_" + std::to_string(++calls) + ".txt";
   const std::string cmd = std::string(MOE_BENCH_BINARY) + " " + args + " 2>" + err_path;
   Ran r{};
   FILE* p = popen(cmd.c_str(), "r");
@@ -28,6 +32,7 @@ Ran run_bench(const std::string& args) {
   FILE* e = fopen(err_path.c_str(), "r");
   while (e && (n = fread(buf.data(), 1, buf.size(), e)) > 0) r.err.append(buf.data(), n);
   if (e) fclose(e);
+  std::remove(err_path.c_str());
   return r;
 }
 

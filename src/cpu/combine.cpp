@@ -9,18 +9,11 @@
 #include "cpu/vec_math.h"
 
 namespace moe::cpu {
-namespace {
 
-float row_weight(const DispatchPlan& plan, const Routing& routing, int64_t r, CombineKind kind, bool preweighted) {
-  if (preweighted) return 1.0f;
-  if (kind == CombineKind::scatter) return plan.row_weight[size_t(r)];
-  return routing.weights[size_t(plan.row_assignment[size_t(r)])];
-}
-
-void combine_scatter(float* out, const void* y_rows, Dtype dt, const DispatchPlan& plan, int64_t H,
-                     bool preweighted) {
+void add_rows_to_tokens(float* out, const void* rows_in, Dtype dt, const DispatchPlan& plan, int64_t H,
+                        const float* row_weight) {
   const size_t elem = dtype_size(dt);
-  auto* rows = static_cast<const char*>(y_rows);
+  auto* rows = static_cast<const char*>(rows_in);
 #pragma omp parallel
   {
     // Column slices are multiples of 16 floats so threads never share a cache line of `out`.
@@ -29,17 +22,25 @@ void combine_scatter(float* out, const void* y_rows, Dtype dt, const DispatchPla
     const int64_t c0 = std::min<int64_t>(H, slice * omp_get_thread_num());
     const int64_t c1 = omp_get_thread_num() == n_threads - 1 ? H : std::min<int64_t>(H, c0 + slice);
     const int64_t width = c1 - c0;
-    std::vector<float> scratch(size_t(std::max<int64_t>(width, 1)));
+    std::vector<float> scratch(static_cast<size_t>(std::max<int64_t>(width, 1)));
     for (int64_t r = 0; r < plan.rows && width > 0; ++r) {
       int32_t a = plan.row_assignment[size_t(r)];
       if (a < 0) continue;
-      const float w = preweighted ? 1.0f : plan.row_weight[size_t(r)];
+      const float w = row_weight ? row_weight[r] : 1.0f;
       const float* src = load_row_f32(scratch.data(), rows + (size_t(r) * size_t(H) + size_t(c0)) * elem, dt, width);
       float* dst = out + int64_t(a / plan.topk) * H + c0;
 #pragma omp simd
       for (int64_t h = 0; h < width; ++h) dst[h] += w * src[h];
     }
   }
+}
+
+namespace {
+
+float row_weight(const DispatchPlan& plan, const Routing& routing, int64_t r, CombineKind kind, bool preweighted) {
+  if (preweighted) return 1.0f;
+  if (kind == CombineKind::scatter) return plan.row_weight[size_t(r)];
+  return routing.weights[size_t(plan.row_assignment[size_t(r)])];
 }
 
 void combine_unsort(float* out, const void* y_rows, Dtype dt, const DispatchPlan& plan, const Routing& routing,
@@ -70,7 +71,7 @@ void combine_unsort(float* out, const void* y_rows, Dtype dt, const DispatchPlan
 void combine_forward(float* out, const void* y_rows, Dtype dt, const DispatchPlan& plan, const Routing& routing,
                      int64_t H, CombineKind kind, bool preweighted) {
   if (kind == CombineKind::scatter)
-    combine_scatter(out, y_rows, dt, plan, H, preweighted);
+    add_rows_to_tokens(out, y_rows, dt, plan, H, preweighted ? nullptr : plan.row_weight.data());
   else
     combine_unsort(out, y_rows, dt, plan, routing, H, preweighted);
 }

@@ -17,6 +17,13 @@ namespace moe::cpu {
 
 enum class CombineKind { scatter, unsort };
 
+// out[token(r)] += (row_weight ? row_weight[r] : 1) * rows[r] over the live rows, in buffer order;
+// threads own disjoint column slices so the adds never race. Shared by the scatter combine and the
+// dispatch's scatter-add backward.
+void add_rows_to_tokens(float* out, const void* rows, Dtype dt, const DispatchPlan& plan, int64_t H,
+                        const float* row_weight);
+// out (T, H) f32 accumulated in place, rows (rows, H), row_weight (rows) or nullptr
+
 // out[t] += sum over the live rows r of token t: weight(r) * y_rows[r]
 void combine_forward(float* out, const void* y_rows, Dtype dt, const DispatchPlan& plan, const Routing& routing,
                      int64_t H, CombineKind kind, bool preweighted);

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "cpu/combine.h"
 #include "cpu/vec_math.h"
 
 namespace moe::cpu {
@@ -40,7 +41,9 @@ void dispatch_gather_repeat(void* x_rows, void* x_rep, const void* x, Dtype dt, 
   }
 }
 
-void dispatch_backward(float* dx, const void* dx_rows, Dtype dt, const DispatchPlan& plan, int64_t H) {
+namespace {
+
+void dispatch_backward_gather(float* dx, const void* dx_rows, Dtype dt, const DispatchPlan& plan, int64_t H) {
   const int64_t K = plan.topk;
   const size_t elem = dtype_size(dt);
   auto* rows = static_cast<const char*>(dx_rows);
@@ -59,6 +62,15 @@ void dispatch_backward(float* dx, const void* dx_rows, Dtype dt, const DispatchP
       }
     }
   }
+}
+
+}  // namespace
+
+void dispatch_backward(float* dx, const void* dx_rows, Dtype dt, const DispatchPlan& plan, int64_t H,
+                       DispatchBackwardKind kind) {
+  if (kind == DispatchBackwardKind::gather) return dispatch_backward_gather(dx, dx_rows, dt, plan, H);
+  // Row-order scatter-add: the combine's scatter does exactly this with weight 1.
+  add_rows_to_tokens(dx, dx_rows, dt, plan, H, nullptr);
 }
 
 }  // namespace moe::cpu

@@ -18,9 +18,14 @@ void dispatch_gather_direct(void* x_rows, const void* x, Dtype dt, const Dispatc
 void dispatch_gather_repeat(void* x_rows, void* x_rep, const void* x, Dtype dt, const DispatchPlan& plan, int64_t H);
 // x_rows (rows, H), x_rep (A, H) scratch, x (T, H)
 
-// dx[t] += sum_k dx_rows[assignment_row[t*K + k]]  (the gather's backward, done per token so it is
-// deterministic and race-free).
-void dispatch_backward(float* dx, const void* dx_rows, Dtype dt, const DispatchPlan& plan, int64_t H);
+// The gather's backward, dx[t] += sum of the row gradients of token t, two ways (the seed A/B-tests
+// them through --use-custom-sort-vjp):
+//  scatter: walk rows in buffer order and add each into its token (autodiff's scatter-add); threads
+//           own disjoint column slices, so it is race-free and deterministic.
+//  gather:  per token, gather its K rows through assignment_row (the inverse permutation).
+enum class DispatchBackwardKind { scatter, gather };
+void dispatch_backward(float* dx, const void* dx_rows, Dtype dt, const DispatchPlan& plan, int64_t H,
+                       DispatchBackwardKind kind);
 // dx (T, H) f32 accumulated in place, dx_rows (rows, H)
 
 }  // namespace moe::cpu
