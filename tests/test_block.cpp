@@ -8,6 +8,7 @@
 
 #include "moe/block.h"
 #include "moe/check.h"
+#include "moe/gemm.h"
 #include "moe/inputs.h"
 #include "moe/routing.h"
 #include "test_util.h"
@@ -137,6 +138,25 @@ TEST(Block, PackStrategiesPermuteModesAndTilesAgree) {
         CheckResult r = run_and_check(c, make_routing(c), k);
         EXPECT_TRUE(r.pass) << name(ps) << " " << name(pm) << " tile=" << tile << " err=" << r.out_rel_err;
       }
+}
+
+TEST(Block, EveryGemmVariantRunsTheBlock) {
+  const uint64_t seed = testing::test_seed();
+  for (const GemmVariant& v : gemm_variants()) {
+    ASSERT_TRUE(select_gemm_variant(v.name));
+    for (Dtype dt : {Dtype::f32, Dtype::bf16})
+      for (Impl impl : {Impl::baseline, Impl::fast}) {
+        MoeConfig c = small_config(seed);
+        c.dtype = dt;
+        c.impl = impl;
+        c.shared_expert_dim = 6;
+        c.shared_fused = impl == Impl::fast;
+        c.bench_pass = BenchPass::forward_backward;
+        CheckResult r = run_and_check(c, make_routing(c));
+        EXPECT_TRUE(r.pass) << v.name << " " << describe(c) << " grad_err=" << r.grad_rel_err;
+      }
+  }
+  select_gemm_variant("auto");
 }
 
 TEST(Block, RematRecomputesAndSavesLess) {

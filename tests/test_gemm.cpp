@@ -105,7 +105,22 @@ struct Groups {
   GroupedShape shape() const { return {offset.data(), experts()}; }
 };
 
-TEST(GroupedGemm, NnMatchesReference) {
+// Every registered GEMM variant (moe/gemm.h) runs every test below.
+class EveryGemmVariant : public ::testing::TestWithParam<std::string> {};
+
+struct ScopedVariant {
+  explicit ScopedVariant(const std::string& name) { EXPECT_TRUE(select_gemm_variant(name)) << name; }
+  ~ScopedVariant() { select_gemm_variant("auto"); }
+};
+
+std::vector<std::string> variant_names() {
+  std::vector<std::string> names;
+  for (const GemmVariant& v : gemm_variants()) names.push_back(v.name);
+  return names;
+}
+
+TEST_P(EveryGemmVariant, NnMatchesReference) {
+  ScopedVariant variant(GetParam());
   Inputs inputs(testing::test_seed());
   for (const GroupCase& c : kGroupCases) {
     const Groups g(c.sizes);
@@ -128,7 +143,8 @@ TEST(GroupedGemm, NnMatchesReference) {
   }
 }
 
-TEST(GroupedGemm, NtMatchesReference) {
+TEST_P(EveryGemmVariant, NtMatchesReference) {
+  ScopedVariant variant(GetParam());
   Inputs inputs(testing::test_seed());
   for (const GroupCase& c : kGroupCases) {
     const Groups g(c.sizes);
@@ -151,7 +167,8 @@ TEST(GroupedGemm, NtMatchesReference) {
   }
 }
 
-TEST(GroupedGemm, TnMatchesReferenceAndZeroesEmptyExperts) {
+TEST_P(EveryGemmVariant, TnMatchesReferenceAndZeroesEmptyExperts) {
+  ScopedVariant variant(GetParam());
   Inputs inputs(testing::test_seed());
   for (const GroupCase& c : kGroupCases) {
     const Groups g(c.sizes);
@@ -175,7 +192,8 @@ TEST(GroupedGemm, TnMatchesReferenceAndZeroesEmptyExperts) {
 }
 
 // The cached primitives and reused scratch must not leak state from one call into the next.
-TEST(GroupedGemm, RepeatedCallsAreBitwiseIdentical) {
+TEST_P(EveryGemmVariant, RepeatedCallsAreBitwiseIdentical) {
+  ScopedVariant variant(GetParam());
   Inputs inputs(testing::test_seed());
   const Groups g({600, 0, 130});
   const int64_t Kd = 40, N = 24;
@@ -202,7 +220,8 @@ struct DenseCase {
 const DenseCase kDenseCases[] = {{1, 17, 3},   {3, 63, 65}, {65, 1, 17}, {600, 33, 9},
                                  {4100, 9, 5}, {0, 5, 7},   {5, 0, 7}};
 
-TEST(DenseGemm, AllTransposesAndDtypeMixesMatchReference) {
+TEST_P(EveryGemmVariant, DenseAllTransposesAndDtypeMixesMatchReference) {
+  ScopedVariant variant(GetParam());
   Inputs inputs(testing::test_seed());
   for (const DenseCase& c : kDenseCases) {
     for (bool trans_a : {false, true}) {
@@ -238,6 +257,9 @@ TEST(GemmLibrary, ReportsVersion) {
   std::printf("[ gemm     ] %s\n", v.c_str());
   EXPECT_FALSE(v.empty());
 }
+
+INSTANTIATE_TEST_SUITE_P(Registry, EveryGemmVariant, ::testing::ValuesIn(variant_names()),
+                         [](const auto& info) { return info.param; });
 
 }  // namespace
 }  // namespace moe

@@ -109,7 +109,7 @@ struct MoeConfig {
 struct KernelConfig {
   int threads = 0;          // 0: all cores
   int64_t gmm_tile_rows = 64;  // gmm backend: each expert group padded to a multiple of this
-  std::string gemm_variant = "onednn";
+  std::string gemm_variant = "auto";  // a name from gemm_variants() (moe/gemm.h); auto = the first
 
   Status validate() const;
   std::string to_json() const;

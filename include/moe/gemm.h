@@ -39,7 +39,24 @@ void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* d
 void dense_gemm(void* out, Dtype out_dtype, const void* a, Dtype a_dtype, const void* b, Dtype b_dtype, int64_t R,
                 int64_t Kd, int64_t N, bool trans_a = false, bool trans_b = false);
 
-// The library and ISA the kernels dispatch to, for result rows (e.g. "oneDNN 2.6.3 avx512_core_bf16").
+// The library and ISA the active variant dispatches to, for result rows (e.g. "oneDNN 2.6.3 avx512_core_bf16").
 std::string gemm_library_version();
+
+// The kernel registry for GEMMs: every variant implements the five entry points above. The functions
+// above call the process-wide active variant (default: the first registered, the fastest). Tests and
+// `--list` walk the registry; `--gemm-variant` selects one.
+struct GemmVariant {
+  const char* name;
+  const char* description;
+  decltype(&grouped_gemm_nn) nn;
+  decltype(&grouped_gemm_nt) nt;
+  decltype(&grouped_gemm_tn) tn;
+  void (*dense)(void*, Dtype, const void*, Dtype, const void*, Dtype, int64_t, int64_t, int64_t, bool, bool);
+  std::string (*version)();
+};
+const std::vector<GemmVariant>& gemm_variants();
+const GemmVariant& active_gemm_variant();
+// Returns false (and changes nothing) for an unknown name; "auto" selects the default.
+bool select_gemm_variant(const std::string& name);
 
 }  // namespace moe

@@ -51,7 +51,8 @@ void print_list() {
   fmt::print("\nimpls:");
   for (Impl i : kAllImpls) fmt::print(" {}", name(i));
   fmt::print("\ngrouped_gemm backends: gmm (contiguous layout, tile-padded groups) ragged_dot (exact groups)\n");
-  fmt::print("gemm library: {}\n", gemm_library_version());
+  fmt::print("gemm variants (first = default):\n");
+  for (const GemmVariant& v : gemm_variants()) fmt::print("  {}: {} [{}]\n", v.name, v.description, v.version());
   fmt::print("routing_pack_strategy: argsort tuple_sort expert_score_sort\n");
   fmt::print("dispatch_permute_mode: direct_take repeat_sort\ncombine: scatter unsort\n");
 }

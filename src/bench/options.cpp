@@ -1,5 +1,6 @@
 #include "bench/options.h"
 
+#include "moe/gemm.h"
 #include "moe/null_routing.h"
 
 #include <CLI/CLI.hpp>
@@ -109,6 +110,8 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok) {
   app.add_option("--gmm-tile-rows", opts.kernel.gmm_tile_rows, "gmm backend: group row alignment")
       ->capture_default_str();
   app.add_flag("--stage-timing", opts.stage_timing, "forward only: time pack, up, down, combine separately");
+  app.add_option("--gemm-variant", opts.kernel.gemm_variant, "GEMM kernel variant (see --list; auto = fastest)")
+      ->capture_default_str();
   app.add_flag("--check", opts.check, "verify each run against the float64 reference; exit 1 if out of tolerance");
   app.add_option("--dump", opts.dump_dir, "write inputs, routing, output and gradients as .npy + config.json here");
   std::string format = "text";
@@ -210,6 +213,13 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok) {
       return Status::error(fmt::format("Invalid topk={}; must be in [1, experts] (experts={}).", k, c.experts));
   if (opts.iters < 1) return Status::error(fmt::format("invalid --iters={}: must be >= 1", opts.iters));
   if (opts.warmup < 0) return Status::error(fmt::format("invalid --warmup={}: must be >= 0", opts.warmup));
+
+  if (!select_gemm_variant(opts.kernel.gemm_variant)) {
+    std::string known = "auto";
+    for (const GemmVariant& v : gemm_variants()) known += std::string(", ") + v.name;
+    return Status::error(fmt::format("invalid --gemm-variant '{}': expected one of {}", opts.kernel.gemm_variant, known));
+  }
+  opts.kernel.gemm_variant = active_gemm_variant().name;
 
   c.topk = opts.topks.front();
   MOE_RETURN_IF_ERROR(c.validate());

@@ -34,11 +34,11 @@
 #include <optional>
 #include <string>
 
-#include "moe/gemm.h"
+#include "cpu/gemm_variants.h"
 #include "moe/status.h"
 #include "moe/tensor.h"
 
-namespace moe {
+namespace moe::onednn {
 namespace {
 
 using dnnl::memory;
@@ -268,6 +268,6 @@ std::string gemm_library_version() {
          std::to_string(v->patch) + " " + isa_name(dnnl::get_effective_cpu_isa());
 }
 
-}  // namespace moe
+}  // namespace moe::onednn
 
 #endif  // MOE_HAVE_ONEDNN

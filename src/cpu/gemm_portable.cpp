@@ -7,7 +7,6 @@
 // Threads split the tiles of c; each tile accumulates in f32 over blocks of k whose a and b panels
 // are first widened to contiguous f32, so bf16 converts on the fly and the innermost loop is a
 // unit-stride axpy whatever the source layout.
-#ifndef MOE_HAVE_ONEDNN
 
 #include <algorithm>
 #include <cstddef>
@@ -15,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "moe/gemm.h"
+#include "cpu/gemm_variants.h"
 #include "moe/status.h"
 
-namespace moe {
+namespace moe::portable {
 namespace {
 
 // c tile kTileM x kTileN (16 KiB of f32 accumulators) and panels of kTileK: together ~176 KiB, L2-resident.
@@ -34,6 +33,18 @@ struct View {
     const int64_t idx = i * row_stride + j * col_stride;
     return dtype == Dtype::f32 ? static_cast<const float*>(p)[idx]
                                : bf16_to_f32(static_cast<const bf16_t*>(p)[idx]);
+  }
+
+  // panel (rows, cols) with leading dimension ld = the f32 copy of the block at (r0, c0). Walks the
+  // source along its unit stride, so a transposed view is read by cache lines, not by strides.
+  void widen(float* panel, int64_t ld, int64_t r0, int64_t c0, int64_t rows, int64_t cols) const {
+    if (col_stride == 1) {
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < cols; ++j) panel[i * ld + j] = at(r0 + i, c0 + j);
+    } else {
+      for (int64_t j = 0; j < cols; ++j)
+        for (int64_t i = 0; i < rows; ++i) panel[i * ld + j] = at(r0 + i, c0 + j);
+    }
   }
 };
 
@@ -52,10 +63,8 @@ void gemm(void* c, Dtype c_dtype, View a, View b, int64_t m, int64_t k, int64_t 
         std::fill(acc.begin(), acc.end(), 0.0f);
         for (int64_t k0 = 0; k0 < k; k0 += kTileK) {
           const int64_t kb = std::min(kTileK, k - k0);
-          for (int64_t i = 0; i < mb; ++i)
-            for (int64_t kk = 0; kk < kb; ++kk) a_panel[size_t(i * kTileK + kk)] = a.at(i0 + i, k0 + kk);
-          for (int64_t kk = 0; kk < kb; ++kk)
-            for (int64_t j = 0; j < nb; ++j) b_panel[size_t(kk * kTileN + j)] = b.at(k0 + kk, j0 + j);
+          a.widen(a_panel.data(), kTileK, i0, k0, mb, kb);
+          b.widen(b_panel.data(), kTileN, k0, j0, kb, nb);
           for (int64_t i = 0; i < mb; ++i) {
             float* __restrict crow = &acc[size_t(i * kTileN)];
             for (int64_t kk = 0; kk < kb; ++kk) {
@@ -138,6 +147,4 @@ std::string gemm_library_version() {
   return "portable fallback";
 }
 
-}  // namespace moe
-
-#endif  // MOE_HAVE_ONEDNN
+}  // namespace moe::portable

@@ -1,0 +1,67 @@
+#include <vector>
+
+#include "cpu/gemm_variants.h"
+
+namespace moe {
+namespace {
+
+#define MOE_GEMM_VARIANT(ns, description)                                                               \
+  GemmVariant {                                                                                         \
+    #ns, description, &ns::grouped_gemm_nn, &ns::grouped_gemm_nt, &ns::grouped_gemm_tn, &ns::dense_gemm, \
+        &ns::gemm_library_version                                                                       \
+  }
+
+const GemmVariant* active = nullptr;
+
+}  // namespace
+
+const std::vector<GemmVariant>& gemm_variants() {
+  static const std::vector<GemmVariant> variants = {
+#ifdef MOE_HAVE_ONEDNN
+      MOE_GEMM_VARIANT(onednn, "oneDNN 2.6 brgemm matmul, cached primitive per group size, B reordered when M is large"),
+#endif
+      MOE_GEMM_VARIANT(portable, "cache-blocked OpenMP f32 GEMM (bf16 widened on the fly); the fallback"),
+  };
+  return variants;
+}
+
+const GemmVariant& active_gemm_variant() { return active ? *active : gemm_variants().front(); }
+
+bool select_gemm_variant(const std::string& name) {
+  if (name == "auto") {
+    active = &gemm_variants().front();
+    return true;
+  }
+  for (const GemmVariant& v : gemm_variants())
+    if (name == v.name) {
+      active = &v;
+      return true;
+    }
+  return false;
+}
+
+void grouped_gemm_nn(void* out, Dtype out_dtype, const void* lhs, const void* rhs, Dtype in_dtype,
+                     GroupedShape groups, int64_t Kd, int64_t N) {
+  active_gemm_variant().nn(out, out_dtype, lhs, rhs, in_dtype, groups, Kd, N);
+}
+
+void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, const void* rhs, Dtype in_dtype,
+                     GroupedShape groups, int64_t Kd, int64_t N) {
+  active_gemm_variant().nt(out, out_dtype, dout, rhs, in_dtype, groups, Kd, N);
+}
+
+void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* dout, Dtype in_dtype,
+                     GroupedShape groups, int64_t Kd, int64_t N) {
+  active_gemm_variant().tn(drhs, out_dtype, lhs, dout, in_dtype, groups, Kd, N);
+}
+
+void dense_gemm(void* out, Dtype out_dtype, const void* a, Dtype a_dtype, const void* b, Dtype b_dtype, int64_t R,
+                int64_t Kd, int64_t N, bool trans_a, bool trans_b) {
+  active_gemm_variant().dense(out, out_dtype, a, a_dtype, b, b_dtype, R, Kd, N, trans_a, trans_b);
+}
+
+std::string gemm_library_version() {
+  return std::string(active_gemm_variant().name) + ": " + active_gemm_variant().version();
+}
+
+}  // namespace moe
