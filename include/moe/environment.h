@@ -7,13 +7,13 @@
 namespace moe {
 
 struct Environment {
-  std::string git_commit;    // MOE_GIT_COMMIT, fixed at configure time
+  std::string git_commit;    // build_git_commit()
   std::string cpu_model;     // /proc/cpuinfo "model name"
   std::string isa;           // those of avx512_bf16,avx512_vnni,avx512f,avx2 the CPU has, best first
   int threads = 0;           // omp_get_max_threads() at capture time
   std::string gemm_library;  // gemm_library_version()
   std::string compiler;
-  std::string moe_version;  // MOE_VERSION
+  std::string moe_version;  // build_version()
   std::string date;         // UTC, ISO-8601 (2024-05-01T12:34:56Z)
   std::string hostname;
 

@@ -1,5 +1,6 @@
 #include "bench/options.h"
 
+#include "moe/build_info.h"
 #include "moe/gemm.h"
 #include "moe/null_routing.h"
 
@@ -52,7 +53,7 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok) {
   exit_ok = false;
   MoeConfig& c = opts.base;
   CLI::App app{"moe-bench: benchmark one Mixture-of-Experts block (forward / forward+backward) on the CPU"};
-  app.set_version_flag("--version", std::string("moe-bench ") + MOE_VERSION + " (" + MOE_GIT_COMMIT + ")");
+  app.set_version_flag("--version", std::string("moe-bench ") + build_version() + " (" + build_git_commit() + ")");
   app.get_formatter()->column_width(36);
 
   std::string dtype = "bfloat16", backend = "gmm", impl = "both", distribution = "both", bench_pass = "forward";

@@ -1,5 +1,7 @@
 #include "moe/environment.h"
 
+#include "moe/build_info.h"
+
 #include <omp.h>
 #include <unistd.h>
 
@@ -14,9 +16,6 @@
 
 #include "moe/gemm.h"
 
-#if !defined(MOE_GIT_COMMIT) || !defined(MOE_VERSION)
-#error "the build must define MOE_GIT_COMMIT and MOE_VERSION (CMakeLists.txt does)"
-#endif
 
 namespace moe {
 namespace {
@@ -74,14 +73,14 @@ Environment capture_environment() {
   std::ifstream in("/proc/cpuinfo");
   std::string cpuinfo{std::istreambuf_iterator<char>(in), {}};
   Environment env;
-  env.git_commit = MOE_GIT_COMMIT;
+  env.git_commit = build_git_commit();
   env.cpu_model = cpuinfo_field(cpuinfo, "model name");
   if (env.cpu_model.empty()) env.cpu_model = kUnknown;
   env.isa = isa_list(cpuinfo_field(cpuinfo, "flags"));
   env.threads = omp_get_max_threads();
   env.gemm_library = gemm_library_version();
   env.compiler = compiler_version();
-  env.moe_version = MOE_VERSION;
+  env.moe_version = build_version();
   env.date = utc_now_iso8601();
   std::array<char, 256> host{};
   env.hostname = gethostname(host.data(), host.size() - 1) == 0 ? host.data() : kUnknown;

@@ -16,11 +16,13 @@
 
 #include "cpu/gemm_variants.h"
 #include "moe/status.h"
+#include "moe/tensor.h"
 
 namespace moe::portable {
 namespace {
 
-// c tile kTileM x kTileN (16 KiB of f32 accumulators) and panels of kTileK: together ~176 KiB, L2-resident.
+// A c tile of kTileM x kTileN f32 accumulators (16 KiB), its a panel (32 KiB) and the kTileK x kTileN
+// panel of b (128 KiB): L2-resident.
 constexpr int64_t kTileM = 32, kTileN = 128, kTileK = 256;
 
 // Element (i, j) of a matrix at p[i * row_stride + j * col_stride].
@@ -51,6 +53,24 @@ struct View {
 // c (m, n) row-major = a (m, k) @ b (k, n); k == 0 writes zeros.
 void gemm(void* c, Dtype c_dtype, View a, View b, int64_t m, int64_t k, int64_t n) {
   if (m == 0 || n == 0) return;
+  // Every row of tiles reads all of b, so b is widened to row-major f32 once, up front (in square
+  // blocks, so a transposed b is read and written by cache lines), unless it already is. a's panels
+  // are small and are widened per tile.
+  Buffer<float> b_rows;
+  const float* bf = static_cast<const float*>(b.p);
+  if (b.dtype != Dtype::f32 || b.col_stride != 1 || b.row_stride != n) {
+    b_rows = Buffer<float>(size_t(k * n));
+    constexpr int64_t kBlock = 64;
+    const int64_t blocks_k = (k + kBlock - 1) / kBlock, blocks_n = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for collapse(2)
+    for (int64_t bk = 0; bk < blocks_k; ++bk) {
+      for (int64_t bn = 0; bn < blocks_n; ++bn) {
+        const int64_t k0 = bk * kBlock, j0 = bn * kBlock;
+        b.widen(b_rows.data() + k0 * n + j0, n, k0, j0, std::min(kBlock, k - k0), std::min(kBlock, n - j0));
+      }
+    }
+    bf = b_rows.data();
+  }
   const int64_t tiles_m = (m + kTileM - 1) / kTileM, tiles_n = (n + kTileN - 1) / kTileN;
 #pragma omp parallel
   {
@@ -64,7 +84,9 @@ void gemm(void* c, Dtype c_dtype, View a, View b, int64_t m, int64_t k, int64_t 
         for (int64_t k0 = 0; k0 < k; k0 += kTileK) {
           const int64_t kb = std::min(kTileK, k - k0);
           a.widen(a_panel.data(), kTileK, i0, k0, mb, kb);
-          b.widen(b_panel.data(), kTileN, k0, j0, kb, nb);
+          // A contiguous copy: rows of b itself lie n floats apart and would collide in the caches.
+          for (int64_t kk = 0; kk < kb; ++kk)
+            std::memcpy(&b_panel[size_t(kk * kTileN)], bf + (k0 + kk) * n + j0, size_t(nb) * sizeof(float));
           for (int64_t i = 0; i < mb; ++i) {
             float* __restrict crow = &acc[size_t(i * kTileN)];
             for (int64_t kk = 0; kk < kb; ++kk) {
