@@ -6,10 +6,13 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "moe/block.h"
 #include "moe/check.h"
 #include "moe/gemm.h"
 #include "moe/inputs.h"
+#include "moe/null_routing.h"
 #include "moe/routing.h"
 #include "test_util.h"
 
@@ -138,6 +141,58 @@ TEST(Block, PackStrategiesPermuteModesAndTilesAgree) {
         CheckResult r = run_and_check(c, make_routing(c), k);
         EXPECT_TRUE(r.pass) << name(ps) << " " << name(pm) << " tile=" << tile << " err=" << r.out_rel_err;
       }
+}
+
+TEST(Block, NullRoutingMatchesReferenceEverywhere) {
+  const uint64_t seed = testing::test_seed();
+  for (Dtype dt : {Dtype::f32, Dtype::bf16})
+    for (BackendKind be : {BackendKind::gmm, BackendKind::ragged_dot})
+      for (Impl impl : kAllImpls)
+        for (BenchPass pass : {BenchPass::forward, BenchPass::forward_backward})
+          for (NullRoutingMode mode : {NullRoutingMode::independent, NullRoutingMode::take_until_null}) {
+            MoeConfig c = small_config(seed);
+            c.dtype = dt;
+            c.backend = be;
+            c.impl = impl;
+            c.bench_pass = pass;
+            c.remat_mode = int(impl) % 2 ? RematMode::expert_mlp : RematMode::none;
+            c.shared_expert_dim = int(impl) % 3 == 0 ? 8 : 0;
+            c.null_routing.frac = 0.4;
+            c.null_routing.mode = mode;
+            c.null_routing.renormalize = int(impl) % 2 == 0;
+            NullRoutingStats stats;
+            Routing routing = make_routing(c, &stats);
+            ASSERT_GT(stats.null_assignments, 0);
+            CheckResult r = run_and_check(c, routing);
+            EXPECT_TRUE(r.pass) << describe(c) << " null mode=" << name(mode) << " out_err=" << r.out_rel_err
+                                << " grad_err=" << r.grad_rel_err;
+          }
+}
+
+// Null slots cost nothing and add nothing: the fast output equals the one where the same assignments
+// keep a real expert with weight 0.
+TEST(Block, NullSlotsContributeNothing) {
+  const uint64_t seed = testing::test_seed();
+  MoeConfig c = small_config(seed);
+  c.dtype = Dtype::f32;
+  c.null_routing.frac = 0.5;
+  Routing nulled = make_routing(c);
+  MoeConfig plain_cfg = c;
+  plain_cfg.null_routing.frac = 0;
+  Routing zeroed = make_routing(plain_cfg);
+  for (size_t a = 0; a < zeroed.ids.size(); ++a)
+    if (nulled.ids[a] >= c.experts) zeroed.weights[a] = 0;
+  MoeInputs in = make_inputs(c);
+  Tensor out_null(c.dtype, {c.tokens, c.hidden}), out_zero(c.dtype, {c.tokens, c.hidden});
+  MoeBlock null_block(c, {});
+  null_block.forward(out_null, in, nulled);
+  MoeConfig scatter_cfg = plain_cfg;
+  scatter_cfg.impl = Impl::scatter;  // null routing forces scatter combine; compare like with like
+  MoeBlock zero_block(scatter_cfg, {});
+  zero_block.forward(out_zero, in, zeroed);
+  EXPECT_LT(null_block.plan().live_rows, zero_block.plan().live_rows) << "null rows must not reach the GEMMs";
+  for (int64_t i = 0; i < out_null.numel(); ++i)
+    ASSERT_NEAR(out_null.get(i), out_zero.get(i), 1e-5 * std::max(1.0f, std::fabs(out_zero.get(i)))) << i;
 }
 
 TEST(Block, EveryGemmVariantRunsTheBlock) {
