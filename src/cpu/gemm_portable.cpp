@@ -3,10 +3,11 @@
 // vectorises the inner loop), not at the machine's peak.
 //
 // Every form reduces to one strided product c (m, n) = a (m, k) @ b (k, n) in which a and b are
-// read through (row stride, column stride) views, so the transposes cost nothing but strides.
-// Threads split the tiles of c; each tile accumulates in f32 over blocks of k whose a and b panels
-// are first widened to contiguous f32, so bf16 converts on the fly and the innermost loop is a
-// unit-stride axpy whatever the source layout.
+// read through (row stride, column stride) views, so a transpose is only a pair of strides. b, read
+// by every row of tiles, is widened once per call to row-major f32 (unless it already is). Threads
+// split the tiles of c; each tile accumulates in f32 over blocks of k whose a and b panels are first
+// copied to contiguous f32, so bf16 converts on the fly and the innermost loop is a unit-stride axpy
+// whatever the source layout.
 
 #include <algorithm>
 #include <cstddef>

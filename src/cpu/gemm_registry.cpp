@@ -5,10 +5,10 @@
 namespace moe {
 namespace {
 
-#define MOE_GEMM_VARIANT(ns, description)                                                               \
-  GemmVariant {                                                                                         \
-    #ns, description, &ns::grouped_gemm_nn, &ns::grouped_gemm_nt, &ns::grouped_gemm_tn, &ns::dense_gemm, \
-        &ns::gemm_library_version                                                                       \
+#define MOE_GEMM_VARIANT(ns, description)                                                                \
+  GemmVariant {                                                                                          \
+#ns, description, &ns::grouped_gemm_nn, &ns::grouped_gemm_nt, &ns::grouped_gemm_tn, &ns::dense_gemm, \
+        &ns::gemm_library_version                                                                        \
   }
 
 const GemmVariant* active = nullptr;
@@ -18,14 +18,18 @@ const GemmVariant* active = nullptr;
 const std::vector<GemmVariant>& gemm_variants() {
   static const std::vector<GemmVariant> variants = {
 #ifdef MOE_HAVE_ONEDNN
-      MOE_GEMM_VARIANT(onednn, "oneDNN 2.6 brgemm matmul, cached primitive per group size, B reordered when M is large"),
+      MOE_GEMM_VARIANT(
+          onednn,
+          "oneDNN 2.6 matmul per group, cached primitives; brgemm (bf16) or gemm:jit (f32, M >= 512)"),
 #endif
       MOE_GEMM_VARIANT(portable, "cache-blocked OpenMP f32 GEMM (bf16 widened on the fly); the fallback"),
   };
   return variants;
 }
 
-const GemmVariant& active_gemm_variant() { return active ? *active : gemm_variants().front(); }
+const GemmVariant& active_gemm_variant() {
+  return active ? *active : gemm_variants().front();
+}
 
 bool select_gemm_variant(const std::string& name) {
   if (name == "auto") {
@@ -55,8 +59,8 @@ void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* d
   active_gemm_variant().tn(drhs, out_dtype, lhs, dout, in_dtype, groups, Kd, N);
 }
 
-void dense_gemm(void* out, Dtype out_dtype, const void* a, Dtype a_dtype, const void* b, Dtype b_dtype, int64_t R,
-                int64_t Kd, int64_t N, bool trans_a, bool trans_b) {
+void dense_gemm(void* out, Dtype out_dtype, const void* a, Dtype a_dtype, const void* b, Dtype b_dtype,
+                int64_t R, int64_t Kd, int64_t N, bool trans_a, bool trans_b) {
   active_gemm_variant().dense(out, out_dtype, a, a_dtype, b, b_dtype, R, Kd, N, trans_a, trans_b);
 }
 
