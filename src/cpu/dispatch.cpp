@@ -1,10 +1,8 @@
 #include "cpu/dispatch.h"
 
 #include <cstring>
-#include <vector>
 
 #include "cpu/combine.h"
-#include "cpu/vec_math.h"
 
 namespace moe::cpu {
 
@@ -41,36 +39,13 @@ void dispatch_gather_repeat(void* x_rows, void* x_rep, const void* x, Dtype dt, 
   }
 }
 
-namespace {
-
-void dispatch_backward_gather(float* dx, const void* dx_rows, Dtype dt, const DispatchPlan& plan, int64_t H) {
-  const int64_t K = plan.topk;
-  const size_t elem = dtype_size(dt);
-  auto* rows = static_cast<const char*>(dx_rows);
-#pragma omp parallel
-  {
-    std::vector<float> scratch(static_cast<size_t>(H));
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < plan.tokens; ++t) {
-      float* dst = dx + t * H;
-      for (int64_t k = 0; k < K; ++k) {
-        int32_t r = plan.assignment_row[size_t(t * K + k)];
-        if (r < 0) continue;
-        const float* src = load_row_f32(scratch.data(), rows + size_t(r) * size_t(H) * elem, dt, H);
-#pragma omp simd
-        for (int64_t h = 0; h < H; ++h) dst[h] += src[h];
-      }
-    }
-  }
-}
-
-}  // namespace
-
 void dispatch_backward(float* dx, const void* dx_rows, Dtype dt, const DispatchPlan& plan, int64_t H,
                        DispatchBackwardKind kind) {
-  if (kind == DispatchBackwardKind::gather) return dispatch_backward_gather(dx, dx_rows, dt, plan, H);
-  // Row-order scatter-add: the combine's scatter does exactly this with weight 1.
-  add_rows_to_tokens(dx, dx_rows, dt, plan, H, nullptr);
+  // Both are the combine's algorithms with unit weights (preweighted rows need no routing weights).
+  const Routing no_weights;
+  combine_forward(dx, dx_rows, dt, plan, no_weights, H,
+                  kind == DispatchBackwardKind::gather ? CombineKind::unsort : CombineKind::scatter,
+                  /*preweighted=*/true);
 }
 
 }  // namespace moe::cpu

@@ -41,6 +41,9 @@
 namespace moe::onednn {
 namespace {
 
+using gemm_detail::at;
+using gemm_detail::check_groups;
+
 using dnnl::memory;
 using Tag = memory::format_tag;
 
@@ -181,19 +184,6 @@ void matmul(void* c, Dtype c_dtype, const void* a, Dtype a_dtype, const void* b,
   plan.matmul.execute(rt.stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
   if (plan.c_out) plan.c_out->reorder.execute(rt.stream, c_mem, c_user);
   rt.stream.wait();
-}
-
-const std::byte* at(const void* base, int64_t elements, Dtype dt) {
-  return static_cast<const std::byte*>(base) + size_t(elements) * dtype_size(dt);
-}
-std::byte* at(void* base, int64_t elements, Dtype dt) {
-  return static_cast<std::byte*>(base) + size_t(elements) * dtype_size(dt);
-}
-
-void check_groups(GroupedShape groups, int64_t Kd, int64_t N) {
-  MOE_CHECK(groups.experts >= 0 && Kd >= 0 && N >= 0, "negative grouped GEMM dimension");
-  for (int64_t e = 0; e < groups.experts; ++e)
-    MOE_CHECK(groups.group_offset[e + 1] >= groups.group_offset[e], "group offsets must not decrease");
 }
 
 const char* isa_name(dnnl::cpu_isa isa) {

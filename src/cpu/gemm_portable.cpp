@@ -22,6 +22,9 @@
 namespace moe::portable {
 namespace {
 
+using gemm_detail::at;
+using gemm_detail::check_groups;
+
 // A c tile of kTileM x kTileN f32 accumulators (16 KiB), its a panel (32 KiB) and the kTileK x kTileN
 // panel of b (128 KiB): L2-resident.
 constexpr int64_t kTileM = 32, kTileN = 128, kTileK = 256;
@@ -110,19 +113,6 @@ void gemm(void* c, Dtype c_dtype, View a, View b, int64_t m, int64_t k, int64_t 
       }
     }
   }
-}
-
-const std::byte* at(const void* base, int64_t elements, Dtype dt) {
-  return static_cast<const std::byte*>(base) + size_t(elements) * dtype_size(dt);
-}
-std::byte* at(void* base, int64_t elements, Dtype dt) {
-  return static_cast<std::byte*>(base) + size_t(elements) * dtype_size(dt);
-}
-
-void check_groups(GroupedShape groups, int64_t Kd, int64_t N) {
-  MOE_CHECK(groups.experts >= 0 && Kd >= 0 && N >= 0, "negative grouped GEMM dimension");
-  for (int64_t e = 0; e < groups.experts; ++e)
-    MOE_CHECK(groups.group_offset[e + 1] >= groups.group_offset[e], "group offsets must not decrease");
 }
 
 }  // namespace

@@ -2,10 +2,12 @@
 // with the signatures of moe/gemm.h (no default arguments here: the registry passes every one).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
 #include "moe/gemm.h"
+#include "moe/status.h"
 
 #define MOE_DECLARE_GEMM_VARIANT(ns)                                                                        \
   namespace moe::ns {                                                                                     \
@@ -24,3 +26,21 @@
 MOE_DECLARE_GEMM_VARIANT(onednn)
 #endif
 MOE_DECLARE_GEMM_VARIANT(portable)
+
+namespace moe::gemm_detail {
+
+// Element offset -> byte pointer for a buffer of `dt`.
+inline const std::byte* at(const void* base, int64_t elements, Dtype dt) {
+  return static_cast<const std::byte*>(base) + size_t(elements) * dtype_size(dt);
+}
+inline std::byte* at(void* base, int64_t elements, Dtype dt) {
+  return static_cast<std::byte*>(base) + size_t(elements) * dtype_size(dt);
+}
+
+inline void check_groups(GroupedShape groups, int64_t Kd, int64_t N) {
+  MOE_CHECK(groups.experts >= 0 && Kd >= 0 && N >= 0, "negative grouped GEMM dimension");
+  for (int64_t e = 0; e < groups.experts; ++e)
+    MOE_CHECK(groups.group_offset[e + 1] >= groups.group_offset[e], "group offsets must not decrease");
+}
+
+}  // namespace moe::gemm_detail
