@@ -46,6 +46,8 @@ TEST(Cli, BadInputIsOneLineAndExitTwo) {
       "--hidden 0",          "--mlp-dim -1",       "--experts 0",           "--no-such-flag",
       "--quant-mode int8",   "--parallel-mode ep",  "--tokens 100000000 --hidden 100000 --experts 64",
       "--queue-mode sometimes", "--iters 0",        "--threads -1",
+      "--dump /etc/passwd",  "--gemm-variant blas", "--format yaml",        "--null-route-frac 1.5",
+      "--null-route-frac 0.3 --capacity-policy drop --capacity-factor 1", "--trace-dir /tmp/x",
   };
   for (const char* args : bad) {
     Ran r = run_bench(std::string(kTiny) + " " + args);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <optional>
 
@@ -213,6 +214,14 @@ int run(int argc, char** argv) {
   const size_t n_runs = o.distributions.size() * o.topks.size() * o.impls.size() * o.null_fracs.size();
   if (!o.dump_dir.empty() && n_runs > 1)
     return fail(Status::error("--dump takes a single run (one distribution, topk and impl)"));
+  if (!o.dump_dir.empty()) {
+    // Refuse a bad dump target before any result is printed.
+    std::error_code ec;
+    std::filesystem::create_directories(o.dump_dir, ec);
+    if (!std::filesystem::is_directory(o.dump_dir))
+      return fail(Status::error(fmt::format("cannot dump to '{}': {}", o.dump_dir,
+                                            ec ? ec.message() : "it exists and is not a directory")));
+  }
 
   const Environment env = capture_environment();
   if (o.format == OutputFormat::text || !o.out_path.empty()) print_shape_line(o);
