@@ -2,9 +2,8 @@
 // combination on odd shapes with fresh inputs, plus the MoE edge grid (empty experts, all tokens on
 // one expert, K=1, K=E, S=0 and S>0, T not a multiple of the tile, both permute modes, all pack
 // strategies). Tolerances are check_tolerance(dtype) (moe/check.h).
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include <cmath>
 
@@ -49,10 +48,11 @@ CheckResult run_and_check(const MoeConfig& c, const Routing& routing, const Kern
 }
 
 std::string describe(const MoeConfig& c) {
-  return fmt::format("impl={} backend={} dtype={} pass={} remat={} cap={}/{} S={} fused_shared={} K={} E={} T={}",
-                     name(c.impl), name(c.backend), dtype_name(c.dtype), name(c.bench_pass), name(c.remat_mode),
-                     name(c.capacity_policy), c.capacity_factor, c.shared_expert_dim, c.shared_fused, c.topk,
-                     c.experts, c.tokens);
+  return fmt::format(
+      "impl={} backend={} dtype={} pass={} remat={} cap={}/{} S={} fused_shared={} K={} E={} T={}",
+      name(c.impl), name(c.backend), dtype_name(c.dtype), name(c.bench_pass), name(c.remat_mode),
+      name(c.capacity_policy), c.capacity_factor, c.shared_expert_dim, c.shared_fused, c.topk, c.experts,
+      c.tokens);
 }
 
 TEST(Block, EveryCombinationMatchesReference) {
@@ -63,7 +63,8 @@ TEST(Block, EveryCombinationMatchesReference) {
         for (BenchPass pass : {BenchPass::forward, BenchPass::forward_backward})
           for (RematMode remat : {RematMode::none, RematMode::expert_mlp, RematMode::combine})
             for (CapacityPolicy cap : {CapacityPolicy::none, CapacityPolicy::drop, CapacityPolicy::pad}) {
-              if (pass == BenchPass::forward && remat != RematMode::none) continue;  // remat is a backward notion
+              if (pass == BenchPass::forward && remat != RematMode::none)
+                continue;  // remat is a backward notion
               MoeConfig c = small_config(seed);
               c.dtype = dt;
               c.backend = be;
@@ -76,8 +77,8 @@ TEST(Block, EveryCombinationMatchesReference) {
               c.shared_fused = int(remat) % 2 == 0;
               Routing routing = make_routing(c);
               CheckResult r = run_and_check(c, routing);
-              EXPECT_TRUE(r.pass) << describe(c) << " out_err=" << r.out_rel_err << " grad_err=" << r.grad_rel_err
-                                  << " tol=" << r.tol;
+              EXPECT_TRUE(r.pass) << describe(c) << " out_err=" << r.out_rel_err
+                                  << " grad_err=" << r.grad_rel_err << " tol=" << r.tol;
             }
 }
 

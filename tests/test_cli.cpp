@@ -19,8 +19,8 @@ struct Ran {
 Ran run_bench(const std::string& args) {
   // One stderr file per call and process: ctest runs tests of this binary in parallel.
   static int calls = 0;
-  const std::string err_path =
-      ::testing::TempDir() + "moe_cli_stderr_" + std::to_string(getpid()) + "_" + std::to_string(++calls) + ".txt";
+  const std::string err_path = ::testing::TempDir() + "moe_cli_stderr_" + std::to_string(getpid()) + "_" +
+                               std::to_string(++calls) + ".txt";
   const std::string cmd = std::string(MOE_BENCH_BINARY) + " " + args + " 2>" + err_path;
   Ran r{};
   FILE* p = popen(cmd.c_str(), "r");
@@ -36,18 +36,39 @@ Ran run_bench(const std::string& args) {
   return r;
 }
 
-const char* kTiny = "--tokens 33 --hidden 16 --mlp-dim 12 --experts 4 --topk 2 --iters 1 --warmup 0 --threads 1";
+const char* kTiny =
+    "--tokens 33 --hidden 16 --mlp-dim 12 --experts 4 --topk 2 --iters 1 --warmup 0 --threads 1";
 
 TEST(Cli, BadInputIsOneLineAndExitTwo) {
   const char* bad[] = {
-      "--tokens -5",         "--tokens 0",         "--iters abc",           "--topk 0 --experts 4",
-      "--topk 5 --experts 4", "--topk-list 1,x",    "--impl nope",           "--backend cuda",
-      "--dtype float16",     "--distribution zipf", "--capacity-policy maybe", "--remat-mode all",
-      "--hidden 0",          "--mlp-dim -1",       "--experts 0",           "--no-such-flag",
-      "--quant-mode int8",   "--parallel-mode ep",  "--tokens 100000000 --hidden 100000 --experts 64",
-      "--queue-mode sometimes", "--iters 0",        "--threads -1",
-      "--dump /etc/passwd",  "--gemm-variant blas", "--format yaml",        "--null-route-frac 1.5",
-      "--null-route-frac 0.3 --capacity-policy drop --capacity-factor 1", "--trace-dir /tmp/x",
+      "--tokens -5",
+      "--tokens 0",
+      "--iters abc",
+      "--topk 0 --experts 4",
+      "--topk 5 --experts 4",
+      "--topk-list 1,x",
+      "--impl nope",
+      "--backend cuda",
+      "--dtype float16",
+      "--distribution zipf",
+      "--capacity-policy maybe",
+      "--remat-mode all",
+      "--hidden 0",
+      "--mlp-dim -1",
+      "--experts 0",
+      "--no-such-flag",
+      "--quant-mode int8",
+      "--parallel-mode ep",
+      "--tokens 100000000 --hidden 100000 --experts 64",
+      "--queue-mode sometimes",
+      "--iters 0",
+      "--threads -1",
+      "--dump /etc/passwd",
+      "--gemm-variant blas",
+      "--format yaml",
+      "--null-route-frac 1.5",
+      "--null-route-frac 0.3 --capacity-policy drop --capacity-factor 1",
+      "--trace-dir /tmp/x",
   };
   for (const char* args : bad) {
     Ran r = run_bench(std::string(kTiny) + " " + args);
@@ -60,15 +81,19 @@ TEST(Cli, BadInputIsOneLineAndExitTwo) {
 }
 
 TEST(Cli, TinyRunPrintsSeedLinesAndPassesCheck) {
-  Ran r = run_bench(std::string(kTiny) +
-                    " --impl fused_w13 --distribution random --dtype float32 --bench-pass forward_backward --check");
+  Ran r = run_bench(
+      std::string(kTiny) +
+      " --impl fused_w13 --distribution random --dtype float32 --bench-pass forward_backward --check");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("shape tokens=33 hidden=16"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("[random] mode=full pass=forward_backward topk=2 impl=fused_w13 time_s="), std::string::npos);
-  EXPECT_NE(r.out.find("RESULT distribution=random mode=full pass=forward_backward impl=fused_w13 backend=gmm topk=2 "
-                       "null_target=0.000 null_realized=0.000 null_mode=independent null_assignments=0 "
-                       "real_assignments=66 tflops="),
-            std::string::npos)
+  EXPECT_NE(r.out.find("[random] mode=full pass=forward_backward topk=2 impl=fused_w13 time_s="),
+            std::string::npos);
+  EXPECT_NE(
+      r.out.find(
+          "RESULT distribution=random mode=full pass=forward_backward impl=fused_w13 backend=gmm topk=2 "
+          "null_target=0.000 null_realized=0.000 null_mode=independent null_assignments=0 "
+          "real_assignments=66 tflops="),
+      std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("ceiling_tflops="), std::string::npos);
   EXPECT_NE(r.out.find("CHECK pass=true"), std::string::npos) << r.out;
@@ -77,7 +102,8 @@ TEST(Cli, TinyRunPrintsSeedLinesAndPassesCheck) {
 TEST(Cli, HelpListsFlagsWithDefaults) {
   Ran r = run_bench("--help");
   EXPECT_EQ(r.exit_code, 0);
-  for (const char* flag : {"--tokens", "--topk-list", "--remat-mode", "--capacity-policy", "--check", "--dump"})
+  for (const char* flag :
+       {"--tokens", "--topk-list", "--remat-mode", "--capacity-policy", "--check", "--dump"})
     EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
   EXPECT_NE(r.out.find("32768"), std::string::npos);
 }

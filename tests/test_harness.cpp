@@ -76,11 +76,13 @@ TEST(Harness, ResultLineGoldenAndSeedParsable) {
       "RESULT distribution=random mode=full pass=forward impl=fused_w13 backend=gmm topk=2 null_target=0.000 "
       "null_realized=0.000 null_mode=independent null_assignments=0 real_assignments=256 tflops=0.000006 "
       "tokens_per_s=256.000000 dtype=bfloat16 time_s=0.500000 time_median_s=0.500000 time_min_s=0.250000 "
-      "time_max_s=0.750000 ceiling_tflops=0.001000 pct_of_ceiling=0.629146 saved_activation_bytes=4096 threads=2";
+      "time_max_s=0.750000 ceiling_tflops=0.001000 pct_of_ceiling=0.629146 saved_activation_bytes=4096 "
+      "threads=2";
   EXPECT_EQ(line.substr(0, golden.size()), golden);
   auto kv = seed_parse(line);
-  for (const char* key : {"distribution", "mode", "pass", "impl", "backend", "topk", "null_target", "null_realized",
-                          "null_mode", "null_assignments", "real_assignments", "tflops", "tokens_per_s"})
+  for (const char* key :
+       {"distribution", "mode", "pass", "impl", "backend", "topk", "null_target", "null_realized",
+        "null_mode", "null_assignments", "real_assignments", "tflops", "tokens_per_s"})
     EXPECT_TRUE(kv.count(key)) << key;
   EXPECT_DOUBLE_EQ(std::stod(kv["tokens_per_s"]), 256.0);
 }
@@ -154,12 +156,14 @@ TEST(Harness, OptionsFollowTheSeed) {
   EXPECT_EQ(nl.null_fracs, (std::vector<double>{0.2, 0.4})) << "the list beats the sweep";
 
   BenchOptions bad;
-  EXPECT_NE(parse({"--null-route-frac", "1.0"}, bad).message().find("Invalid null-route fraction"), std::string::npos);
+  EXPECT_NE(parse({"--null-route-frac", "1.0"}, bad).message().find("Invalid null-route fraction"),
+            std::string::npos);
   EXPECT_NE(parse({"--null-route-frac", "0.2", "--capacity-policy", "drop", "--capacity-factor", "1"}, bad)
                 .message()
                 .find("capacity_policy='none'"),
             std::string::npos);
-  EXPECT_NE(parse({"--topk-list", "1,9", "--experts", "8"}, bad).message().find("Invalid topk=9"), std::string::npos);
+  EXPECT_NE(parse({"--topk-list", "1,9", "--experts", "8"}, bad).message().find("Invalid topk=9"),
+            std::string::npos);
 }
 
 TEST(Harness, RunLoopOrderIsDistributionTopkImplNull) {
@@ -175,7 +179,8 @@ TEST(Harness, RunLoopOrderIsDistributionTopkImplNull) {
   std::vector<std::string> want;
   for (const char* d : {"random", "runs"})
     for (int k : {2, 1})
-      for (const char* impl : {"baseline", "fused_w13", "preweight", "fused_w13_preweight", "scatter", "fast"})
+      for (const char* impl :
+           {"baseline", "fused_w13", "preweight", "fused_w13_preweight", "scatter", "fast"})
         for (double f : {0.0, 0.5})
           want.push_back(std::string(d) + "/" + std::to_string(k) + "/" + impl + "/" + std::to_string(f));
   EXPECT_EQ(got, want);
@@ -202,7 +207,8 @@ TEST(Harness, StageTimesAddUpToTheForward) {
   double ratio = 0;
   for (int attempt = 0; attempt < 3; ++attempt) {
     const std::string out = run_stdout(
-        "--tokens 2048 --hidden 256 --mlp-dim 256 --experts 8 --topk 2 --impl fused_w13 --distribution random "
+        "--tokens 2048 --hidden 256 --mlp-dim 256 --experts 8 --topk 2 --impl fused_w13 --distribution "
+        "random "
         "--iters 5 --warmup 1 --stage-timing");
     ASSERT_NE(out.find("stage_pct pack="), std::string::npos);
     auto [total, forward] = stage_sum_and_forward(out);

@@ -2,8 +2,6 @@
 // terms: hand-computed values, finite differences of its loss for every gradient, capacity semantics
 // against an explicit mask, and exact reading of bf16 inputs. Inputs and routing are built here by
 // hand so these tests depend on nothing but the reference itself.
-#include "moe/reference.h"
-
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -13,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "moe/reference.h"
 #include "moe/rng.h"
 #include "test_util.h"
 
@@ -23,7 +22,8 @@ struct Shape {
   int64_t T, H, M, E, K, S;
 };
 
-MoeConfig config_for(const Shape& s, CapacityPolicy policy = CapacityPolicy::none, double capacity_factor = 0) {
+MoeConfig config_for(const Shape& s, CapacityPolicy policy = CapacityPolicy::none,
+                     double capacity_factor = 0) {
   MoeConfig cfg;
   cfg.tokens = s.T;
   cfg.hidden = s.H;
@@ -83,7 +83,8 @@ Routing routing_with(const Shape& s, std::vector<int32_t> ids, uint64_t seed) {
   std::vector<double> z(size_t(s.K));
   for (int64_t t = 0; t < s.T; ++t) {
     double sum = 0;
-    for (int64_t k = 0; k < s.K; ++k) sum += z[size_t(k)] = std::exp(random_normal(key, uint64_t(t * s.K + k)));
+    for (int64_t k = 0; k < s.K; ++k)
+      sum += z[size_t(k)] = std::exp(random_normal(key, uint64_t(t * s.K + k)));
     for (int64_t k = 0; k < s.K; ++k) r.weights[size_t(t * s.K + k)] = float(z[size_t(k)] / sum);
   }
   return r;
@@ -95,9 +96,12 @@ struct GradField {
   std::vector<double> ReferenceResult::*grad;
 };
 const GradField kGradFields[] = {
-    {"x", &ReferenceParams::x, &ReferenceResult::dx},       {"w1", &ReferenceParams::w1, &ReferenceResult::dw1},
-    {"w3", &ReferenceParams::w3, &ReferenceResult::dw3},    {"w2", &ReferenceParams::w2, &ReferenceResult::dw2},
-    {"sw1", &ReferenceParams::sw1, &ReferenceResult::dsw1}, {"sw3", &ReferenceParams::sw3, &ReferenceResult::dsw3},
+    {"x", &ReferenceParams::x, &ReferenceResult::dx},
+    {"w1", &ReferenceParams::w1, &ReferenceResult::dw1},
+    {"w3", &ReferenceParams::w3, &ReferenceResult::dw3},
+    {"w2", &ReferenceParams::w2, &ReferenceResult::dw2},
+    {"sw1", &ReferenceParams::sw1, &ReferenceResult::dsw1},
+    {"sw3", &ReferenceParams::sw3, &ReferenceResult::dsw3},
     {"sw2", &ReferenceParams::sw2, &ReferenceResult::dsw2},
 };
 
@@ -143,7 +147,9 @@ std::vector<int32_t> skip_expert_1(const Shape& s, uint64_t seed) {
 }
 
 // Expert 0 is every token's first choice: with cap = 2 it loses 4 of its 6 rows, experts 1 and 2 one each.
-std::vector<int32_t> skewed_6x2(const Shape&, uint64_t) { return {0, 1, 0, 2, 0, 1, 0, 2, 1, 0, 2, 0}; }
+std::vector<int32_t> skewed_6x2(const Shape&, uint64_t) {
+  return {0, 1, 0, 2, 0, 1, 0, 2, 1, 0, 2, 0};
+}
 
 const FdCase kFdCases[] = {
     {"no_shared", {5, 4, 3, 3, 2, 0}, CapacityPolicy::none, 0, random_ids},
@@ -151,7 +157,10 @@ const FdCase kFdCases[] = {
     {"k1", {5, 4, 3, 3, 1, 2}, CapacityPolicy::none, 0, random_ids},
     {"k_equals_e", {5, 4, 3, 3, 3, 2}, CapacityPolicy::none, 0, random_ids},
     {"expert_without_tokens", {5, 4, 3, 3, 2, 2}, CapacityPolicy::none, 0, skip_expert_1},
-    {"all_tokens_one_expert", {5, 4, 3, 3, 1, 2}, CapacityPolicy::none, 0,
+    {"all_tokens_one_expert",
+     {5, 4, 3, 3, 1, 2},
+     CapacityPolicy::none,
+     0,
      [](const Shape& s, uint64_t) { return std::vector<int32_t>(size_t(s.T * s.K), 1); }},
     // cap = max(1, ceil(0.5 * 12 / 3)) = 2.
     {"capacity_drop", {6, 4, 3, 3, 2, 2}, CapacityPolicy::drop, 0.5, skewed_6x2},
@@ -192,12 +201,13 @@ struct HandCase {
 
 TEST(Reference, HandComputedScalarBlock) {
   const HandCase cases[] = {
-      {0, -1.096587867945007318876738862733, 1.202504952124176810105902643531, 2.728413295277087664939197678313,
-       6.103633372611643419333180139140, 0.801669968082784540070601762352, -2.405009904248353620211805287060, 0,
-       0, 0},
-      {1, -2.229209874339443624960037165495, 4.969376663852478036969757383982, 9.810378328577945494747633887696,
-       12.407833591184665697287750354146, 1.629683002202565443483163124804, -4.889049006607696330449489374414,
-       -13.912346135434408267647511321452, 3.366469547398173162326683595698, 2.524852160548629871745012696774},
+      {0, -1.096587867945007318876738862733, 1.202504952124176810105902643531,
+       2.728413295277087664939197678313, 6.103633372611643419333180139140, 0.801669968082784540070601762352,
+       -2.405009904248353620211805287060, 0, 0, 0},
+      {1, -2.229209874339443624960037165495, 4.969376663852478036969757383982,
+       9.810378328577945494747633887696, 12.407833591184665697287750354146, 1.629683002202565443483163124804,
+       -4.889049006607696330449489374414, -13.912346135434408267647511321452,
+       3.366469547398173162326683595698, 2.524852160548629871745012696774},
   };
   for (const HandCase& c : cases) {
     SCOPED_TRACE("S=" + std::to_string(c.S));
@@ -298,7 +308,8 @@ TEST(Reference, NullIdsContributeNothing) {
     }
   }
   const MoeInputs in = random_inputs(config_for(s), seed);
-  expect_same_result(reference_forward(config_for(s), in, r, true), reference_forward(config_for(s), in, zeroed, true));
+  expect_same_result(reference_forward(config_for(s), in, r, true),
+                     reference_forward(config_for(s), in, zeroed, true));
 
   // cap = 1: expert 0's real rows are a = 1 and 6, and the null before a = 1 does not count, so a = 1
   // survives and only a = 6 is dropped.
@@ -306,7 +317,8 @@ TEST(Reference, NullIdsContributeNothing) {
   ASSERT_EQ(capped.capacity(), 1);
   Routing drop6 = r;
   drop6.weights[6] = 0.0f;
-  expect_same_result(reference_forward(capped, in, r, true), reference_forward(config_for(s), in, drop6, true));
+  expect_same_result(reference_forward(capped, in, r, true),
+                     reference_forward(config_for(s), in, drop6, true));
 }
 
 // bf16 inputs are read exactly: the same values held in float32 give the identical result.
@@ -316,9 +328,15 @@ TEST(Reference, ReadsBf16InputsExactly) {
   MoeConfig cfg = config_for(s);
   cfg.dtype = Dtype::bf16;
   const MoeInputs bf = random_inputs(cfg, seed, Dtype::bf16);
-  const MoeInputs f32{bf.x.to(Dtype::f32),   bf.w1.to(Dtype::f32),  bf.w3.to(Dtype::f32),
-                      bf.w2.to(Dtype::f32),  {},                    bf.sw1.to(Dtype::f32),
-                      bf.sw3.to(Dtype::f32), bf.sw2.to(Dtype::f32), {}};
+  const MoeInputs f32{bf.x.to(Dtype::f32),
+                      bf.w1.to(Dtype::f32),
+                      bf.w3.to(Dtype::f32),
+                      bf.w2.to(Dtype::f32),
+                      {},
+                      bf.sw1.to(Dtype::f32),
+                      bf.sw3.to(Dtype::f32),
+                      bf.sw2.to(Dtype::f32),
+                      {}};
   const ReferenceParams p = reference_params(bf);
   for (int64_t i = 0; i < bf.w1.numel(); ++i)
     ASSERT_EQ(p.w1[size_t(i)], double(bf16_to_f32(bf.w1.data<bf16_t>()[i])));

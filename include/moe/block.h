@@ -62,11 +62,11 @@ class MoeBlock {
   DispatchPlan plan_;
 
   // Row buffers (rows = plan_.rows, grown on demand), run dtype unless noted.
-  Tensor xs_;     // xs    (rows, H)   dispatched tokens
-  Tensor x_rep_;  // x_rep (A, H)      repeat_sort scratch
-  Tensor h_;      // h     (rows, 2M)  [gate | up]; non-fused impls fill the two halves by separate GEMMs
-  Tensor g_;      // g     (rows, M)   SwiGLU output (pre-weighted for preweight impls)
-  Tensor ys_;     // ys    (rows, H)   expert outputs
+  Tensor xs_;       // xs    (rows, H)   dispatched tokens
+  Tensor x_rep_;    // x_rep (A, H)      repeat_sort scratch
+  Tensor h_;        // h     (rows, 2M)  [gate | up]; non-fused impls fill the two halves by separate GEMMs
+  Tensor g_;        // g     (rows, M)   SwiGLU output (pre-weighted for preweight impls)
+  Tensor ys_;       // ys    (rows, H)   expert outputs
   Tensor out_acc_;  // (T, H) f32     combine + shared accumulator
 
   // Shared expert (f32 activations, spec §2.5).
@@ -74,13 +74,13 @@ class MoeBlock {
   Tensor gs_;  // gs (T, S)  f32
 
   // Backward scratch.
-  Tensor dy_;     // dy    (T, H) f32
+  Tensor dy_;      // dy    (T, H) f32
   Tensor dx_acc_;  // dx   (T, H) f32
-  Tensor dys_;    // dys   (rows, H)
-  Tensor dg_;     // dg    (rows, M)
-  Tensor dh_;     // dh    (rows, 2M)
-  Tensor dxs_;    // dxs   (rows, H) f32
-  Tensor dxs2_;   // dxs2  (rows, H) f32  second data-gradient GEMM of non-fused impls
+  Tensor dys_;     // dys   (rows, H)
+  Tensor dg_;      // dg    (rows, M)
+  Tensor dh_;      // dh    (rows, 2M)
+  Tensor dxs_;     // dxs   (rows, H) f32
+  Tensor dxs2_;    // dxs2  (rows, H) f32  second data-gradient GEMM of non-fused impls
   Tensor w13_work_, sw13_work_, dw13_, dsw13_;
   Tensor dhs_, ds_, tmp_th_;  // shared backward scratch
 };

@@ -65,11 +65,11 @@ struct ImplTraits {
 ImplTraits impl_traits(Impl impl);
 
 struct MoeConfig {
-  int64_t tokens = 32768;       // T
-  int64_t hidden = 2048;        // H
-  int64_t mlp_dim = 4096;       // M
-  int64_t experts = 8;          // E
-  int64_t topk = 4;             // K
+  int64_t tokens = 32768;         // T
+  int64_t hidden = 2048;          // H
+  int64_t mlp_dim = 4096;         // M
+  int64_t experts = 8;            // E
+  int64_t topk = 4;               // K
   int64_t shared_expert_dim = 0;  // S (0: no shared expert)
   bool shared_fused = false;
   Dtype dtype = Dtype::bf16;
@@ -107,8 +107,8 @@ struct MoeConfig {
 
 // Scheduling: never changes results beyond floating-point reassociation.
 struct KernelConfig {
-  int threads = 0;          // 0: all cores
-  int64_t gmm_tile_rows = 64;  // gmm backend: each expert group padded to a multiple of this
+  int threads = 0;                    // 0: all cores
+  int64_t gmm_tile_rows = 64;         // gmm backend: each expert group padded to a multiple of this
   std::string gemm_variant = "auto";  // a name from gemm_variants() (moe/gemm.h); auto = the first
 
   Status validate() const;

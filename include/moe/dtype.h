@@ -14,10 +14,14 @@ enum class Dtype { f32, bf16 };
 
 using bf16_t = uint16_t;
 
-inline size_t dtype_size(Dtype dt) { return dt == Dtype::f32 ? 4 : 2; }
+inline size_t dtype_size(Dtype dt) {
+  return dt == Dtype::f32 ? 4 : 2;
+}
 
 // The spelling the seed uses (`--dtype float32|bfloat16`).
-inline const char* dtype_name(Dtype dt) { return dt == Dtype::f32 ? "float32" : "bfloat16"; }
+inline const char* dtype_name(Dtype dt) {
+  return dt == Dtype::f32 ? "float32" : "bfloat16";
+}
 
 inline std::optional<Dtype> parse_dtype(std::string_view s) {
   if (s == "float32") return Dtype::f32;
@@ -41,6 +45,8 @@ inline bf16_t f32_to_bf16(float f) {
 }
 
 // Rounds a float to the nearest bf16 value and back; used where the fast path stores bf16.
-inline float round_to_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
+inline float round_to_bf16(float f) {
+  return bf16_to_f32(f32_to_bf16(f));
+}
 
 }  // namespace moe

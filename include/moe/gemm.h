@@ -36,10 +36,11 @@ void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* d
 // Dense: out (R, N) = a (R, Kd) @ b (Kd, N), with a and b possibly of different dtypes
 // (the shared expert's second GEMM takes f32 activations and run-dtype weights, spec §2.5).
 // trans_a / trans_b read a as (Kd, R) / b as (N, Kd) row-major.
-void dense_gemm(void* out, Dtype out_dtype, const void* a, Dtype a_dtype, const void* b, Dtype b_dtype, int64_t R,
-                int64_t Kd, int64_t N, bool trans_a = false, bool trans_b = false);
+void dense_gemm(void* out, Dtype out_dtype, const void* a, Dtype a_dtype, const void* b, Dtype b_dtype,
+                int64_t R, int64_t Kd, int64_t N, bool trans_a = false, bool trans_b = false);
 
-// The library and ISA the active variant dispatches to, for result rows (e.g. "oneDNN 2.6.3 avx512_core_bf16").
+// The library and ISA the active variant dispatches to, for result rows (e.g. "oneDNN 2.6.3
+// avx512_core_bf16").
 std::string gemm_library_version();
 
 // The kernel registry for GEMMs: every variant implements the five entry points above. The functions

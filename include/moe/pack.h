@@ -30,13 +30,13 @@ void pack_assignments(Packed& out, const Routing& routing, PackStrategy strategy
 // (zero in, zero out) but never combined.
 struct DispatchPlan {
   int64_t tokens = 0, topk = 0, experts = 0;
-  int64_t rows = 0;                       // buffer rows = group_offset[E]
-  std::vector<int64_t> group_offset;      // (E+1) group e occupies rows [group_offset[e], group_offset[e+1])
-  std::vector<int32_t> row_assignment;    // (rows) flat assignment a of each row, -1 for padding
-  std::vector<float> row_weight;          // (rows) combine weight (rounded to the run dtype), 0 for padding
-  std::vector<int32_t> assignment_row;    // (A) buffer row of assignment a, -1 if dropped or null
-  int64_t live_rows = 0;                  // rows with row_assignment >= 0
-  int64_t dropped = 0;                    // assignments removed by capacity
+  int64_t rows = 0;                     // buffer rows = group_offset[E]
+  std::vector<int64_t> group_offset;    // (E+1) group e occupies rows [group_offset[e], group_offset[e+1])
+  std::vector<int32_t> row_assignment;  // (rows) flat assignment a of each row, -1 for padding
+  std::vector<float> row_weight;        // (rows) combine weight (rounded to the run dtype), 0 for padding
+  std::vector<int32_t> assignment_row;  // (A) buffer row of assignment a, -1 if dropped or null
+  int64_t live_rows = 0;                // rows with row_assignment >= 0
+  int64_t dropped = 0;                  // assignments removed by capacity
 
   int64_t group_rows(int64_t e) const { return group_offset[size_t(e) + 1] - group_offset[size_t(e)]; }
   int32_t row_token(int64_t r) const {
@@ -46,10 +46,11 @@ struct DispatchPlan {
 };
 
 // tile_rows: the contiguous layout's group alignment (1 = exact/ragged layout).
-void build_dispatch_plan(DispatchPlan& plan, const Packed& packed, const Routing& routing, const MoeConfig& cfg,
-                         int64_t tile_rows);
+void build_dispatch_plan(DispatchPlan& plan, const Packed& packed, const Routing& routing,
+                         const MoeConfig& cfg, int64_t tile_rows);
 
-// The layout a backend takes: gmm -> contiguous (tile_rows = KernelConfig::gmm_tile_rows), ragged_dot -> exact.
+// The layout a backend takes: gmm -> contiguous (tile_rows = KernelConfig::gmm_tile_rows), ragged_dot ->
+// exact.
 int64_t layout_tile_rows(BackendKind backend, int64_t gmm_tile_rows);
 
 }  // namespace moe

@@ -19,9 +19,13 @@ inline uint64_t mix64(uint64_t z) {
 }
 
 // A child key for a named sub-stream (e.g. derive_key(seed, kStreamX)).
-inline uint64_t derive_key(uint64_t key, uint64_t stream) { return mix64(mix64(key) ^ mix64(stream + 0x51ed27ull)); }
+inline uint64_t derive_key(uint64_t key, uint64_t stream) {
+  return mix64(mix64(key) ^ mix64(stream + 0x51ed27ull));
+}
 
-inline uint64_t random_bits(uint64_t key, uint64_t counter) { return mix64(key ^ (counter * 0xd1b54a32d192ed03ull)); }
+inline uint64_t random_bits(uint64_t key, uint64_t counter) {
+  return mix64(key ^ (counter * 0xd1b54a32d192ed03ull));
+}
 
 // Uniform in [0, 1).
 inline double random_uniform(uint64_t key, uint64_t counter) {

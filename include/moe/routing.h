@@ -10,9 +10,9 @@
 namespace moe {
 
 struct Routing {
-  int64_t tokens = 0;   // T
-  int64_t topk = 0;     // K
-  int64_t experts = 0;  // E (real experts; ids >= E are null slots, issue 4)
+  int64_t tokens = 0;          // T
+  int64_t topk = 0;            // K
+  int64_t experts = 0;         // E (real experts; ids >= E are null slots, issue 4)
   std::vector<int32_t> ids;    // ids     (T, K) expert per assignment, descending logit order
   std::vector<float> weights;  // weights (T, K) softmax over the K selected logits, f32
 };

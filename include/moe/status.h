@@ -40,7 +40,7 @@ class Status {
 
 }  // namespace moe
 
-#define MOE_CHECK(cond, msg)                                              \
-  do {                                                                    \
-    if (!(cond)) ::moe::check_failed(__FILE__, __LINE__, #cond, (msg));   \
+#define MOE_CHECK(cond, msg)                                            \
+  do {                                                                  \
+    if (!(cond)) ::moe::check_failed(__FILE__, __LINE__, #cond, (msg)); \
   } while (0)

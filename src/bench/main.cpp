@@ -6,8 +6,8 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <filesystem>
 #include <cstdio>
+#include <filesystem>
 #include <optional>
 
 #include "bench/accounting.h"
@@ -27,13 +27,16 @@
 namespace moe::bench {
 namespace {
 
-const char* py_bool(bool b) { return b ? "True" : "False"; }
+const char* py_bool(bool b) {
+  return b ? "True" : "False";
+}
 
 void print_shape_line(const BenchOptions& o) {
   const MoeConfig& c = o.base;
   std::string queue = o.queue_modes.size() == 2 ? "both" : name(o.queue_modes.front());
   fmt::print(
-      "shape tokens={} hidden={} mlp_dim={} experts={} topk={} dtype={} backend={} impl={} shared_expert_dim={} "
+      "shape tokens={} hidden={} mlp_dim={} experts={} topk={} dtype={} backend={} impl={} "
+      "shared_expert_dim={} "
       "shared_fused={} bench_pass={} parallel_mode=none ep_comm_path=compact_psum queue_mode={} "
       "routing_pack_strategy={} dispatch_permute_mode={} use_custom_sort_vjp={} remat_mode={} "
       "capacity_policy={} capacity_factor={} null_route_frac={} null_experts={} null_routing_mode={} "
@@ -41,9 +44,9 @@ void print_shape_line(const BenchOptions& o) {
       c.tokens, c.hidden, c.mlp_dim, c.experts, c.topk, dtype_name(c.dtype), name(c.backend),
       o.impls.size() > 1 ? "both" : name(o.impls.front()), c.shared_expert_dim, py_bool(c.shared_fused),
       name(c.bench_pass), queue, name(c.pack_strategy), name(c.permute_mode), py_bool(c.use_custom_sort_vjp),
-      name(c.remat_mode),
-      name(c.capacity_policy), c.capacity_factor, c.null_routing.frac, c.null_routing.null_experts,
-      name(c.null_routing.mode), py_bool(c.null_routing.renormalize), py_bool(o.stage_timing));
+      name(c.remat_mode), name(c.capacity_policy), c.capacity_factor, c.null_routing.frac,
+      c.null_routing.null_experts, name(c.null_routing.mode), py_bool(c.null_routing.renormalize),
+      py_bool(o.stage_timing));
 }
 
 void print_list() {
@@ -51,9 +54,11 @@ void print_list() {
   for (const Backend& b : registered_backends()) fmt::print(" {} ({})", b.name, b.description);
   fmt::print("\nimpls:");
   for (Impl i : kAllImpls) fmt::print(" {}", name(i));
-  fmt::print("\ngrouped_gemm backends: gmm (contiguous layout, tile-padded groups) ragged_dot (exact groups)\n");
+  fmt::print(
+      "\ngrouped_gemm backends: gmm (contiguous layout, tile-padded groups) ragged_dot (exact groups)\n");
   fmt::print("gemm variants (first = default):\n");
-  for (const GemmVariant& v : gemm_variants()) fmt::print("  {}: {} [{}]\n", v.name, v.description, v.version());
+  for (const GemmVariant& v : gemm_variants())
+    fmt::print("  {}: {} [{}]\n", v.name, v.description, v.version());
   fmt::print("routing_pack_strategy: argsort tuple_sort expert_score_sort\n");
   fmt::print("dispatch_permute_mode: direct_take repeat_sort\ncombine: scatter unsort\n");
 }
@@ -64,8 +69,9 @@ double measure_ceiling_tflops(const MoeConfig& c, int warmup, int iters) {
   Tensor a(c.dtype, {R, Kd}), b(c.dtype, {Kd, N}), out(c.dtype, {R, N});
   for (int64_t i = 0; i < a.numel(); ++i) a.set(i, float((i * 7919) % 1000) * 1e-3f - 0.5f);
   for (int64_t i = 0; i < b.numel(); ++i) b.set(i, float((i * 104729) % 1000) * 1e-3f - 0.5f);
-  TimingStats t = time_fn([&] { dense_gemm(out.raw(), c.dtype, a.raw(), c.dtype, b.raw(), c.dtype, R, Kd, N); },
-                          warmup, std::max(iters, 3));
+  TimingStats t =
+      time_fn([&] { dense_gemm(out.raw(), c.dtype, a.raw(), c.dtype, b.raw(), c.dtype, R, Kd, N); }, warmup,
+              std::max(iters, 3));
   return 2.0 * double(R) * double(Kd) * double(N) / t.mean / 1e12;
 }
 
@@ -73,15 +79,16 @@ Status check_memory(const MoeConfig& c) {
   const double physical = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
   const double need = c.estimated_bytes();
   if (need > 0.9 * physical)
-    return Status::error(fmt::format("this shape needs about {:.1f} GiB but the machine has {:.1f} GiB of memory",
-                                     need / 1073741824.0, physical / 1073741824.0));
+    return Status::error(
+        fmt::format("this shape needs about {:.1f} GiB but the machine has {:.1f} GiB of memory",
+                    need / 1073741824.0, physical / 1073741824.0));
   return Status::ok();
 }
 
 // Spec §9.4: each stage timed on its own (same warmup/iters); inputs of a stage come from one extra
 // call of the previous stage. The shared expert is in no stage.
-void print_stage_timing(const BenchOptions& o, const MoeConfig& c, const MoeInputs& in, const Routing& routing,
-                        MoeBlock& block) {
+void print_stage_timing(const BenchOptions& o, const MoeConfig& c, const MoeInputs& in,
+                        const Routing& routing, MoeBlock& block) {
   const std::string dist = name(c.distribution);
   if (c.bench_pass != BenchPass::forward) {
     fmt::print(stderr, "moe-bench: --stage-timing is forward only; skipped for forward_backward\n");
@@ -92,9 +99,10 @@ void print_stage_timing(const BenchOptions& o, const MoeConfig& c, const MoeInpu
   double down = time_fn([&] { block.stage_down(in); }, o.warmup, o.iters).mean;
   double combine = time_fn([&] { block.stage_combine(routing); }, o.warmup, o.iters).mean;
   const double total = pack + up + down + combine;
-  fmt::print("[{}] pass=forward stage pack_s={:.6f}\n[{}] pass=forward stage up_s={:.6f}\n", dist, pack, dist, up);
-  fmt::print("[{}] pass=forward stage down_s={:.6f}\n[{}] pass=forward stage combine_s={:.6f}\n", dist, down, dist,
-             combine);
+  fmt::print("[{}] pass=forward stage pack_s={:.6f}\n[{}] pass=forward stage up_s={:.6f}\n", dist, pack, dist,
+             up);
+  fmt::print("[{}] pass=forward stage down_s={:.6f}\n[{}] pass=forward stage combine_s={:.6f}\n", dist, down,
+             dist, combine);
   fmt::print("[{}] pass=forward stage_pct pack={:.1f} up={:.1f} down={:.1f} combine={:.1f}\n", dist,
              100 * pack / total, 100 * up / total, 100 * down / total, 100 * combine / total);
 }
@@ -128,10 +136,10 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, const MoeInputs& i
     ResultRow row = make_row(c, o.kernel, name(mode), t, ceiling_tflops, block.saved_activation_bytes(),
                              omp_get_max_threads(), null_stats, env);
     if (text_stdout) {
-      const std::string head =
-          fmt::format("[{}] mode={} pass={} topk={} impl={}", dist, name(mode), name(c.bench_pass), c.topk, name(c.impl));
-      fmt::print("{} backend={}\n{} remat_mode={}\n{} parallel_mode=none\n{} ep_comm_path=compact_psum\n", head,
-                 name(c.backend), head, name(c.remat_mode), head, head);
+      const std::string head = fmt::format("[{}] mode={} pass={} topk={} impl={}", dist, name(mode),
+                                           name(c.bench_pass), c.topk, name(c.impl));
+      fmt::print("{} backend={}\n{} remat_mode={}\n{} parallel_mode=none\n{} ep_comm_path=compact_psum\n",
+                 head, name(c.backend), head, name(c.remat_mode), head, head);
       fmt::print("{} time_s={:.6f}\n{} tflops={:.3f}\n{} tokens_per_s={:.2f}\n", head, t.mean, head,
                  row["tflops"].get<double>(), head, row["tokens_per_s"].get<double>());
     }
@@ -143,17 +151,20 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, const MoeInputs& i
     RunStats rs = run_stats(routing);
     LoadStats ls = load_stats(routing);
     const std::string tag = fmt::format("[{}] topk={} impl={}", dist, c.topk, name(c.impl));
-    fmt::print("{} run_stats runs={:.0f} mean={:.2f} p95={:.2f} max={:.0f}\n", tag, rs.runs, rs.mean, rs.p95, rs.max);
-    fmt::print("{} load_stats min={:.0f} max={:.0f} std={:.2f} cv={:.4f}\n", tag, ls.min, ls.max, ls.std, ls.cv);
+    fmt::print("{} run_stats runs={:.0f} mean={:.2f} p95={:.2f} max={:.0f}\n", tag, rs.runs, rs.mean, rs.p95,
+               rs.max);
+    fmt::print("{} load_stats min={:.0f} max={:.0f} std={:.2f} cv={:.4f}\n", tag, ls.min, ls.max, ls.std,
+               ls.cv);
     const DispatchPlan& plan = block.plan();
     fmt::print("{} capacity policy={} factor={:.3f} cap={} dropped={} drop_frac={:.4f}\n", tag,
                name(c.capacity_policy), c.capacity_factor, c.capacity(), plan.dropped,
                double(plan.dropped) / double(std::max<int64_t>(1, c.assignments())));
     if (o.null_routing_requested)
-      fmt::print("{} null_route mode={} target={:.3f} realized={:.3f} null_experts={} null_assignments={} "
-                 "real_assignments={}\n",
-                 tag, name(c.null_routing.mode), null_stats.target, null_stats.realized, null_stats.null_experts,
-                 null_stats.null_assignments, null_stats.real_assignments);
+      fmt::print(
+          "{} null_route mode={} target={:.3f} realized={:.3f} null_experts={} null_assignments={} "
+          "real_assignments={}\n",
+          tag, name(c.null_routing.mode), null_stats.target, null_stats.realized, null_stats.null_experts,
+          null_stats.null_assignments, null_stats.real_assignments);
     for (const ResultRow& row : outcome.rows) fmt::print("{}\n", result_text(row));
   } else {
     static bool csv_header_printed = false;
@@ -183,7 +194,8 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, const MoeInputs& i
   }
   if (!o.dump_dir.empty()) {
     // The output and gradients of the last timed call: deterministic, so they belong to these inputs.
-    std::string extra = fmt::format("{{\"kernel\": {}, \"environment\": {}}}", o.kernel.to_json(), env.to_json());
+    std::string extra =
+        fmt::format("{{\"kernel\": {}, \"environment\": {}}}", o.kernel.to_json(), env.to_json());
     outcome.dump_status = write_dump(o.dump_dir, c, extra, in, routing, out, grads ? &*grads : nullptr);
   }
   std::fflush(stdout);
@@ -254,11 +266,14 @@ int run(int argc, char** argv) {
             if (Status s = append_rows(o.out_path, o.format, lines, r.rows); !s) return fail(s);
           }
           ++done;
-          const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          const double elapsed =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
           if (n_runs > 1 && elapsed > 3.0)
-            fmt::print(stderr, "moe-bench: run {}/{} done ({} topk={} {} null={:.2f}), elapsed {:.1f}s, ETA {:.1f}s\n",
-                       done, n_runs, name(dist), k, name(impl), f, elapsed,
-                       elapsed / double(done) * double(n_runs - done));
+            fmt::print(
+                stderr,
+                "moe-bench: run {}/{} done ({} topk={} {} null={:.2f}), elapsed {:.1f}s, ETA {:.1f}s\n", done,
+                n_runs, name(dist), k, name(impl), f, elapsed,
+                elapsed / double(done) * double(n_runs - done));
         }
       }
     }
@@ -269,4 +284,6 @@ int run(int argc, char** argv) {
 }  // namespace
 }  // namespace moe::bench
 
-int main(int argc, char** argv) { return moe::bench::run(argc, argv); }
+int main(int argc, char** argv) {
+  return moe::bench::run(argc, argv);
+}

@@ -22,7 +22,7 @@ struct BenchOptions {
   std::vector<int64_t> topks;
   std::vector<Impl> impls;
   std::vector<QueueMode> queue_modes;
-  std::vector<double> null_fracs;  // the innermost sweep axis (spec §1 run loop)
+  std::vector<double> null_fracs;       // the innermost sweep axis (spec §1 run loop)
   bool null_routing_requested = false;  // any null flag given: print the null_route line
   int iters = 5;
   int warmup = 2;

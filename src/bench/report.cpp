@@ -1,7 +1,5 @@
 #include "bench/report.h"
 
-#include "bench/accounting.h"
-
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
@@ -12,13 +10,18 @@
 #include <fstream>
 #include <sstream>
 
+#include "bench/accounting.h"
+
 namespace moe::bench {
 
 const char* name(OutputFormat f) {
   switch (f) {
-    case OutputFormat::text: return "text";
-    case OutputFormat::jsonl: return "jsonl";
-    case OutputFormat::csv: return "csv";
+    case OutputFormat::text:
+      return "text";
+    case OutputFormat::jsonl:
+      return "jsonl";
+    case OutputFormat::csv:
+      return "csv";
   }
   return "?";
 }
@@ -60,13 +63,15 @@ Status write_all(int fd, const std::string& data, const std::string& path) {
 
 // Our keys appended to the text RESULT line; jsonl/csv rows carry everything.
 static const std::vector<std::string> kTextExtraKeys = {
-    "dtype",         "time_s",      "time_median_s", "time_min_s", "time_max_s", "ceiling_tflops", "pct_of_ceiling",
-    "saved_activation_bytes", "threads", "remat_mode", "capacity_policy", "shared_expert_dim", "tokens", "hidden",
-    "mlp_dim",       "experts"};
+    "dtype",      "time_s",         "time_median_s",   "time_min_s",
+    "time_max_s", "ceiling_tflops", "pct_of_ceiling",  "saved_activation_bytes",
+    "threads",    "remat_mode",     "capacity_policy", "shared_expert_dim",
+    "tokens",     "hidden",         "mlp_dim",         "experts"};
 
 std::string result_text(const ResultRow& r) {
   std::string line = fmt::format(
-      "RESULT distribution={} mode={} pass={} impl={} backend={} topk={} null_target={:.3f} null_realized={:.3f} "
+      "RESULT distribution={} mode={} pass={} impl={} backend={} topk={} null_target={:.3f} "
+      "null_realized={:.3f} "
       "null_mode={} null_assignments={} real_assignments={} tflops={:.6f} tokens_per_s={:.6f}",
       r["distribution"].get<std::string>(), r["mode"].get<std::string>(), r["pass"].get<std::string>(),
       r["impl"].get<std::string>(), r["backend"].get<std::string>(), r["topk"].get<int64_t>(),
@@ -75,15 +80,17 @@ std::string result_text(const ResultRow& r) {
       r["tokens_per_s"].get<double>());
   for (const std::string& k : kTextExtraKeys) {
     const auto& v = r[k];
-    line += " " + k + "=" + (v.is_number_float() ? fmt::format("{:.6f}", v.get<double>())
-                             : v.is_string()     ? v.get<std::string>()
-                                                 : v.dump());
+    line += " " + k + "=" +
+            (v.is_number_float() ? fmt::format("{:.6f}", v.get<double>())
+             : v.is_string()     ? v.get<std::string>()
+                                 : v.dump());
   }
   return line;
 }
 
-ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const char* mode, const TimingStats& t, double ceiling,
-                   int64_t saved_bytes, int threads, const NullRoutingStats& null_stats, const Environment& env) {
+ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const char* mode, const TimingStats& t,
+                   double ceiling, int64_t saved_bytes, int threads, const NullRoutingStats& null_stats,
+                   const Environment& env) {
   const int64_t real = null_stats.real_assignments;
   const double tflops = seed_flops(c, real) / t.mean / 1e12;
   ResultRow r;
@@ -118,8 +125,9 @@ ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const char* mode, 
   return r;
 }
 
-
-std::string format_jsonl(const ResultRow& row) { return row.dump(); }
+std::string format_jsonl(const ResultRow& row) {
+  return row.dump();
+}
 
 std::string csv_header(const ResultRow& row) {
   std::string s;
@@ -159,7 +167,8 @@ Status append_rows(const std::string& path, OutputFormat format, const std::vect
   }
   const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return Status::error(fmt::format("cannot write results file '{}': {}", path, std::strerror(errno)));
+  if (fd < 0)
+    return Status::error(fmt::format("cannot write results file '{}': {}", path, std::strerror(errno)));
   Status s = write_all(fd, content, path);
   if (s && ::fsync(fd) != 0)
     s = Status::error(fmt::format("cannot sync results file '{}': {}", path, std::strerror(errno)));

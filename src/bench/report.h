@@ -8,7 +8,6 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
-
 #include <string>
 #include <vector>
 
@@ -29,8 +28,9 @@ using ResultRow = nlohmann::ordered_json;
 // One row of a run: the seed's RESULT keys in its order, then ours (dtype, the four time statistics,
 // ceiling_tflops, pct_of_ceiling, saved_activation_bytes, threads), then the full config, the kernel
 // config and the environment. TF/s uses the seed's FLOP formula and the mean time.
-ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const char* mode, const TimingStats& t, double ceiling,
-                   int64_t saved_bytes, int threads, const NullRoutingStats& null_stats, const Environment& env);
+ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const char* mode, const TimingStats& t,
+                   double ceiling, int64_t saved_bytes, int threads, const NullRoutingStats& null_stats,
+                   const Environment& env);
 
 // The seed's RESULT line (its keys and number formats, so a seed parser still works) followed by our
 // run keys; the config and environment stay in the jsonl/csv rows.

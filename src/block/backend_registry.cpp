@@ -4,7 +4,9 @@ namespace moe {
 namespace {
 
 // The CPU block implements every MoeConfig that validates.
-Status cpu_supports(const MoeConfig& cfg) { return cfg.validate(); }
+Status cpu_supports(const MoeConfig& cfg) {
+  return cfg.validate();
+}
 
 }  // namespace
 

@@ -6,7 +6,9 @@
 
 namespace moe {
 
-double check_tolerance(Dtype dtype) { return dtype == Dtype::f32 ? 1e-5 : 2e-2; }
+double check_tolerance(Dtype dtype) {
+  return dtype == Dtype::f32 ? 1e-5 : 2e-2;
+}
 
 CheckResult check_against_reference(const MoeConfig& cfg, const MoeInputs& in, const Routing& routing,
                                     const Tensor& out, const MoeGrads* grads) {
@@ -15,8 +17,9 @@ CheckResult check_against_reference(const MoeConfig& cfg, const MoeInputs& in, c
   r.tol = check_tolerance(cfg.dtype);
   r.out_rel_err = relative_error(out.to_f64(), ref.out);
   if (grads) {
-    r.grad_rel_err = std::max({relative_error(grads->dx.to_f64(), ref.dx), relative_error(grads->dw1.to_f64(), ref.dw1),
-                               relative_error(grads->dw3.to_f64(), ref.dw3), relative_error(grads->dw2.to_f64(), ref.dw2)});
+    r.grad_rel_err = std::max(
+        {relative_error(grads->dx.to_f64(), ref.dx), relative_error(grads->dw1.to_f64(), ref.dw1),
+         relative_error(grads->dw3.to_f64(), ref.dw3), relative_error(grads->dw2.to_f64(), ref.dw2)});
     if (cfg.has_shared())
       r.grad_rel_err = std::max({r.grad_rel_err, relative_error(grads->dsw1.to_f64(), ref.dsw1),
                                  relative_error(grads->dsw3.to_f64(), ref.dsw3),

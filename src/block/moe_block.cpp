@@ -1,5 +1,3 @@
-#include "moe/block.h"
-
 #include <cmath>
 #include <cstring>
 
@@ -7,6 +5,7 @@
 #include "cpu/dispatch.h"
 #include "cpu/swiglu.h"
 #include "cpu/vec_math.h"
+#include "moe/block.h"
 #include "moe/gemm.h"
 
 namespace moe {
@@ -30,7 +29,9 @@ void add_into(float* dst, const float* src, int64_t n) {
 }  // namespace
 
 MoeBlock::MoeBlock(const MoeConfig& cfg, const KernelConfig& kcfg)
-    : cfg_(cfg), kcfg_(kcfg), traits_(impl_traits(cfg.impl)),
+    : cfg_(cfg),
+      kcfg_(kcfg),
+      traits_(impl_traits(cfg.impl)),
       tile_rows_(layout_tile_rows(cfg.backend, kcfg.gmm_tile_rows)) {}
 
 void MoeBlock::ensure_row_buffers() {
@@ -77,7 +78,8 @@ void MoeBlock::stage_up(const MoeInputs& in, bool fused_w13_from_inputs) {
 
 void MoeBlock::stage_down(const MoeInputs& in) {
   GroupedShape groups{plan_.group_offset.data(), cfg_.experts};
-  grouped_gemm_nn(ys_.raw(), cfg_.dtype, g_.raw(), in.w2.raw(), cfg_.dtype, groups, cfg_.mlp_dim, cfg_.hidden);
+  grouped_gemm_nn(ys_.raw(), cfg_.dtype, g_.raw(), in.w2.raw(), cfg_.dtype, groups, cfg_.mlp_dim,
+                  cfg_.hidden);
 }
 
 void MoeBlock::stage_combine(const Routing& routing, bool onto_shared) {
@@ -198,7 +200,8 @@ double MoeBlock::forward_backward(Tensor& out, MoeGrads& grads, const MoeInputs&
   return sum_sq / double(T * H);
 }
 
-void MoeBlock::routed_backward(MoeGrads& grads, const MoeInputs& in, const Routing& routing, const Tensor& w13) {
+void MoeBlock::routed_backward(MoeGrads& grads, const MoeInputs& in, const Routing& routing,
+                               const Tensor& w13) {
   const int64_t rows = plan_.rows, H = cfg_.hidden, M = cfg_.mlp_dim;
   const Dtype dt = cfg_.dtype;
   GroupedShape groups{plan_.group_offset.data(), cfg_.experts};
@@ -275,12 +278,13 @@ void MoeBlock::shared_backward(MoeGrads& grads, const MoeInputs& in, const Tenso
 }
 
 int64_t MoeBlock::saved_activation_bytes() const {
-  const int64_t rows = plan_.rows, T = cfg_.tokens, H = cfg_.hidden, M = cfg_.mlp_dim, S = cfg_.shared_expert_dim;
+  const int64_t rows = plan_.rows, T = cfg_.tokens, H = cfg_.hidden, M = cfg_.mlp_dim,
+                S = cfg_.shared_expert_dim;
   const int64_t es = int64_t(dtype_size(cfg_.dtype));
   if (cfg_.bench_pass == BenchPass::forward) return 0;  // nothing is kept for a backward
-  int64_t bytes = rows * H * es;  // dispatched rows: the expert MLP's input
+  int64_t bytes = rows * H * es;                        // dispatched rows: the expert MLP's input
   if (cfg_.remat_mode != RematMode::expert_mlp) bytes += rows * 3 * M * es;  // h (rows, 2M) + g (rows, M)
-  if (cfg_.has_shared()) bytes += T * 3 * S * 4;  // hs (T, 2S) + gs (T, S), f32
+  if (cfg_.has_shared()) bytes += T * 3 * S * 4;                             // hs (T, 2S) + gs (T, S), f32
   bytes += int64_t(plan_.row_assignment.size() + plan_.assignment_row.size()) * 4 +
            int64_t(plan_.row_weight.size()) * 4 + int64_t(plan_.group_offset.size()) * 8;
   return bytes;

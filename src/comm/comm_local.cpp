@@ -27,6 +27,8 @@ class LocalComm final : public Comm {
 
 }  // namespace
 
-std::unique_ptr<Comm> make_local_comm() { return std::make_unique<LocalComm>(); }
+std::unique_ptr<Comm> make_local_comm() {
+  return std::make_unique<LocalComm>();
+}
 
 }  // namespace moe

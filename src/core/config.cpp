@@ -1,8 +1,9 @@
 #include "moe/config.h"
 
+#include <fmt/format.h>
+
 #include <array>
 #include <cmath>
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 namespace moe {
@@ -23,17 +24,20 @@ struct NameTable {
   }
 };
 
-constexpr NameTable<Distribution, 2> kDistributions{{{{Distribution::random, "random"}, {Distribution::runs, "runs"}}}};
+constexpr NameTable<Distribution, 2> kDistributions{
+    {{{Distribution::random, "random"}, {Distribution::runs, "runs"}}}};
 constexpr NameTable<Impl, 6> kImpls{{{{Impl::baseline, "baseline"},
                                       {Impl::fused_w13, "fused_w13"},
                                       {Impl::preweight, "preweight"},
                                       {Impl::fused_w13_preweight, "fused_w13_preweight"},
                                       {Impl::scatter, "scatter"},
                                       {Impl::fast, "fast"}}}};
-constexpr NameTable<BackendKind, 2> kBackends{{{{BackendKind::gmm, "gmm"}, {BackendKind::ragged_dot, "ragged_dot"}}}};
-constexpr NameTable<PackStrategy, 3> kPackStrategies{{{{PackStrategy::argsort, "argsort"},
-                                                       {PackStrategy::tuple_sort, "tuple_sort"},
-                                                       {PackStrategy::expert_score_sort, "expert_score_sort"}}}};
+constexpr NameTable<BackendKind, 2> kBackends{
+    {{{BackendKind::gmm, "gmm"}, {BackendKind::ragged_dot, "ragged_dot"}}}};
+constexpr NameTable<PackStrategy, 3> kPackStrategies{
+    {{{PackStrategy::argsort, "argsort"},
+      {PackStrategy::tuple_sort, "tuple_sort"},
+      {PackStrategy::expert_score_sort, "expert_score_sort"}}}};
 constexpr NameTable<PermuteMode, 2> kPermuteModes{
     {{{PermuteMode::direct_take, "direct_take"}, {PermuteMode::repeat_sort, "repeat_sort"}}}};
 constexpr NameTable<CapacityPolicy, 3> kCapacityPolicies{
@@ -45,34 +49,72 @@ constexpr NameTable<BenchPass, 2> kBenchPasses{
 
 }  // namespace
 
-const char* name(Distribution v) { return kDistributions.name(v); }
-const char* name(Impl v) { return kImpls.name(v); }
-const char* name(BackendKind v) { return kBackends.name(v); }
-const char* name(PackStrategy v) { return kPackStrategies.name(v); }
-const char* name(PermuteMode v) { return kPermuteModes.name(v); }
-const char* name(CapacityPolicy v) { return kCapacityPolicies.name(v); }
-const char* name(RematMode v) { return kRematModes.name(v); }
-const char* name(BenchPass v) { return kBenchPasses.name(v); }
-std::optional<Distribution> parse_distribution(std::string_view s) { return kDistributions.parse(s); }
-std::optional<Impl> parse_impl(std::string_view s) { return kImpls.parse(s); }
-std::optional<BackendKind> parse_backend(std::string_view s) { return kBackends.parse(s); }
-std::optional<PackStrategy> parse_pack_strategy(std::string_view s) { return kPackStrategies.parse(s); }
-std::optional<PermuteMode> parse_permute_mode(std::string_view s) { return kPermuteModes.parse(s); }
-std::optional<CapacityPolicy> parse_capacity_policy(std::string_view s) { return kCapacityPolicies.parse(s); }
-std::optional<RematMode> parse_remat_mode(std::string_view s) { return kRematModes.parse(s); }
-std::optional<BenchPass> parse_bench_pass(std::string_view s) { return kBenchPasses.parse(s); }
+const char* name(Distribution v) {
+  return kDistributions.name(v);
+}
+const char* name(Impl v) {
+  return kImpls.name(v);
+}
+const char* name(BackendKind v) {
+  return kBackends.name(v);
+}
+const char* name(PackStrategy v) {
+  return kPackStrategies.name(v);
+}
+const char* name(PermuteMode v) {
+  return kPermuteModes.name(v);
+}
+const char* name(CapacityPolicy v) {
+  return kCapacityPolicies.name(v);
+}
+const char* name(RematMode v) {
+  return kRematModes.name(v);
+}
+const char* name(BenchPass v) {
+  return kBenchPasses.name(v);
+}
+std::optional<Distribution> parse_distribution(std::string_view s) {
+  return kDistributions.parse(s);
+}
+std::optional<Impl> parse_impl(std::string_view s) {
+  return kImpls.parse(s);
+}
+std::optional<BackendKind> parse_backend(std::string_view s) {
+  return kBackends.parse(s);
+}
+std::optional<PackStrategy> parse_pack_strategy(std::string_view s) {
+  return kPackStrategies.parse(s);
+}
+std::optional<PermuteMode> parse_permute_mode(std::string_view s) {
+  return kPermuteModes.parse(s);
+}
+std::optional<CapacityPolicy> parse_capacity_policy(std::string_view s) {
+  return kCapacityPolicies.parse(s);
+}
+std::optional<RematMode> parse_remat_mode(std::string_view s) {
+  return kRematModes.parse(s);
+}
+std::optional<BenchPass> parse_bench_pass(std::string_view s) {
+  return kBenchPasses.parse(s);
+}
 
-const std::vector<Impl> kAllImpls = {Impl::baseline, Impl::fused_w13, Impl::preweight,
-                                     Impl::fused_w13_preweight, Impl::scatter, Impl::fast};
+const std::vector<Impl> kAllImpls = {
+    Impl::baseline, Impl::fused_w13, Impl::preweight, Impl::fused_w13_preweight, Impl::scatter, Impl::fast};
 
 ImplTraits impl_traits(Impl impl) {
   switch (impl) {
-    case Impl::baseline: return {false, false, false};
-    case Impl::fused_w13: return {true, false, false};
-    case Impl::preweight: return {false, true, false};
-    case Impl::fused_w13_preweight: return {true, true, false};
-    case Impl::scatter: return {false, false, true};
-    case Impl::fast: return {true, false, true};
+    case Impl::baseline:
+      return {false, false, false};
+    case Impl::fused_w13:
+      return {true, false, false};
+    case Impl::preweight:
+      return {false, true, false};
+    case Impl::fused_w13_preweight:
+      return {true, true, false};
+    case Impl::scatter:
+      return {false, false, true};
+    case Impl::fast:
+      return {true, false, true};
   }
   MOE_CHECK(false, "unknown impl");
 }
@@ -91,10 +133,11 @@ double MoeConfig::estimated_bytes() const {
   double T = double(tokens), H = double(hidden), M = double(mlp_dim), E = double(experts), K = double(topk);
   double S = double(shared_expert_dim);
   double rows = T * K + E * 64.0;
-  if (capacity_active() && capacity_policy == CapacityPolicy::pad) rows = std::max(rows, E * double(capacity()) + E * 64);
+  if (capacity_active() && capacity_policy == CapacityPolicy::pad)
+    rows = std::max(rows, E * double(capacity()) + E * 64);
   double es = double(dtype_size(dtype));
-  double params = (3 * E * H * M + 3 * H * S) * es * 2;              // weights + fused copies
-  double acts = (T * H * 3) * 4 + rows * (H * 2 + M * 4) * 4;         // x/out/dx + row buffers (f32 bound)
+  double params = (3 * E * H * M + 3 * H * S) * es * 2;        // weights + fused copies
+  double acts = (T * H * 3) * 4 + rows * (H * 2 + M * 4) * 4;  // x/out/dx + row buffers (f32 bound)
   double shared = T * S * 3 * 4;
   double grads = bench_pass == BenchPass::forward_backward ? params + acts : 0;
   return params + acts + shared + grads;
@@ -110,28 +153,35 @@ Status MoeConfig::validate() const {
   MOE_RETURN_IF_ERROR(positive("--mlp-dim", mlp_dim));
   MOE_RETURN_IF_ERROR(positive("--experts", experts));
   if (topk < 1 || topk > experts)
-    return Status::error(fmt::format("Invalid topk={}; must be in [1, experts] (experts={}).", topk, experts));
+    return Status::error(
+        fmt::format("Invalid topk={}; must be in [1, experts] (experts={}).", topk, experts));
   if (shared_expert_dim < 0)
     return Status::error(fmt::format("invalid --shared-expert-dim={}: must be >= 0", shared_expert_dim));
   if (!std::isfinite(capacity_factor) || capacity_factor > 64)
-    return Status::error(fmt::format("invalid --capacity-factor={}: must be a finite number <= 64", capacity_factor));
+    return Status::error(
+        fmt::format("invalid --capacity-factor={}: must be a finite number <= 64", capacity_factor));
   if (!(run_alpha >= 0 && run_alpha < 1))
     return Status::error(fmt::format("invalid --run-alpha={}: must be in [0, 1)", run_alpha));
   if (!(run_noise_scale >= 0) || !std::isfinite(run_noise_scale))
-    return Status::error(fmt::format("invalid --run-noise-scale={}: must be a finite number >= 0", run_noise_scale));
+    return Status::error(
+        fmt::format("invalid --run-noise-scale={}: must be a finite number >= 0", run_noise_scale));
   if (null_routing.frac != 0 || null_routing.null_experts != 0) {
     if (!(null_routing.frac >= 0 && null_routing.frac < 1))
-      return Status::error(fmt::format("Invalid null-route fraction {}; expected in [0, 1).", null_routing.frac));
+      return Status::error(
+          fmt::format("Invalid null-route fraction {}; expected in [0, 1).", null_routing.frac));
     if (null_routing.null_experts < 0)
-      return Status::error(fmt::format("invalid --null-experts={}: must be >= 0 (0 = derived)", null_routing.null_experts));
+      return Status::error(
+          fmt::format("invalid --null-experts={}: must be >= 0 (0 = derived)", null_routing.null_experts));
   }
   if (null_routing_active() && capacity_policy != CapacityPolicy::none)
     return Status::error("Null routing currently requires capacity_policy='none' in this harness.");
   // Index math uses int32 row ids; keep every count well inside that range.
   const int64_t kMaxIndex = int64_t(1) << 31;
   if (tokens > kMaxIndex / topk || experts > (1 << 20))
-    return Status::error(fmt::format("tokens*topk={} is too large (at most {})", double(tokens) * double(topk), kMaxIndex));
-  for (auto [flag, v] : {std::pair{"--hidden", hidden}, {"--mlp-dim", mlp_dim}, {"--shared-expert-dim", shared_expert_dim}})
+    return Status::error(
+        fmt::format("tokens*topk={} is too large (at most {})", double(tokens) * double(topk), kMaxIndex));
+  for (auto [flag, v] :
+       {std::pair{"--hidden", hidden}, {"--mlp-dim", mlp_dim}, {"--shared-expert-dim", shared_expert_dim}})
     if (v > (int64_t(1) << 24)) return Status::error(fmt::format("{}={} is too large", flag, v));
   return Status::ok();
 }
@@ -168,7 +218,8 @@ std::string MoeConfig::to_json() const {
 }
 
 Status KernelConfig::validate() const {
-  if (threads < 0) return Status::error(fmt::format("invalid --threads={}: must be >= 0 (0 = all cores)", threads));
+  if (threads < 0)
+    return Status::error(fmt::format("invalid --threads={}: must be >= 0 (0 = all cores)", threads));
   if (gmm_tile_rows < 1 || gmm_tile_rows > 4096)
     return Status::error(fmt::format("invalid --gmm-tile-rows={}: must be in [1, 4096]", gmm_tile_rows));
   return Status::ok();

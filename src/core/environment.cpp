@@ -1,7 +1,5 @@
 #include "moe/environment.h"
 
-#include "moe/build_info.h"
-
 #include <omp.h>
 #include <unistd.h>
 
@@ -14,8 +12,8 @@
 #include <sstream>
 #include <vector>
 
+#include "moe/build_info.h"
 #include "moe/gemm.h"
-
 
 namespace moe {
 namespace {

@@ -1,11 +1,10 @@
 #include "moe/routing.h"
 
-#include "moe/null_routing.h"
-
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
+#include "moe/null_routing.h"
 #include "moe/rng.h"
 #include "moe/status.h"
 

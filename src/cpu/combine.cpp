@@ -27,7 +27,8 @@ void add_rows_to_tokens(float* out, const void* rows_in, Dtype dt, const Dispatc
       int32_t a = plan.row_assignment[size_t(r)];
       if (a < 0) continue;
       const float w = row_weight ? row_weight[r] : 1.0f;
-      const float* src = load_row_f32(scratch.data(), rows + (size_t(r) * size_t(H) + size_t(c0)) * elem, dt, width);
+      const float* src =
+          load_row_f32(scratch.data(), rows + (size_t(r) * size_t(H) + size_t(c0)) * elem, dt, width);
       float* dst = out + int64_t(a / plan.topk) * H + c0;
 #pragma omp simd
       for (int64_t h = 0; h < width; ++h) dst[h] += w * src[h];
@@ -37,14 +38,15 @@ void add_rows_to_tokens(float* out, const void* rows_in, Dtype dt, const Dispatc
 
 namespace {
 
-float row_weight(const DispatchPlan& plan, const Routing& routing, int64_t r, CombineKind kind, bool preweighted) {
+float row_weight(const DispatchPlan& plan, const Routing& routing, int64_t r, CombineKind kind,
+                 bool preweighted) {
   if (preweighted) return 1.0f;
   if (kind == CombineKind::scatter) return plan.row_weight[size_t(r)];
   return routing.weights[size_t(plan.row_assignment[size_t(r)])];
 }
 
-void combine_unsort(float* out, const void* y_rows, Dtype dt, const DispatchPlan& plan, const Routing& routing,
-                    int64_t H, bool preweighted) {
+void combine_unsort(float* out, const void* y_rows, Dtype dt, const DispatchPlan& plan,
+                    const Routing& routing, int64_t H, bool preweighted) {
   const int64_t K = plan.topk;
   const size_t elem = dtype_size(dt);
   auto* rows = static_cast<const char*>(y_rows);
@@ -68,16 +70,16 @@ void combine_unsort(float* out, const void* y_rows, Dtype dt, const DispatchPlan
 
 }  // namespace
 
-void combine_forward(float* out, const void* y_rows, Dtype dt, const DispatchPlan& plan, const Routing& routing,
-                     int64_t H, CombineKind kind, bool preweighted) {
+void combine_forward(float* out, const void* y_rows, Dtype dt, const DispatchPlan& plan,
+                     const Routing& routing, int64_t H, CombineKind kind, bool preweighted) {
   if (kind == CombineKind::scatter)
     add_rows_to_tokens(out, y_rows, dt, plan, H, preweighted ? nullptr : plan.row_weight.data());
   else
     combine_unsort(out, y_rows, dt, plan, routing, H, preweighted);
 }
 
-void combine_backward(void* dy_rows, Dtype dt, const float* dy, const DispatchPlan& plan, const Routing& routing,
-                      int64_t H, CombineKind kind, bool preweighted) {
+void combine_backward(void* dy_rows, Dtype dt, const float* dy, const DispatchPlan& plan,
+                      const Routing& routing, int64_t H, CombineKind kind, bool preweighted) {
   const size_t elem = dtype_size(dt);
   auto* dst_rows = static_cast<char*>(dy_rows);
 #pragma omp parallel

@@ -25,14 +25,14 @@ void add_rows_to_tokens(float* out, const void* rows, Dtype dt, const DispatchPl
 // out (T, H) f32 accumulated in place, rows (rows, H), row_weight (rows) or nullptr
 
 // out[t] += sum over the live rows r of token t: weight(r) * y_rows[r]
-void combine_forward(float* out, const void* y_rows, Dtype dt, const DispatchPlan& plan, const Routing& routing,
-                     int64_t H, CombineKind kind, bool preweighted);
+void combine_forward(float* out, const void* y_rows, Dtype dt, const DispatchPlan& plan,
+                     const Routing& routing, int64_t H, CombineKind kind, bool preweighted);
 // out (T, H) f32 accumulated in place, y_rows (rows, H)
 
 // dy_rows[r] = weight(r) * dy[token(r)] (weight 1 when preweighted); padding rows get zeros.
 // The backward of both algorithms is this gather (the transpose of a scatter-add is a gather).
-void combine_backward(void* dy_rows, Dtype dt, const float* dy, const DispatchPlan& plan, const Routing& routing,
-                      int64_t H, CombineKind kind, bool preweighted);
+void combine_backward(void* dy_rows, Dtype dt, const float* dy, const DispatchPlan& plan,
+                      const Routing& routing, int64_t H, CombineKind kind, bool preweighted);
 // dy_rows (rows, H), dy (T, H) f32
 
 }  // namespace moe::cpu

@@ -20,7 +20,8 @@ void dispatch_gather_direct(void* x_rows, const void* x, Dtype dt, const Dispatc
   }
 }
 
-void dispatch_gather_repeat(void* x_rows, void* x_rep, const void* x, Dtype dt, const DispatchPlan& plan, int64_t H) {
+void dispatch_gather_repeat(void* x_rows, void* x_rep, const void* x, Dtype dt, const DispatchPlan& plan,
+                            int64_t H) {
   const size_t row_bytes = size_t(H) * dtype_size(dt);
   const int64_t A = plan.tokens * plan.topk;
   auto* rep = static_cast<char*>(x_rep);

@@ -15,7 +15,8 @@ void dispatch_gather_direct(void* x_rows, const void* x, Dtype dt, const Dispatc
 
 // repeat_sort: x_rep = repeat(x, K) is materialised (A, H), then x_rows[r] = x_rep[row_assignment[r]].
 // Twice the traffic of direct_take; kept because the seed A/B-tests it.
-void dispatch_gather_repeat(void* x_rows, void* x_rep, const void* x, Dtype dt, const DispatchPlan& plan, int64_t H);
+void dispatch_gather_repeat(void* x_rows, void* x_rep, const void* x, Dtype dt, const DispatchPlan& plan,
+                            int64_t H);
 // x_rows (rows, H), x_rep (A, H) scratch, x (T, H)
 
 // The gather's backward, dx[t] += sum of the row gradients of token t, two ways (the seed A/B-tests

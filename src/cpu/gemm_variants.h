@@ -9,7 +9,7 @@
 #include "moe/gemm.h"
 #include "moe/status.h"
 
-#define MOE_DECLARE_GEMM_VARIANT(ns)                                                                        \
+#define MOE_DECLARE_GEMM_VARIANT(ns)                                                                      \
   namespace moe::ns {                                                                                     \
   void grouped_gemm_nn(void* out, Dtype out_dtype, const void* lhs, const void* rhs, Dtype in_dtype,      \
                        GroupedShape groups, int64_t Kd, int64_t N);                                       \

@@ -10,11 +10,14 @@ void swiglu_forward(void* g, GateUp in, Dtype dt, int64_t rows, int64_t M, const
   const size_t elem = dtype_size(dt);
 #pragma omp parallel
   {
-    std::vector<float> a_buf(static_cast<size_t>(M)), b_buf(static_cast<size_t>(M)), g_buf(static_cast<size_t>(M));
+    std::vector<float> a_buf(static_cast<size_t>(M)), b_buf(static_cast<size_t>(M)),
+        g_buf(static_cast<size_t>(M));
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
-      const float* a = load_row_f32(a_buf.data(), static_cast<const char*>(in.a) + size_t(r * in.ld) * elem, dt, M);
-      const float* b = load_row_f32(b_buf.data(), static_cast<const char*>(in.b) + size_t(r * in.ld) * elem, dt, M);
+      const float* a =
+          load_row_f32(a_buf.data(), static_cast<const char*>(in.a) + size_t(r * in.ld) * elem, dt, M);
+      const float* b =
+          load_row_f32(b_buf.data(), static_cast<const char*>(in.b) + size_t(r * in.ld) * elem, dt, M);
       const float w = row_weight ? row_weight[r] : 1.0f;
       float* out = g_buf.data();
 #pragma omp simd
@@ -29,12 +32,16 @@ void swiglu_backward(GateUpGrad out, const void* dg, GateUp in, Dtype dt, int64_
   const size_t elem = dtype_size(dt);
 #pragma omp parallel
   {
-    std::vector<float> a_buf(static_cast<size_t>(M)), b_buf(static_cast<size_t>(M)), dg_buf(static_cast<size_t>(M)), da(static_cast<size_t>(M)), db(static_cast<size_t>(M));
+    std::vector<float> a_buf(static_cast<size_t>(M)), b_buf(static_cast<size_t>(M)),
+        dg_buf(static_cast<size_t>(M)), da(static_cast<size_t>(M)), db(static_cast<size_t>(M));
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
-      const float* a = load_row_f32(a_buf.data(), static_cast<const char*>(in.a) + size_t(r * in.ld) * elem, dt, M);
-      const float* b = load_row_f32(b_buf.data(), static_cast<const char*>(in.b) + size_t(r * in.ld) * elem, dt, M);
-      const float* d = load_row_f32(dg_buf.data(), static_cast<const char*>(dg) + size_t(r * M) * elem, dt, M);
+      const float* a =
+          load_row_f32(a_buf.data(), static_cast<const char*>(in.a) + size_t(r * in.ld) * elem, dt, M);
+      const float* b =
+          load_row_f32(b_buf.data(), static_cast<const char*>(in.b) + size_t(r * in.ld) * elem, dt, M);
+      const float* d =
+          load_row_f32(dg_buf.data(), static_cast<const char*>(dg) + size_t(r * M) * elem, dt, M);
       const float w = row_weight ? row_weight[r] : 1.0f;
       float* pa = da.data();
       float* pb = db.data();

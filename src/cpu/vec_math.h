@@ -35,7 +35,9 @@ inline float exp_approx(float x) {
 }
 
 #pragma omp declare simd
-inline float sigmoid_approx(float z) { return 1.0f / (1.0f + exp_approx(-z)); }
+inline float sigmoid_approx(float z) {
+  return 1.0f / (1.0f + exp_approx(-z));
+}
 
 // dst[i] = float(src[i]) for a row of n bf16 values.
 inline void bf16_to_f32_row(float* dst, const bf16_t* src, int64_t n) {

@@ -6,17 +6,21 @@
 //
 // The shared expert is an expert like the routed ones (w1/w3 (H, S), w2 (S, H), weight 1, every
 // token), so both go through the same per-row helpers.
-#include "moe/reference.h"
-
 #include <algorithm>
 #include <cmath>
 #include <string>
 
+#include "moe/reference.h"
+
 namespace moe {
 namespace {
 
-double sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
-double silu(double z) { return z * sigmoid(z); }
+double sigmoid(double z) {
+  return 1.0 / (1.0 + std::exp(-z));
+}
+double silu(double z) {
+  return z * sigmoid(z);
+}
 double silu_grad(double z) {
   double s = sigmoid(z);
   return s * (1.0 + z * (1.0 - s));
@@ -34,11 +38,11 @@ struct Row {
 };
 
 // Up projection of one row: a += x·w1, b += x·w3 (a and b arrive zeroed).
-void up_proj(double* a,          // a  (N)
-             double* b,          // b  (N)
-             const double* x,    // x  (H)
-             const double* w1,   // w1 (H, N)
-             const double* w3,   // w3 (H, N)
+void up_proj(double* a,         // a  (N)
+             double* b,         // b  (N)
+             const double* x,   // x  (H)
+             const double* w1,  // w1 (H, N)
+             const double* w3,  // w3 (H, N)
              int64_t H, int64_t N) {
   for (int64_t h = 0; h < H; ++h) {
     const double xh = x[h];
@@ -52,10 +56,10 @@ void up_proj(double* a,          // a  (N)
 }
 
 // y += weight * (silu(a) ⊙ b)·w2.
-void down_proj_acc(double* y,          // y  (H)
-                   const double* a,    // a  (N)
-                   const double* b,    // b  (N)
-                   const double* w2,   // w2 (N, H)
+void down_proj_acc(double* y,         // y  (H)
+                   const double* a,   // a  (N)
+                   const double* b,   // b  (N)
+                   const double* w2,  // w2 (N, H)
                    double weight, int64_t N, int64_t H) {
   for (int64_t n = 0; n < N; ++n) {
     const double g = weight * silu(a[n]) * b[n];
@@ -66,15 +70,15 @@ void down_proj_acc(double* y,          // y  (H)
 
 // Backward of one row through down_proj_acc and up_proj: da, db (the gradients at a and b) and the
 // row's contribution to dx.
-void row_backward(double* da,          // da (N)
-                  double* db,          // db (N)
-                  double* dx,          // dx (H) accumulated
-                  const double* dy,    // dy (H)
-                  const double* a,     // a  (N)
-                  const double* b,     // b  (N)
-                  const double* w1,    // w1 (H, N)
-                  const double* w3,    // w3 (H, N)
-                  const double* w2,    // w2 (N, H)
+void row_backward(double* da,        // da (N)
+                  double* db,        // db (N)
+                  double* dx,        // dx (H) accumulated
+                  const double* dy,  // dy (H)
+                  const double* a,   // a  (N)
+                  const double* b,   // b  (N)
+                  const double* w1,  // w1 (H, N)
+                  const double* w3,  // w3 (H, N)
+                  const double* w2,  // w2 (N, H)
                   double weight, int64_t H, int64_t N) {
   for (int64_t n = 0; n < N; ++n) {
     const double* w2n = w2 + n * H;
@@ -98,18 +102,19 @@ void row_backward(double* da,          // da (N)
 }
 
 // One expert's weight gradients, summed over its rows in row order:
-//   dw1[h][n] = Σ_i x[t_i][h] da[i][n],  dw3 likewise with db,  dw2[n][h] = Σ_i w_i silu(a)b[i][n] dy[t_i][h].
+//   dw1[h][n] = Σ_i x[t_i][h] da[i][n],  dw3 likewise with db,  dw2[n][h] = Σ_i w_i silu(a)b[i][n]
+//   dy[t_i][h].
 // Parallel over the output rows h (dw1, dw3) and n (dw2), so no two threads write the same element.
-void expert_weight_grads(double* dw1,         // dw1 (H, N) overwritten
-                         double* dw3,         // dw3 (H, N) overwritten
-                         double* dw2,         // dw2 (N, H) overwritten
+void expert_weight_grads(double* dw1,  // dw1 (H, N) overwritten
+                         double* dw3,  // dw3 (H, N) overwritten
+                         double* dw2,  // dw2 (N, H) overwritten
                          const std::vector<Row>& rows,
-                         const double* x,     // x  (T, H)
-                         const double* dy,    // dy (T, H)
-                         const double* a,     // a  (rows, N) indexed by Row::act
-                         const double* b,     // b  (rows, N)
-                         const double* da,    // da (rows, N)
-                         const double* db,    // db (rows, N)
+                         const double* x,   // x  (T, H)
+                         const double* dy,  // dy (T, H)
+                         const double* a,   // a  (rows, N) indexed by Row::act
+                         const double* b,   // b  (rows, N)
+                         const double* da,  // da (rows, N)
+                         const double* db,  // db (rows, N)
                          int64_t H, int64_t N, bool threaded) {
 #pragma omp parallel for schedule(static) if (threaded)
   for (int64_t h = 0; h < H; ++h) {
@@ -176,11 +181,13 @@ ReferenceResult reference_forward(const MoeConfig& cfg, const ReferenceParams& p
   const int64_t S = cfg.shared_expert_dim, A = T * K;
   MOE_CHECK(T > 0 && H > 0 && M > 0 && E > 0 && K > 0 && S >= 0, "reference: dimensions must be positive");
   MOE_CHECK(p.x.size() == size_t(T * H), "reference: x is not (T, H)");
-  MOE_CHECK(p.w1.size() == size_t(E * H * M) && p.w3.size() == p.w1.size(), "reference: w1/w3 are not (E, H, M)");
+  MOE_CHECK(p.w1.size() == size_t(E * H * M) && p.w3.size() == p.w1.size(),
+            "reference: w1/w3 are not (E, H, M)");
   MOE_CHECK(p.w2.size() == size_t(E * M * H), "reference: w2 is not (E, M, H)");
   MOE_CHECK(p.sw1.size() == size_t(H * S) && p.sw3.size() == size_t(H * S) && p.sw2.size() == size_t(S * H),
             "reference: shared weights are not (H, S) / (S, H)");
-  MOE_CHECK(routing.tokens == T && routing.topk == K && routing.experts == E, "reference: routing shape mismatch");
+  MOE_CHECK(routing.tokens == T && routing.topk == K && routing.experts == E,
+            "reference: routing shape mismatch");
   MOE_CHECK(routing.ids.size() == size_t(A) && routing.weights.size() == size_t(A),
             "reference: routing ids/weights are not (T, K)");
 
@@ -226,7 +233,7 @@ ReferenceResult reference_forward(const MoeConfig& cfg, const ReferenceParams& p
 
   res.has_grads = true;
   res.dx.assign(size_t(T * H), 0.0);
-  std::vector<double> d_a(size_t(A * M), 0.0), d_b(size_t(A * M), 0.0);  // (A, M)
+  std::vector<double> d_a(size_t(A * M), 0.0), d_b(size_t(A * M), 0.0);      // (A, M)
   std::vector<double> dsh_a(size_t(T * S), 0.0), dsh_b(size_t(T * S), 0.0);  // (T, S)
 
 #pragma omp parallel for schedule(static) if (threaded)
@@ -237,12 +244,13 @@ ReferenceResult reference_forward(const MoeConfig& cfg, const ReferenceParams& p
       const int64_t a = t * K + k;
       if (!kept[size_t(a)]) continue;
       const int64_t e = routing.ids[size_t(a)];
-      row_backward(d_a.data() + a * M, d_b.data() + a * M, dxt, dyt, act_a.data() + a * M, act_b.data() + a * M,
-                   p.w1.data() + e * H * M, p.w3.data() + e * H * M, p.w2.data() + e * M * H, weight_of(a), H, M);
+      row_backward(d_a.data() + a * M, d_b.data() + a * M, dxt, dyt, act_a.data() + a * M,
+                   act_b.data() + a * M, p.w1.data() + e * H * M, p.w3.data() + e * H * M,
+                   p.w2.data() + e * M * H, weight_of(a), H, M);
     }
     if (S > 0) {
-      row_backward(dsh_a.data() + t * S, dsh_b.data() + t * S, dxt, dyt, sh_a.data() + t * S, sh_b.data() + t * S,
-                   p.sw1.data(), p.sw3.data(), p.sw2.data(), 1.0, H, S);
+      row_backward(dsh_a.data() + t * S, dsh_b.data() + t * S, dxt, dyt, sh_a.data() + t * S,
+                   sh_b.data() + t * S, p.sw1.data(), p.sw3.data(), p.sw2.data(), 1.0, H, S);
     }
   }
 
@@ -256,8 +264,8 @@ ReferenceResult reference_forward(const MoeConfig& cfg, const ReferenceParams& p
   res.dw2.resize(size_t(E * M * H));
   for (int64_t e = 0; e < E; ++e) {
     expert_weight_grads(res.dw1.data() + e * H * M, res.dw3.data() + e * H * M, res.dw2.data() + e * M * H,
-                        rows[size_t(e)], p.x.data(), dy.data(), act_a.data(), act_b.data(), d_a.data(), d_b.data(),
-                        H, M, threaded);
+                        rows[size_t(e)], p.x.data(), dy.data(), act_a.data(), act_b.data(), d_a.data(),
+                        d_b.data(), H, M, threaded);
   }
 
   res.dsw1.resize(size_t(H * S));
