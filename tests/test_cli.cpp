@@ -68,7 +68,7 @@ TEST(Cli, BadInputIsOneLineAndExitTwo) {
       "--format yaml",
       "--null-route-frac 1.5",
       "--null-route-frac 0.3 --capacity-policy drop --capacity-factor 1",
-      "--trace-dir /tmp/x",
+
   };
   for (const char* args : bad) {
     Ran r = run_bench(std::string(kTiny) + " " + args);

@@ -186,6 +186,30 @@ TEST(Harness, RunLoopOrderIsDistributionTopkImplNull) {
   EXPECT_EQ(got, want);
 }
 
+TEST(Harness, TraceDirWritesAChromeTraceOfEveryStage) {
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "moe_trace";
+  std::filesystem::remove_all(dir);
+  const std::string out = run_stdout(
+      "--tokens 64 --hidden 16 --mlp-dim 8 --experts 4 --topk 2 --impl fused_w13 --distribution random "
+      "--bench-pass forward_backward --remat-mode expert_mlp --iters 1 --warmup 0 --threads 1 --trace-dir " +
+      dir.string());
+  auto pos = out.find("trace_dir=");
+  ASSERT_NE(pos, std::string::npos) << out;
+  const std::string sub = out.substr(pos + 10, out.find('\n', pos) - pos - 10);
+  EXPECT_NE(sub.find("_random_topk2_fused_w13_null0.00_none_compact_psum_forward_backward_full"), std::string::npos);
+  std::ifstream f(std::filesystem::path(sub) / "trace.json");
+  ASSERT_TRUE(f) << sub;
+  auto trace = nlohmann::json::parse(f);
+  std::vector<std::string> stages;
+  for (const auto& e : trace["traceEvents"]) {
+    stages.push_back(e["name"]);
+    EXPECT_GE(e["dur"].get<double>(), 0.0);
+  }
+  for (const char* want : {"pack", "dispatch", "up", "down", "combine", "combine_backward", "remat_up",
+                           "down_backward", "swiglu_backward", "up_backward", "dispatch_backward"})
+    EXPECT_NE(std::find(stages.begin(), stages.end(), want), stages.end()) << want;
+}
+
 // Sum of the four stage means and the whole forward's mean from one run's output.
 std::pair<double, double> stage_sum_and_forward(const std::string& out) {
   double total = 0, forward = 0;

@@ -6,7 +6,9 @@
 // Thread contract: one call at a time; kernels parallelise internally with OpenMP.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 
 #include "moe/config.h"
 #include "moe/inputs.h"
@@ -46,12 +48,20 @@ class MoeBlock {
   int64_t saved_activation_bytes() const;
   const DispatchPlan& plan() const { return plan_; }
 
+  // Called around every stage of forward / forward_backward (for --trace-dir); empty = no overhead
+  // beyond one branch per stage.
+  using StageObserver = std::function<void(const char* stage, std::chrono::steady_clock::time_point start,
+                                           std::chrono::steady_clock::time_point end)>;
+  void set_stage_observer(StageObserver observer) { observer_ = std::move(observer); }
+
  private:
   void ensure_row_buffers();
   void shared_forward(const MoeInputs& in, const Tensor& sw13);
   void shared_backward(MoeGrads& grads, const MoeInputs& in, const Tensor& sw13, const float* dy);
   void routed_backward(MoeGrads& grads, const MoeInputs& in, const Routing& routing, const Tensor& w13);
   void finish_output(Tensor& out);
+  template <typename Fn>
+  void traced(const char* stage, Fn&& fn);
 
   MoeConfig cfg_;
   KernelConfig kcfg_;
@@ -83,6 +93,8 @@ class MoeBlock {
   Tensor dxs2_;    // dxs2  (rows, H) f32  second data-gradient GEMM of non-fused impls
   Tensor w13_work_, sw13_work_, dw13_, dsw13_;
   Tensor dhs_, ds_, tmp_th_;  // shared backward scratch
+
+  StageObserver observer_;
 };
 
 }  // namespace moe

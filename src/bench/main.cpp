@@ -14,6 +14,7 @@
 #include "bench/options.h"
 #include "bench/report.h"
 #include "bench/timing.h"
+#include "bench/trace.h"
 #include "moe/backend.h"
 #include "moe/block.h"
 #include "moe/check.h"
@@ -132,6 +133,30 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, const MoeInputs& i
       t = time_fn([&] { block.forward_prepared(out, in, routing); }, o.warmup, o.iters);
     } else {
       t = time_fn([&] { block.forward(out, in, routing); }, o.warmup, o.iters);
+    }
+    if (!o.trace_dir.empty()) {
+      // One extra, untimed call with every stage recorded (the seed's profiler trace, spec §1).
+      std::vector<TraceEvent> events;
+      block.set_stage_observer([&](const char* stage, auto start, auto end) {
+        events.push_back({stage, start, end});
+      });
+      if (c.bench_pass == BenchPass::forward_backward)
+        block.forward_backward(out, *grads, in, routing);
+      else if (mode == QueueMode::prequeue)
+        block.forward_prepared(out, in, routing);
+      else
+        block.forward(out, in, routing);
+      block.set_stage_observer(nullptr);
+      const std::string subdir =
+          fmt::format("{}_{}_topk{}_{}_null{:.2f}_none_compact_psum_{}_{}",
+                      std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count(),
+                      dist, c.topk, name(c.impl), c.null_routing.frac, name(c.bench_pass), name(mode));
+      std::string written;
+      outcome.dump_status = write_chrome_trace(o.trace_dir, subdir, events, written);
+      if (!outcome.dump_status) return outcome;
+      if (text_stdout) fmt::print("trace_dir={}\n", written);
     }
     ResultRow row = make_row(c, o.kernel, name(mode), t, ceiling_tflops, block.saved_activation_bytes(),
                              omp_get_max_threads(), null_stats, env);

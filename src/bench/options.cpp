@@ -91,10 +91,11 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok) {
   app.add_option("--dispatch-permute-mode", permute, "direct_take|repeat_sort")->capture_default_str();
   app.add_flag("--use-custom-sort-vjp", c.use_custom_sort_vjp,
                "repeat_sort backward as an inverse-permutation gather instead of a scatter-add");
-  std::string ep_comm_path = "compact_psum", trace_dir;
+  std::string ep_comm_path = "compact_psum";
   app.add_option("--ep-comm-path", ep_comm_path, "compact_psum (ring_ag_rs: needs --parallel-mode ep)")
       ->capture_default_str();
-  app.add_option("--trace-dir", trace_dir, "not supported (JAX profiler traces); use perf on moe-bench");
+  app.add_option("--trace-dir", opts.trace_dir,
+                 "write a Chrome trace (stage spans of one extra call) per run under this directory");
   app.add_option("--remat-mode", remat, "none|expert_mlp|combine")->capture_default_str();
   app.add_option("--capacity-factor", c.capacity_factor, "capacity factor (<= 0 disables)")
       ->capture_default_str();
@@ -167,9 +168,6 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok) {
     opts.format = OutputFormat::csv;
   else
     return Status::error(fmt::format("invalid --format '{}': expected one of text, jsonl, csv", format));
-  if (!trace_dir.empty())
-    return Status::error(
-        "--trace-dir is not supported (it wrapped runs in a JAX profiler trace); use perf or VTune");
   if (ep_comm_path != "compact_psum")
     return Status::error(fmt::format(
         "--ep-comm-path {} needs --parallel-mode ep, which is not implemented yet", ep_comm_path));

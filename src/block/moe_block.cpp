@@ -28,6 +28,14 @@ void add_into(float* dst, const float* src, int64_t n) {
 
 }  // namespace
 
+template <typename Fn>
+void MoeBlock::traced(const char* stage, Fn&& fn) {
+  if (!observer_) return fn();
+  const auto start = std::chrono::steady_clock::now();
+  fn();
+  observer_(stage, start, std::chrono::steady_clock::now());
+}
+
 MoeBlock::MoeBlock(const MoeConfig& cfg, const KernelConfig& kcfg)
     : cfg_(cfg),
       kcfg_(kcfg),
@@ -117,22 +125,22 @@ void MoeBlock::finish_output(Tensor& out) {
 }
 
 void MoeBlock::forward(Tensor& out, const MoeInputs& in, const Routing& routing) {
-  stage_pack(routing);
-  stage_dispatch(in);
+  traced("pack", [&] { stage_pack(routing); });
+  traced("dispatch", [&] { stage_dispatch(in); });
   forward_prepared(out, in, routing);
 }
 
 void MoeBlock::prepare_dispatch(const MoeInputs& in, const Routing& routing) {
-  stage_pack(routing);
-  stage_dispatch(in);
+  traced("pack", [&] { stage_pack(routing); });
+  traced("dispatch", [&] { stage_dispatch(in); });
 }
 
 void MoeBlock::forward_prepared(Tensor& out, const MoeInputs& in, const Routing& routing) {
-  stage_up(in, /*fused_w13_from_inputs=*/true);
-  stage_down(in);
-  if (cfg_.has_shared()) shared_forward(in, in.sw13);
-  stage_combine(routing, cfg_.has_shared());
-  finish_output(out);
+  traced("up", [&] { stage_up(in, /*fused_w13_from_inputs=*/true); });
+  traced("down", [&] { stage_down(in); });
+  if (cfg_.has_shared()) traced("shared", [&] { shared_forward(in, in.sw13); });
+  traced("combine", [&] { stage_combine(routing, cfg_.has_shared()); });
+  traced("output", [&] { finish_output(out); });
 }
 
 double MoeBlock::forward_backward(Tensor& out, MoeGrads& grads, const MoeInputs& in, const Routing& routing) {
@@ -140,15 +148,15 @@ double MoeBlock::forward_backward(Tensor& out, MoeGrads& grads, const MoeInputs&
   // The seed builds w13 = concat(w1, w3) inside the differentiated function; so do we.
   if (traits_.fuse_w13) {
     if (w13_work_.shape() != in.w13.shape()) w13_work_ = Tensor(cfg_.dtype, in.w13.shape());
-    concat_last_dim(w13_work_, in.w1, in.w3);
+    traced("concat_w13", [&] { concat_last_dim(w13_work_, in.w1, in.w3); });
   }
   if (cfg_.has_shared() && cfg_.shared_fused) {
     if (sw13_work_.shape() != in.sw13.shape()) sw13_work_ = Tensor(cfg_.dtype, in.sw13.shape());
-    concat_last_dim(sw13_work_, in.sw1, in.sw3);
+    traced("concat_shared_w13", [&] { concat_last_dim(sw13_work_, in.sw1, in.sw3); });
   }
 
-  stage_pack(routing);
-  stage_dispatch(in);
+  traced("pack", [&] { stage_pack(routing); });
+  traced("dispatch", [&] { stage_dispatch(in); });
   // expert_mlp remat: the forward writes its up projection and SwiGLU output into the backward's
   // gradient scratch, which the backward overwrites; it must recompute them (routed_backward).
   const bool remat = cfg_.remat_mode == RematMode::expert_mlp;
@@ -158,15 +166,15 @@ double MoeBlock::forward_backward(Tensor& out, MoeGrads& grads, const MoeInputs&
     std::swap(h_, dh_);
     std::swap(g_, dg_);
   }
-  stage_up(in, /*fused_w13_from_inputs=*/false);
-  stage_down(in);
+  traced("up", [&] { stage_up(in, /*fused_w13_from_inputs=*/false); });
+  traced("down", [&] { stage_down(in); });
   if (remat) {
     std::swap(h_, dh_);
     std::swap(g_, dg_);
   }
-  if (cfg_.has_shared()) shared_forward(in, sw13_work_);
-  stage_combine(routing, cfg_.has_shared());
-  finish_output(out);
+  if (cfg_.has_shared()) traced("shared", [&] { shared_forward(in, sw13_work_); });
+  traced("combine", [&] { stage_combine(routing, cfg_.has_shared()); });
+  traced("output", [&] { finish_output(out); });
 
   // loss = mean(y^2) over the stored (run-dtype) output; dy = 2 y / (T H).
   ensure(dy_, Dtype::f32, T * H);
@@ -192,7 +200,7 @@ double MoeBlock::forward_backward(Tensor& out, MoeGrads& grads, const MoeInputs&
 
   ensure(dx_acc_, Dtype::f32, T * H);
   if (cfg_.has_shared())
-    shared_backward(grads, in, sw13_work_, dy);
+    traced("shared_backward", [&] { shared_backward(grads, in, sw13_work_, dy); });
   else
     dx_acc_.fill_zero();
   routed_backward(grads, in, routing, w13_work_);
@@ -213,37 +221,47 @@ void MoeBlock::routed_backward(MoeGrads& grads, const MoeInputs& in, const Routi
   ensure(dxs_, Dtype::f32, rows * H);
 
   auto kind = cfg_.uses_scatter_combine() ? cpu::CombineKind::scatter : cpu::CombineKind::unsort;
-  cpu::combine_backward(dys_.raw(), dt, dy_.data<float>(), plan_, routing, H, kind, traits_.preweight);
+  traced("combine_backward", [&] {
+    cpu::combine_backward(dys_.raw(), dt, dy_.data<float>(), plan_, routing, H, kind, traits_.preweight);
+  });
 
   // expert_mlp remat: the forward's up projection and SwiGLU output were not kept; recompute them
   // from the saved dispatched rows.
-  if (cfg_.remat_mode == RematMode::expert_mlp) stage_up(in, /*fused_w13_from_inputs=*/false);
+  if (cfg_.remat_mode == RematMode::expert_mlp)
+    traced("remat_up", [&] { stage_up(in, /*fused_w13_from_inputs=*/false); });
 
-  grouped_gemm_tn(grads.dw2.raw(), dt, g_.raw(), dys_.raw(), dt, groups, M, H);
-  grouped_gemm_nt(dg_.raw(), dt, dys_.raw(), in.w2.raw(), dt, groups, M, H);
+  traced("down_backward", [&] {
+    grouped_gemm_tn(grads.dw2.raw(), dt, g_.raw(), dys_.raw(), dt, groups, M, H);
+    grouped_gemm_nt(dg_.raw(), dt, dys_.raw(), in.w2.raw(), dt, groups, M, H);
+  });
 
-  if (traits_.fuse_w13) {
-    cpu::GateUp gu{h_.raw(), row_ptr(h_, 0, 1) + size_t(M) * dtype_size(dt), 2 * M};
-    cpu::GateUpGrad dgu{dh_.raw(), row_ptr(dh_, 0, 1) + size_t(M) * dtype_size(dt), 2 * M};
-    cpu::swiglu_backward(dgu, dg_.raw(), gu, dt, rows, M, row_weight);
-    if (dw13_.shape() != w13.shape()) dw13_ = Tensor(dt, w13.shape());
-    grouped_gemm_tn(dw13_.raw(), dt, xs_.raw(), dh_.raw(), dt, groups, H, 2 * M);
-    split_last_dim(grads.dw1, grads.dw3, dw13_);
-    grouped_gemm_nt(dxs_.raw(), Dtype::f32, dh_.raw(), w13.raw(), dt, groups, H, 2 * M);
-  } else {
-    cpu::GateUp gu{h_.raw(), row_ptr(h_, rows, M), M};
-    cpu::GateUpGrad dgu{dh_.raw(), row_ptr(dh_, rows, M), M};
-    cpu::swiglu_backward(dgu, dg_.raw(), gu, dt, rows, M, row_weight);
-    grouped_gemm_tn(grads.dw1.raw(), dt, xs_.raw(), dgu.da, dt, groups, H, M);
-    grouped_gemm_tn(grads.dw3.raw(), dt, xs_.raw(), dgu.db, dt, groups, H, M);
-    ensure(dxs2_, Dtype::f32, rows * H);
-    grouped_gemm_nt(dxs_.raw(), Dtype::f32, dgu.da, in.w1.raw(), dt, groups, H, M);
-    grouped_gemm_nt(dxs2_.raw(), Dtype::f32, dgu.db, in.w3.raw(), dt, groups, H, M);
-    add_into(dxs_.data<float>(), dxs2_.data<float>(), rows * H);
-  }
+  const bool fused = traits_.fuse_w13;
+  cpu::GateUp gu = fused ? cpu::GateUp{h_.raw(), row_ptr(h_, 0, 1) + size_t(M) * dtype_size(dt), 2 * M}
+                         : cpu::GateUp{h_.raw(), row_ptr(h_, rows, M), M};
+  cpu::GateUpGrad dgu =
+      fused ? cpu::GateUpGrad{dh_.raw(), row_ptr(dh_, 0, 1) + size_t(M) * dtype_size(dt), 2 * M}
+            : cpu::GateUpGrad{dh_.raw(), row_ptr(dh_, rows, M), M};
+  traced("swiglu_backward", [&] { cpu::swiglu_backward(dgu, dg_.raw(), gu, dt, rows, M, row_weight); });
+  traced("up_backward", [&] {
+    if (fused) {
+      if (dw13_.shape() != w13.shape()) dw13_ = Tensor(dt, w13.shape());
+      grouped_gemm_tn(dw13_.raw(), dt, xs_.raw(), dh_.raw(), dt, groups, H, 2 * M);
+      split_last_dim(grads.dw1, grads.dw3, dw13_);
+      grouped_gemm_nt(dxs_.raw(), Dtype::f32, dh_.raw(), w13.raw(), dt, groups, H, 2 * M);
+    } else {
+      grouped_gemm_tn(grads.dw1.raw(), dt, xs_.raw(), dgu.da, dt, groups, H, M);
+      grouped_gemm_tn(grads.dw3.raw(), dt, xs_.raw(), dgu.db, dt, groups, H, M);
+      ensure(dxs2_, Dtype::f32, rows * H);
+      grouped_gemm_nt(dxs_.raw(), Dtype::f32, dgu.da, in.w1.raw(), dt, groups, H, M);
+      grouped_gemm_nt(dxs2_.raw(), Dtype::f32, dgu.db, in.w3.raw(), dt, groups, H, M);
+      add_into(dxs_.data<float>(), dxs2_.data<float>(), rows * H);
+    }
+  });
   const bool gather = cfg_.permute_mode == PermuteMode::repeat_sort && cfg_.use_custom_sort_vjp;
-  cpu::dispatch_backward(dx_acc_.data<float>(), dxs_.raw(), Dtype::f32, plan_, H,
-                         gather ? cpu::DispatchBackwardKind::gather : cpu::DispatchBackwardKind::scatter);
+  traced("dispatch_backward", [&] {
+    cpu::dispatch_backward(dx_acc_.data<float>(), dxs_.raw(), Dtype::f32, plan_, H,
+                           gather ? cpu::DispatchBackwardKind::gather : cpu::DispatchBackwardKind::scatter);
+  });
 }
 
 // Shared expert backward; writes dx_acc_ (initialising it) and the shared weight gradients.
