@@ -64,7 +64,6 @@ class MoeBlock {
   void traced(const char* stage, Fn&& fn);
 
   MoeConfig cfg_;
-  KernelConfig kcfg_;
   ImplTraits traits_;
   int64_t tile_rows_;
 

@@ -110,7 +110,7 @@ void print_stage_timing(const BenchOptions& o, const MoeConfig& c, const MoeInpu
 
 struct RunOutcome {
   bool check_failed = false;
-  Status dump_status;
+  Status output_status;  // a failed --dump or --trace-dir write
   std::vector<ResultRow> rows;
 };
 
@@ -125,27 +125,25 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, const MoeInputs& i
   if (c.bench_pass == BenchPass::forward_backward) grads = make_grads(c);
 
   for (QueueMode mode : o.queue_modes) {
-    TimingStats t;
-    if (c.bench_pass == BenchPass::forward_backward) {
-      t = time_fn([&] { block.forward_backward(out, *grads, in, routing); }, o.warmup, o.iters);
-    } else if (mode == QueueMode::prequeue) {
+    // The call this (pass, queue mode) times; prequeue packs and dispatches once, outside it.
+    if (c.bench_pass == BenchPass::forward && mode == QueueMode::prequeue)
       block.prepare_dispatch(in, routing);
-      t = time_fn([&] { block.forward_prepared(out, in, routing); }, o.warmup, o.iters);
-    } else {
-      t = time_fn([&] { block.forward(out, in, routing); }, o.warmup, o.iters);
-    }
-    if (!o.trace_dir.empty()) {
-      // One extra, untimed call with every stage recorded (the seed's profiler trace, spec §1).
-      std::vector<TraceEvent> events;
-      block.set_stage_observer([&](const char* stage, auto start, auto end) {
-        events.push_back({stage, start, end});
-      });
+    auto call = [&] {
       if (c.bench_pass == BenchPass::forward_backward)
         block.forward_backward(out, *grads, in, routing);
       else if (mode == QueueMode::prequeue)
         block.forward_prepared(out, in, routing);
       else
         block.forward(out, in, routing);
+    };
+    const TimingStats t = time_fn(call, o.warmup, o.iters);
+    if (!o.trace_dir.empty()) {
+      // One extra, untimed call with every stage recorded (the seed's profiler trace, spec §1).
+      std::vector<TraceEvent> events;
+      block.set_stage_observer([&](const char* stage, auto start, auto end) {
+        events.push_back({stage, start, end});
+      });
+      call();
       block.set_stage_observer(nullptr);
       const std::string subdir =
           fmt::format("{}_{}_topk{}_{}_null{:.2f}_none_compact_psum_{}_{}",
@@ -154,8 +152,8 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, const MoeInputs& i
                           .count(),
                       dist, c.topk, name(c.impl), c.null_routing.frac, name(c.bench_pass), name(mode));
       std::string written;
-      outcome.dump_status = write_chrome_trace(o.trace_dir, subdir, events, written);
-      if (!outcome.dump_status) return outcome;
+      outcome.output_status = write_chrome_trace(o.trace_dir, subdir, events, written);
+      if (!outcome.output_status) return outcome;
       if (text_stdout) fmt::print("trace_dir={}\n", written);
     }
     ResultRow row = make_row(c, o.kernel, name(mode), t, ceiling_tflops, block.saved_activation_bytes(),
@@ -221,7 +219,7 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, const MoeInputs& i
     // The output and gradients of the last timed call: deterministic, so they belong to these inputs.
     std::string extra =
         fmt::format("{{\"kernel\": {}, \"environment\": {}}}", o.kernel.to_json(), env.to_json());
-    outcome.dump_status = write_dump(o.dump_dir, c, extra, in, routing, out, grads ? &*grads : nullptr);
+    outcome.output_status = write_dump(o.dump_dir, c, extra, in, routing, out, grads ? &*grads : nullptr);
   }
   std::fflush(stdout);
   return outcome;
@@ -284,7 +282,7 @@ int run(int argc, char** argv) {
           Routing routing = make_routing(c, &null_stats);
           RunOutcome r = run_one(o, c, in, routing, null_stats, ceiling, env);
           any_check_failed |= r.check_failed;
-          if (!r.dump_status) return fail(r.dump_status);
+          if (!r.output_status) return fail(r.output_status);
           if (!o.out_path.empty()) {
             std::vector<std::string> lines;
             for (const ResultRow& row : r.rows) lines.push_back(result_text(row));

@@ -1,6 +1,3 @@
-#include <cmath>
-#include <cstring>
-
 #include "cpu/combine.h"
 #include "cpu/dispatch.h"
 #include "cpu/swiglu.h"
@@ -38,7 +35,6 @@ void MoeBlock::traced(const char* stage, Fn&& fn) {
 
 MoeBlock::MoeBlock(const MoeConfig& cfg, const KernelConfig& kcfg)
     : cfg_(cfg),
-      kcfg_(kcfg),
       traits_(impl_traits(cfg.impl)),
       tile_rows_(layout_tile_rows(cfg.backend, kcfg.gmm_tile_rows)) {}
 
