@@ -1,12 +1,18 @@
-// The fast block against the float64 reference: every impl x backend x dtype x pass x remat x capacity
-// combination on odd shapes with fresh inputs, plus the MoE edge grid (empty experts, all tokens on
-// one expert, K=1, K=E, S=0 and S>0, T not a multiple of the tile, both permute modes, all pack
-// strategies). Tolerances are check_tolerance(dtype) (moe/check.h).
+// The whole block on every registered backend against the float64 reference (moe/reference.h, the
+// independent oracle behind --check): every impl x layout x dtype x pass x remat x capacity on odd
+// shapes with fresh inputs, plus the MoE edge grid (empty experts, all tokens on one expert, K=1, K=E,
+// S=0 and S>0, T not a multiple of the tile, both permute modes, all pack strategies), null routing,
+// the prequeue path, remat, repeated calls, thread-count independence, and the exchange hooks.
+// Tolerances are check_tolerance(dtype) (moe/check.h). A backend that cannot run a configuration
+// (the cuda skeleton; any backend without its device) reports the case SKIPPED with its reason.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
+#include <functional>
 
+#include "moe/backend.h"
 #include "moe/block.h"
 #include "moe/check.h"
 #include "moe/gemm.h"
@@ -30,44 +36,94 @@ MoeConfig small_config(uint64_t seed) {
   return c;
 }
 
-// Runs the block once in the config's pass and checks it; returns the check for extra assertions.
-CheckResult run_and_check(const MoeConfig& c, const Routing& routing, const KernelConfig& k = {}) {
-  MoeInputs in = make_inputs(c);
-  MoeBlock block(c, k);
-  Tensor out(c.dtype, {c.tokens, c.hidden});
-  CheckResult r;
-  if (c.bench_pass == BenchPass::forward_backward) {
-    MoeGrads grads = make_grads(c);
-    block.forward_backward(out, grads, in, routing);
-    r = check_against_reference(c, in, routing, out, &grads);
-  } else {
-    block.forward(out, in, routing);
-    r = check_against_reference(c, in, routing, out, nullptr);
-  }
-  return r;
-}
-
 std::string describe(const MoeConfig& c) {
   return fmt::format(
       "impl={} backend={} dtype={} pass={} remat={} cap={}/{} S={} fused_shared={} K={} E={} T={}",
-      name(c.impl), name(c.backend), dtype_name(c.dtype), name(c.bench_pass), name(c.remat_mode),
+      name(c.impl), name(c.gemm_backend), dtype_name(c.dtype), name(c.bench_pass), name(c.remat_mode),
       name(c.capacity_policy), c.capacity_factor, c.shared_expert_dim, c.shared_fused, c.topk, c.experts,
       c.tokens);
 }
 
-TEST(Block, EveryCombinationMatchesReference) {
+// One block run on a backend, its results copied to the host.
+struct BlockRun {
+  Tensor out;
+  std::optional<MoeGrads> grads;
+  int64_t saved_bytes = 0;
+  PlanStats plan;
+};
+
+enum class Call { full, prequeue };
+
+BlockRun run_block(Backend& be, const MoeConfig& c, const MoeInputs& host_in, const Routing& routing,
+                   const KernelConfig& k = {}, Call call = Call::full, Comm* comm = nullptr) {
+  std::unique_ptr<Comm> local = make_local_comm();
+  MoeBlock block(c, k, be, comm ? *comm : *local);
+  const MoeInputs in = to_memory(host_in, be.memory());
+  const RoutingTensors r = to_memory(routing, be.memory());
+  Tensor out = be.empty(c.dtype, {c.tokens, c.hidden});
+  BlockRun run;
+  if (c.bench_pass == BenchPass::forward_backward) {
+    MoeGrads grads = make_grads(c, be.memory());
+    EXPECT_TRUE(block.forward_backward(out, grads, in, r).is_ok());
+    run.grads = to_host(grads);
+  } else if (call == Call::prequeue) {
+    EXPECT_TRUE(block.prepare_dispatch(in, r).is_ok());
+    EXPECT_TRUE(block.forward_prepared(out, in, r).is_ok());
+  } else {
+    EXPECT_TRUE(block.forward(out, in, r).is_ok());
+  }
+  be.synchronize();
+  run.out = out.to_host();
+  run.saved_bytes = block.saved_activation_bytes();
+  run.plan = block.plan_stats();
+  return run;
+}
+
+CheckResult check_run(const MoeConfig& c, const MoeInputs& in, const Routing& routing, const BlockRun& run) {
+  return check_against_reference(c, in, routing, run.out, run.grads ? &*run.grads : nullptr);
+}
+
+class BlockOnBackend : public ::testing::TestWithParam<std::string> {
+ protected:
+  Backend& backend() { return *backend_by_name(GetParam()); }
+
+  // Runs cfg on this backend and checks it against the reference; false (with the reason recorded)
+  // when the backend cannot run cfg.
+  bool run_and_check(const MoeConfig& c, const Routing& routing, const KernelConfig& k = {},
+                     Call call = Call::full) {
+    if (Status s = backend().supports_block(c); !s) {
+      skipped_ = s.message();
+      return false;
+    }
+    const MoeInputs in = make_inputs(c);
+    const CheckResult r = check_run(c, in, routing, run_block(backend(), c, in, routing, k, call));
+    EXPECT_TRUE(r.pass) << describe(c) << " out_err=" << r.out_rel_err << " grad_err=" << r.grad_rel_err
+                        << " tol=" << r.tol;
+    ++ran_;
+    return true;
+  }
+  // Call last: SKIPPED when nothing could run.
+  void skip_if_nothing_ran() {
+    if (ran_ == 0) GTEST_SKIP() << GetParam() << ": " << skipped_;
+  }
+
+ private:
+  int ran_ = 0;
+  std::string skipped_;
+};
+
+TEST_P(BlockOnBackend, EveryCombinationMatchesReference) {
   const uint64_t seed = testing::test_seed();
   for (Dtype dt : {Dtype::f32, Dtype::bf16})
-    for (BackendKind be : {BackendKind::gmm, BackendKind::ragged_dot})
+    for (GemmBackend be : {GemmBackend::gmm, GemmBackend::ragged_dot})
       for (Impl impl : kAllImpls)
         for (BenchPass pass : {BenchPass::forward, BenchPass::forward_backward})
           for (RematMode remat : {RematMode::none, RematMode::expert_mlp, RematMode::combine})
             for (CapacityPolicy cap : {CapacityPolicy::none, CapacityPolicy::drop, CapacityPolicy::pad}) {
-              if (pass == BenchPass::forward && remat != RematMode::none)
-                continue;  // remat is a backward notion
+              if (pass == BenchPass::forward && remat != RematMode::none) continue;  // a backward notion
               MoeConfig c = small_config(seed);
               c.dtype = dt;
-              c.backend = be;
+              c.gemm_backend = be;
               c.impl = impl;
               c.bench_pass = pass;
               c.remat_mode = remat;
@@ -75,11 +131,9 @@ TEST(Block, EveryCombinationMatchesReference) {
               c.capacity_factor = cap == CapacityPolicy::none ? 0.0 : 0.8;
               c.shared_expert_dim = (int(impl) + int(cap)) % 2 ? 12 : 0;
               c.shared_fused = int(remat) % 2 == 0;
-              Routing routing = make_routing(c);
-              CheckResult r = run_and_check(c, routing);
-              EXPECT_TRUE(r.pass) << describe(c) << " out_err=" << r.out_rel_err
-                                  << " grad_err=" << r.grad_rel_err << " tol=" << r.tol;
+              run_and_check(c, make_routing(c));
             }
+  skip_if_nothing_ran();
 }
 
 // Edge grid with hand-made routings.
@@ -89,9 +143,9 @@ struct EdgeCase {
   std::function<int32_t(int64_t t, int64_t k)> expert;
 };
 
-TEST(Block, EdgeGridMatchesReference) {
+TEST_P(BlockOnBackend, EdgeGridMatchesReference) {
   const uint64_t seed = testing::test_seed();
-  std::vector<EdgeCase> cases = {
+  const std::vector<EdgeCase> cases = {
       {"all tokens on one expert", 19, 4, 1, [](int64_t, int64_t) { return 2; }},
       {"empty experts", 23, 6, 2, [](int64_t t, int64_t k) { return int32_t((t + k) % 2 == 0 ? 1 : 4); }},
       {"K=E", 11, 3, 3, [](int64_t t, int64_t k) { return int32_t((t + k) % 3); }},
@@ -100,14 +154,15 @@ TEST(Block, EdgeGridMatchesReference) {
   };
   for (const EdgeCase& ec : cases)
     for (Dtype dt : {Dtype::f32, Dtype::bf16})
-      for (BackendKind be : {BackendKind::gmm, BackendKind::ragged_dot})
+      for (GemmBackend be : {GemmBackend::gmm, GemmBackend::ragged_dot})
         for (int64_t S : {0, 8}) {
+          SCOPED_TRACE(ec.label);
           MoeConfig c = small_config(seed);
           c.tokens = ec.tokens;
           c.experts = ec.experts;
           c.topk = ec.topk;
           c.dtype = dt;
-          c.backend = be;
+          c.gemm_backend = be;
           c.shared_expert_dim = S;
           c.bench_pass = BenchPass::forward_backward;
           c.impl = S ? Impl::baseline : Impl::fast;
@@ -118,14 +173,12 @@ TEST(Block, EdgeGridMatchesReference) {
               ids.push_back(ec.expert(t, k));
               weights.push_back(1.0f / float(c.topk) + 0.05f * float(k));
             }
-          Routing routing = routing_from(c.tokens, c.topk, c.experts, ids, weights);
-          CheckResult r = run_and_check(c, routing);
-          EXPECT_TRUE(r.pass) << ec.label << ": " << describe(c) << " out_err=" << r.out_rel_err
-                              << " grad_err=" << r.grad_rel_err;
+          run_and_check(c, routing_from(c.tokens, c.topk, c.experts, ids, weights));
         }
+  skip_if_nothing_ran();
 }
 
-TEST(Block, PackStrategiesPermuteModesAndTilesAgree) {
+TEST_P(BlockOnBackend, PackStrategiesPermuteModesAndTilesAgree) {
   const uint64_t seed = testing::test_seed();
   for (PackStrategy ps : {PackStrategy::argsort, PackStrategy::tuple_sort, PackStrategy::expert_score_sort})
     for (PermuteMode pm : {PermuteMode::direct_take, PermuteMode::repeat_sort})
@@ -139,21 +192,22 @@ TEST(Block, PackStrategiesPermuteModesAndTilesAgree) {
         c.distribution = Distribution::runs;
         KernelConfig k;
         k.gmm_tile_rows = tile;
-        CheckResult r = run_and_check(c, make_routing(c), k);
-        EXPECT_TRUE(r.pass) << name(ps) << " " << name(pm) << " tile=" << tile << " err=" << r.out_rel_err;
+        SCOPED_TRACE(fmt::format("{} {} tile={}", name(ps), name(pm), tile));
+        run_and_check(c, make_routing(c), k);
       }
+  skip_if_nothing_ran();
 }
 
-TEST(Block, NullRoutingMatchesReferenceEverywhere) {
+TEST_P(BlockOnBackend, NullRoutingMatchesReferenceEverywhere) {
   const uint64_t seed = testing::test_seed();
   for (Dtype dt : {Dtype::f32, Dtype::bf16})
-    for (BackendKind be : {BackendKind::gmm, BackendKind::ragged_dot})
+    for (GemmBackend be : {GemmBackend::gmm, GemmBackend::ragged_dot})
       for (Impl impl : kAllImpls)
         for (BenchPass pass : {BenchPass::forward, BenchPass::forward_backward})
           for (NullRoutingMode mode : {NullRoutingMode::independent, NullRoutingMode::take_until_null}) {
             MoeConfig c = small_config(seed);
             c.dtype = dt;
-            c.backend = be;
+            c.gemm_backend = be;
             c.impl = impl;
             c.bench_pass = pass;
             c.remat_mode = int(impl) % 2 ? RematMode::expert_mlp : RematMode::none;
@@ -164,40 +218,111 @@ TEST(Block, NullRoutingMatchesReferenceEverywhere) {
             NullRoutingStats stats;
             Routing routing = make_routing(c, &stats);
             ASSERT_GT(stats.null_assignments, 0);
-            CheckResult r = run_and_check(c, routing);
-            EXPECT_TRUE(r.pass) << describe(c) << " null mode=" << name(mode) << " out_err=" << r.out_rel_err
-                                << " grad_err=" << r.grad_rel_err;
+            SCOPED_TRACE(name(mode));
+            run_and_check(c, routing);
           }
+  skip_if_nothing_ran();
 }
 
-// Null slots cost nothing and add nothing: the fast output equals the one where the same assignments
-// keep a real expert with weight 0.
-TEST(Block, NullSlotsContributeNothing) {
+TEST_P(BlockOnBackend, PrequeueMatchesReferenceAndTheFullCall) {
+  const uint64_t seed = testing::test_seed();
+  for (Impl impl : kAllImpls)
+    for (int64_t S : {0, 6}) {
+      MoeConfig c = small_config(seed);
+      c.impl = impl;
+      c.dtype = Dtype::f32;
+      c.shared_expert_dim = S;
+      const Routing routing = make_routing(c);
+      if (!run_and_check(c, routing, {}, Call::prequeue)) continue;
+      const MoeInputs in = make_inputs(c);
+      const BlockRun full = run_block(backend(), c, in, routing),
+                     pre = run_block(backend(), c, in, routing, {}, Call::prequeue);
+      EXPECT_EQ(full.out.to_f64(), pre.out.to_f64()) << describe(c);
+    }
+  skip_if_nothing_ran();
+}
+
+// Null slots cost nothing and add nothing: the output equals the one where the same assignments keep a
+// real expert with weight 0.
+TEST_P(BlockOnBackend, NullSlotsContributeNothing) {
   const uint64_t seed = testing::test_seed();
   MoeConfig c = small_config(seed);
   c.dtype = Dtype::f32;
   c.null_routing.frac = 0.5;
+  if (Status s = backend().supports_block(c); !s) GTEST_SKIP() << s.message();
   Routing nulled = make_routing(c);
   MoeConfig plain_cfg = c;
   plain_cfg.null_routing.frac = 0;
   Routing zeroed = make_routing(plain_cfg);
   for (size_t a = 0; a < zeroed.ids.size(); ++a)
     if (nulled.ids[a] >= c.experts) zeroed.weights[a] = 0;
-  MoeInputs in = make_inputs(c);
-  Tensor out_null(c.dtype, {c.tokens, c.hidden}), out_zero(c.dtype, {c.tokens, c.hidden});
-  MoeBlock null_block(c, {});
-  null_block.forward(out_null, in, nulled);
+  const MoeInputs in = make_inputs(c);
   MoeConfig scatter_cfg = plain_cfg;
   scatter_cfg.impl = Impl::scatter;  // null routing forces scatter combine; compare like with like
-  MoeBlock zero_block(scatter_cfg, {});
-  zero_block.forward(out_zero, in, zeroed);
-  EXPECT_LT(null_block.plan().live_rows, zero_block.plan().live_rows) << "null rows must not reach the GEMMs";
-  for (int64_t i = 0; i < out_null.numel(); ++i)
-    ASSERT_NEAR(out_null.get(i), out_zero.get(i), 1e-5 * std::max(1.0f, std::fabs(out_zero.get(i)))) << i;
+  const BlockRun with_nulls = run_block(backend(), c, in, nulled);
+  const BlockRun with_zeros = run_block(backend(), scatter_cfg, in, zeroed);
+  EXPECT_LT(with_nulls.plan.live_rows, with_zeros.plan.live_rows) << "null rows must not reach the GEMMs";
+  for (int64_t i = 0; i < with_nulls.out.numel(); ++i)
+    ASSERT_NEAR(with_nulls.out.get(i), with_zeros.out.get(i),
+                1e-5 * std::max(1.0, std::fabs(with_zeros.out.get(i))))
+        << i;
 }
 
-TEST(Block, EveryGemmVariantRunsTheBlock) {
+TEST_P(BlockOnBackend, RematRecomputesAndSavesLess) {
   const uint64_t seed = testing::test_seed();
+  MoeConfig c = small_config(seed);
+  c.bench_pass = BenchPass::forward_backward;
+  c.dtype = Dtype::f32;
+  if (Status s = backend().supports_block(c); !s) GTEST_SKIP() << s.message();
+  const MoeInputs in = make_inputs(c);
+  const Routing routing = make_routing(c);
+  MoeConfig remat = c;
+  remat.remat_mode = RematMode::expert_mlp;
+  const BlockRun kept = run_block(backend(), c, in, routing),
+                 recomputed = run_block(backend(), remat, in, routing);
+  EXPECT_LT(recomputed.saved_bytes, kept.saved_bytes);
+  // Recompute is exact: same kernels on the same inputs.
+  EXPECT_EQ(kept.grads->dw1.to_f64(), recomputed.grads->dw1.to_f64());
+  EXPECT_EQ(kept.grads->dx.to_f64(), recomputed.grads->dx.to_f64());
+}
+
+TEST_P(BlockOnBackend, RepeatedCallsAreStable) {
+  const uint64_t seed = testing::test_seed();
+  MoeConfig c = small_config(seed);
+  c.bench_pass = BenchPass::forward_backward;
+  c.shared_expert_dim = 8;
+  c.shared_fused = true;
+  if (Status s = backend().supports_block(c); !s) GTEST_SKIP() << s.message();
+  std::unique_ptr<Comm> comm = make_local_comm();
+  MoeBlock block(c, {}, backend(), *comm);
+  const MoeInputs in = to_memory(make_inputs(c), backend().memory());
+  const RoutingTensors routing = to_memory(make_routing(c), backend().memory());
+  Tensor a = backend().empty(c.dtype, {c.tokens, c.hidden}),
+         b = backend().empty(c.dtype, {c.tokens, c.hidden});
+  MoeGrads ga = make_grads(c, backend().memory()), gb = make_grads(c, backend().memory());
+  ASSERT_TRUE(block.forward_backward(a, ga, in, routing).is_ok());
+  const double loss = block.loss();
+  ASSERT_TRUE(block.forward_backward(b, gb, in, routing).is_ok());
+  EXPECT_EQ(block.loss(), loss);
+  EXPECT_EQ(a.to_host().to_f64(), b.to_host().to_f64());
+  EXPECT_EQ(ga.dw2.to_host().to_f64(), gb.dw2.to_host().to_f64());
+  EXPECT_EQ(ga.dsw1.to_host().to_f64(), gb.dsw1.to_host().to_f64());
+}
+
+std::vector<std::string> backend_names_list() {
+  std::vector<std::string> names;
+  for (Backend* b : registered_backends()) names.push_back(b->name());
+  return names;
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, BlockOnBackend, ::testing::ValuesIn(backend_names_list()),
+                         [](const auto& info) { return info.param; });
+
+// --------------------------------------------------------------------------------- cpu-specific
+
+TEST(BlockCpu, EveryGemmVariantRunsTheBlock) {
+  const uint64_t seed = testing::test_seed();
+  Backend& cpu = *backend_by_name("cpu");
   for (const GemmVariant& v : gemm_variants()) {
     ASSERT_TRUE(select_gemm_variant(v.name));
     for (Dtype dt : {Dtype::f32, Dtype::bf16})
@@ -208,50 +333,128 @@ TEST(Block, EveryGemmVariantRunsTheBlock) {
         c.shared_expert_dim = 6;
         c.shared_fused = impl == Impl::fast;
         c.bench_pass = BenchPass::forward_backward;
-        CheckResult r = run_and_check(c, make_routing(c));
+        const MoeInputs in = make_inputs(c);
+        const Routing routing = make_routing(c);
+        const CheckResult r = check_run(c, in, routing, run_block(cpu, c, in, routing));
         EXPECT_TRUE(r.pass) << v.name << " " << describe(c) << " grad_err=" << r.grad_rel_err;
       }
   }
   select_gemm_variant("auto");
 }
 
-TEST(Block, RematRecomputesAndSavesLess) {
+// The schedule never changes a result: OpenMP splits rows and columns, never a sum.
+TEST(BlockCpu, ResultsIndependentOfThreadCount) {
   const uint64_t seed = testing::test_seed();
-  MoeConfig c = small_config(seed);
-  c.bench_pass = BenchPass::forward_backward;
-  c.dtype = Dtype::f32;
-  MoeInputs in = make_inputs(c);
-  Routing routing = make_routing(c);
-  auto run = [&](RematMode remat, Tensor& out, MoeGrads& grads) {
-    MoeConfig cc = c;
-    cc.remat_mode = remat;
-    MoeBlock block(cc, {});
-    block.forward_backward(out, grads, in, routing);
-    return block.saved_activation_bytes();
-  };
-  Tensor out_none(c.dtype, {c.tokens, c.hidden}), out_remat(c.dtype, {c.tokens, c.hidden});
-  MoeGrads g_none = make_grads(c), g_remat = make_grads(c);
-  int64_t saved_none = run(RematMode::none, out_none, g_none);
-  int64_t saved_remat = run(RematMode::expert_mlp, out_remat, g_remat);
-  EXPECT_LT(saved_remat, saved_none);
-  // Recompute is exact: same kernels on the same inputs.
-  for (int64_t i = 0; i < g_none.dw1.numel(); ++i) ASSERT_EQ(g_none.dw1.get(i), g_remat.dw1.get(i)) << i;
-  for (int64_t i = 0; i < g_none.dx.numel(); ++i) ASSERT_EQ(g_none.dx.get(i), g_remat.dx.get(i)) << i;
+  Backend& cpu = *backend_by_name("cpu");
+  const int threads_before = omp_get_max_threads();
+  for (Impl impl : {Impl::baseline, Impl::fast, Impl::fused_w13_preweight})
+    for (Dtype dt : {Dtype::f32, Dtype::bf16}) {
+      MoeConfig c = small_config(seed);
+      c.tokens = 301;
+      c.hidden = 64;
+      c.impl = impl;
+      c.dtype = dt;
+      c.shared_expert_dim = 16;
+      c.bench_pass = BenchPass::forward_backward;
+      const MoeInputs in = make_inputs(c);
+      const Routing routing = make_routing(c);
+      std::vector<BlockRun> runs;
+      for (int threads : {1, 2, 3}) {
+        omp_set_num_threads(threads);
+        runs.push_back(run_block(cpu, c, in, routing));
+      }
+      for (size_t i = 1; i < runs.size(); ++i) {
+        SCOPED_TRACE(describe(c) + " run " + std::to_string(i));
+        EXPECT_EQ(runs[i].out.to_f64(), runs[0].out.to_f64());
+        EXPECT_EQ(runs[i].grads->dx.to_f64(), runs[0].grads->dx.to_f64());
+        EXPECT_EQ(runs[i].grads->dw1.to_f64(), runs[0].grads->dw1.to_f64());
+        EXPECT_EQ(runs[i].grads->dw2.to_f64(), runs[0].grads->dw2.to_f64());
+        EXPECT_EQ(runs[i].grads->dsw3.to_f64(), runs[0].grads->dsw3.to_f64());
+      }
+    }
+  omp_set_num_threads(threads_before);
 }
 
-TEST(Block, RepeatedCallsAreStable) {
+// ------------------------------------------------------------------------------ exchange hooks
+
+// A one-rank comm that records every collective the block issues (and what it was given), then does
+// what the local comm does.
+class RecordingComm final : public Comm {
+ public:
+  explicit RecordingComm(std::vector<std::string>* log) : log_(log), inner_(make_local_comm()) {}
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  const char* name() const override { return "recording"; }
+  Status all_reduce_sum(Tensor& data) override {
+    log_->push_back(fmt::format("all_reduce_sum {} {}", dtype_name(data.dtype()), data.numel()));
+    return inner_->all_reduce_sum(data);
+  }
+  Status all_gather(Tensor& recv, const Tensor& send) override {
+    log_->push_back("all_gather");
+    return inner_->all_gather(recv, send);
+  }
+  Status reduce_scatter_sum(Tensor& recv, const Tensor& send) override {
+    log_->push_back("reduce_scatter_sum");
+    return inner_->reduce_scatter_sum(recv, send);
+  }
+  Status all_to_all_v(Tensor& recv, const std::vector<int64_t>& recv_counts, const Tensor& send,
+                      const std::vector<int64_t>& send_counts) override {
+    log_->push_back(fmt::format("all_to_all_v {} {}{}", dtype_name(send.dtype()), send_counts.at(0),
+                                recv.same_storage(send) ? " in_place" : ""));
+    return inner_->all_to_all_v(recv, recv_counts, send, send_counts);
+  }
+  Status barrier() override { return inner_->barrier(); }
+  std::unique_ptr<Comm> split(int color, int key) override {
+    log_->push_back("split");
+    return std::make_unique<RecordingComm>(log_);
+  }
+
+ private:
+  std::vector<std::string>* log_;
+  std::unique_ptr<Comm> inner_;
+};
+
+TEST(BlockExchange, ForwardAndBackwardCrossTheCommAtTheirInsertionPoints) {
   const uint64_t seed = testing::test_seed();
   MoeConfig c = small_config(seed);
   c.bench_pass = BenchPass::forward_backward;
-  MoeInputs in = make_inputs(c);
-  Routing routing = make_routing(c);
-  MoeBlock block(c, {});
-  Tensor a(c.dtype, {c.tokens, c.hidden}), b(c.dtype, {c.tokens, c.hidden});
-  MoeGrads ga = make_grads(c), gb = make_grads(c);
-  block.forward_backward(a, ga, in, routing);
-  block.forward_backward(b, gb, in, routing);
-  for (int64_t i = 0; i < a.numel(); ++i) ASSERT_EQ(a.get(i), b.get(i));
-  for (int64_t i = 0; i < ga.dw2.numel(); ++i) ASSERT_EQ(ga.dw2.get(i), gb.dw2.get(i));
+  c.dtype = Dtype::bf16;
+  c.shared_expert_dim = 4;
+  const MoeInputs in = make_inputs(c);
+  const Routing routing = make_routing(c);
+  std::vector<std::string> log;
+  RecordingComm comm(&log);
+  const BlockRun run = run_block(*backend_by_name("cpu"), c, in, routing, {}, Call::full, &comm);
+  EXPECT_TRUE(check_run(c, in, routing, run).pass);
+  const int64_t max_rows = max_plan_rows(c, 64), rows_elems = max_rows * c.hidden;
+  const int64_t EHM = c.experts * c.hidden * c.mlp_dim, HS = c.hidden * c.shared_expert_dim;
+  const std::vector<std::string> want = {
+      "split",                                                       // data group
+      "split",                                                       // expert group
+      "all_to_all_v int64 1 in_place",                               // after_plan: row counts
+      fmt::format("all_to_all_v bfloat16 {} in_place", rows_elems),  // rows to their experts
+      fmt::format("all_to_all_v bfloat16 {} in_place", rows_elems),  // expert outputs back
+      fmt::format("all_to_all_v bfloat16 {} in_place", rows_elems),  // backward: dy rows out
+      fmt::format("all_to_all_v float32 {} in_place", rows_elems),   // dx rows back
+      fmt::format("all_reduce_sum bfloat16 {}", EHM),                // dw1
+      fmt::format("all_reduce_sum bfloat16 {}", EHM),                // dw3
+      fmt::format("all_reduce_sum bfloat16 {}", EHM),                // dw2
+      fmt::format("all_reduce_sum bfloat16 {}", HS),                 // dsw1
+      fmt::format("all_reduce_sum bfloat16 {}", HS),                 // dsw3
+      fmt::format("all_reduce_sum bfloat16 {}", HS),                 // dsw2
+  };
+  EXPECT_EQ(log, want);
+}
+
+TEST(BlockExchange, UnbuiltParallelModesAreRefusedBeforeAllocation) {
+  std::unique_ptr<Comm> comm = make_local_comm();
+  MoeConfig c = small_config(1);
+  for (ParallelMode mode : {ParallelMode::dp, ParallelMode::ep}) {
+    c.parallel_mode = mode;
+    const Status s = exchange_supports(c, *comm);
+    EXPECT_FALSE(s.is_ok());
+    EXPECT_NE(s.message().find("not implemented yet"), std::string::npos) << s.message();
+  }
 }
 
 }  // namespace

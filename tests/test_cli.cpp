@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdio>
 #include <string>
+#include <utility>
 
 namespace {
 
@@ -68,6 +69,13 @@ TEST(Cli, BadInputIsOneLineAndExitTwo) {
       "--format yaml",
       "--null-route-frac 1.5",
       "--null-route-frac 0.3 --capacity-policy drop --capacity-factor 1",
+      "--device nosuch",
+      "--device ''",
+      "--quant-mode int9",
+      "--parallel-mode dp",
+      "--ep-comm-path ring_ag_rs",
+      "--ep-comm-path all_to_all --parallel-mode ep",
+      "--check-perturb nan",
 
   };
   for (const char* args : bad) {
@@ -97,6 +105,58 @@ TEST(Cli, TinyRunPrintsSeedLinesAndPassesCheck) {
       << r.out;
   EXPECT_NE(r.out.find("ceiling_tflops="), std::string::npos);
   EXPECT_NE(r.out.find("CHECK pass=true"), std::string::npos) << r.out;
+}
+
+// Roadmap values parse, and whoever would run them says they are not built yet, before any run.
+TEST(Cli, UnbuiltModesSayWhoRefusesThem) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"--quant-mode int8_routed", "--quant-mode int8_routed is not implemented yet on backend cpu"},
+      {"--quant-mode int8 --device ref", "--quant-mode int8 is not implemented yet on backend ref"},
+      {"--parallel-mode ep", "--parallel-mode ep is not implemented yet"},
+      {"--device nosuch", "expected one of cpu, ref"},
+  };
+  for (const auto& [args, want] : cases) {
+    Ran r = run_bench(std::string(kTiny) + " " + args);
+    EXPECT_EQ(r.exit_code, 2) << args;
+    EXPECT_NE(r.err.find(want), std::string::npos) << args << ": " << r.err;
+  }
+}
+
+// The acceptance command of the stage-ops issue on each host backend, every impl and both
+// distributions, forward and forward_backward.
+TEST(Cli, EveryHostDeviceRunsTheBlockAndPassesCheck) {
+  for (const char* device : {"cpu", "ref"})
+    for (const char* pass : {"forward", "forward_backward"}) {
+      Ran r = run_bench(std::string(kTiny) + " --device " + device + " --bench-pass " + pass +
+                        " --shared-expert-dim 8 --dtype bfloat16 --check --remat-mode expert_mlp");
+      ASSERT_EQ(r.exit_code, 0) << device << " " << pass << ": " << r.err;
+      size_t passes = 0;
+      for (size_t pos = 0; (pos = r.out.find("CHECK pass=true", pos)) != std::string::npos; ++pos) ++passes;
+      EXPECT_EQ(passes, 12u) << device << " " << pass << ":\n" << r.out;  // 6 impls x 2 distributions
+      EXPECT_NE(r.out.find(std::string("device=") + device), std::string::npos) << r.out;
+    }
+}
+
+// The oracle is sensitive: a result off by a relative 1e-3 (f32) or 5 % (bf16) fails --check, exit 1.
+TEST(Cli, APerturbedResultFailsCheck) {
+  const std::string base = std::string(kTiny) + " --impl fused_w13 --distribution random --check";
+  for (const char* pass : {"forward", "forward_backward"}) {
+    Ran ok = run_bench(base + " --dtype float32 --bench-pass " + pass + " --check-perturb 0");
+    EXPECT_EQ(ok.exit_code, 0) << ok.err;
+    Ran f32 = run_bench(base + " --dtype float32 --bench-pass " + pass + " --check-perturb 1e-3");
+    EXPECT_EQ(f32.exit_code, 1) << f32.out;
+    EXPECT_NE(f32.out.find("CHECK pass=false"), std::string::npos) << f32.out;
+    Ran bf16 = run_bench(base + " --dtype bfloat16 --bench-pass " + pass + " --check-perturb 0.05");
+    EXPECT_EQ(bf16.exit_code, 1) << bf16.out;
+  }
+}
+
+TEST(Cli, ListShowsEveryBackendAndWhatItRuns) {
+  Ran r = run_bench("--list --quant-mode int8");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* want :
+       {"  cpu: ", "  ref: ", "    pack           yes", "    expert_ffn     no: --quant-mode int8"})
+    EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
 }
 
 TEST(Cli, HelpListsFlagsWithDefaults) {

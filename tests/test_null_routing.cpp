@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/pack.h"
 #include "moe/inputs.h"
 #include "moe/null_routing.h"
 #include "moe/pack.h"
@@ -362,8 +363,8 @@ TEST(NullRouting, PackAndPlanExcludeNulls) {
     for (PackStrategy strategy :
          {PackStrategy::argsort, PackStrategy::tuple_sort, PackStrategy::expert_score_sort}) {
       SCOPED_TRACE(std::string(name(mode)) + " " + name(strategy));
-      Packed p;
-      pack_assignments(p, r, strategy);
+      cpu::Packed p;
+      cpu::pack_assignments(p, host_view(r), strategy);
       int64_t grouped = 0;
       for (int32_t g : p.group_sizes) grouped += g;
       EXPECT_EQ(grouped, s.real_assignments);
@@ -371,8 +372,9 @@ TEST(NullRouting, PackAndPlanExcludeNulls) {
       for (int64_t i = 0; i < cfg.assignments(); ++i)
         ASSERT_EQ(r.ids[size_t(p.sort_idx[size_t(i)])] >= cfg.experts, i >= s.real_assignments) << "i=" << i;
       for (int64_t tile : {1, 64}) {
-        DispatchPlan plan;
-        build_dispatch_plan(plan, p, r, cfg, tile);
+        DispatchPlan built = allocate_plan(cfg, tile, host_memory());
+        cpu::build_dispatch_plan(built, p, host_view(r), cfg, tile);
+        const testing::PlanVectors plan = testing::plan_vectors(built);
         EXPECT_EQ(plan.live_rows, s.real_assignments);
         for (int64_t row = 0; row < plan.rows; ++row) {
           const int32_t a = plan.row_assignment[size_t(row)];

@@ -3,15 +3,21 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <random>
 #include <string>
 
+#include "cpu/pack.h"
+#include "moe/backend.h"
 #include "moe/pack.h"
 #include "moe/routing.h"
 #include "test_util.h"
 
 namespace moe {
 namespace {
+
+using cpu::Packed;
+using testing::PlanVectors;
 
 constexpr PackStrategy kStrategies[] = {PackStrategy::argsort, PackStrategy::tuple_sort,
                                         PackStrategy::expert_score_sort};
@@ -97,8 +103,6 @@ std::vector<int32_t> reference_order(const Routing& r) {
 
 void expect_packed(const Packed& p, const Routing& r) {
   ASSERT_EQ(p.sort_idx, reference_order(r));
-  ASSERT_EQ(p.token_idx_sort.size(), p.sort_idx.size());
-  for (size_t i = 0; i < p.sort_idx.size(); ++i) ASSERT_EQ(p.token_idx_sort[i], p.sort_idx[i] / r.topk);
   const std::vector<int64_t> counts = expert_counts(r);
   ASSERT_EQ(p.group_sizes, std::vector<int32_t>(counts.begin(), counts.end()));
 }
@@ -112,7 +116,7 @@ TEST(Pack, EveryStrategyGivesTheStableByExpertOrder) {
     for (PackStrategy s : kStrategies) {
       SCOPED_TRACE(std::string(c.name) + " " + name(s));
       Packed p;
-      pack_assignments(p, r, s);
+      cpu::pack_assignments(p, host_view(r), s);
       expect_packed(p, r);
     }
   }
@@ -124,12 +128,11 @@ TEST(Pack, StructuredOrders) {
   const Routing desc = routing_from(3, 2, 3, {2, 2, 1, 1, 0, 0}, std::vector<float>(6, 0.5f));
   for (PackStrategy s : kStrategies) {
     Packed p;
-    pack_assignments(p, same, s);
+    cpu::pack_assignments(p, host_view(same), s);
     EXPECT_EQ(p.sort_idx, (std::vector<int32_t>{0, 1, 2, 3, 4})) << name(s);
     EXPECT_EQ(p.group_sizes, (std::vector<int32_t>{0, 0, 5})) << name(s);
-    pack_assignments(p, desc, s);
+    cpu::pack_assignments(p, host_view(desc), s);
     EXPECT_EQ(p.sort_idx, (std::vector<int32_t>{4, 5, 2, 3, 0, 1})) << name(s);
-    EXPECT_EQ(p.token_idx_sort, (std::vector<int32_t>{2, 2, 1, 1, 0, 0})) << name(s);
   }
 }
 
@@ -142,7 +145,7 @@ TEST(Pack, ReusedPackedStaysCorrect) {
       for (PackStrategy s : kStrategies) {
         SCOPED_TRACE(std::string(c.name) + " " + name(s));
         const Routing r = make_ids(c, seed + uint64_t(round));
-        pack_assignments(p, r, s);
+        cpu::pack_assignments(p, host_view(r), s);
         expect_packed(p, r);
       }
 }
@@ -155,7 +158,7 @@ int64_t round_up(int64_t n, int64_t m) {
 
 // Checks the plan against the definition: group e's rank-j assignment (flat order among ids == e) sits at
 // row group_offset[e] + j iff j < cap; every other row of the group is padding.
-void expect_plan(const DispatchPlan& p, const Routing& r, const MoeConfig& cfg, int64_t tile) {
+void expect_plan(const PlanVectors& p, const Routing& r, const MoeConfig& cfg, int64_t tile) {
   const int64_t E = r.experts, A = r.tokens * r.topk;
   const int64_t cap =
       cfg.capacity_active()
@@ -212,13 +215,26 @@ void expect_plan(const DispatchPlan& p, const Routing& r, const MoeConfig& cfg, 
   EXPECT_EQ(p.experts, E);
 }
 
+// The plan of `cfg` for routing `r` from the CPU's kernels (after `packed`) and from the ref backend's
+// pack op, which writes it from the definition.
+std::pair<PlanVectors, PlanVectors> cpu_and_ref_plans(const Packed& packed, const Routing& r,
+                                                      const MoeConfig& cfg, int64_t tile) {
+  DispatchPlan cpu_plan = allocate_plan(cfg, tile, host_memory());
+  cpu::build_dispatch_plan(cpu_plan, packed, host_view(r), cfg, tile);
+  Backend& ref = *backend_by_name("ref");
+  const StageTracer tracer;
+  const KernelConfig kernel;
+  DispatchPlan ref_plan = allocate_plan(cfg, tile, ref.memory());
+  ref.make_pack(OpContext{cfg, kernel, ref, tracer, tile})->forward(ref_plan, to_memory(r, ref.memory()));
+  return {testing::plan_vectors(cpu_plan), testing::plan_vectors(ref_plan)};
+}
+
 TEST(DispatchPlan, InvariantsForEveryPolicyFactorAndTile) {
   const uint64_t seed = testing::test_seed();
-  DispatchPlan plan;  // reused throughout, as in the timed loop
   Packed packed;
   for (const IdCase& c : kIdCases) {
     const Routing r = make_ids(c, seed);
-    pack_assignments(packed, r, PackStrategy::argsort);
+    cpu::pack_assignments(packed, host_view(r), PackStrategy::argsort);
     for (CapacityPolicy policy : {CapacityPolicy::none, CapacityPolicy::drop, CapacityPolicy::pad})
       for (double cf : {0.5, 1.25})
         for (int64_t tile : {1, 8, 64})
@@ -232,9 +248,12 @@ TEST(DispatchPlan, InvariantsForEveryPolicyFactorAndTile) {
             cfg.dtype = dt;
             SCOPED_TRACE(std::string(c.name) + " " + name(policy) + " cf=" + std::to_string(cf) +
                          " tile=" + std::to_string(tile) + " " + dtype_name(dt));
-            build_dispatch_plan(plan, packed, r, cfg, tile);
-            expect_plan(plan, r, cfg, tile);
+            const auto [cpu_plan, ref_plan] = cpu_and_ref_plans(packed, r, cfg, tile);
+            expect_plan(cpu_plan, r, cfg, tile);
             if (::testing::Test::HasFatalFailure()) return;
+            expect_plan(ref_plan, r, cfg, tile);
+            if (::testing::Test::HasFatalFailure()) return;
+            ASSERT_LE(cpu_plan.rows, max_plan_rows(cfg, tile));
           }
   }
 }
@@ -244,17 +263,15 @@ TEST(DispatchPlan, InvariantsForEveryPolicyFactorAndTile) {
 TEST(DispatchPlan, HandWorkedCapacityLayouts) {
   const Routing r = routing_from(4, 2, 3, {0, 1, 0, 2, 0, 2, 0, 2}, {.6f, .4f, .7f, .3f, .8f, .2f, .9f, .1f});
   Packed packed;
-  pack_assignments(packed, r, PackStrategy::tuple_sort);
+  cpu::pack_assignments(packed, host_view(r), PackStrategy::tuple_sort);
   MoeConfig cfg;
   cfg.tokens = 4;
   cfg.topk = 2;
   cfg.experts = 3;
   cfg.capacity_factor = 0.75;
   cfg.dtype = Dtype::f32;
-  DispatchPlan p;
-
   cfg.capacity_policy = CapacityPolicy::drop;
-  build_dispatch_plan(p, packed, r, cfg, 1);
+  PlanVectors p = cpu_and_ref_plans(packed, r, cfg, 1).first;
   EXPECT_EQ(p.group_offset, (std::vector<int64_t>{0, 4, 5, 8}));
   EXPECT_EQ(p.row_assignment, (std::vector<int32_t>{0, 2, -1, -1, 1, 3, 5, -1}));
   EXPECT_EQ(p.row_weight, (std::vector<float>{.6f, .7f, 0, 0, .4f, .3f, .2f, 0}));
@@ -263,22 +280,44 @@ TEST(DispatchPlan, HandWorkedCapacityLayouts) {
   EXPECT_EQ(p.live_rows, 5);
 
   cfg.capacity_policy = CapacityPolicy::pad;
-  build_dispatch_plan(p, packed, r, cfg, 4);
+  p = cpu_and_ref_plans(packed, r, cfg, 4).first;
   EXPECT_EQ(p.group_offset, (std::vector<int64_t>{0, 4, 8, 12}));
   EXPECT_EQ(p.row_assignment, (std::vector<int32_t>{0, 2, -1, -1, 1, -1, -1, -1, 3, 5, -1, -1}));
   EXPECT_EQ(p.dropped, 3);
   EXPECT_EQ(p.live_rows, 5);
 
   cfg.capacity_policy = CapacityPolicy::none;
-  build_dispatch_plan(p, packed, r, cfg, 1);
+  p = cpu_and_ref_plans(packed, r, cfg, 1).first;
   EXPECT_EQ(p.row_assignment, (std::vector<int32_t>{0, 2, 4, 6, 1, 3, 5, 7}));
   EXPECT_EQ(p.dropped, 0);
   EXPECT_EQ(p.live_rows, 8);
 }
 
 TEST(DispatchPlan, LayoutTileRows) {
-  EXPECT_EQ(layout_tile_rows(BackendKind::gmm, 64), 64);
-  EXPECT_EQ(layout_tile_rows(BackendKind::ragged_dot, 64), 1);
+  EXPECT_EQ(layout_tile_rows(GemmBackend::gmm, 64), 64);
+  EXPECT_EQ(layout_tile_rows(GemmBackend::ragged_dot, 64), 1);
+}
+
+// The buffers are sized before routing is known: no routing may need more rows than max_plan_rows.
+// Worst cases: every expert non-empty with one row (maximal tile padding), and capacity pad.
+TEST(DispatchPlan, MaxRowsBoundsEveryRouting) {
+  MoeConfig cfg;
+  cfg.tokens = 7;
+  cfg.topk = 3;
+  cfg.experts = 21;
+  cfg.dtype = Dtype::f32;
+  std::vector<int32_t> ids(21);
+  std::iota(ids.begin(), ids.end(), 0);  // 21 experts with one assignment each
+  const Routing r = routing_from(7, 3, 21, ids, std::vector<float>(21, 1.0f));
+  Packed packed;
+  cpu::pack_assignments(packed, host_view(r), PackStrategy::argsort);
+  for (int64_t tile : {1, 8, 64}) {
+    EXPECT_EQ(cpu_and_ref_plans(packed, r, cfg, tile).first.rows, max_plan_rows(cfg, tile)) << tile;
+    MoeConfig pad = cfg;
+    pad.capacity_policy = CapacityPolicy::pad;
+    pad.capacity_factor = 2.0;
+    EXPECT_EQ(cpu_and_ref_plans(packed, r, pad, tile).first.rows, max_plan_rows(pad, tile)) << tile;
+  }
 }
 
 }  // namespace

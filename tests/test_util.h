@@ -9,6 +9,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <vector>
+
+#include "moe/pack.h"
 
 namespace moe::testing {
 
@@ -25,6 +28,40 @@ inline uint64_t test_seed() {
   std::printf("[ seed     ] MOE_TEST_SEED=%llu\n", (unsigned long long)seed);
   ::testing::Test::RecordProperty("seed", std::to_string(seed));
   return seed;
+}
+
+// A dispatch plan (in any memory) copied to host vectors, the used rows only, for assertions.
+struct PlanVectors {
+  int64_t tokens = 0, topk = 0, experts = 0, rows = 0, live_rows = 0, dropped = 0;
+  std::vector<int64_t> group_offset;    // (E+1)
+  std::vector<int32_t> row_assignment;  // (rows)
+  std::vector<float> row_weight;        // (rows)
+  std::vector<int32_t> assignment_row;  // (A)
+
+  int64_t group_rows(int64_t e) const { return group_offset[size_t(e) + 1] - group_offset[size_t(e)]; }
+  int32_t row_token(int64_t r) const {
+    const int32_t a = row_assignment[size_t(r)];
+    return a < 0 ? -1 : int32_t(a / topk);
+  }
+};
+
+inline PlanVectors plan_vectors(const DispatchPlan& plan) {
+  PlanVectors v;
+  const PlanStats stats = plan_stats(plan);
+  v.tokens = plan.tokens;
+  v.topk = plan.topk;
+  v.experts = plan.experts;
+  v.rows = stats.rows;
+  v.live_rows = stats.live_rows;
+  v.dropped = stats.dropped;
+  const Tensor offsets = plan.group_offset.to_host(), rows = plan.row_assignment.to_host(),
+               weights = plan.row_weight.to_host(), assignment_row = plan.assignment_row.to_host();
+  v.group_offset.assign(offsets.data<int64_t>(), offsets.data<int64_t>() + offsets.numel());
+  v.row_assignment.assign(rows.data<int32_t>(), rows.data<int32_t>() + stats.rows);
+  v.row_weight.assign(weights.data<float>(), weights.data<float>() + stats.rows);
+  v.assignment_row.assign(assignment_row.data<int32_t>(),
+                          assignment_row.data<int32_t>() + assignment_row.numel());
+  return v;
 }
 
 }  // namespace moe::testing

@@ -1,23 +1,74 @@
-// Where a block runs. Each backend says which configurations it supports (a Status with the reason
-// when not), so the CLI can refuse a run with one clear line before allocating anything. The CPU
-// backend is always present; a CUDA backend registers itself when the build has one.
+// Where a block runs: a Backend is the op table the block dispatches through (ggml's backend interface
+// is the model). It has
+//  - memory: allocate (tensors in its MemorySpace), copy host <-> device, fill, and synchronize();
+//  - every stage op (moe/ops.h), forward and backward, made for one configuration;
+//  - the block's element-wise glue (the loss gradient, the f32 -> run dtype store) and a dense GEMM
+//    (the ceiling every result is compared with, run through the same backend);
+//  - supports(op, cfg): ok, or the reason it cannot run that op for cfg. The CLI and the block ask it
+//    before anything is allocated; a make_* call for an unsupported op is an invariant failure.
+//
+// Registered backends: `cpu` (OpenMP + oneDNN, the default), `ref` (plain scalar loops with float64
+// accumulation: every op's specification, slow) and, when built with CUDA, `cuda`. How a new backend,
+// quant mode or comm path plugs in: docs/design.md.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "moe/config.h"
+#include "moe/ops.h"
 #include "moe/status.h"
+#include "moe/tensor.h"
 
 namespace moe {
 
-struct Backend {
-  const char* name;
-  const char* description;
-  Status (*supports)(const MoeConfig& cfg);
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+  // One line: what computes, and on which device (e.g. the GPU's name, or why there is none).
+  virtual std::string description() const = 0;
+  // The devices it computes on, in the seed's `devices=[...]` style, e.g. "CpuDevice(id=0)".
+  virtual std::string devices() const = 0;
+
+  // Memory.
+  virtual MemorySpace& memory() = 0;
+  Tensor empty(Dtype dtype, std::vector<int64_t> shape) { return Tensor(dtype, std::move(shape), memory()); }
+  Tensor to_device(const Tensor& t) { return t.to_memory(memory()); }
+  // Waits until every op enqueued on this backend has finished (a no-op for synchronous backends).
+  virtual void synchronize() = 0;
+
+  virtual Status supports(OpKind op, const MoeConfig& cfg) const = 0;
+  // Every op a block of cfg uses (the shared expert only when cfg has one); the first refusal.
+  Status supports_block(const MoeConfig& cfg) const;
+
+  // Stage ops. REQUIRES: supports(op, ctx.cfg) is ok. The expert FFN op is chosen by cfg.quant_mode.
+  virtual std::unique_ptr<PackOp> make_pack(const OpContext& ctx) = 0;
+  virtual std::unique_ptr<DispatchOp> make_dispatch(const OpContext& ctx) = 0;
+  virtual std::unique_ptr<ExpertFfnOp> make_expert_ffn(const OpContext& ctx) = 0;
+  virtual std::unique_ptr<CombineOp> make_combine(const OpContext& ctx) = 0;
+  virtual std::unique_ptr<SharedExpertOp> make_shared_expert(const OpContext& ctx) = 0;
+
+  // loss = mean(y^2) (the seed's): dy (T, H) f32 = 2 y / (T H), sum_sq (1) f64 = sum of y^2; y (T, H).
+  virtual void loss_backward(Tensor& dy, Tensor& sum_sq, const Tensor& y) = 0;
+  // dst = src converted element-wise (float dtypes; narrowing rounds to nearest even). Same numel.
+  virtual void convert(Tensor& dst, const Tensor& src) = 0;
+  // c (R, N) = a (R, Kd) @ b (Kd, N), all in one dtype, f32 accumulation: the dense ceiling.
+  virtual void dense_gemm(Tensor& c, const Tensor& a, const Tensor& b) = 0;
 };
 
-const std::vector<Backend>& registered_backends();
-const Backend* find_backend(const std::string& name);
+// The registered backends, in `--list` order (cpu first: the default).
+const std::vector<Backend*>& registered_backends();
+// nullptr for an unknown name.
+Backend* backend_by_name(const std::string& name);
+// "cpu, ref, cuda": for error messages.
+std::string backend_names();
+
+// The reason text of supports() for an op a backend does not implement yet.
+Status not_implemented(const Backend& backend, OpKind op);
+// supports() of a backend whose expert FFN op is the float one only (quant_mode none): the refusal
+// every int8 mode gets until its op is registered there.
+Status float_expert_ffn_only(const Backend& backend, const MoeConfig& cfg);
 
 }  // namespace moe

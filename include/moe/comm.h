@@ -1,8 +1,9 @@
-// The only way code crosses processes (architecture.md): expert-parallel code calls a Comm, never MPI
-// or NCCL directly. This session ships the single-process LocalComm; MPI and NCCL implementations
-// slot in behind the same interface (src/comm/).
+// The only way code crosses processes (architecture.md): the block's exchange points (moe/exchange.h)
+// call a Comm, never MPI or NCCL directly. This build ships the single-process LocalComm; MPI and
+// NCCL implementations slot in behind the same interface (src/comm/).
 //
-// Buffers are raw bytes with element counts per peer so one interface serves every dtype.
+// Buffers are Tensors, so a collective knows each buffer's dtype and memory (host, or a device that
+// NCCL reads directly). Counts are in elements. Every rank calls every collective in the same order.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "moe/status.h"
+#include "moe/tensor.h"
 
 namespace moe {
 
@@ -19,17 +21,27 @@ class Comm {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual const char* name() const = 0;
-  // send_counts[p] / recv_counts[p] in bytes, packed back to back in peer order.
-  virtual Status all_to_all_v(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
-                              const std::vector<int64_t>& recv_bytes) = 0;
-  // In-place float32 sum over all ranks.
-  virtual Status all_reduce_sum(float* data, int64_t count) = 0;
-  // recv (size * bytes) = concat over ranks of send (bytes).
-  virtual Status all_gather(const void* send, int64_t bytes, void* recv) = 0;
+
+  // In place: data = the element-wise sum over ranks of data. f32 (summed in f32) or bf16 (summed in
+  // f32, rounded once).
+  virtual Status all_reduce_sum(Tensor& data) = 0;
+  // recv (size * n elements) = the ranks' send (n elements each) in rank order.
+  virtual Status all_gather(Tensor& recv, const Tensor& send) = 0;
+  // recv (n) = this rank's n-element slice of the element-wise sum over ranks of send (size * n);
+  // f32 or bf16 as all_reduce_sum.
+  virtual Status reduce_scatter_sum(Tensor& recv, const Tensor& send) = 0;
+  // send_counts[p] elements go to rank p (packed in rank order from the start of send);
+  // recv_counts[p] elements arrive from rank p (packed likewise into recv). send and recv may be
+  // the same tensor when every element stays on its rank (the layout does not move).
+  virtual Status all_to_all_v(Tensor& recv, const std::vector<int64_t>& recv_counts, const Tensor& send,
+                              const std::vector<int64_t>& send_counts) = 0;
   virtual Status barrier() = 0;
+  // The ranks that pass the same color form a new Comm, ordered by key then by rank (MPI_Comm_split):
+  // a data x expert mesh is two splits of the world.
+  virtual std::unique_ptr<Comm> split(int color, int key) = 0;
 };
 
-// One process: rank 0 of 1; every collective is a copy.
+// One process: rank 0 of 1; every collective is a copy (or nothing, in place).
 std::unique_ptr<Comm> make_local_comm();
 
 }  // namespace moe

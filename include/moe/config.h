@@ -16,12 +16,17 @@ namespace moe {
 
 enum class Distribution { random, runs };
 enum class Impl { baseline, fused_w13, preweight, fused_w13_preweight, scatter, fast };
-enum class BackendKind { gmm, ragged_dot };
+enum class GemmBackend { gmm, ragged_dot };
 enum class PackStrategy { argsort, tuple_sort, expert_score_sort };
 enum class PermuteMode { direct_take, repeat_sort };
 enum class CapacityPolicy { none, drop, pad };
 enum class RematMode { none, expert_mlp, combine };
 enum class BenchPass { forward, forward_backward };
+// Roadmap axes (docs/roadmap in ../shared): every value parses, and what is not built yet is refused
+// with one line by the part that would run it (a backend's supports(), make_exchange()).
+enum class QuantMode { none, int8, int8_routed, int8_all, int8_routed_prequant };
+enum class ParallelMode { none, dp, ep };
+enum class EpCommPath { compact_psum, ring_ag_rs, all_to_all };
 
 enum class NullRoutingMode { independent, take_until_null };
 
@@ -39,20 +44,26 @@ struct NullRoutingConfig {
 // Names exactly as the seed's flags spell them; parse_* return nullopt for unknown spellings.
 const char* name(Distribution v);
 const char* name(Impl v);
-const char* name(BackendKind v);
+const char* name(GemmBackend v);
 const char* name(PackStrategy v);
 const char* name(PermuteMode v);
 const char* name(CapacityPolicy v);
 const char* name(RematMode v);
 const char* name(BenchPass v);
+const char* name(QuantMode v);
+const char* name(ParallelMode v);
+const char* name(EpCommPath v);
 std::optional<Distribution> parse_distribution(std::string_view s);
 std::optional<Impl> parse_impl(std::string_view s);
-std::optional<BackendKind> parse_backend(std::string_view s);
+std::optional<GemmBackend> parse_gemm_backend(std::string_view s);
 std::optional<PackStrategy> parse_pack_strategy(std::string_view s);
 std::optional<PermuteMode> parse_permute_mode(std::string_view s);
 std::optional<CapacityPolicy> parse_capacity_policy(std::string_view s);
 std::optional<RematMode> parse_remat_mode(std::string_view s);
 std::optional<BenchPass> parse_bench_pass(std::string_view s);
+std::optional<QuantMode> parse_quant_mode(std::string_view s);
+std::optional<ParallelMode> parse_parallel_mode(std::string_view s);
+std::optional<EpCommPath> parse_ep_comm_path(std::string_view s);
 
 extern const std::vector<Impl> kAllImpls;  // the order `--impl both` runs them in
 
@@ -73,7 +84,7 @@ struct MoeConfig {
   int64_t shared_expert_dim = 0;  // S (0: no shared expert)
   bool shared_fused = false;
   Dtype dtype = Dtype::bf16;
-  BackendKind backend = BackendKind::gmm;
+  GemmBackend gemm_backend = GemmBackend::gmm;  // the seed's --backend: which grouped-GEMM API (and layout)
   Impl impl = Impl::fused_w13;
   Distribution distribution = Distribution::random;
   BenchPass bench_pass = BenchPass::forward;
@@ -89,6 +100,10 @@ struct MoeConfig {
   double run_noise_scale = 0.35;
   uint64_t seed = 0;
   NullRoutingConfig null_routing;  // issue 4; frac 0 = off
+  std::string device = "cpu";      // the Backend that runs the block (moe/backend.h), `--device`
+  QuantMode quant_mode = QuantMode::none;
+  ParallelMode parallel_mode = ParallelMode::none;
+  EpCommPath ep_comm_path = EpCommPath::compact_psum;  // meaningful with parallel_mode ep only
 
   int64_t assignments() const { return tokens * topk; }
   bool has_shared() const { return shared_expert_dim > 0; }

@@ -19,8 +19,10 @@ struct MoeInputs {
   Tensor sw13;  // shared w13 (H, 2S) = [sw1 | sw3]
 };
 
-// Fills every tensor from the seed's streams (rng.h); w13/sw13 are built by concatenation.
+// Fills every tensor from the seed's streams (rng.h) in host memory; w13/sw13 are built by concatenation.
 MoeInputs make_inputs(const MoeConfig& cfg);
+// The inputs in `memory` (shared, not copied, where they already are).
+MoeInputs to_memory(const MoeInputs& in, MemorySpace& memory);
 
 // w13 (E, R, 2N) = concat(w1 (E, R, N), w3 (E, R, N)) along the last dim; E may be 1 for the shared expert.
 void concat_last_dim(Tensor& w13, const Tensor& w1, const Tensor& w3);
@@ -39,6 +41,7 @@ struct MoeGrads {
   Tensor dsw2;  // (S, H)
 };
 
-MoeGrads make_grads(const MoeConfig& cfg);  // allocated, uninitialised
+MoeGrads make_grads(const MoeConfig& cfg, MemorySpace& memory = host_memory());  // uninitialised
+MoeGrads to_host(const MoeGrads& grads);
 
 }  // namespace moe

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "moe/config.h"
+#include "moe/tensor.h"
 
 namespace moe {
 
@@ -16,6 +17,23 @@ struct Routing {
   std::vector<int32_t> ids;    // ids     (T, K) expert per assignment, descending logit order
   std::vector<float> weights;  // weights (T, K) softmax over the K selected logits, f32
 };
+
+// A routing in a backend's memory, uploaded once per run outside timing (the seed's routing constants).
+struct RoutingTensors {
+  int64_t tokens = 0, topk = 0, experts = 0;
+  Tensor ids;      // ids     (T, K) s32
+  Tensor weights;  // weights (T, K) f32
+};
+RoutingTensors to_memory(const Routing& routing, MemorySpace& memory);
+
+// Host kernels' view of a routing (either form; RoutingTensors must be host memory).
+struct RoutingView {
+  int64_t tokens = 0, topk = 0, experts = 0;
+  const int32_t* ids = nullptr;    // (T, K)
+  const float* weights = nullptr;  // (T, K)
+};
+RoutingView host_view(const Routing& routing);
+RoutingView host_view(const RoutingTensors& routing);
 
 // logits (T, E) f32 drawn from `key` (make_routing derives it from the seed and the distribution).
 std::vector<float> sample_router_logits(const MoeConfig& cfg, Distribution dist, uint64_t key);

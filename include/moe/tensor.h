@@ -1,12 +1,20 @@
-// A dense row-major tensor that owns 64-byte aligned storage. Dtype is a runtime property so one
-// block implementation serves float32 and bfloat16; kernels take raw pointers with shape comments.
-// Index tensors (int32) use Buffer<int32_t> instead (see below): they never change dtype.
+// Tensors and the memory they live in.
+//
+// A Tensor is a dense row-major array with a runtime dtype and shape, owning (shared) 64-byte aligned
+// storage in one MemorySpace: host memory, or a device's memory reached only through its backend.
+// Copying a Tensor shares its storage (a handle, like a shared_ptr); clone() copies the bytes.
+//  - raw() is the address in the tensor's own memory: what a backend's ops pass to their kernels.
+//  - data<T>(), get(), set() and to_f64() read or write through the host; on device memory they are
+//    an invariant failure (MOE_CHECK), so code that prints, checks or dumps must copy to the host
+//    first, explicitly (to_host()).
+// Allocation failure throws AllocationError (the size and the memory), which the CLI reports as one
+// line and exit 2.
 #pragma once
 
 #include <cstdint>
 #include <cstdlib>
-#include <initializer_list>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -15,35 +23,52 @@
 
 namespace moe {
 
+class AllocationError : public std::runtime_error {
+ public:
+  AllocationError(size_t bytes, const std::string& memory);
+  size_t bytes() const { return bytes_; }
+
+ private:
+  size_t bytes_;
+};
+
+// Where a tensor's bytes live. Copies and fills on a device are ordered on that device's stream;
+// copy_to_host returns once the host bytes are valid.
+class MemorySpace {
+ public:
+  virtual ~MemorySpace() = default;
+  virtual std::string name() const = 0;  // "host", "cuda:0"
+  virtual bool host_accessible() const = 0;
+  // nullptr when the memory cannot hold `bytes` more.
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void deallocate(void* p) = 0;
+  virtual void copy_from_host(void* dst, const void* src, size_t bytes) = 0;
+  virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // both in this memory
+  virtual void fill_zero(void* dst, size_t bytes) = 0;
+};
+
+// Plain process memory (aligned_alloc), what the cpu and ref backends compute in.
+MemorySpace& host_memory();
+
+// 64-byte aligned host allocation for scratch; throws AllocationError.
+void* aligned_alloc_bytes(size_t bytes);
+
 struct AlignedFree {
   void operator()(void* p) const { std::free(p); }
 };
 
-inline void* aligned_alloc_bytes(size_t bytes) {
-  size_t rounded = (bytes + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
-  MOE_CHECK(p != nullptr, "out of memory allocating " + std::to_string(bytes) + " bytes");
-  return p;
-}
-
-// A typed, aligned, uninitialised array (no per-element construction: these are hot-path scratch).
+// A typed, aligned, uninitialised host array (no per-element construction: these are hot-path scratch).
 template <typename T>
 class Buffer {
  public:
   Buffer() = default;
   explicit Buffer(size_t n) : size_(n), data_(static_cast<T*>(aligned_alloc_bytes(n * sizeof(T)))) {}
-  Buffer(size_t n, T fill) : Buffer(n) {
-    for (size_t i = 0; i < n; ++i) data_.get()[i] = fill;
-  }
   T* data() { return data_.get(); }
   const T* data() const { return data_.get(); }
   size_t size() const { return size_; }
   T& operator[](size_t i) { return data_.get()[i]; }
   const T& operator[](size_t i) const { return data_.get()[i]; }
-  T* begin() { return data(); }
-  T* end() { return data() + size_; }
-  const T* begin() const { return data(); }
-  const T* end() const { return data() + size_; }
 
  private:
   size_t size_ = 0;
@@ -53,8 +78,10 @@ class Buffer {
 class Tensor {
  public:
   Tensor() = default;
+  // Uninitialised, in host memory.
   Tensor(Dtype dtype, std::vector<int64_t> shape);
-  static Tensor zeros(Dtype dtype, std::vector<int64_t> shape);
+  // Uninitialised, in `memory` (which must outlive the storage: backends and host_memory() are static).
+  Tensor(Dtype dtype, std::vector<int64_t> shape, MemorySpace& memory);
 
   Dtype dtype() const { return dtype_; }
   const std::vector<int64_t>& shape() const { return shape_; }
@@ -62,26 +89,40 @@ class Tensor {
   int64_t numel() const { return numel_; }
   size_t bytes() const { return size_t(numel_) * dtype_size(dtype_); }
   bool empty() const { return numel_ == 0; }
+  MemorySpace& memory() const { return *memory_; }
+  bool on_host() const { return memory_->host_accessible(); }
+  // Whether two tensors share storage (a host copy of a host tensor does).
+  bool same_storage(const Tensor& other) const { return storage_ == other.storage_; }
 
   void* raw() { return storage_.get(); }
   const void* raw() const { return storage_.get(); }
   template <typename T>
   T* data() {
+    MOE_CHECK(on_host(), "host access to a tensor in " + memory_->name() + " memory");
     return static_cast<T*>(raw());
   }
   template <typename T>
   const T* data() const {
+    MOE_CHECK(on_host(), "host access to a tensor in " + memory_->name() + " memory");
     return static_cast<const T*>(raw());
   }
 
-  // Element access through float, for tests, dumps and the reference (slow; never on the hot path).
-  float get(int64_t i) const;
-  void set(int64_t i, float v);
+  // Element access through double, for tests, dumps and the reference ops (slow; never on a hot path).
+  double get(int64_t i) const;
+  void set(int64_t i, double v);  // rounds to the dtype (nearest even; integers saturate)
   std::vector<double> to_f64() const;
-  void fill_zero();
-  Tensor clone() const;
-  // Same values converted to `dtype` (rounded to nearest even when narrowing).
+  void fill_zero();      // in any memory
+  Tensor clone() const;  // same memory, new storage
+  // Host tensors only: the same values in `dtype` (rounded to nearest even when narrowing).
   Tensor to(Dtype dtype) const;
+  // The host's view: this tensor itself when it is host memory, else a copy.
+  Tensor to_host() const;
+  // This tensor in `memory`: itself when it is already there, else a copy.
+  Tensor to_memory(MemorySpace& memory) const;
+  // Copies the first n elements of `src` (same dtype, any memories) to the start of this tensor;
+  // nothing when both share storage.
+  void copy_from(const Tensor& src, int64_t n);
+  void copy_from(const Tensor& src) { copy_from(src, src.numel()); }
 
   std::string shape_string() const;
 
@@ -89,6 +130,7 @@ class Tensor {
   Dtype dtype_ = Dtype::f32;
   std::vector<int64_t> shape_;
   int64_t numel_ = 0;
+  MemorySpace* memory_ = &host_memory();
   std::shared_ptr<void> storage_;
 };
 

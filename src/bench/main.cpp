@@ -18,8 +18,10 @@
 #include "moe/backend.h"
 #include "moe/block.h"
 #include "moe/check.h"
+#include "moe/comm.h"
 #include "moe/dump.h"
 #include "moe/environment.h"
+#include "moe/exchange.h"
 #include "moe/gemm.h"
 #include "moe/inputs.h"
 #include "moe/null_routing.h"
@@ -38,41 +40,48 @@ void print_shape_line(const BenchOptions& o) {
   fmt::print(
       "shape tokens={} hidden={} mlp_dim={} experts={} topk={} dtype={} backend={} impl={} "
       "shared_expert_dim={} "
-      "shared_fused={} bench_pass={} parallel_mode=none ep_comm_path=compact_psum queue_mode={} "
+      "shared_fused={} bench_pass={} parallel_mode={} ep_comm_path={} queue_mode={} "
       "routing_pack_strategy={} dispatch_permute_mode={} use_custom_sort_vjp={} remat_mode={} "
       "capacity_policy={} capacity_factor={} null_route_frac={} null_experts={} null_routing_mode={} "
       "renormalize_real_after_null={} stage_timing={}\n",
-      c.tokens, c.hidden, c.mlp_dim, c.experts, c.topk, dtype_name(c.dtype), name(c.backend),
+      c.tokens, c.hidden, c.mlp_dim, c.experts, c.topk, dtype_name(c.dtype), name(c.gemm_backend),
       o.impls.size() > 1 ? "both" : name(o.impls.front()), c.shared_expert_dim, py_bool(c.shared_fused),
-      name(c.bench_pass), queue, name(c.pack_strategy), name(c.permute_mode), py_bool(c.use_custom_sort_vjp),
-      name(c.remat_mode), name(c.capacity_policy), c.capacity_factor, c.null_routing.frac,
-      c.null_routing.null_experts, name(c.null_routing.mode), py_bool(c.null_routing.renormalize),
-      py_bool(o.stage_timing));
+      name(c.bench_pass), name(c.parallel_mode), name(c.ep_comm_path), queue, name(c.pack_strategy),
+      name(c.permute_mode), py_bool(c.use_custom_sort_vjp), name(c.remat_mode), name(c.capacity_policy),
+      c.capacity_factor, c.null_routing.frac, c.null_routing.null_experts, name(c.null_routing.mode),
+      py_bool(c.null_routing.renormalize), py_bool(o.stage_timing));
 }
 
-void print_list() {
-  fmt::print("backends:");
-  for (const Backend& b : registered_backends()) fmt::print(" {} ({})", b.name, b.description);
-  fmt::print("\nimpls:");
+// Every registered backend and, for the configuration the other flags describe, which ops it runs.
+void print_list(const MoeConfig& c) {
+  fmt::print("backends (--device; first = default), for this configuration:\n");
+  for (Backend* b : registered_backends()) {
+    fmt::print("  {}: {}\n", b->name(), b->description());
+    for (OpKind op : kAllOps) {
+      const Status s = b->supports(op, c);
+      fmt::print("    {:<14} {}\n", name(op), s ? "yes" : "no: " + s.message());
+    }
+  }
+  fmt::print("impls:");
   for (Impl i : kAllImpls) fmt::print(" {}", name(i));
   fmt::print(
       "\ngrouped_gemm backends: gmm (contiguous layout, tile-padded groups) ragged_dot (exact groups)\n");
-  fmt::print("gemm variants (first = default):\n");
+  fmt::print("gemm variants of the cpu backend (first = default):\n");
   for (const GemmVariant& v : gemm_variants())
     fmt::print("  {}: {} [{}]\n", v.name, v.description, v.version());
   fmt::print("routing_pack_strategy: argsort tuple_sort expert_score_sort\n");
   fmt::print("dispatch_permute_mode: direct_take repeat_sort\ncombine: scatter unsort\n");
 }
 
-// The dense GEMM ceiling: [T*K, H] x [H, 2M] in the run dtype through the same library, same process.
-double measure_ceiling_tflops(const MoeConfig& c, int warmup, int iters) {
+// The dense GEMM ceiling: [T*K, H] x [H, 2M] in the run dtype through the run's backend, same process.
+double measure_ceiling_tflops(Backend& backend, const MoeConfig& c, int warmup, int iters) {
   const int64_t R = c.assignments(), Kd = c.hidden, N = 2 * c.mlp_dim;
-  Tensor a(c.dtype, {R, Kd}), b(c.dtype, {Kd, N}), out(c.dtype, {R, N});
-  for (int64_t i = 0; i < a.numel(); ++i) a.set(i, float((i * 7919) % 1000) * 1e-3f - 0.5f);
-  for (int64_t i = 0; i < b.numel(); ++i) b.set(i, float((i * 104729) % 1000) * 1e-3f - 0.5f);
-  TimingStats t =
-      time_fn([&] { dense_gemm(out.raw(), c.dtype, a.raw(), c.dtype, b.raw(), c.dtype, R, Kd, N); }, warmup,
-              std::max(iters, 3));
+  Tensor a(c.dtype, {R, Kd}), b(c.dtype, {Kd, N});
+  for (int64_t i = 0; i < a.numel(); ++i) a.set(i, double((i * 7919) % 1000) * 1e-3 - 0.5);
+  for (int64_t i = 0; i < b.numel(); ++i) b.set(i, double((i * 104729) % 1000) * 1e-3 - 0.5);
+  Tensor a_dev = backend.to_device(a), b_dev = backend.to_device(b), out = backend.empty(c.dtype, {R, N});
+  TimingStats t = time_fn([&] { backend.dense_gemm(out, a_dev, b_dev); }, warmup, std::max(iters, 3),
+                          [&] { backend.synchronize(); });
   return 2.0 * double(R) * double(Kd) * double(N) / t.mean / 1e12;
 }
 
@@ -89,16 +98,17 @@ Status check_memory(const MoeConfig& c) {
 // Spec §9.4: each stage timed on its own (same warmup/iters); inputs of a stage come from one extra
 // call of the previous stage. The shared expert is in no stage.
 void print_stage_timing(const BenchOptions& o, const MoeConfig& c, const MoeInputs& in,
-                        const Routing& routing, MoeBlock& block) {
+                        const RoutingTensors& routing, MoeBlock& block, Backend& backend) {
   const std::string dist = name(c.distribution);
   if (c.bench_pass != BenchPass::forward) {
     fmt::print(stderr, "moe-bench: --stage-timing is forward only; skipped for forward_backward\n");
     return;
   }
-  double pack = time_fn([&] { block.stage_pack(routing), block.stage_dispatch(in); }, o.warmup, o.iters).mean;
-  double up = time_fn([&] { block.stage_up(in, true); }, o.warmup, o.iters).mean;
-  double down = time_fn([&] { block.stage_down(in); }, o.warmup, o.iters).mean;
-  double combine = time_fn([&] { block.stage_combine(routing); }, o.warmup, o.iters).mean;
+  auto sync = [&] { backend.synchronize(); };
+  double pack = time_fn([&] { block.stage_pack_dispatch(in, routing); }, o.warmup, o.iters, sync).mean;
+  double up = time_fn([&] { block.stage_up(in); }, o.warmup, o.iters, sync).mean;
+  double down = time_fn([&] { block.stage_down(in); }, o.warmup, o.iters, sync).mean;
+  double combine = time_fn([&] { block.stage_combine(routing); }, o.warmup, o.iters, sync).mean;
   const double total = pack + up + down + combine;
   fmt::print("[{}] pass=forward stage pack_s={:.6f}\n[{}] pass=forward stage up_s={:.6f}\n", dist, pack, dist,
              up);
@@ -108,35 +118,47 @@ void print_stage_timing(const BenchOptions& o, const MoeConfig& c, const MoeInpu
              100 * pack / total, 100 * up / total, 100 * down / total, 100 * combine / total);
 }
 
+// --check-perturb: the host copies --check compares, scaled by (1 + rel).
+void perturb(Tensor& t, double rel) {
+  for (int64_t i = 0; i < t.numel(); ++i) t.set(i, t.get(i) * (1.0 + rel));
+}
+
 struct RunOutcome {
   bool check_failed = false;
-  Status output_status;  // a failed --dump or --trace-dir write
+  Status output_status;  // a failed --dump or --trace-dir write, or a failed exchange
   std::vector<ResultRow> rows;
 };
 
-RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, const MoeInputs& in, const Routing& routing,
+// One run of the seed's loop on `backend`: `in` is already in the backend's memory, `host_in` is the
+// same inputs on the host (for --check and --dump).
+RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, Comm& comm,
+                   const MoeInputs& in, const MoeInputs& host_in, const Routing& host_routing,
                    const NullRoutingStats& null_stats, double ceiling_tflops, const Environment& env) {
   RunOutcome outcome;
   const bool text_stdout = o.format == OutputFormat::text || !o.out_path.empty();
   const std::string dist = name(c.distribution);
-  MoeBlock block(c, o.kernel);
-  Tensor out(c.dtype, {c.tokens, c.hidden});
+  const RoutingTensors routing = to_memory(host_routing, backend.memory());
+  MoeBlock block(c, o.kernel, backend, comm);
+  Tensor out = backend.empty(c.dtype, {c.tokens, c.hidden});
   std::optional<MoeGrads> grads;
-  if (c.bench_pass == BenchPass::forward_backward) grads = make_grads(c);
+  if (c.bench_pass == BenchPass::forward_backward) grads = make_grads(c, backend.memory());
 
   for (QueueMode mode : o.queue_modes) {
     // The call this (pass, queue mode) times; prequeue packs and dispatches once, outside it.
     if (c.bench_pass == BenchPass::forward && mode == QueueMode::prequeue)
-      block.prepare_dispatch(in, routing);
+      outcome.output_status = block.prepare_dispatch(in, routing);
     auto call = [&] {
+      Status s;
       if (c.bench_pass == BenchPass::forward_backward)
-        block.forward_backward(out, *grads, in, routing);
+        s = block.forward_backward(out, *grads, in, routing);
       else if (mode == QueueMode::prequeue)
-        block.forward_prepared(out, in, routing);
+        s = block.forward_prepared(out, in, routing);
       else
-        block.forward(out, in, routing);
+        s = block.forward(out, in, routing);
+      if (!s && outcome.output_status) outcome.output_status = s;
     };
-    const TimingStats t = time_fn(call, o.warmup, o.iters);
+    const TimingStats t = time_fn(call, o.warmup, o.iters, [&] { backend.synchronize(); });
+    if (!outcome.output_status) return outcome;
     if (!o.trace_dir.empty()) {
       // One extra, untimed call with every stage recorded (the seed's profiler trace, spec §1).
       std::vector<TraceEvent> events;
@@ -158,27 +180,29 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, const MoeInputs& i
     }
     ResultRow row = make_row(c, o.kernel, name(mode), t, ceiling_tflops, block.saved_activation_bytes(),
                              omp_get_max_threads(), null_stats, env);
+    row["mesh"] = block.mesh();
     if (text_stdout) {
       const std::string head = fmt::format("[{}] mode={} pass={} topk={} impl={}", dist, name(mode),
                                            name(c.bench_pass), c.topk, name(c.impl));
-      fmt::print("{} backend={}\n{} remat_mode={}\n{} parallel_mode=none\n{} ep_comm_path=compact_psum\n",
-                 head, name(c.backend), head, name(c.remat_mode), head, head);
+      fmt::print("{} backend={}\n{} remat_mode={}\n{} parallel_mode={}\n{} ep_comm_path={}\n", head,
+                 name(c.gemm_backend), head, name(c.remat_mode), head, name(c.parallel_mode), head,
+                 name(c.ep_comm_path));
       fmt::print("{} time_s={:.6f}\n{} tflops={:.3f}\n{} tokens_per_s={:.2f}\n", head, t.mean, head,
                  row["tflops"].get<double>(), head, row["tokens_per_s"].get<double>());
     }
     outcome.rows.push_back(std::move(row));
   }
 
-  if (o.stage_timing && text_stdout) print_stage_timing(o, c, in, routing, block);
+  if (o.stage_timing && text_stdout) print_stage_timing(o, c, in, routing, block, backend);
   if (text_stdout) {
-    RunStats rs = run_stats(routing);
-    LoadStats ls = load_stats(routing);
+    RunStats rs = run_stats(host_routing);
+    LoadStats ls = load_stats(host_routing);
     const std::string tag = fmt::format("[{}] topk={} impl={}", dist, c.topk, name(c.impl));
     fmt::print("{} run_stats runs={:.0f} mean={:.2f} p95={:.2f} max={:.0f}\n", tag, rs.runs, rs.mean, rs.p95,
                rs.max);
     fmt::print("{} load_stats min={:.0f} max={:.0f} std={:.2f} cv={:.4f}\n", tag, ls.min, ls.max, ls.std,
                ls.cv);
-    const DispatchPlan& plan = block.plan();
+    const PlanStats plan = block.plan_stats();
     fmt::print("{} capacity policy={} factor={:.3f} cap={} dropped={} drop_frac={:.4f}\n", tag,
                name(c.capacity_policy), c.capacity_factor, c.capacity(), plan.dropped,
                double(plan.dropped) / double(std::max<int64_t>(1, c.assignments())));
@@ -199,8 +223,25 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, const MoeInputs& i
       fmt::print("{}\n", o.format == OutputFormat::jsonl ? format_jsonl(row) : format_csv(row));
   }
 
+  // --check, --dump and the finiteness of what was computed read host copies, made here explicitly.
+  Tensor host_out = out.to_host();
+  std::optional<MoeGrads> host_grads;
+  if (grads) host_grads = to_host(*grads);
   if (o.check) {
-    CheckResult r = check_against_reference(c, in, routing, out, grads ? &*grads : nullptr);
+    if (o.check_perturb != 0) {
+      host_out = host_out.clone();
+      perturb(host_out, o.check_perturb);
+      if (host_grads) {
+        host_grads = MoeGrads{host_grads->dx.clone(),  host_grads->dw1.clone(),  host_grads->dw3.clone(),
+                              host_grads->dw2.clone(), host_grads->dsw1.clone(), host_grads->dsw3.clone(),
+                              host_grads->dsw2.clone()};
+        for (Tensor* g : {&host_grads->dx, &host_grads->dw1, &host_grads->dw3, &host_grads->dw2,
+                          &host_grads->dsw1, &host_grads->dsw3, &host_grads->dsw2})
+          perturb(*g, o.check_perturb);
+      }
+    }
+    CheckResult r =
+        check_against_reference(c, host_in, host_routing, host_out, host_grads ? &*host_grads : nullptr);
     std::string grad_err = r.grad_rel_err < 0 ? "none" : fmt::format("{:.3e}", r.grad_rel_err);
     // In jsonl/csv mode stdout holds rows only, so the CHECK line goes to stderr.
     fmt::print(text_stdout ? stdout : stderr,
@@ -219,7 +260,8 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, const MoeInputs& i
     // The output and gradients of the last timed call: deterministic, so they belong to these inputs.
     std::string extra =
         fmt::format("{{\"kernel\": {}, \"environment\": {}}}", o.kernel.to_json(), env.to_json());
-    outcome.output_status = write_dump(o.dump_dir, c, extra, in, routing, out, grads ? &*grads : nullptr);
+    outcome.output_status = write_dump(o.dump_dir, c, extra, host_in, host_routing, host_out,
+                                       host_grads ? &*host_grads : nullptr);
   }
   std::fflush(stdout);
   return outcome;
@@ -235,16 +277,28 @@ int run(int argc, char** argv) {
   bool exit_ok = false;
   if (Status s = parse_options(argc, argv, o, exit_ok); !s) return fail(s);
   if (exit_ok) return 0;
+  if (o.kernel.threads > 0) omp_set_num_threads(o.kernel.threads);
   if (o.list) {
-    print_list();
+    print_list(o.base);
     return 0;
   }
-  if (o.kernel.threads > 0) omp_set_num_threads(o.kernel.threads);
 
+  // Everything a run will need is asked for before anything is allocated: memory, the backend's ops
+  // for every config of the loop, and the exchange over this process's comm.
+  Backend& backend = *backend_by_name(o.base.device);
+  std::unique_ptr<Comm> comm = make_local_comm();
   MoeConfig c = o.base;
   for (int64_t k : o.topks) {
     c.topk = k;
     if (Status m = check_memory(c); !m) return fail(m);
+    for (Impl impl : o.impls) {
+      c.impl = impl;
+      for (double f : o.null_fracs) {
+        c.null_routing.frac = f;
+        if (Status s = backend.supports_block(c); !s) return fail(s);
+        if (Status s = exchange_supports(c, *comm); !s) return fail(s);
+      }
+    }
   }
   const size_t n_runs = o.distributions.size() * o.topks.size() * o.impls.size() * o.null_fracs.size();
   if (!o.dump_dir.empty() && n_runs > 1)
@@ -260,9 +314,11 @@ int run(int argc, char** argv) {
 
   const Environment env = capture_environment();
   if (o.format == OutputFormat::text || !o.out_path.empty()) print_shape_line(o);
-  fmt::print(stderr, "moe-bench: {} threads, GEMM library: {}\n", omp_get_max_threads(), env.gemm_library);
+  fmt::print(stderr, "moe-bench: device {} ({}), {} threads\n", backend.name(), backend.description(),
+             omp_get_max_threads());
 
-  MoeInputs in = make_inputs(o.base);
+  const MoeInputs host_in = make_inputs(o.base);
+  const MoeInputs in = to_memory(host_in, backend.memory());
   bool any_check_failed = false;
   size_t done = 0;
   const auto start = std::chrono::steady_clock::now();
@@ -271,7 +327,7 @@ int run(int argc, char** argv) {
       c = o.base;
       c.distribution = dist;
       c.topk = k;
-      const double ceiling = measure_ceiling_tflops(c, o.warmup, o.iters);
+      const double ceiling = measure_ceiling_tflops(backend, c, o.warmup, o.iters);
       for (Impl impl : o.impls) {
         for (double f : o.null_fracs) {
           c.impl = impl;
@@ -280,7 +336,7 @@ int run(int argc, char** argv) {
           // fraction is a superset of a smaller one's.
           NullRoutingStats null_stats;
           Routing routing = make_routing(c, &null_stats);
-          RunOutcome r = run_one(o, c, in, routing, null_stats, ceiling, env);
+          RunOutcome r = run_one(o, c, backend, *comm, in, host_in, routing, null_stats, ceiling, env);
           any_check_failed |= r.check_failed;
           if (!r.output_status) return fail(r.output_status);
           if (!o.out_path.empty()) {
@@ -308,5 +364,11 @@ int run(int argc, char** argv) {
 }  // namespace moe::bench
 
 int main(int argc, char** argv) {
-  return moe::bench::run(argc, argv);
+  try {
+    return moe::bench::run(argc, argv);
+  } catch (const moe::AllocationError& e) {
+    // A real allocation failure is a resource the user asked for, not a bug: one line, exit 2.
+    std::fprintf(stderr, "moe-bench: error: %s\n", e.what());
+    return 2;
+  }
 }

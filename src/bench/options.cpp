@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
+#include "moe/backend.h"
 #include "moe/build_info.h"
 #include "moe/gemm.h"
 #include "moe/null_routing.h"
@@ -83,7 +85,8 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok) {
       ->capture_default_str();
   app.add_option("--distribution", distribution, "random|runs|both")->capture_default_str();
   app.add_option("--bench-pass", bench_pass, "forward|forward_backward")->capture_default_str();
-  app.add_option("--parallel-mode", parallel_mode, "none (ep: not implemented yet)")->capture_default_str();
+  app.add_option("--parallel-mode", parallel_mode, "none|dp|ep (dp, ep: not implemented yet)")
+      ->capture_default_str();
   app.add_option("--queue-mode", queue, "full|prequeue|both (forward_backward forces full)")
       ->capture_default_str();
   app.add_option("--routing-pack-strategy", pack, "argsort|tuple_sort|expert_score_sort")
@@ -92,7 +95,8 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok) {
   app.add_flag("--use-custom-sort-vjp", c.use_custom_sort_vjp,
                "repeat_sort backward as an inverse-permutation gather instead of a scatter-add");
   std::string ep_comm_path = "compact_psum";
-  app.add_option("--ep-comm-path", ep_comm_path, "compact_psum (ring_ag_rs: needs --parallel-mode ep)")
+  app.add_option("--ep-comm-path", ep_comm_path,
+                 "compact_psum|ring_ag_rs|all_to_all (all but compact_psum need --parallel-mode ep)")
       ->capture_default_str();
   app.add_option("--trace-dir", opts.trace_dir,
                  "write a Chrome trace (stage spans of one extra call) per run under this directory");
@@ -104,7 +108,11 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok) {
       ->capture_default_str();
   app.add_option("--run-noise-scale", c.run_noise_scale, "runs distribution: logit noise std")
       ->capture_default_str();
-  app.add_option("--quant-mode", quant_mode, "none (int8 modes: not implemented yet)")->capture_default_str();
+  app.add_option("--quant-mode", quant_mode,
+                 "none|int8|int8_routed|int8_all|int8_routed_prequant (int8 modes: not implemented yet)")
+      ->capture_default_str();
+  app.add_option("--device", c.device, "backend that runs the block: cpu|ref|cuda (see --list)")
+      ->capture_default_str();
   std::string null_list, null_mode = "independent";
   bool null_sweep = false;
   app.add_option("--null-route-frac", c.null_routing.frac,
@@ -133,6 +141,10 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok) {
       ->capture_default_str();
   app.add_flag("--check", opts.check,
                "verify each run against the float64 reference; exit 1 if out of tolerance");
+  app.add_option(
+         "--check-perturb", opts.check_perturb,
+         "tests the oracle: scale the output and gradients by (1 + this) before --check compares them")
+      ->capture_default_str();
   app.add_option("--dump", opts.dump_dir,
                  "write inputs, routing, output and gradients as .npy + config.json here");
   std::string format = "text";
@@ -168,17 +180,20 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok) {
     opts.format = OutputFormat::csv;
   else
     return Status::error(fmt::format("invalid --format '{}': expected one of text, jsonl, csv", format));
-  if (ep_comm_path != "compact_psum")
-    return Status::error(fmt::format(
-        "--ep-comm-path {} needs --parallel-mode ep, which is not implemented yet", ep_comm_path));
-  if (parallel_mode != "none")
-    return Status::error(
-        fmt::format("--parallel-mode {} is not implemented yet (only 'none')", parallel_mode));
-  if (quant_mode != "none")
-    return Status::error(fmt::format("--quant-mode {} is not implemented yet (only 'none')", quant_mode));
+  MOE_RETURN_IF_ERROR(parse_choice("--quant-mode", quant_mode, parse_quant_mode, c.quant_mode,
+                                   "none, int8, int8_routed, int8_all, int8_routed_prequant"));
+  MOE_RETURN_IF_ERROR(
+      parse_choice("--parallel-mode", parallel_mode, parse_parallel_mode, c.parallel_mode, "none, dp, ep"));
+  MOE_RETURN_IF_ERROR(parse_choice("--ep-comm-path", ep_comm_path, parse_ep_comm_path, c.ep_comm_path,
+                                   "compact_psum, ring_ag_rs, all_to_all"));
+  if (!backend_by_name(c.device))
+    return Status::error(fmt::format("invalid --device '{}': expected one of {}", c.device, backend_names()));
+  if (!std::isfinite(opts.check_perturb))
+    return Status::error(fmt::format("invalid --check-perturb={}: must be finite", opts.check_perturb));
 
-  MOE_RETURN_IF_ERROR(parse_choice("--dtype", dtype, parse_dtype, c.dtype, "float32, bfloat16"));
-  MOE_RETURN_IF_ERROR(parse_choice("--backend", backend, parse_backend, c.backend, "gmm, ragged_dot"));
+  MOE_RETURN_IF_ERROR(parse_choice("--dtype", dtype, parse_run_dtype, c.dtype, "float32, bfloat16"));
+  MOE_RETURN_IF_ERROR(
+      parse_choice("--backend", backend, parse_gemm_backend, c.gemm_backend, "gmm, ragged_dot"));
   MOE_RETURN_IF_ERROR(
       parse_choice("--bench-pass", bench_pass, parse_bench_pass, c.bench_pass, "forward, forward_backward"));
   MOE_RETURN_IF_ERROR(parse_choice("--routing-pack-strategy", pack, parse_pack_strategy, c.pack_strategy,

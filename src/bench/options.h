@@ -27,6 +27,7 @@ struct BenchOptions {
   int iters = 5;
   int warmup = 2;
   bool check = false;
+  double check_perturb = 0;  // --check-perturb: proves the oracle notices a wrong output
   bool stage_timing = false;
   std::string dump_dir;
   std::string trace_dir;  // write a Chrome trace of one extra call per run here

@@ -66,7 +66,8 @@ static const std::vector<std::string> kTextExtraKeys = {
     "dtype",      "time_s",         "time_median_s",   "time_min_s",
     "time_max_s", "ceiling_tflops", "pct_of_ceiling",  "saved_activation_bytes",
     "threads",    "remat_mode",     "capacity_policy", "shared_expert_dim",
-    "tokens",     "hidden",         "mlp_dim",         "experts"};
+    "tokens",     "hidden",         "mlp_dim",         "experts",
+    "device"};
 
 std::string result_text(const ResultRow& r) {
   std::string line = fmt::format(
@@ -98,7 +99,7 @@ ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const char* mode, 
   r["mode"] = mode;
   r["pass"] = name(c.bench_pass);
   r["impl"] = name(c.impl);
-  r["backend"] = name(c.backend);
+  r["backend"] = name(c.gemm_backend);
   r["topk"] = c.topk;
   r["null_target"] = null_stats.target;
   r["null_realized"] = null_stats.realized;

@@ -1,6 +1,9 @@
-// Timing as the seed does it (spec §9.1), minus the compile: one untimed first call (allocations,
-// GEMM primitive creation), `warmup` untimed calls, then `iters` timed calls, each timed on its own
-// with a steady clock so we can report the median, min and max beside the seed's mean.
+// Timing as the seed does it (spec §9.1), minus the compile: one untimed first call (GEMM primitive
+// creation, first touch of buffers), `warmup` untimed calls, then `iters` timed calls, each timed on
+// its own with a steady clock so we can report the median, min and max beside the seed's mean.
+// `sync` waits for the backend's queued work (a no-op on the CPU): it runs before each clock start
+// and inside each timed region, so an asynchronous device is timed for the work it did, not for the
+// time it took to enqueue it.
 #pragma once
 
 #include <algorithm>
@@ -28,15 +31,17 @@ inline TimingStats summarize(std::vector<double> samples) {
   return s;
 }
 
-template <typename Fn>
-TimingStats time_fn(Fn&& fn, int warmup, int iters) {
+template <typename Fn, typename Sync>
+TimingStats time_fn(Fn&& fn, int warmup, int iters, Sync&& sync) {
   fn();
   for (int i = 0; i < warmup; ++i) fn();
   std::vector<double> samples;
   samples.reserve(size_t(iters));
   for (int i = 0; i < iters; ++i) {
+    sync();
     auto t0 = std::chrono::steady_clock::now();
     fn();
+    sync();
     samples.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   return summarize(std::move(samples));

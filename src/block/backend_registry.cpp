@@ -1,26 +1,89 @@
+// The backend registry: adding a backend is its own folder of files plus one line here.
+#include <fmt/format.h>
+
+#include "cpu/backend.h"
 #include "moe/backend.h"
+#include "ref/backend.h"
+#ifdef MOE_HAVE_CUDA
+#include "cuda/backend.h"
+#endif
 
 namespace moe {
-namespace {
 
-// The CPU block implements every MoeConfig that validates.
-Status cpu_supports(const MoeConfig& cfg) {
-  return cfg.validate();
+const char* name(OpKind op) {
+  switch (op) {
+    case OpKind::pack:
+      return "pack";
+    case OpKind::dispatch:
+      return "dispatch";
+    case OpKind::expert_ffn:
+      return "expert_ffn";
+    case OpKind::combine:
+      return "combine";
+    case OpKind::shared_expert:
+      return "shared_expert";
+    case OpKind::loss:
+      return "loss";
+    case OpKind::dense_gemm:
+      return "dense_gemm";
+  }
+  MOE_CHECK(false, "unknown op");
 }
 
-}  // namespace
+void synchronize(Backend* backend) {
+  if (backend) backend->synchronize();
+}
 
-const std::vector<Backend>& registered_backends() {
-  static const std::vector<Backend> backends = {
-      {"cpu", "OpenMP kernels + oneDNN (or portable) GEMMs, float32/bfloat16", cpu_supports},
+Status Backend::supports_block(const MoeConfig& cfg) const {
+  for (OpKind op : {OpKind::pack, OpKind::dispatch, OpKind::expert_ffn, OpKind::combine, OpKind::loss,
+                    OpKind::shared_expert}) {
+    if (op == OpKind::shared_expert && !cfg.has_shared()) continue;
+    if (op == OpKind::loss && cfg.bench_pass != BenchPass::forward_backward) continue;
+    if (Status s = supports(op, cfg); !s)
+      return Status::error(fmt::format("--device {} cannot run this block: {}", name(), s.message()));
+  }
+  return Status::ok();
+}
+
+Status not_implemented(const Backend& backend, OpKind op) {
+  return Status::error(fmt::format("op {} is not implemented yet on backend {}", name(op), backend.name()));
+}
+
+Status float_expert_ffn_only(const Backend& backend, const MoeConfig& cfg) {
+  switch (cfg.quant_mode) {
+    case QuantMode::none:
+      return Status::ok();
+    case QuantMode::int8:
+    case QuantMode::int8_routed:
+    case QuantMode::int8_all:
+    case QuantMode::int8_routed_prequant:
+      break;
+  }
+  return Status::error(fmt::format("--quant-mode {} is not implemented yet on backend {} (only 'none')",
+                                   name(cfg.quant_mode), backend.name()));
+}
+
+const std::vector<Backend*>& registered_backends() {
+  static const std::vector<Backend*> backends = {
+      &cpu::cpu_backend(),
+      &ref::ref_backend(),
+#ifdef MOE_HAVE_CUDA
+      &cuda::cuda_backend(),
+#endif
   };
   return backends;
 }
 
-const Backend* find_backend(const std::string& name) {
-  for (const Backend& b : registered_backends())
-    if (name == b.name) return &b;
+Backend* backend_by_name(const std::string& name) {
+  for (Backend* b : registered_backends())
+    if (name == b->name()) return b;
   return nullptr;
+}
+
+std::string backend_names() {
+  std::string names;
+  for (Backend* b : registered_backends()) names += (names.empty() ? "" : ", ") + std::string(b->name());
+  return names;
 }
 
 }  // namespace moe

@@ -7,7 +7,18 @@
 namespace moe {
 
 double check_tolerance(Dtype dtype) {
-  return dtype == Dtype::f32 ? 1e-5 : 2e-2;
+  switch (dtype) {
+    case Dtype::f32:
+      return 1e-5;
+    case Dtype::bf16:
+      return 2e-2;
+    case Dtype::f64:
+    case Dtype::s8:
+    case Dtype::s32:
+    case Dtype::s64:
+      break;
+  }
+  MOE_CHECK(false, std::string("no --check tolerance for run dtype ") + dtype_name(dtype));
 }
 
 CheckResult check_against_reference(const MoeConfig& cfg, const MoeInputs& in, const Routing& routing,

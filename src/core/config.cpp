@@ -32,8 +32,8 @@ constexpr NameTable<Impl, 6> kImpls{{{{Impl::baseline, "baseline"},
                                       {Impl::fused_w13_preweight, "fused_w13_preweight"},
                                       {Impl::scatter, "scatter"},
                                       {Impl::fast, "fast"}}}};
-constexpr NameTable<BackendKind, 2> kBackends{
-    {{{BackendKind::gmm, "gmm"}, {BackendKind::ragged_dot, "ragged_dot"}}}};
+constexpr NameTable<GemmBackend, 2> kBackends{
+    {{{GemmBackend::gmm, "gmm"}, {GemmBackend::ragged_dot, "ragged_dot"}}}};
 constexpr NameTable<PackStrategy, 3> kPackStrategies{
     {{{PackStrategy::argsort, "argsort"},
       {PackStrategy::tuple_sort, "tuple_sort"},
@@ -47,6 +47,17 @@ constexpr NameTable<RematMode, 3> kRematModes{
 constexpr NameTable<BenchPass, 2> kBenchPasses{
     {{{BenchPass::forward, "forward"}, {BenchPass::forward_backward, "forward_backward"}}}};
 
+constexpr NameTable<QuantMode, 5> kQuantModes{{{{QuantMode::none, "none"},
+                                                {QuantMode::int8, "int8"},
+                                                {QuantMode::int8_routed, "int8_routed"},
+                                                {QuantMode::int8_all, "int8_all"},
+                                                {QuantMode::int8_routed_prequant, "int8_routed_prequant"}}}};
+constexpr NameTable<ParallelMode, 3> kParallelModes{
+    {{{ParallelMode::none, "none"}, {ParallelMode::dp, "dp"}, {ParallelMode::ep, "ep"}}}};
+constexpr NameTable<EpCommPath, 3> kEpCommPaths{{{{EpCommPath::compact_psum, "compact_psum"},
+                                                  {EpCommPath::ring_ag_rs, "ring_ag_rs"},
+                                                  {EpCommPath::all_to_all, "all_to_all"}}}};
+
 }  // namespace
 
 const char* name(Distribution v) {
@@ -55,7 +66,7 @@ const char* name(Distribution v) {
 const char* name(Impl v) {
   return kImpls.name(v);
 }
-const char* name(BackendKind v) {
+const char* name(GemmBackend v) {
   return kBackends.name(v);
 }
 const char* name(PackStrategy v) {
@@ -73,13 +84,22 @@ const char* name(RematMode v) {
 const char* name(BenchPass v) {
   return kBenchPasses.name(v);
 }
+const char* name(QuantMode v) {
+  return kQuantModes.name(v);
+}
+const char* name(ParallelMode v) {
+  return kParallelModes.name(v);
+}
+const char* name(EpCommPath v) {
+  return kEpCommPaths.name(v);
+}
 std::optional<Distribution> parse_distribution(std::string_view s) {
   return kDistributions.parse(s);
 }
 std::optional<Impl> parse_impl(std::string_view s) {
   return kImpls.parse(s);
 }
-std::optional<BackendKind> parse_backend(std::string_view s) {
+std::optional<GemmBackend> parse_gemm_backend(std::string_view s) {
   return kBackends.parse(s);
 }
 std::optional<PackStrategy> parse_pack_strategy(std::string_view s) {
@@ -96,6 +116,15 @@ std::optional<RematMode> parse_remat_mode(std::string_view s) {
 }
 std::optional<BenchPass> parse_bench_pass(std::string_view s) {
   return kBenchPasses.parse(s);
+}
+std::optional<QuantMode> parse_quant_mode(std::string_view s) {
+  return kQuantModes.parse(s);
+}
+std::optional<ParallelMode> parse_parallel_mode(std::string_view s) {
+  return kParallelModes.parse(s);
+}
+std::optional<EpCommPath> parse_ep_comm_path(std::string_view s) {
+  return kEpCommPaths.parse(s);
 }
 
 const std::vector<Impl> kAllImpls = {
@@ -173,6 +202,9 @@ Status MoeConfig::validate() const {
       return Status::error(
           fmt::format("invalid --null-experts={}: must be >= 0 (0 = derived)", null_routing.null_experts));
   }
+  if (parallel_mode != ParallelMode::ep && ep_comm_path != EpCommPath::compact_psum)
+    return Status::error(fmt::format("--ep-comm-path {} needs --parallel-mode ep", name(ep_comm_path)));
+  if (device.empty()) return Status::error("invalid --device '': expected a backend name (see --list)");
   if (null_routing_active() && capacity_policy != CapacityPolicy::none)
     return Status::error("Null routing currently requires capacity_policy='none' in this harness.");
   // Index math uses int32 row ids; keep every count well inside that range.
@@ -196,7 +228,7 @@ std::string MoeConfig::to_json() const {
   j["shared_expert_dim"] = shared_expert_dim;
   j["shared_fused"] = shared_fused;
   j["dtype"] = dtype_name(dtype);
-  j["backend"] = name(backend);
+  j["backend"] = name(gemm_backend);
   j["impl"] = name(impl);
   j["distribution"] = name(distribution);
   j["bench_pass"] = name(bench_pass);
@@ -214,6 +246,10 @@ std::string MoeConfig::to_json() const {
   j["null_route_seed"] = null_routing.seed;
   j["null_routing_mode"] = name(null_routing.mode);
   j["renormalize_real_after_null"] = null_routing.renormalize;
+  j["device"] = device;
+  j["quant_mode"] = name(quant_mode);
+  j["parallel_mode"] = name(parallel_mode);
+  j["ep_comm_path"] = name(ep_comm_path);
   return j.dump();
 }
 

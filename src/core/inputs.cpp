@@ -13,15 +13,26 @@ constexpr int64_t kParallelMin = int64_t(1) << 15;
 // Element i of `t` is N(0, 1) value i of stream `key`: counter-based, so the schedule cannot change it.
 void fill_normal(Tensor& t, uint64_t key) {
   const int64_t n = t.numel();
-  if (t.dtype() == Dtype::f32) {
-    float* p = t.data<float>();
+  switch (t.dtype()) {
+    case Dtype::f32: {
+      float* p = t.data<float>();
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) p[i] = float(random_normal(key, uint64_t(i)));
-  } else {
-    bf16_t* p = t.data<bf16_t>();
+      for (int64_t i = 0; i < n; ++i) p[i] = float(random_normal(key, uint64_t(i)));
+      return;
+    }
+    case Dtype::bf16: {
+      bf16_t* p = t.data<bf16_t>();
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) p[i] = f32_to_bf16(float(random_normal(key, uint64_t(i))));
+      for (int64_t i = 0; i < n; ++i) p[i] = f32_to_bf16(float(random_normal(key, uint64_t(i))));
+      return;
+    }
+    case Dtype::f64:
+    case Dtype::s8:
+    case Dtype::s32:
+    case Dtype::s64:
+      break;
   }
+  MOE_CHECK(false, std::string("inputs are float32 or bfloat16, not ") + dtype_name(t.dtype()));
 }
 
 Tensor normal_tensor(const MoeConfig& cfg, RngStream stream, std::vector<int64_t> shape) {
@@ -97,18 +108,29 @@ void split_last_dim(Tensor& d1, Tensor& d3, const Tensor& d13) {
   }
 }
 
-MoeGrads make_grads(const MoeConfig& cfg) {
+MoeInputs to_memory(const MoeInputs& in, MemorySpace& memory) {
+  return MoeInputs{in.x.to_memory(memory),   in.w1.to_memory(memory),  in.w3.to_memory(memory),
+                   in.w2.to_memory(memory),  in.w13.to_memory(memory), in.sw1.to_memory(memory),
+                   in.sw3.to_memory(memory), in.sw2.to_memory(memory), in.sw13.to_memory(memory)};
+}
+
+MoeGrads make_grads(const MoeConfig& cfg, MemorySpace& memory) {
   const int64_t T = cfg.tokens, H = cfg.hidden, M = cfg.mlp_dim, E = cfg.experts, S = cfg.shared_expert_dim;
   const Dtype dt = cfg.dtype;
   return MoeGrads{
-      .dx = Tensor(dt, {T, H}),
-      .dw1 = Tensor(dt, {E, H, M}),
-      .dw3 = Tensor(dt, {E, H, M}),
-      .dw2 = Tensor(dt, {E, M, H}),
-      .dsw1 = Tensor(dt, {H, S}),
-      .dsw3 = Tensor(dt, {H, S}),
-      .dsw2 = Tensor(dt, {S, H}),
+      .dx = Tensor(dt, {T, H}, memory),
+      .dw1 = Tensor(dt, {E, H, M}, memory),
+      .dw3 = Tensor(dt, {E, H, M}, memory),
+      .dw2 = Tensor(dt, {E, M, H}, memory),
+      .dsw1 = Tensor(dt, {H, S}, memory),
+      .dsw3 = Tensor(dt, {H, S}, memory),
+      .dsw2 = Tensor(dt, {S, H}, memory),
   };
+}
+
+MoeGrads to_host(const MoeGrads& g) {
+  return MoeGrads{g.dx.to_host(),   g.dw1.to_host(),  g.dw3.to_host(), g.dw2.to_host(),
+                  g.dsw1.to_host(), g.dsw3.to_host(), g.dsw2.to_host()};
 }
 
 }  // namespace moe

@@ -196,9 +196,18 @@ Status write_npy(const std::string& path, const Tensor& t) {
   MOE_RETURN_IF_ERROR(w.open());
   std::string header = npy_header("<f4", t.shape());
   MOE_RETURN_IF_ERROR(w.write(header.data(), header.size()));
-  if (t.dtype() == Dtype::f32) {
-    MOE_RETURN_IF_ERROR(w.write(t.raw(), t.bytes()));
-    return w.commit();
+  switch (t.dtype()) {
+    case Dtype::f32:
+      MOE_RETURN_IF_ERROR(w.write(t.data<float>(), t.bytes()));
+      return w.commit();
+    case Dtype::bf16:
+      break;
+    case Dtype::f64:
+    case Dtype::s8:
+    case Dtype::s32:
+    case Dtype::s64:
+      MOE_CHECK(false, std::string("write_npy: dumps hold float32 or bfloat16 tensors, not ") +
+                           dtype_name(t.dtype()));
   }
   // Widen block by block: weights run to gigabytes, and a whole f32 copy would triple what is held.
   constexpr int64_t kBlock = int64_t(1) << 16;

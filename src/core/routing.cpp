@@ -177,6 +177,24 @@ Routing routing_from(int64_t tokens, int64_t topk, int64_t experts, std::vector<
   return Routing{tokens, topk, experts, std::move(ids), std::move(weights)};
 }
 
+RoutingTensors to_memory(const Routing& routing, MemorySpace& memory) {
+  const int64_t T = routing.tokens, K = routing.topk;
+  Tensor ids(Dtype::s32, {T, K}), weights(Dtype::f32, {T, K});
+  std::copy(routing.ids.begin(), routing.ids.end(), ids.data<int32_t>());
+  std::copy(routing.weights.begin(), routing.weights.end(), weights.data<float>());
+  return RoutingTensors{T, K, routing.experts, ids.to_memory(memory), weights.to_memory(memory)};
+}
+
+RoutingView host_view(const Routing& routing) {
+  return RoutingView{routing.tokens, routing.topk, routing.experts, routing.ids.data(),
+                     routing.weights.data()};
+}
+
+RoutingView host_view(const RoutingTensors& routing) {
+  return RoutingView{routing.tokens, routing.topk, routing.experts, routing.ids.data<int32_t>(),
+                     routing.weights.data<float>()};
+}
+
 RunStats run_stats(const Routing& r) {
   std::vector<int64_t> lengths;
   for (int64_t t = 0; t < r.tokens;) {

@@ -10,7 +10,11 @@
 
 namespace moe::cpu {
 
-void add_rows_to_tokens(float* out, const void* rows_in, Dtype dt, const DispatchPlan& plan, int64_t H,
+CombineKind combine_kind(const MoeConfig& cfg) {
+  return cfg.uses_scatter_combine() ? CombineKind::scatter : CombineKind::unsort;
+}
+
+void add_rows_to_tokens(float* out, const void* rows_in, Dtype dt, const HostPlan& plan, int64_t H,
                         const float* row_weight) {
   const size_t elem = dtype_size(dt);
   auto* rows = static_cast<const char*>(rows_in);
@@ -24,7 +28,7 @@ void add_rows_to_tokens(float* out, const void* rows_in, Dtype dt, const Dispatc
     const int64_t width = c1 - c0;
     std::vector<float> scratch(static_cast<size_t>(std::max<int64_t>(width, 1)));
     for (int64_t r = 0; r < plan.rows && width > 0; ++r) {
-      int32_t a = plan.row_assignment[size_t(r)];
+      int32_t a = plan.row_assignment[r];
       if (a < 0) continue;
       const float w = row_weight ? row_weight[r] : 1.0f;
       const float* src =
@@ -36,20 +40,11 @@ void add_rows_to_tokens(float* out, const void* rows_in, Dtype dt, const Dispatc
   }
 }
 
-namespace {
-
-float row_weight(const DispatchPlan& plan, const Routing& routing, int64_t r, CombineKind kind,
-                 bool preweighted) {
-  if (preweighted) return 1.0f;
-  if (kind == CombineKind::scatter) return plan.row_weight[size_t(r)];
-  return routing.weights[size_t(plan.row_assignment[size_t(r)])];
-}
-
-void combine_unsort(float* out, const void* y_rows, Dtype dt, const DispatchPlan& plan,
-                    const Routing& routing, int64_t H, bool preweighted) {
+void gather_rows_to_tokens(float* out, const void* rows_in, Dtype dt, const HostPlan& plan, int64_t H,
+                           const float* weight) {
   const int64_t K = plan.topk;
   const size_t elem = dtype_size(dt);
-  auto* rows = static_cast<const char*>(y_rows);
+  auto* rows = static_cast<const char*>(rows_in);
 #pragma omp parallel
   {
     std::vector<float> scratch(static_cast<size_t>(H));
@@ -57,9 +52,9 @@ void combine_unsort(float* out, const void* y_rows, Dtype dt, const DispatchPlan
     for (int64_t t = 0; t < plan.tokens; ++t) {
       float* dst = out + t * H;
       for (int64_t k = 0; k < K; ++k) {
-        int32_t r = plan.assignment_row[size_t(t * K + k)];
+        int32_t r = plan.assignment_row[t * K + k];
         if (r < 0) continue;
-        const float w = preweighted ? 1.0f : routing.weights[size_t(t * K + k)];
+        const float w = weight ? weight[t * K + k] : 1.0f;
         const float* src = load_row_f32(scratch.data(), rows + size_t(r) * size_t(H) * elem, dt, H);
 #pragma omp simd
         for (int64_t h = 0; h < H; ++h) dst[h] += w * src[h];
@@ -68,18 +63,8 @@ void combine_unsort(float* out, const void* y_rows, Dtype dt, const DispatchPlan
   }
 }
 
-}  // namespace
-
-void combine_forward(float* out, const void* y_rows, Dtype dt, const DispatchPlan& plan,
-                     const Routing& routing, int64_t H, CombineKind kind, bool preweighted) {
-  if (kind == CombineKind::scatter)
-    add_rows_to_tokens(out, y_rows, dt, plan, H, preweighted ? nullptr : plan.row_weight.data());
-  else
-    combine_unsort(out, y_rows, dt, plan, routing, H, preweighted);
-}
-
-void combine_backward(void* dy_rows, Dtype dt, const float* dy, const DispatchPlan& plan,
-                      const Routing& routing, int64_t H, CombineKind kind, bool preweighted) {
+void combine_backward(void* dy_rows, Dtype dt, const float* dy, const HostPlan& plan,
+                      const RoutingView& routing, int64_t H, CombineKind kind, bool preweighted) {
   const size_t elem = dtype_size(dt);
   auto* dst_rows = static_cast<char*>(dy_rows);
 #pragma omp parallel
@@ -88,18 +73,59 @@ void combine_backward(void* dy_rows, Dtype dt, const float* dy, const DispatchPl
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < plan.rows; ++r) {
       char* dst = dst_rows + size_t(r) * size_t(H) * elem;
-      int32_t t = plan.row_token(r);
-      if (t < 0) {
+      const int32_t a = plan.row_assignment[r];
+      if (a < 0) {
         std::memset(dst, 0, size_t(H) * elem);
         continue;
       }
-      const float w = row_weight(plan, routing, r, kind, preweighted);
-      const float* src = dy + int64_t(t) * H;
+      float w = 1.0f;
+      if (!preweighted) w = kind == CombineKind::scatter ? plan.row_weight[r] : routing.weights[a];
+      const float* src = dy + int64_t(a / plan.topk) * H;
 #pragma omp simd
       for (int64_t h = 0; h < H; ++h) row[size_t(h)] = w * src[h];
       store_row(dst, dt, row.data(), H);
     }
   }
+}
+
+namespace {
+
+class CpuCombine final : public CombineOp {
+ public:
+  explicit CpuCombine(const OpContext& ctx)
+      : kind_(combine_kind(ctx.cfg)), preweighted_(impl_traits(ctx.cfg.impl).preweight) {}
+
+  void forward(Tensor& out, const Tensor& y_rows, const DispatchPlan& plan,
+               const RoutingTensors& routing) override {
+    const HostPlan p = host_view(plan);
+    const int64_t H = out.dim(1);
+    switch (kind_) {
+      case CombineKind::scatter:
+        add_rows_to_tokens(out.data<float>(), y_rows.raw(), y_rows.dtype(), p, H,
+                           preweighted_ ? nullptr : p.row_weight);
+        return;
+      case CombineKind::unsort:
+        gather_rows_to_tokens(out.data<float>(), y_rows.raw(), y_rows.dtype(), p, H,
+                              preweighted_ ? nullptr : routing.weights.data<float>());
+        return;
+    }
+  }
+
+  void backward(Tensor& dy_rows, const Tensor& dy, const DispatchPlan& plan,
+                const RoutingTensors& routing) override {
+    combine_backward(dy_rows.raw(), dy_rows.dtype(), dy.data<float>(), host_view(plan), host_view(routing),
+                     dy.dim(1), kind_, preweighted_);
+  }
+
+ private:
+  CombineKind kind_;
+  bool preweighted_;
+};
+
+}  // namespace
+
+std::unique_ptr<CombineOp> make_combine_op(const OpContext& ctx) {
+  return std::make_unique<CpuCombine>(ctx);
 }
 
 }  // namespace moe::cpu

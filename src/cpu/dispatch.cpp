@@ -3,10 +3,11 @@
 #include <cstring>
 
 #include "cpu/combine.h"
+#include "moe/backend.h"
 
 namespace moe::cpu {
 
-void dispatch_gather_direct(void* x_rows, const void* x, Dtype dt, const DispatchPlan& plan, int64_t H) {
+void dispatch_gather_direct(void* x_rows, const void* x, Dtype dt, const HostPlan& plan, int64_t H) {
   const size_t row_bytes = size_t(H) * dtype_size(dt);
   auto* dst = static_cast<char*>(x_rows);
   auto* src = static_cast<const char*>(x);
@@ -20,7 +21,7 @@ void dispatch_gather_direct(void* x_rows, const void* x, Dtype dt, const Dispatc
   }
 }
 
-void dispatch_gather_repeat(void* x_rows, void* x_rep, const void* x, Dtype dt, const DispatchPlan& plan,
+void dispatch_gather_repeat(void* x_rows, void* x_rep, const void* x, Dtype dt, const HostPlan& plan,
                             int64_t H) {
   const size_t row_bytes = size_t(H) * dtype_size(dt);
   const int64_t A = plan.tokens * plan.topk;
@@ -32,7 +33,7 @@ void dispatch_gather_repeat(void* x_rows, void* x_rep, const void* x, Dtype dt, 
   auto* dst = static_cast<char*>(x_rows);
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < plan.rows; ++r) {
-    int32_t a = plan.row_assignment[size_t(r)];
+    int32_t a = plan.row_assignment[r];
     if (a < 0)
       std::memset(dst + size_t(r) * row_bytes, 0, row_bytes);
     else
@@ -40,13 +41,62 @@ void dispatch_gather_repeat(void* x_rows, void* x_rep, const void* x, Dtype dt, 
   }
 }
 
-void dispatch_backward(float* dx, const void* dx_rows, Dtype dt, const DispatchPlan& plan, int64_t H,
+DispatchBackwardKind dispatch_backward_kind(const MoeConfig& cfg) {
+  const bool gather = cfg.permute_mode == PermuteMode::repeat_sort && cfg.use_custom_sort_vjp;
+  return gather ? DispatchBackwardKind::gather : DispatchBackwardKind::scatter;
+}
+
+void dispatch_backward(float* dx, const void* dx_rows, Dtype dt, const HostPlan& plan, int64_t H,
                        DispatchBackwardKind kind) {
-  // Both are the combine's algorithms with unit weights (preweighted rows need no routing weights).
-  const Routing no_weights;
-  combine_forward(dx, dx_rows, dt, plan, no_weights, H,
-                  kind == DispatchBackwardKind::gather ? CombineKind::unsort : CombineKind::scatter,
-                  /*preweighted=*/true);
+  // Both are the combine's algorithms with unit weights.
+  switch (kind) {
+    case DispatchBackwardKind::scatter:
+      add_rows_to_tokens(dx, dx_rows, dt, plan, H, nullptr);
+      return;
+    case DispatchBackwardKind::gather:
+      gather_rows_to_tokens(dx, dx_rows, dt, plan, H, nullptr);
+      return;
+  }
+}
+
+namespace {
+
+class CpuDispatch final : public DispatchOp {
+ public:
+  explicit CpuDispatch(const OpContext& ctx)
+      : permute_(ctx.cfg.permute_mode), backward_kind_(dispatch_backward_kind(ctx.cfg)) {
+    if (permute_ == PermuteMode::repeat_sort)
+      x_rep_ = ctx.backend.empty(ctx.cfg.dtype, {ctx.cfg.assignments(), ctx.cfg.hidden});
+  }
+
+  void forward(Tensor& x_rows, const Tensor& x, const DispatchPlan& plan) override {
+    const HostPlan p = host_view(plan);
+    const int64_t H = x.dim(1);
+    switch (permute_) {
+      case PermuteMode::direct_take:
+        dispatch_gather_direct(x_rows.raw(), x.raw(), x.dtype(), p, H);
+        return;
+      case PermuteMode::repeat_sort:
+        dispatch_gather_repeat(x_rows.raw(), x_rep_.raw(), x.raw(), x.dtype(), p, H);
+        return;
+    }
+  }
+
+  void backward(Tensor& dx, const Tensor& dx_rows, const DispatchPlan& plan) override {
+    dispatch_backward(dx.data<float>(), dx_rows.raw(), dx_rows.dtype(), host_view(plan), dx.dim(1),
+                      backward_kind_);
+  }
+
+ private:
+  PermuteMode permute_;
+  DispatchBackwardKind backward_kind_;
+  Tensor x_rep_;  // x_rep (A, H) repeat_sort scratch
+};
+
+}  // namespace
+
+std::unique_ptr<DispatchOp> make_dispatch_op(const OpContext& ctx) {
+  return std::make_unique<CpuDispatch>(ctx);
 }
 
 }  // namespace moe::cpu

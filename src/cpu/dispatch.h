@@ -1,21 +1,23 @@
-// Dispatch (spec §3.2): gather token rows into the expert-major row buffer of a DispatchPlan, and the
-// backward scatter-add of row gradients into dx. Padding rows (row_assignment -1) are written as zeros.
+// Dispatch on the CPU (spec §3.2): gather token rows into the expert-major row buffer of a dispatch
+// plan, and the backward sum of row gradients into dx. Padding rows (row_assignment -1) are written
+// as zeros. Reference: src/ref/dispatch.cpp.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
-#include "moe/config.h"
+#include "moe/ops.h"
 #include "moe/pack.h"
 
 namespace moe::cpu {
 
 // direct_take: x_rows[r] = x[token(r)].
-void dispatch_gather_direct(void* x_rows, const void* x, Dtype dt, const DispatchPlan& plan, int64_t H);
+void dispatch_gather_direct(void* x_rows, const void* x, Dtype dt, const HostPlan& plan, int64_t H);
 // x_rows (rows, H), x (T, H)
 
 // repeat_sort: x_rep = repeat(x, K) is materialised (A, H), then x_rows[r] = x_rep[row_assignment[r]].
 // Twice the traffic of direct_take; kept because the seed A/B-tests it.
-void dispatch_gather_repeat(void* x_rows, void* x_rep, const void* x, Dtype dt, const DispatchPlan& plan,
+void dispatch_gather_repeat(void* x_rows, void* x_rep, const void* x, Dtype dt, const HostPlan& plan,
                             int64_t H);
 // x_rows (rows, H), x_rep (A, H) scratch, x (T, H)
 
@@ -25,8 +27,11 @@ void dispatch_gather_repeat(void* x_rows, void* x_rep, const void* x, Dtype dt, 
 //           own disjoint column slices, so it is race-free and deterministic.
 //  gather:  per token, gather its K rows through assignment_row (the inverse permutation).
 enum class DispatchBackwardKind { scatter, gather };
-void dispatch_backward(float* dx, const void* dx_rows, Dtype dt, const DispatchPlan& plan, int64_t H,
+DispatchBackwardKind dispatch_backward_kind(const MoeConfig& cfg);
+void dispatch_backward(float* dx, const void* dx_rows, Dtype dt, const HostPlan& plan, int64_t H,
                        DispatchBackwardKind kind);
 // dx (T, H) f32 accumulated in place, dx_rows (rows, H)
+
+std::unique_ptr<DispatchOp> make_dispatch_op(const OpContext& ctx);
 
 }  // namespace moe::cpu

@@ -52,7 +52,18 @@ constexpr int64_t kPackPlainMinRows = 512;
 constexpr int64_t kPackTransposedMinRows = 4096;
 
 memory::data_type dnnl_type(Dtype dt) {
-  return dt == Dtype::f32 ? memory::data_type::f32 : memory::data_type::bf16;
+  switch (dt) {
+    case Dtype::f32:
+      return memory::data_type::f32;
+    case Dtype::bf16:
+      return memory::data_type::bf16;
+    case Dtype::f64:
+    case Dtype::s8:
+    case Dtype::s32:
+    case Dtype::s64:
+      break;
+  }
+  MOE_CHECK(false, std::string("oneDNN GEMMs here take float32 or bfloat16, not ") + dtype_name(dt));
 }
 
 struct Runtime {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cpu/gemm_variants.h"
+#include "cpu/vec_math.h"
 #include "moe/status.h"
 #include "moe/tensor.h"
 
@@ -37,8 +38,18 @@ struct View {
 
   float at(int64_t i, int64_t j) const {
     const int64_t idx = i * row_stride + j * col_stride;
-    return dtype == Dtype::f32 ? static_cast<const float*>(p)[idx]
-                               : bf16_to_f32(static_cast<const bf16_t*>(p)[idx]);
+    switch (dtype) {
+      case Dtype::f32:
+        return static_cast<const float*>(p)[idx];
+      case Dtype::bf16:
+        return bf16_to_f32(static_cast<const bf16_t*>(p)[idx]);
+      case Dtype::f64:
+      case Dtype::s8:
+      case Dtype::s32:
+      case Dtype::s64:
+        break;
+    }
+    MOE_CHECK(false, std::string("portable GEMM reads float32 or bfloat16, not ") + dtype_name(dtype));
   }
 
   // panel (rows, cols) with leading dimension ld = the f32 copy of the block at (r0, c0). Walks the
@@ -103,12 +114,7 @@ void gemm(void* c, Dtype c_dtype, View a, View b, int64_t m, int64_t k, int64_t 
         for (int64_t i = 0; i < mb; ++i) {
           const float* crow = &acc[size_t(i * kTileN)];
           const int64_t base = (i0 + i) * n + j0;
-          if (c_dtype == Dtype::f32) {
-            std::memcpy(static_cast<float*>(c) + base, crow, size_t(nb) * sizeof(float));
-          } else {
-            bf16_t* dst = static_cast<bf16_t*>(c) + base;
-            for (int64_t j = 0; j < nb; ++j) dst[j] = f32_to_bf16(crow[j]);
-          }
+          cpu::store_row(static_cast<char*>(c) + size_t(base) * dtype_size(c_dtype), c_dtype, crow, nb);
         }
       }
     }

@@ -6,6 +6,7 @@
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 #include "moe/dtype.h"
 
@@ -62,19 +63,39 @@ inline void f32_to_bf16_row(bf16_t* dst, const float* src, int64_t n) {
   for (; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
 }
 
-// Loads a row of either dtype as float (copying only when it is bf16). Returns the float view.
+// Loads a row of f32 or bf16 as float (copying only when it is bf16). Returns the float view.
 inline const float* load_row_f32(float* scratch, const void* src, Dtype dt, int64_t n) {
-  if (dt == Dtype::f32) return static_cast<const float*>(src);
-  bf16_to_f32_row(scratch, static_cast<const bf16_t*>(src), n);
-  return scratch;
+  switch (dt) {
+    case Dtype::f32:
+      return static_cast<const float*>(src);
+    case Dtype::bf16:
+      bf16_to_f32_row(scratch, static_cast<const bf16_t*>(src), n);
+      return scratch;
+    case Dtype::f64:
+    case Dtype::s8:
+    case Dtype::s32:
+    case Dtype::s64:
+      break;
+  }
+  MOE_CHECK(false, std::string("load_row_f32: no CPU kernel reads ") + dtype_name(dt));
 }
 
-// Stores a float row into either dtype.
+// Stores a float row as f32 or bf16.
 inline void store_row(void* dst, Dtype dt, const float* src, int64_t n) {
-  if (dt == Dtype::f32)
-    std::memcpy(dst, src, size_t(n) * 4);
-  else
-    f32_to_bf16_row(static_cast<bf16_t*>(dst), src, n);
+  switch (dt) {
+    case Dtype::f32:
+      std::memcpy(dst, src, size_t(n) * 4);
+      return;
+    case Dtype::bf16:
+      f32_to_bf16_row(static_cast<bf16_t*>(dst), src, n);
+      return;
+    case Dtype::f64:
+    case Dtype::s8:
+    case Dtype::s32:
+    case Dtype::s64:
+      break;
+  }
+  MOE_CHECK(false, std::string("store_row: no CPU kernel writes ") + dtype_name(dt));
 }
 
 }  // namespace moe::cpu

@@ -1,4 +1,4 @@
-#include "moe/pack.h"
+#include "cpu/pack.h"
 
 #include <algorithm>
 #include <limits>
@@ -6,7 +6,7 @@
 
 #include "moe/status.h"
 
-namespace moe {
+namespace moe::cpu {
 namespace {
 
 // expert_score_sort's record, after the seed's lax.sort operands (expert, -top1 weight, a). That sort is
@@ -71,14 +71,11 @@ int64_t round_up(int64_t n, int64_t multiple) {
 
 }  // namespace
 
-void pack_assignments(Packed& out, const Routing& routing, PackStrategy strategy) {
+void pack_assignments(Packed& out, const RoutingView& routing, PackStrategy strategy) {
   const int64_t A = routing.tokens * routing.topk, K = routing.topk, E = routing.experts;
-  MOE_CHECK(int64_t(routing.ids.size()) == A && int64_t(routing.weights.size()) == A,
-            "pack_assignments: routing ids/weights must be (T, K)");
   out.sort_idx.resize(size_t(A));
-  out.token_idx_sort.resize(size_t(A));
   out.group_sizes.assign(size_t(E), 0);
-  const int32_t* ids = routing.ids.data();
+  const int32_t* ids = routing.ids;
   switch (strategy) {
     case PackStrategy::argsort:
       argsort_pack(out.sort_idx.data(), ids, A);
@@ -87,42 +84,41 @@ void pack_assignments(Packed& out, const Routing& routing, PackStrategy strategy
       tuple_sort_pack(out.sort_idx.data(), ids, A, scratch().tuples);
       break;
     case PackStrategy::expert_score_sort:
-      expert_score_pack(out.sort_idx.data(), ids, routing.weights.data(), A, K, E, scratch());
+      expert_score_pack(out.sort_idx.data(), ids, routing.weights, A, K, E, scratch());
       break;
   }
-  for (int64_t i = 0; i < A; ++i) out.token_idx_sort[size_t(i)] = int32_t(out.sort_idx[size_t(i)] / K);
   for (int64_t a = 0; a < A; ++a)
     if (ids[a] < E) ++out.group_sizes[size_t(ids[a])];
 }
 
-void build_dispatch_plan(DispatchPlan& plan, const Packed& packed, const Routing& routing,
+void build_dispatch_plan(DispatchPlan& plan, const Packed& packed, const RoutingView& routing,
                          const MoeConfig& cfg, int64_t tile_rows) {
   const int64_t E = routing.experts, A = routing.tokens * routing.topk;
   MOE_CHECK(tile_rows >= 1, "build_dispatch_plan: tile_rows must be >= 1");
   MOE_CHECK(int64_t(packed.sort_idx.size()) == A && int64_t(packed.group_sizes.size()) == E,
             "build_dispatch_plan: packed does not match routing");
-  // cfg supplies only the capacity rule and the run dtype; dimensions come from the routing.
+  MOE_CHECK(plan.experts == E && plan.tokens == routing.tokens && plan.topk == routing.topk,
+            "build_dispatch_plan: plan allocated for another shape");
   const int64_t cap = cfg.capacity();  // 0: no capacity
   const bool pad = cap > 0 && cfg.capacity_policy == CapacityPolicy::pad;
-  const bool bf16_weights = cfg.dtype == Dtype::bf16;  // the seed casts sorted weights to x.dtype
+  const Dtype weight_dtype = cfg.dtype;
 
-  plan.tokens = routing.tokens;
-  plan.topk = routing.topk;
-  plan.experts = E;
-  plan.group_offset.resize(size_t(E + 1));
-  plan.group_offset[0] = 0;
+  int64_t* offset = plan.group_offset.data<int64_t>();
+  offset[0] = 0;
   for (int64_t e = 0; e < E; ++e) {
     const int64_t base = pad ? cap : packed.group_sizes[size_t(e)];
-    plan.group_offset[size_t(e + 1)] = plan.group_offset[size_t(e)] + round_up(base, tile_rows);
+    offset[e + 1] = offset[e] + round_up(base, tile_rows);
   }
-  plan.rows = plan.group_offset[size_t(E)];
-  MOE_CHECK(plan.rows <= std::numeric_limits<int32_t>::max(), "build_dispatch_plan: row ids overflow int32");
+  const int64_t rows = offset[E];
+  MOE_CHECK(rows <= plan.max_rows, "build_dispatch_plan: more rows than max_plan_rows allows");
 
-  plan.row_assignment.assign(size_t(plan.rows), -1);
-  plan.row_weight.assign(size_t(plan.rows), 0.0f);
-  plan.assignment_row.assign(size_t(A), -1);
-  plan.live_rows = 0;
-  plan.dropped = 0;
+  int32_t* row_assignment = plan.row_assignment.data<int32_t>();
+  float* row_weight = plan.row_weight.data<float>();
+  int32_t* assignment_row = plan.assignment_row.data<int32_t>();
+  std::fill(row_assignment, row_assignment + rows, -1);
+  std::fill(row_weight, row_weight + rows, 0.0f);
+  std::fill(assignment_row, assignment_row + A, -1);
+  int64_t live_rows = 0, dropped = 0;
   // Group e's assignments sit at sorted positions [start, start + count); rank j = position - start.
   // drop keeps the layout and leaves rows ranked >= cap as padding; pad has only cap base rows.
   int64_t start = 0;
@@ -131,21 +127,44 @@ void build_dispatch_plan(DispatchPlan& plan, const Packed& packed, const Routing
     const int64_t kept = cap > 0 ? std::min(count, cap) : count;
     for (int64_t j = 0; j < kept; ++j) {
       const int32_t a = packed.sort_idx[size_t(start + j)];
-      MOE_CHECK(routing.ids[size_t(a)] == e, "build_dispatch_plan: sort_idx is not grouped by expert");
-      const int64_t row = plan.group_offset[size_t(e)] + j;
-      const float w = routing.weights[size_t(a)];
-      plan.row_assignment[size_t(row)] = a;
-      plan.row_weight[size_t(row)] = bf16_weights ? round_to_bf16(w) : w;
-      plan.assignment_row[size_t(a)] = int32_t(row);
+      MOE_CHECK(routing.ids[a] == e, "build_dispatch_plan: sort_idx is not grouped by expert");
+      const int64_t row = offset[e] + j;
+      row_assignment[row] = a;
+      row_weight[row] = float(round_to_dtype(routing.weights[a], weight_dtype));
+      assignment_row[a] = int32_t(row);
     }
-    plan.live_rows += kept;
-    plan.dropped += count - kept;
+    live_rows += kept;
+    dropped += count - kept;
     start += count;
   }
+  int64_t* stats = plan.stats.data<int64_t>();
+  stats[0] = rows;
+  stats[1] = live_rows;
+  stats[2] = dropped;
 }
 
-int64_t layout_tile_rows(BackendKind backend, int64_t gmm_tile_rows) {
-  return backend == BackendKind::gmm ? gmm_tile_rows : 1;
+namespace {
+
+class CpuPack final : public PackOp {
+ public:
+  explicit CpuPack(const OpContext& ctx) : cfg_(ctx.cfg), tile_rows_(ctx.tile_rows) {}
+
+  void forward(DispatchPlan& plan, const RoutingTensors& routing) override {
+    const RoutingView view = host_view(routing);
+    pack_assignments(packed_, view, cfg_.pack_strategy);
+    build_dispatch_plan(plan, packed_, view, cfg_, tile_rows_);
+  }
+
+ private:
+  MoeConfig cfg_;
+  int64_t tile_rows_;
+  Packed packed_;  // reused across calls: once warm, packing allocates only std::stable_sort's buffer
+};
+
+}  // namespace
+
+std::unique_ptr<PackOp> make_pack_op(const OpContext& ctx) {
+  return std::make_unique<CpuPack>(ctx);
 }
 
-}  // namespace moe
+}  // namespace moe::cpu

@@ -1,0 +1,148 @@
+#include "cpu/expert_ffn.h"
+
+#include "cpu/swiglu.h"
+#include "cpu/vec_math.h"
+#include "moe/backend.h"
+#include "moe/gemm.h"
+#include "moe/inputs.h"
+
+namespace moe::cpu {
+namespace {
+
+void add_into(float* dst, const float* src, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+// Element offset -> byte pointer in a tensor's storage.
+char* at(Tensor& t, int64_t elements) {
+  return static_cast<char*>(t.raw()) + size_t(elements) * dtype_size(t.dtype());
+}
+
+class FloatExpertFfn final : public ExpertFfnOp {
+ public:
+  explicit FloatExpertFfn(const OpContext& ctx)
+      : tracer_(ctx.tracer),
+        dt_(ctx.cfg.dtype),
+        traits_(impl_traits(ctx.cfg.impl)),
+        remat_(ctx.cfg.bench_pass == BenchPass::forward_backward &&
+               ctx.cfg.remat_mode == RematMode::expert_mlp),
+        H_(ctx.cfg.hidden),
+        M_(ctx.cfg.mlp_dim),
+        E_(ctx.cfg.experts),
+        max_rows_(max_plan_rows(ctx.cfg, ctx.tile_rows)) {
+    Backend& be = ctx.backend;
+    h_ = be.empty(dt_, {max_rows_, 2 * M_});
+    g_ = be.empty(dt_, {max_rows_, M_});
+    if (ctx.cfg.bench_pass == BenchPass::forward_backward) {
+      dh_ = be.empty(dt_, {max_rows_, 2 * M_});
+      dg_ = be.empty(dt_, {max_rows_, M_});
+      if (traits_.fuse_w13) {
+        w13_work_ = be.empty(dt_, {E_, H_, 2 * M_});
+        dw13_ = be.empty(dt_, {E_, H_, 2 * M_});
+      } else {
+        dxs2_ = be.empty(Dtype::f32, {max_rows_, H_});
+      }
+    }
+  }
+
+  // expert_mlp remat: the forward writes its up projection and SwiGLU output into the backward's
+  // gradient scratch, which the backward overwrites, so the backward must and does recompute them.
+  void up(const Tensor& x_rows, const FfnWeights& w, const DispatchPlan& plan) override {
+    compute_up(remat_ ? dh_ : h_, remat_ ? dg_ : g_, x_rows, w, host_view(plan));
+  }
+
+  void down(Tensor& y_rows, const FfnWeights& w, const DispatchPlan& plan) override {
+    const HostPlan p = host_view(plan);
+    grouped_gemm_nn(y_rows.raw(), dt_, (remat_ ? dg_ : g_).raw(), w.w2.raw(), dt_, {p.group_offset, E_}, M_,
+                    H_);
+  }
+
+  void backward(Tensor& dx_rows, FfnWeightGrads& dw, const Tensor& dy_rows, const Tensor& x_rows,
+                const FfnWeights& w, const DispatchPlan& plan) override {
+    const HostPlan p = host_view(plan);
+    const int64_t rows = p.rows, H = H_, M = M_;
+    const GroupedShape groups{p.group_offset, E_};
+    if (remat_) tracer_("remat_up", [&] { compute_up(h_, g_, x_rows, w, p); });
+
+    tracer_("down_backward", [&] {
+      grouped_gemm_tn(dw.dw2.raw(), dt_, g_.raw(), dy_rows.raw(), dt_, groups, M, H);
+      grouped_gemm_nt(dg_.raw(), dt_, dy_rows.raw(), w.w2.raw(), dt_, groups, M, H);
+    });
+    const GateUp gu = gate_up(h_, rows);
+    const GateUpGrad dgu = gate_up_grad(dh_, rows);
+    tracer_("swiglu_backward", [&] {
+      swiglu_backward(dgu, dg_.raw(), gu, dt_, rows, M, traits_.preweight ? p.row_weight : nullptr);
+    });
+    tracer_("up_backward", [&] {
+      if (traits_.fuse_w13) {
+        const Tensor& w13 = fused_w13(w);
+        grouped_gemm_tn(dw13_.raw(), dt_, x_rows.raw(), dh_.raw(), dt_, groups, H, 2 * M);
+        split_last_dim(dw.dw1, dw.dw3, dw13_);
+        grouped_gemm_nt(dx_rows.raw(), Dtype::f32, dh_.raw(), w13.raw(), dt_, groups, H, 2 * M);
+      } else {
+        grouped_gemm_tn(dw.dw1.raw(), dt_, x_rows.raw(), dgu.da, dt_, groups, H, M);
+        grouped_gemm_tn(dw.dw3.raw(), dt_, x_rows.raw(), dgu.db, dt_, groups, H, M);
+        grouped_gemm_nt(dx_rows.raw(), Dtype::f32, dgu.da, w.w1.raw(), dt_, groups, H, M);
+        grouped_gemm_nt(dxs2_.raw(), Dtype::f32, dgu.db, w.w3.raw(), dt_, groups, H, M);
+        add_into(dx_rows.data<float>(), dxs2_.data<float>(), rows * H);
+      }
+    });
+  }
+
+  int64_t saved_bytes(int64_t rows) const override {
+    return remat_ ? 0 : rows * 3 * M_ * int64_t(dtype_size(dt_));  // h (rows, 2M) + g (rows, M)
+  }
+
+ private:
+  // Non-fused impls keep gate and up as two (rows, M) planes of h; fused ones as one (rows, 2M) row.
+  GateUp gate_up(Tensor& h, int64_t rows) {
+    if (traits_.fuse_w13) return {h.raw(), at(h, M_), 2 * M_};
+    return {h.raw(), at(h, rows * M_), M_};
+  }
+  GateUpGrad gate_up_grad(Tensor& dh, int64_t rows) {
+    if (traits_.fuse_w13) return {dh.raw(), at(dh, M_), 2 * M_};
+    return {dh.raw(), at(dh, rows * M_), M_};
+  }
+
+  // The seed builds w13 = concat(w1, w3) inside the differentiated call; a caller that has not built
+  // it gets it built here (timed).
+  const Tensor& fused_w13(const FfnWeights& w) const { return w.w13.empty() ? w13_work_ : w.w13; }
+
+  void compute_up(Tensor& h, Tensor& g, const Tensor& x_rows, const FfnWeights& w, const HostPlan& p) {
+    const GroupedShape groups{p.group_offset, E_};
+    const GateUp gu = gate_up(h, p.rows);
+    if (traits_.fuse_w13) {
+      if (w.w13.empty()) {
+        if (w13_work_.empty()) w13_work_ = Tensor(dt_, {E_, H_, 2 * M_}, h.memory());
+        concat_last_dim(w13_work_, w.w1, w.w3);
+      }
+      grouped_gemm_nn(h.raw(), dt_, x_rows.raw(), fused_w13(w).raw(), dt_, groups, H_, 2 * M_);
+    } else {
+      grouped_gemm_nn(h.raw(), dt_, x_rows.raw(), w.w1.raw(), dt_, groups, H_, M_);
+      grouped_gemm_nn(at(h, p.rows * M_), dt_, x_rows.raw(), w.w3.raw(), dt_, groups, H_, M_);
+    }
+    swiglu_forward(g.raw(), gu, dt_, p.rows, M_, traits_.preweight ? p.row_weight : nullptr);
+  }
+
+  const StageTracer& tracer_;
+  Dtype dt_;
+  ImplTraits traits_;
+  bool remat_;
+  int64_t H_, M_, E_, max_rows_;
+  Tensor h_;         // h    (max_rows, 2M)  [gate | up] rows, or gate and up planes of (rows, M)
+  Tensor g_;         // g    (max_rows, M)   SwiGLU output (pre-weighted for preweight impls)
+  Tensor dh_;        // dh   (max_rows, 2M)  backward; also the forward's h under expert_mlp remat
+  Tensor dg_;        // dg   (max_rows, M)   backward; also the forward's g under expert_mlp remat
+  Tensor dxs2_;      // (max_rows, H) f32    the second data-gradient GEMM of non-fused impls
+  Tensor w13_work_;  // w13  (E, H, 2M)      built inside the call when the caller passes none
+  Tensor dw13_;      // dw13 (E, H, 2M)
+};
+
+}  // namespace
+
+std::unique_ptr<ExpertFfnOp> make_float_expert_ffn(const OpContext& ctx) {
+  return std::make_unique<FloatExpertFfn>(ctx);
+}
+
+}  // namespace moe::cpu

@@ -1,0 +1,417 @@
+// Every op of every registered backend against the `ref` backend (ggml's test-backend-ops): fresh
+// random inputs (seed printed) over the MoE edge grid (T not a multiple of the tile, empty experts,
+// all tokens on one expert, K=1, K=E, S=0 and S>0, null routing, capacity drop and pad), each op's
+// forward and backward. Inputs are made on the host and copied to the backend; every output the op
+// overwrites is poisoned with NaN first, so an element it fails to write fails the comparison.
+//
+// Tolerances follow the computation, not the storage: an op of a float32 run matches to 1e-5 of
+// (|ref| + rms(ref)) per element (f32 accumulation against float64); an op of a bfloat16 run to 2^-7
+// of the same, i.e. two bf16 rounding steps at the element's magnitude, because the op and its ref
+// round the same intermediates to bf16 and may land one step apart. Index ops (pack, dispatch
+// forward) must match exactly. A backend that cannot run an op for a case says why: the test reports
+// SKIPPED with those reasons when nothing ran.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+
+#include "moe/backend.h"
+#include "moe/inputs.h"
+#include "moe/null_routing.h"
+#include "moe/rng.h"
+#include "moe/routing.h"
+#include "test_util.h"
+
+namespace moe {
+namespace {
+
+struct Case {
+  std::string label;
+  MoeConfig cfg;
+  KernelConfig kernel;
+  Routing routing;
+};
+
+Routing routing_of(int64_t T, int64_t K, int64_t E, uint64_t seed,
+                   const std::function<int32_t(int64_t, int64_t)>& id) {
+  std::vector<int32_t> ids;
+  std::vector<float> weights;
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t k = 0; k < K; ++k) {
+      ids.push_back(id(t, k));
+      weights.push_back(float(0.1 + random_uniform(seed, uint64_t(t * K + k))));
+    }
+  return routing_from(T, K, E, ids, weights);
+}
+
+std::vector<Case> edge_grid(uint64_t seed) {
+  struct Shape {
+    const char* label;
+    int64_t T, E, K, S;
+    std::function<void(MoeConfig&)> tweak;
+    std::function<int32_t(int64_t, int64_t)> id;  // null: random routing from the config
+  };
+  const std::vector<Shape> shapes = {
+      {"odd T", 37, 5, 2, 0, nullptr, nullptr},
+      {"odd T, shared", 37, 5, 2, 12, nullptr, nullptr},
+      {"empty experts", 23, 6, 2, 8, nullptr,
+       [](int64_t t, int64_t k) { return int32_t((t + k) % 2 ? 4 : 1); }},
+      {"all tokens on one expert", 19, 4, 1, 0, nullptr, [](int64_t, int64_t) { return 2; }},
+      {"K=1", 17, 5, 1, 6, nullptr, nullptr},
+      {"K=E", 11, 3, 3, 0, nullptr, nullptr},
+      {"null routing", 37, 5, 2, 0, [](MoeConfig& c) { c.null_routing.frac = 0.4; }, nullptr},
+      {"capacity drop", 37, 5, 2, 4,
+       [](MoeConfig& c) {
+         c.capacity_policy = CapacityPolicy::drop;
+         c.capacity_factor = 0.8;
+       },
+       nullptr},
+      {"capacity pad", 29, 4, 2, 0,
+       [](MoeConfig& c) {
+         c.capacity_policy = CapacityPolicy::pad;
+         c.capacity_factor = 1.1;
+       },
+       nullptr},
+  };
+  std::vector<Case> cases;
+  int variant = 0;
+  for (const Shape& s : shapes)
+    for (Dtype dt : {Dtype::f32, Dtype::bf16})
+      for (GemmBackend be : {GemmBackend::gmm, GemmBackend::ragged_dot})
+        for (Impl impl : {Impl::baseline, Impl::fused_w13_preweight, Impl::fast}) {
+          Case c;
+          c.cfg.tokens = s.T;
+          c.cfg.hidden = 24;
+          c.cfg.mlp_dim = 20;
+          c.cfg.experts = s.E;
+          c.cfg.topk = s.K;
+          c.cfg.shared_expert_dim = s.S;
+          c.cfg.shared_fused = variant % 2 == 0;
+          c.cfg.dtype = dt;
+          c.cfg.gemm_backend = be;
+          c.cfg.impl = impl;
+          c.cfg.bench_pass = BenchPass::forward_backward;
+          c.cfg.remat_mode = variant % 3 == 0 ? RematMode::expert_mlp : RematMode::none;
+          c.cfg.permute_mode = variant % 4 == 1 ? PermuteMode::repeat_sort : PermuteMode::direct_take;
+          c.cfg.use_custom_sort_vjp = variant % 8 == 1;
+          c.cfg.seed = seed + uint64_t(variant);
+          if (s.tweak) s.tweak(c.cfg);
+          c.kernel.gmm_tile_rows = 8;
+          c.routing = s.id ? routing_of(s.T, s.K, s.E, seed + 7, s.id) : make_routing(c.cfg);
+          c.label = fmt::format("{} {} {} {}", s.label, dtype_name(dt), name(be), name(impl));
+          cases.push_back(std::move(c));
+          ++variant;
+        }
+  return cases;
+}
+
+Tensor random_host(Dtype dt, std::vector<int64_t> shape, uint64_t key) {
+  Tensor t(dt, std::move(shape));
+  for (int64_t i = 0; i < t.numel(); ++i) t.set(i, random_normal(key, uint64_t(i)));
+  return t;
+}
+
+// An output in `be`'s memory whose every element is NaN (floats) or -1 (integers) until written.
+Tensor poisoned(Backend& be, Dtype dt, std::vector<int64_t> shape) {
+  Tensor host(dt, std::move(shape));
+  for (int64_t i = 0; i < host.numel(); ++i) host.set(i, is_float(dt) ? std::nan("") : -1.0);
+  return be.to_device(host);
+}
+
+DispatchPlan plan_in(const DispatchPlan& src, const Case& c, Backend& be) {
+  DispatchPlan dst =
+      allocate_plan(c.cfg, layout_tile_rows(c.cfg.gemm_backend, c.kernel.gmm_tile_rows), be.memory());
+  for (auto [d, s] : {std::pair{&dst.group_offset, &src.group_offset},
+                      {&dst.row_assignment, &src.row_assignment},
+                      {&dst.row_weight, &src.row_weight},
+                      {&dst.assignment_row, &src.assignment_row},
+                      {&dst.stats, &src.stats}})
+    d->copy_from(*s);
+  return dst;
+}
+
+double run_tolerance(Dtype run_dtype) {
+  switch (run_dtype) {
+    case Dtype::f32:
+      return 1e-5;
+    case Dtype::bf16:
+      return 1.0 / 128;
+    case Dtype::f64:
+    case Dtype::s8:
+    case Dtype::s32:
+    case Dtype::s64:
+      break;
+  }
+  MOE_CHECK(false, "no op tolerance for this run dtype");
+}
+
+// The first n elements of `got` (any memory) against `want` (host): |g - w| <= tol * (|w| + rms(w)).
+::testing::AssertionResult close(const char* what, const Tensor& got_any, const Tensor& want, int64_t n,
+                                 double tol) {
+  const Tensor got = got_any.to_host();
+  double sum_sq = 0;
+  for (int64_t i = 0; i < n; ++i) sum_sq += want.get(i) * want.get(i);
+  const double rms = n ? std::sqrt(sum_sq / double(n)) : 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double g = got.get(i), w = want.get(i);
+    if (!(std::fabs(g - w) <= tol * (std::fabs(w) + rms)))
+      return ::testing::AssertionFailure()
+             << what << "[" << i << "] = " << g << ", ref " << w << " (tol " << tol << ", rms " << rms << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+class OpsOnBackend : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    seed_ = testing::test_seed();
+    cases_ = edge_grid(seed_);
+  }
+  Backend& be() { return *backend_by_name(GetParam()); }
+  Backend& ref() { return *backend_by_name("ref"); }
+
+  // True when `be` runs `op` for the case; else records why.
+  bool supported(OpKind op, const Case& c) {
+    if (Status s = be().supports(op, c.cfg); !s) {
+      skipped_.insert(s.message());
+      return false;
+    }
+    ++ran_;
+    return true;
+  }
+  void skip_if_nothing_ran() {
+    if (ran_ > 0) return;
+    std::string why;
+    for (const std::string& s : skipped_) why += (why.empty() ? "" : "; ") + s;
+    GTEST_SKIP() << GetParam() << ": " << why;
+  }
+
+  OpContext context(const Case& c, Backend& b) {
+    return OpContext{c.cfg, c.kernel, b, tracer_,
+                     layout_tile_rows(c.cfg.gemm_backend, c.kernel.gmm_tile_rows)};
+  }
+  // The case's plan from the ref backend's pack (host memory).
+  DispatchPlan ref_plan(const Case& c) {
+    DispatchPlan plan = allocate_plan(c.cfg, context(c, ref()).tile_rows, ref().memory());
+    ref().make_pack(context(c, ref()))->forward(plan, to_memory(c.routing, ref().memory()));
+    return plan;
+  }
+
+  uint64_t seed_ = 0;
+  std::vector<Case> cases_;
+  StageTracer tracer_;
+
+ private:
+  int ran_ = 0;
+  std::set<std::string> skipped_;
+};
+
+TEST_P(OpsOnBackend, Pack) {
+  for (const Case& c : cases_) {
+    if (!supported(OpKind::pack, c)) continue;
+    SCOPED_TRACE(c.label);
+    DispatchPlan plan = allocate_plan(c.cfg, context(c, be()).tile_rows, be().memory());
+    be().make_pack(context(c, be()))->forward(plan, to_memory(c.routing, be().memory()));
+    const testing::PlanVectors got = testing::plan_vectors(plan), want = testing::plan_vectors(ref_plan(c));
+    EXPECT_EQ(got.group_offset, want.group_offset);
+    EXPECT_EQ(got.row_assignment, want.row_assignment);
+    EXPECT_EQ(got.row_weight, want.row_weight);
+    EXPECT_EQ(got.assignment_row, want.assignment_row);
+    EXPECT_EQ(got.live_rows, want.live_rows);
+    EXPECT_EQ(got.dropped, want.dropped);
+  }
+  skip_if_nothing_ran();
+}
+
+TEST_P(OpsOnBackend, DispatchForwardAndBackward) {
+  for (const Case& c : cases_) {
+    if (!supported(OpKind::dispatch, c)) continue;
+    SCOPED_TRACE(c.label);
+    const int64_t T = c.cfg.tokens, H = c.cfg.hidden;
+    const DispatchPlan plan = ref_plan(c), be_plan = plan_in(plan, c, be());
+    const int64_t rows = plan_stats(plan).rows;
+    const Tensor x = random_host(c.cfg.dtype, {T, H}, seed_ + 1);
+    Tensor want = poisoned(ref(), c.cfg.dtype, {plan.max_rows, H}),
+           got = poisoned(be(), c.cfg.dtype, {plan.max_rows, H});
+    ref().make_dispatch(context(c, ref()))->forward(want, x, plan);
+    auto op = be().make_dispatch(context(c, be()));
+    op->forward(got, be().to_device(x), be_plan);
+    EXPECT_TRUE(close("x_rows", got, want, rows * H, 0.0));
+
+    const Tensor dx_rows = random_host(Dtype::f32, {plan.max_rows, H}, seed_ + 2);
+    const Tensor dx0 = random_host(Dtype::f32, {T, H}, seed_ + 3);
+    Tensor dx_want = dx0.clone(), dx_got = be().to_device(dx0).clone();
+    ref().make_dispatch(context(c, ref()))->backward(dx_want, dx_rows, plan);
+    op->backward(dx_got, be().to_device(dx_rows), be_plan);
+    EXPECT_TRUE(close("dx", dx_got, dx_want, T * H, 1e-6));
+  }
+  skip_if_nothing_ran();
+}
+
+TEST_P(OpsOnBackend, ExpertFfnForwardAndBackward) {
+  for (const Case& c : cases_) {
+    if (!supported(OpKind::expert_ffn, c)) continue;
+    SCOPED_TRACE(c.label);
+    const int64_t H = c.cfg.hidden, M = c.cfg.mlp_dim, E = c.cfg.experts;
+    const double tol = run_tolerance(c.cfg.dtype);
+    const DispatchPlan plan = ref_plan(c), be_plan = plan_in(plan, c, be());
+    const int64_t rows = plan_stats(plan).rows;
+    // Rows as a dispatch leaves them: padding rows zero.
+    Tensor x_rows(c.cfg.dtype, {plan.max_rows, H});
+    ref()
+        .make_dispatch(context(c, ref()))
+        ->forward(x_rows, random_host(c.cfg.dtype, {c.cfg.tokens, H}, seed_ + 4), plan);
+    const FfnWeights w{random_host(c.cfg.dtype, {E, H, M}, seed_ + 5),
+                       random_host(c.cfg.dtype, {E, H, M}, seed_ + 6),
+                       random_host(c.cfg.dtype, {E, M, H}, seed_ + 7), Tensor()};
+    const FfnWeights be_w{be().to_device(w.w1), be().to_device(w.w3), be().to_device(w.w2), Tensor()};
+    auto ref_op = ref().make_expert_ffn(context(c, ref()));
+    auto op = be().make_expert_ffn(context(c, be()));
+    Tensor y_want = poisoned(ref(), c.cfg.dtype, {plan.max_rows, H}),
+           y_got = poisoned(be(), c.cfg.dtype, {plan.max_rows, H});
+    const Tensor be_x_rows = be().to_device(x_rows);
+    ref_op->forward(y_want, x_rows, w, plan);
+    op->forward(y_got, be_x_rows, be_w, be_plan);
+    EXPECT_TRUE(close("y_rows", y_got, y_want, rows * H, tol));
+
+    const Tensor dy_rows = random_host(c.cfg.dtype, {plan.max_rows, H}, seed_ + 8);
+    Tensor dx_want = poisoned(ref(), Dtype::f32, {plan.max_rows, H}),
+           dx_got = poisoned(be(), Dtype::f32, {plan.max_rows, H});
+    FfnWeightGrads dw_want{poisoned(ref(), c.cfg.dtype, {E, H, M}), poisoned(ref(), c.cfg.dtype, {E, H, M}),
+                           poisoned(ref(), c.cfg.dtype, {E, M, H})};
+    FfnWeightGrads dw_got{poisoned(be(), c.cfg.dtype, {E, H, M}), poisoned(be(), c.cfg.dtype, {E, H, M}),
+                          poisoned(be(), c.cfg.dtype, {E, M, H})};
+    ref_op->backward(dx_want, dw_want, dy_rows, x_rows, w, plan);
+    op->backward(dx_got, dw_got, be().to_device(dy_rows), be_x_rows, be_w, be_plan);
+    EXPECT_TRUE(close("dx_rows", dx_got, dx_want, rows * H, tol));
+    EXPECT_TRUE(close("dw1", dw_got.dw1, dw_want.dw1, E * H * M, tol));
+    EXPECT_TRUE(close("dw3", dw_got.dw3, dw_want.dw3, E * H * M, tol));
+    EXPECT_TRUE(close("dw2", dw_got.dw2, dw_want.dw2, E * M * H, tol));
+  }
+  skip_if_nothing_ran();
+}
+
+TEST_P(OpsOnBackend, CombineForwardAndBackward) {
+  for (const Case& c : cases_) {
+    if (!supported(OpKind::combine, c)) continue;
+    SCOPED_TRACE(c.label);
+    const int64_t T = c.cfg.tokens, H = c.cfg.hidden;
+    const double tol = run_tolerance(c.cfg.dtype);
+    const DispatchPlan plan = ref_plan(c), be_plan = plan_in(plan, c, be());
+    const int64_t rows = plan_stats(plan).rows;
+    const RoutingTensors routing = to_memory(c.routing, ref().memory()),
+                         be_routing = to_memory(c.routing, be().memory());
+    const Tensor y_rows = random_host(c.cfg.dtype, {plan.max_rows, H}, seed_ + 9);
+    const Tensor out0 = random_host(Dtype::f32, {T, H}, seed_ + 10);
+    Tensor out_want = out0.clone(), out_got = be().to_device(out0).clone();
+    auto op = be().make_combine(context(c, be()));
+    ref().make_combine(context(c, ref()))->forward(out_want, y_rows, plan, routing);
+    op->forward(out_got, be().to_device(y_rows), be_plan, be_routing);
+    EXPECT_TRUE(close("out", out_got, out_want, T * H, 1e-6));
+
+    const Tensor dy = random_host(Dtype::f32, {T, H}, seed_ + 11);
+    Tensor dy_rows_want = poisoned(ref(), c.cfg.dtype, {plan.max_rows, H}),
+           dy_rows_got = poisoned(be(), c.cfg.dtype, {plan.max_rows, H});
+    ref().make_combine(context(c, ref()))->backward(dy_rows_want, dy, plan, routing);
+    op->backward(dy_rows_got, be().to_device(dy), be_plan, be_routing);
+    EXPECT_TRUE(close("dy_rows", dy_rows_got, dy_rows_want, rows * H, tol));
+  }
+  skip_if_nothing_ran();
+}
+
+TEST_P(OpsOnBackend, SharedExpertForwardAndBackward) {
+  for (const Case& c : cases_) {
+    if (!c.cfg.has_shared() || !supported(OpKind::shared_expert, c)) continue;
+    SCOPED_TRACE(c.label);
+    const int64_t T = c.cfg.tokens, H = c.cfg.hidden, S = c.cfg.shared_expert_dim;
+    const double tol = run_tolerance(c.cfg.dtype);
+    const Tensor x = random_host(c.cfg.dtype, {T, H}, seed_ + 12);
+    const FfnWeights w{random_host(c.cfg.dtype, {H, S}, seed_ + 13),
+                       random_host(c.cfg.dtype, {H, S}, seed_ + 14),
+                       random_host(c.cfg.dtype, {S, H}, seed_ + 15), Tensor()};
+    const FfnWeights be_w{be().to_device(w.w1), be().to_device(w.w3), be().to_device(w.w2), Tensor()};
+    auto ref_op = ref().make_shared_expert(context(c, ref()));
+    auto op = be().make_shared_expert(context(c, be()));
+    Tensor out_want = poisoned(ref(), Dtype::f32, {T, H}), out_got = poisoned(be(), Dtype::f32, {T, H});
+    const Tensor be_x = be().to_device(x);
+    ref_op->forward(out_want, x, w);
+    op->forward(out_got, be_x, be_w);
+    EXPECT_TRUE(close("out", out_got, out_want, T * H, tol));
+
+    const Tensor dy = random_host(Dtype::f32, {T, H}, seed_ + 16);
+    Tensor dx_want = poisoned(ref(), Dtype::f32, {T, H}), dx_got = poisoned(be(), Dtype::f32, {T, H});
+    FfnWeightGrads dw_want{poisoned(ref(), c.cfg.dtype, {H, S}), poisoned(ref(), c.cfg.dtype, {H, S}),
+                           poisoned(ref(), c.cfg.dtype, {S, H})};
+    FfnWeightGrads dw_got{poisoned(be(), c.cfg.dtype, {H, S}), poisoned(be(), c.cfg.dtype, {H, S}),
+                          poisoned(be(), c.cfg.dtype, {S, H})};
+    ref_op->backward(dx_want, dw_want, dy, x, w);
+    op->backward(dx_got, dw_got, be().to_device(dy), be_x, be_w);
+    EXPECT_TRUE(close("dx", dx_got, dx_want, T * H, tol));
+    EXPECT_TRUE(close("dsw1", dw_got.dw1, dw_want.dw1, H * S, tol));
+    EXPECT_TRUE(close("dsw3", dw_got.dw3, dw_want.dw3, H * S, tol));
+    EXPECT_TRUE(close("dsw2", dw_got.dw2, dw_want.dw2, S * H, tol));
+  }
+  skip_if_nothing_ran();
+}
+
+TEST_P(OpsOnBackend, LossConvertAndDenseGemm) {
+  for (Dtype dt : {Dtype::f32, Dtype::bf16}) {
+    Case c;
+    c.cfg.dtype = dt;
+    c.cfg.bench_pass = BenchPass::forward_backward;
+    SCOPED_TRACE(dtype_name(dt));
+    const double tol = run_tolerance(dt);
+    if (supported(OpKind::loss, c)) {
+      const Tensor y = random_host(dt, {13, 7}, seed_ + 17);
+      Tensor dy_want(Dtype::f32, {13, 7}), sum_want(Dtype::f64, {1});
+      Tensor dy_got = poisoned(be(), Dtype::f32, {13, 7}), sum_got = poisoned(be(), Dtype::f64, {1});
+      ref().loss_backward(dy_want, sum_want, y);
+      be().loss_backward(dy_got, sum_got, be().to_device(y));
+      EXPECT_TRUE(close("dy", dy_got, dy_want, 13 * 7, 1e-6));
+      EXPECT_TRUE(close("sum_sq", sum_got, sum_want, 1, 1e-12));
+    }
+    if (supported(OpKind::dense_gemm, c)) {
+      const Tensor a = random_host(dt, {19, 33}, seed_ + 18), b = random_host(dt, {33, 21}, seed_ + 19);
+      Tensor c_want(dt, {19, 21}), c_got = poisoned(be(), dt, {19, 21});
+      ref().dense_gemm(c_want, a, b);
+      be().dense_gemm(c_got, be().to_device(a), be().to_device(b));
+      EXPECT_TRUE(close("c", c_got, c_want, 19 * 21, tol));
+    }
+    // convert is glue every backend has (the block's output store).
+    const Tensor acc = random_host(Dtype::f32, {9, 11}, seed_ + 20);
+    Tensor out_want(dt, {9, 11}), out_got = poisoned(be(), dt, {9, 11});
+    ref().convert(out_want, acc);
+    be().convert(out_got, be().to_device(acc));
+    EXPECT_TRUE(close("converted", out_got, out_want, 99, 0.0));
+  }
+  skip_if_nothing_ran();
+}
+
+std::vector<std::string> backends_under_test() {
+  std::vector<std::string> names;
+  for (Backend* b : registered_backends())
+    if (std::string(b->name()) != "ref") names.push_back(b->name());
+  return names;
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, OpsOnBackend, ::testing::ValuesIn(backends_under_test()),
+                         [](const auto& info) { return info.param; });
+
+// The ref ops are themselves checked: composed into a block they must agree with the independent
+// whole-block reference (test_block.cpp, backend ref), and here a wrong op must be caught: poisoning
+// one element of a correct result fails the comparison.
+TEST(OpsComparison, APerturbedElementFails) {
+  const Tensor want = random_host(Dtype::f32, {5, 7}, 3);
+  Tensor got = want.clone();
+  EXPECT_TRUE(close("same", got, want, 35, 1e-5));
+  got.set(17, got.get(17) * 1.01);
+  EXPECT_FALSE(close("perturbed", got, want, 35, 1e-5));
+  got.set(17, std::nan(""));
+  EXPECT_FALSE(close("unwritten", got, want, 35, 1.0));
+}
+
+}  // namespace
+}  // namespace moe

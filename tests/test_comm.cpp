@@ -1,0 +1,87 @@
+// The single-process comm: every collective of moe/comm.h on rank-stamped payloads (DeepEP's
+// `ones * rank`, here (rank + 1) * 1000 + index so a misplaced element shows where it came from),
+// f32 and bf16, in place and out of place, the errors a caller can cause, and split() into a
+// data x expert mesh.
+#include <gtest/gtest.h>
+
+#include "moe/comm.h"
+
+namespace moe {
+namespace {
+
+Tensor stamped(Dtype dt, int64_t n, int rank) {
+  Tensor t(dt, {n});
+  for (int64_t i = 0; i < n; ++i) t.set(i, double((rank + 1) * 1000 + i));
+  return t;
+}
+
+TEST(LocalComm, IsRankZeroOfOne) {
+  auto comm = make_local_comm();
+  EXPECT_EQ(comm->rank(), 0);
+  EXPECT_EQ(comm->size(), 1);
+  EXPECT_TRUE(comm->barrier().is_ok());
+}
+
+TEST(LocalComm, AllReduceSumOfOneRankKeepsTheValues) {
+  auto comm = make_local_comm();
+  for (Dtype dt : {Dtype::f32, Dtype::bf16}) {
+    Tensor t = stamped(dt, 37, comm->rank());
+    const std::vector<double> before = t.to_f64();
+    ASSERT_TRUE(comm->all_reduce_sum(t).is_ok()) << dtype_name(dt);
+    EXPECT_EQ(t.to_f64(), before) << dtype_name(dt);
+  }
+  Tensor ints(Dtype::s32, {4});
+  const Status s = comm->all_reduce_sum(ints);
+  EXPECT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("int32"), std::string::npos) << s.message();
+}
+
+TEST(LocalComm, AllGatherAndReduceScatterCopy) {
+  auto comm = make_local_comm();
+  for (Dtype dt : {Dtype::f32, Dtype::bf16}) {
+    const Tensor send = stamped(dt, 21, 0);
+    Tensor gathered(dt, {21}), scattered(dt, {21});
+    ASSERT_TRUE(comm->all_gather(gathered, send).is_ok());
+    EXPECT_EQ(gathered.to_f64(), send.to_f64());
+    ASSERT_TRUE(comm->reduce_scatter_sum(scattered, send).is_ok());
+    EXPECT_EQ(scattered.to_f64(), send.to_f64());
+  }
+  Tensor too_small(Dtype::f32, {20});
+  EXPECT_FALSE(comm->all_gather(too_small, stamped(Dtype::f32, 21, 0)).is_ok());
+  EXPECT_FALSE(comm->reduce_scatter_sum(too_small, stamped(Dtype::f32, 21, 0)).is_ok());
+  Tensor wrong_dtype(Dtype::bf16, {21});
+  EXPECT_FALSE(comm->all_gather(wrong_dtype, stamped(Dtype::f32, 21, 0)).is_ok());
+}
+
+TEST(LocalComm, AllToAllVMovesTheCountedPrefix) {
+  auto comm = make_local_comm();
+  for (Dtype dt : {Dtype::f32, Dtype::bf16}) {
+    const Tensor send = stamped(dt, 50, 0);
+    const Tensor stale = stamped(dt, 64, 7);  // content past the counted prefix must survive
+    Tensor recv = stale.clone();
+    ASSERT_TRUE(comm->all_to_all_v(recv, {40}, send, {40}).is_ok());
+    for (int64_t i = 0; i < 64; ++i) ASSERT_EQ(recv.get(i), i < 40 ? send.get(i) : stale.get(i)) << i;
+    Tensor in_place = stamped(dt, 30, 0);
+    ASSERT_TRUE(comm->all_to_all_v(in_place, {30}, in_place, {30}).is_ok());
+    EXPECT_EQ(in_place.to_f64(), stamped(dt, 30, 0).to_f64());
+  }
+  Tensor buf(Dtype::f32, {8});
+  EXPECT_FALSE(comm->all_to_all_v(buf, {4}, buf, {5}).is_ok());        // sends 5 to itself, expects 4
+  EXPECT_FALSE(comm->all_to_all_v(buf, {4, 4}, buf, {4, 4}).is_ok());  // two peers on one rank
+  EXPECT_FALSE(comm->all_to_all_v(buf, {9}, buf, {9}).is_ok());        // more than the buffers hold
+}
+
+TEST(LocalComm, SplitIntoADataByExpertMesh) {
+  auto world = make_local_comm();
+  auto data = world->split(/*color=*/0, world->rank());
+  auto expert = world->split(/*color=*/world->rank(), 0);
+  ASSERT_TRUE(data && expert);
+  EXPECT_EQ(data->size() * expert->size(), world->size());
+  EXPECT_EQ(data->rank(), 0);
+  EXPECT_EQ(expert->rank(), 0);
+  Tensor t = stamped(Dtype::f32, 5, 0);
+  EXPECT_TRUE(expert->split(0, 0)->all_reduce_sum(t).is_ok());
+}
+
+}  // namespace
+}  // namespace moe
