@@ -309,14 +309,8 @@ TEST_P(BlockOnBackend, RepeatedCallsAreStable) {
   EXPECT_EQ(ga.dsw1.to_host().to_f64(), gb.dsw1.to_host().to_f64());
 }
 
-std::vector<std::string> backend_names_list() {
-  std::vector<std::string> names;
-  for (Backend* b : registered_backends()) names.push_back(b->name());
-  return names;
-}
-
-INSTANTIATE_TEST_SUITE_P(Backends, BlockOnBackend, ::testing::ValuesIn(backend_names_list()),
-                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Backends, BlockOnBackend, ::testing::ValuesIn(testing::backend_names()),
+                         testing::param_name);
 
 // --------------------------------------------------------------------------------- cpu-specific
 

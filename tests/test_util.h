@@ -9,8 +9,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "moe/backend.h"
 #include "moe/pack.h"
 
 namespace moe::testing {
@@ -28,6 +30,17 @@ inline uint64_t test_seed() {
   std::printf("[ seed     ] MOE_TEST_SEED=%llu\n", (unsigned long long)seed);
   ::testing::Test::RecordProperty("seed", std::to_string(seed));
   return seed;
+}
+
+// Names of the registered backends (all, or all but `except`), for value-parameterized tests.
+inline std::vector<std::string> backend_names(const std::string& except = "") {
+  std::vector<std::string> names;
+  for (Backend* b : registered_backends())
+    if (except != b->name()) names.push_back(b->name());
+  return names;
+}
+inline std::string param_name(const ::testing::TestParamInfo<std::string>& info) {
+  return info.param;
 }
 
 // A dispatch plan (in any memory) copied to host vectors, the used rows only, for assertions.

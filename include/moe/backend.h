@@ -32,6 +32,10 @@ class Backend {
   // The devices it computes on, in the seed's `devices=[...]` style, e.g. "CpuDevice(id=0)".
   virtual std::string devices() const = 0;
 
+  // Ok when its device is there to compute on; else why not (e.g. "no CUDA device (...)"). Nothing of
+  // a backend that is not available may be touched but its names and these answers.
+  virtual Status available() const { return Status::ok(); }
+
   // Memory.
   virtual MemorySpace& memory() = 0;
   Tensor empty(Dtype dtype, std::vector<int64_t> shape) { return Tensor(dtype, std::move(shape), memory()); }

@@ -28,10 +28,11 @@ class Backend;
 void synchronize(Backend* backend);  // Backend::synchronize(), callable where backend.h is not included
 
 // The ops a backend may support, for supports(), --list and the op tests.
-enum class OpKind { pack, dispatch, expert_ffn, combine, shared_expert, loss, dense_gemm };
-inline constexpr OpKind kAllOps[] = {OpKind::pack,      OpKind::dispatch,      OpKind::expert_ffn,
-                                     OpKind::combine,   OpKind::shared_expert, OpKind::loss,
-                                     OpKind::dense_gemm};
+// convert and loss are the block's element-wise glue; dense_gemm is the ceiling.
+enum class OpKind { pack, dispatch, expert_ffn, combine, shared_expert, convert, loss, dense_gemm };
+inline constexpr OpKind kAllOps[] = {OpKind::pack,    OpKind::dispatch,      OpKind::expert_ffn,
+                                     OpKind::combine, OpKind::shared_expert, OpKind::convert,
+                                     OpKind::loss,    OpKind::dense_gemm};
 const char* name(OpKind op);
 
 // Called around the named sub-stages of an op (for --trace-dir); `start`/`end` bracket work the

@@ -22,6 +22,8 @@ const char* name(OpKind op) {
       return "combine";
     case OpKind::shared_expert:
       return "shared_expert";
+    case OpKind::convert:
+      return "convert";
     case OpKind::loss:
       return "loss";
     case OpKind::dense_gemm:
@@ -35,8 +37,8 @@ void synchronize(Backend* backend) {
 }
 
 Status Backend::supports_block(const MoeConfig& cfg) const {
-  for (OpKind op : {OpKind::pack, OpKind::dispatch, OpKind::expert_ffn, OpKind::combine, OpKind::loss,
-                    OpKind::shared_expert}) {
+  for (OpKind op : {OpKind::pack, OpKind::dispatch, OpKind::expert_ffn, OpKind::combine, OpKind::convert,
+                    OpKind::loss, OpKind::shared_expert}) {
     if (op == OpKind::shared_expert && !cfg.has_shared()) continue;
     if (op == OpKind::loss && cfg.bench_pass != BenchPass::forward_backward) continue;
     if (Status s = supports(op, cfg); !s)

@@ -27,6 +27,7 @@ class RefBackend final : public Backend {
       case OpKind::dispatch:
       case OpKind::combine:
       case OpKind::shared_expert:
+      case OpKind::convert:
       case OpKind::loss:
       case OpKind::dense_gemm:
         return Status::ok();
