@@ -1,4 +1,4 @@
-// moe-bench: runs the seed harness's loop (distribution -> topk -> impl -> queue mode) on the CPU and
+// moe-bench: runs the seed harness's loop (distribution -> topk -> impl -> queue mode) on a backend and
 // prints the seed's lines (spec §9.3) with our extra keys appended to RESULT. Results on stdout,
 // progress and errors on stderr. Exit codes: 0 ok, 1 a --check failed, 2 bad input.
 #include <fmt/format.h>
