@@ -6,7 +6,11 @@
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -97,6 +101,58 @@ TEST(Cli, TinyRunPrintsSeedLinesAndPassesCheck) {
       << r.out;
   EXPECT_NE(r.out.find("ceiling_tflops="), std::string::npos);
   EXPECT_NE(r.out.find("CHECK pass=true"), std::string::npos) << r.out;
+}
+
+std::string temp_dir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "moe_cli_" + name + "_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+TEST(Cli, ConcurrentRunsAppendingToOneFileLoseNoRow) {
+  const std::string dir = temp_dir("concurrent"), out = dir + "/rows.jsonl";
+  const std::string cmd = std::string(MOE_BENCH_BINARY) + " " + kTiny +
+                          " --impl both --distribution both --format jsonl --out " + out + " 2>/dev/null";
+  std::vector<FILE*> runs;
+  for (int i = 0; i < 3; ++i) runs.push_back(popen(cmd.c_str(), "r"));
+  for (FILE* p : runs) {
+    char buf[4096];
+    while (fread(buf, 1, sizeof buf, p) > 0) {
+    }
+    EXPECT_EQ(pclose(p), 0);
+  }
+  std::ifstream f(out);
+  int rows = 0;
+  for (std::string line; std::getline(f, line); ++rows) EXPECT_NO_THROW(nlohmann::json::parse(line)) << line;
+  EXPECT_EQ(rows, 3 * 12) << "3 processes x 2 distributions x 6 impls";
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    EXPECT_EQ(e.path().filename(), "rows.jsonl") << "no temporary left";
+}
+
+TEST(Cli, BadOutputTargetsAreRefusedBeforeAnyRun) {
+  const std::string dir = temp_dir("targets");
+  std::ofstream(dir + "/file") << "x\n";
+  std::ofstream(dir + "/foreign.csv") << "a,b\n1,2\n";
+  const std::string bad[] = {
+      "--out " + dir + "/missing/r.jsonl",
+      "--out " + dir,
+      "--out " + dir + "/foreign.csv --format csv",
+      "--out ''",
+      "--dump ''",
+      "--dump " + dir + "/file",
+      "--trace-dir " + dir + "/file",
+      "--trace-dir " + dir + "/file/sub",
+  };
+  for (const std::string& args : bad) {
+    Ran r = run_bench(std::string(kTiny) + " --impl fused_w13 --distribution random " + args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\nstderr: " << r.err;
+    EXPECT_EQ(r.out, "") << args;
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "not one line for " << args << ": " << r.err;
+    EXPECT_EQ(r.err.rfind("moe-bench: error: ", 0), 0u) << r.err;
+  }
+  std::ifstream f(dir + "/foreign.csv");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(f), {}), "a,b\n1,2\n");
 }
 
 TEST(Cli, HelpListsFlagsWithDefaults) {

@@ -3,15 +3,14 @@
 // progress and errors on stderr. Exit codes: 0 ok, 1 a --check failed, 2 bad input.
 #include <fmt/format.h>
 #include <omp.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <optional>
 
 #include "bench/accounting.h"
 #include "bench/options.h"
+#include "bench/preflight.h"
 #include "bench/report.h"
 #include "bench/timing.h"
 #include "bench/trace.h"
@@ -74,16 +73,6 @@ double measure_ceiling_tflops(const MoeConfig& c, int warmup, int iters) {
       time_fn([&] { dense_gemm(out.raw(), c.dtype, a.raw(), c.dtype, b.raw(), c.dtype, R, Kd, N); }, warmup,
               std::max(iters, 3));
   return 2.0 * double(R) * double(Kd) * double(N) / t.mean / 1e12;
-}
-
-Status check_memory(const MoeConfig& c) {
-  const double physical = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
-  const double need = c.estimated_bytes();
-  if (need > 0.9 * physical)
-    return Status::error(
-        fmt::format("this shape needs about {:.1f} GiB but the machine has {:.1f} GiB of memory",
-                    need / 1073741824.0, physical / 1073741824.0));
-  return Status::ok();
 }
 
 // Spec §9.4: each stage timed on its own (same warmup/iters); inputs of a stage come from one extra
@@ -195,8 +184,7 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, const MoeInputs& i
       fmt::print("{}\n", csv_header(outcome.rows.front()));
       csv_header_printed = true;
     }
-    for (const ResultRow& row : outcome.rows)
-      fmt::print("{}\n", o.format == OutputFormat::jsonl ? format_jsonl(row) : format_csv(row));
+    for (const std::string& line : format_rows(o.format, outcome.rows)) fmt::print("{}\n", line);
   }
 
   if (o.check) {
@@ -241,22 +229,8 @@ int run(int argc, char** argv) {
   }
   if (o.kernel.threads > 0) omp_set_num_threads(o.kernel.threads);
 
-  MoeConfig c = o.base;
-  for (int64_t k : o.topks) {
-    c.topk = k;
-    if (Status m = check_memory(c); !m) return fail(m);
-  }
+  if (Status s = preflight(o); !s) return fail(s);
   const size_t n_runs = o.distributions.size() * o.topks.size() * o.impls.size() * o.null_fracs.size();
-  if (!o.dump_dir.empty() && n_runs > 1)
-    return fail(Status::error("--dump takes a single run (one distribution, topk and impl)"));
-  if (!o.dump_dir.empty()) {
-    // Refuse a bad dump target before any result is printed.
-    std::error_code ec;
-    std::filesystem::create_directories(o.dump_dir, ec);
-    if (!std::filesystem::is_directory(o.dump_dir))
-      return fail(Status::error(fmt::format("cannot dump to '{}': {}", o.dump_dir,
-                                            ec ? ec.message() : "it exists and is not a directory")));
-  }
 
   const Environment env = capture_environment();
   if (o.format == OutputFormat::text || !o.out_path.empty()) print_shape_line(o);
@@ -268,7 +242,7 @@ int run(int argc, char** argv) {
   const auto start = std::chrono::steady_clock::now();
   for (Distribution dist : o.distributions) {
     for (int64_t k : o.topks) {
-      c = o.base;
+      MoeConfig c = o.base;
       c.distribution = dist;
       c.topk = k;
       const double ceiling = measure_ceiling_tflops(c, o.warmup, o.iters);
@@ -283,11 +257,8 @@ int run(int argc, char** argv) {
           RunOutcome r = run_one(o, c, in, routing, null_stats, ceiling, env);
           any_check_failed |= r.check_failed;
           if (!r.output_status) return fail(r.output_status);
-          if (!o.out_path.empty()) {
-            std::vector<std::string> lines;
-            for (const ResultRow& row : r.rows) lines.push_back(result_text(row));
-            if (Status s = append_rows(o.out_path, o.format, lines, r.rows); !s) return fail(s);
-          }
+          if (!o.out_path.empty())
+            if (Status s = append_rows(o.out_path, o.format, r.rows); !s) return fail(s);
           ++done;
           const double elapsed =
               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -160,6 +160,9 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok) {
     return Status::error(msg);
   }
 
+  for (auto [flag, value] : {std::pair{"--out", &opts.out_path}, {"--dump", &opts.dump_dir}})
+    if (app.count(flag) > 0 && value->empty())
+      return Status::error(fmt::format("invalid {} '': expected a path", flag));
   if (format == "text")
     opts.format = OutputFormat::text;
   else if (format == "jsonl")

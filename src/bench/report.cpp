@@ -1,16 +1,9 @@
 #include "bench/report.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "bench/accounting.h"
+#include "moe/file_io.h"
 
 namespace moe::bench {
 
@@ -34,29 +27,6 @@ std::string csv_field(const nlohmann::ordered_json& v) {
   std::string quoted = "\"";
   for (char c : s) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
   return quoted + "\"";
-}
-
-Status read_file(const std::string& path, std::string& content, bool& exists) {
-  std::ifstream in(path, std::ios::binary);
-  exists = bool(in);
-  if (!exists) return Status::ok();
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  content = ss.str();
-  return Status::ok();
-}
-
-Status write_all(int fd, const std::string& data, const std::string& path) {
-  size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Status::error(fmt::format("cannot write results file '{}': {}", path, std::strerror(errno)));
-    }
-    done += size_t(n);
-  }
-  return Status::ok();
 }
 
 }  // namespace
@@ -145,38 +115,31 @@ std::string format_csv(const ResultRow& row) {
   return s;
 }
 
-Status append_rows(const std::string& path, OutputFormat format, const std::vector<std::string>& text_lines,
-                   const std::vector<ResultRow>& rows) {
-  std::string content;
-  bool exists = false;
-  MOE_RETURN_IF_ERROR(read_file(path, content, exists));
-  if (!content.empty() && content.back() != '\n') content += '\n';  // never glue onto a foreign last line
-  if (format == OutputFormat::csv && !rows.empty()) {
-    const std::string header = csv_header(rows.front());
-    if (content.empty()) {
-      content = header + "\n";
-    } else if (content.substr(0, content.find('\n')) != header) {
-      return Status::error(fmt::format("results file '{}' has a different csv header; use a new file", path));
+std::vector<std::string> format_rows(OutputFormat format, const std::vector<ResultRow>& rows) {
+  std::vector<std::string> lines;
+  for (const ResultRow& row : rows) {
+    switch (format) {
+      case OutputFormat::text:
+        lines.push_back(result_text(row));
+        break;
+      case OutputFormat::jsonl:
+        lines.push_back(format_jsonl(row));
+        break;
+      case OutputFormat::csv:
+        lines.push_back(format_csv(row));
+        break;
     }
   }
-  if (format == OutputFormat::text)
-    for (const std::string& line : text_lines) content += line + "\n";
-  for (const ResultRow& row : rows) {
-    if (format == OutputFormat::jsonl) content += format_jsonl(row) + "\n";
-    if (format == OutputFormat::csv) content += format_csv(row) + "\n";
-  }
-  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0)
-    return Status::error(fmt::format("cannot write results file '{}': {}", path, std::strerror(errno)));
-  Status s = write_all(fd, content, path);
-  if (s && ::fsync(fd) != 0)
-    s = Status::error(fmt::format("cannot sync results file '{}': {}", path, std::strerror(errno)));
-  ::close(fd);
-  if (s && std::rename(tmp.c_str(), path.c_str()) != 0)
-    s = Status::error(fmt::format("cannot replace results file '{}': {}", path, std::strerror(errno)));
-  if (!s) ::unlink(tmp.c_str());
-  return s;
+  return lines;
+}
+
+std::string file_header(OutputFormat format, const ResultRow& row) {
+  return format == OutputFormat::csv ? csv_header(row) : "";
+}
+
+Status append_rows(const std::string& path, OutputFormat format, const std::vector<ResultRow>& rows) {
+  if (rows.empty()) return Status::ok();
+  return append_lines(path, file_header(format, rows.front()), format_rows(format, rows), "results file");
 }
 
 }  // namespace moe::bench

@@ -2,9 +2,8 @@
 // rows carry the same keys plus the full config and the environment (git commit, CPU, ISA,
 // threads, library versions, date), so a row can be traced without the command that made it.
 //
-// Files are appended atomically: the new file (old content + new rows) is written beside the old
-// one, flushed to disk and renamed over it, so a crash or Ctrl-C leaves either the old or the new
-// file, never a torn row.
+// Files are appended row by row under a lock (moe/file_io.h append_lines), so concurrent runs lose
+// no row and a killed run leaves no half row.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -39,9 +38,13 @@ std::string format_jsonl(const ResultRow& row);
 std::string csv_header(const ResultRow& row);
 std::string format_csv(const ResultRow& row);
 
+// One line per row in `format` (text: the RESULT line).
+std::vector<std::string> format_rows(OutputFormat format, const std::vector<ResultRow>& rows);
+// The first line a results file of `format` must start with: the csv header, none for text and jsonl.
+std::string file_header(OutputFormat format, const ResultRow& row);
+
 // Appends `rows` to `path` in `format` (csv: writes the header when the file is new or empty, and
-// refuses a file whose header differs). Atomic as described above.
-Status append_rows(const std::string& path, OutputFormat format, const std::vector<std::string>& text_lines,
-                   const std::vector<ResultRow>& rows);
+// refuses a file whose header differs).
+Status append_rows(const std::string& path, OutputFormat format, const std::vector<ResultRow>& rows);
 
 }  // namespace moe::bench

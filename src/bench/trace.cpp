@@ -3,8 +3,9 @@
 #include <fmt/format.h>
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
+
+#include "moe/file_io.h"
 
 namespace moe::bench {
 
@@ -30,14 +31,7 @@ Status write_chrome_trace(const std::string& dir, const std::string& subdir,
                                     {"pid", 0},
                                     {"tid", 0}});
   }
-  const std::filesystem::path file = path / "trace.json", tmp = path / "trace.json.tmp";
-  {
-    std::ofstream out(tmp);
-    out << trace.dump(1) << "\n";
-    if (!out) return Status::error(fmt::format("cannot write trace file '{}'", tmp.string()));
-  }
-  std::filesystem::rename(tmp, file, ec);
-  if (ec) return Status::error(fmt::format("cannot write trace file '{}': {}", file.string(), ec.message()));
+  MOE_RETURN_IF_ERROR(write_file_atomic((path / "trace.json").string(), trace.dump(1) + "\n"));
   written = path.string();
   return Status::ok();
 }
