@@ -14,6 +14,7 @@
 #include "bench/options.h"
 #include "bench/report.h"
 #include "moe/null_routing.h"
+#include "test_util.h"
 
 namespace moe::bench {
 namespace {
@@ -27,21 +28,12 @@ Status parse(std::vector<std::string> args, BenchOptions& o) {
 }
 
 std::string run_stdout(const std::string& args) {
-  std::string out;
-  FILE* p = popen((std::string(MOE_BENCH_BINARY) + " " + args + " 2>/dev/null").c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  EXPECT_EQ(pclose(p), 0) << args;
-  return out;
+  const testing::Ran r = testing::run_bench(args);
+  EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.err;
+  return r.out;
 }
 
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> lines;
-  std::stringstream ss(text);
-  for (std::string line; std::getline(ss, line);) lines.push_back(line);
-  return lines;
-}
+using testing::split_lines;
 
 // What a parser written for the seed's RESULT lines does: split on spaces, then on '='.
 std::map<std::string, std::string> seed_parse(const std::string& line) {
@@ -99,7 +91,7 @@ TEST(Harness, JsonlAndCsvRowsParseBackAndAppend) {
   }
   ResultRow row = sample_row();
   ASSERT_TRUE(append_rows(jsonl, OutputFormat::jsonl, {row, row}));
-  auto lines = lines_of([&] {
+  auto lines = split_lines([&] {
     std::ifstream f(jsonl);
     return std::string(std::istreambuf_iterator<char>(f), {});
   }());
@@ -112,7 +104,7 @@ TEST(Harness, JsonlAndCsvRowsParseBackAndAppend) {
 
   ASSERT_TRUE(append_rows(csv, OutputFormat::csv, {row}));
   ASSERT_TRUE(append_rows(csv, OutputFormat::csv, {row}));
-  auto csv_lines = lines_of([&] {
+  auto csv_lines = split_lines([&] {
     std::ifstream f(csv);
     return std::string(std::istreambuf_iterator<char>(f), {});
   }());
@@ -170,7 +162,7 @@ TEST(Harness, RunLoopOrderIsDistributionTopkImplNull) {
       "--tokens 40 --hidden 16 --mlp-dim 8 --experts 4 --topk-list 2,1 --impl both --distribution both "
       "--null-route-frac-list 0,0.5 --iters 1 --warmup 0 --threads 1 --format jsonl");
   std::vector<std::string> got;
-  for (const std::string& line : lines_of(out)) {
+  for (const std::string& line : split_lines(out)) {
     auto j = nlohmann::json::parse(line);
     got.push_back(j["distribution"].get<std::string>() + "/" + std::to_string(j["topk"].get<int>()) + "/" +
                   j["impl"].get<std::string>() + "/" + std::to_string(j["null_target"].get<double>()));
@@ -213,7 +205,7 @@ TEST(Harness, TraceDirWritesAChromeTraceOfEveryStage) {
 // Sum of the four stage means and the whole forward's mean from one run's output.
 std::pair<double, double> stage_sum_and_forward(const std::string& out) {
   double total = 0, forward = 0;
-  for (const std::string& line : lines_of(out)) {
+  for (const std::string& line : split_lines(out)) {
     for (const char* key : {"pack_s=", "up_s=", "down_s=", "combine_s="}) {
       auto pos = line.find(std::string("stage ") + key);
       if (pos != std::string::npos) total += std::stod(line.substr(pos + 6 + std::string(key).size()));

@@ -8,10 +8,12 @@
 #include <cstdio>
 #include <optional>
 
-#include "bench/accounting.h"
+#include "bench/finite.h"
 #include "bench/options.h"
 #include "bench/preflight.h"
 #include "bench/report.h"
+#include "bench/seed_lines.h"
+#include "bench/threads.h"
 #include "bench/timing.h"
 #include "bench/trace.h"
 #include "moe/backend.h"
@@ -19,6 +21,7 @@
 #include "moe/check.h"
 #include "moe/dump.h"
 #include "moe/environment.h"
+#include "moe/file_io.h"
 #include "moe/gemm.h"
 #include "moe/inputs.h"
 #include "moe/null_routing.h"
@@ -26,28 +29,6 @@
 
 namespace moe::bench {
 namespace {
-
-const char* py_bool(bool b) {
-  return b ? "True" : "False";
-}
-
-void print_shape_line(const BenchOptions& o) {
-  const MoeConfig& c = o.base;
-  std::string queue = o.queue_modes.size() == 2 ? "both" : name(o.queue_modes.front());
-  fmt::print(
-      "shape tokens={} hidden={} mlp_dim={} experts={} topk={} dtype={} backend={} impl={} "
-      "shared_expert_dim={} "
-      "shared_fused={} bench_pass={} parallel_mode=none ep_comm_path=compact_psum queue_mode={} "
-      "routing_pack_strategy={} dispatch_permute_mode={} use_custom_sort_vjp={} remat_mode={} "
-      "capacity_policy={} capacity_factor={} null_route_frac={} null_experts={} null_routing_mode={} "
-      "renormalize_real_after_null={} stage_timing={}\n",
-      c.tokens, c.hidden, c.mlp_dim, c.experts, c.topk, dtype_name(c.dtype), name(c.backend),
-      o.impls.size() > 1 ? "both" : name(o.impls.front()), c.shared_expert_dim, py_bool(c.shared_fused),
-      name(c.bench_pass), queue, name(c.pack_strategy), name(c.permute_mode), py_bool(c.use_custom_sort_vjp),
-      name(c.remat_mode), name(c.capacity_policy), c.capacity_factor, c.null_routing.frac,
-      c.null_routing.null_experts, name(c.null_routing.mode), py_bool(c.null_routing.renormalize),
-      py_bool(o.stage_timing));
-}
 
 void print_list() {
   fmt::print("backends:");
@@ -79,7 +60,6 @@ double measure_ceiling_tflops(const MoeConfig& c, int warmup, int iters) {
 // call of the previous stage. The shared expert is in no stage.
 void print_stage_timing(const BenchOptions& o, const MoeConfig& c, const MoeInputs& in,
                         const Routing& routing, MoeBlock& block) {
-  const std::string dist = name(c.distribution);
   if (c.bench_pass != BenchPass::forward) {
     fmt::print(stderr, "moe-bench: --stage-timing is forward only; skipped for forward_backward\n");
     return;
@@ -88,18 +68,13 @@ void print_stage_timing(const BenchOptions& o, const MoeConfig& c, const MoeInpu
   double up = time_fn([&] { block.stage_up(in, true); }, o.warmup, o.iters).mean;
   double down = time_fn([&] { block.stage_down(in); }, o.warmup, o.iters).mean;
   double combine = time_fn([&] { block.stage_combine(routing); }, o.warmup, o.iters).mean;
-  const double total = pack + up + down + combine;
-  fmt::print("[{}] pass=forward stage pack_s={:.6f}\n[{}] pass=forward stage up_s={:.6f}\n", dist, pack, dist,
-             up);
-  fmt::print("[{}] pass=forward stage down_s={:.6f}\n[{}] pass=forward stage combine_s={:.6f}\n", dist, down,
-             dist, combine);
-  fmt::print("[{}] pass=forward stage_pct pack={:.1f} up={:.1f} down={:.1f} combine={:.1f}\n", dist,
-             100 * pack / total, 100 * up / total, 100 * down / total, 100 * combine / total);
+  fmt::print("{}", stage_lines(c, pack, up, down, combine));
 }
 
 struct RunOutcome {
   bool check_failed = false;
-  Status output_status;  // a failed --dump or --trace-dir write
+  Status output_status;  // a failed --dump or --trace-dir write (exit 2)
+  Status numerics;       // NaN or inf in the results (exit 1)
   std::vector<ResultRow> rows;
 };
 
@@ -113,7 +88,20 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, const MoeInputs& i
   std::optional<MoeGrads> grads;
   if (c.bench_pass == BenchPass::forward_backward) grads = make_grads(c);
 
-  for (QueueMode mode : o.queue_modes) {
+  // The seed announces a run's trace directory before the run.
+  std::string trace_run;
+  std::vector<TraceEvent> events;
+  if (!o.trace_dir.empty()) {
+    const auto now = std::chrono::system_clock::now().time_since_epoch();
+    trace_run = trace_run_dir(o, c, std::chrono::duration_cast<std::chrono::nanoseconds>(now).count());
+    outcome.output_status = prepare_output_dir("--trace-dir directory", trace_run);
+    if (!outcome.output_status) return outcome;
+    if (text_stdout) fmt::print("trace_dir={}\n", trace_run);
+  }
+  const std::string stats_lines = routing_lines(c, routing, null_stats);
+
+  for (size_t m = 0; m < o.queue_modes.size(); ++m) {
+    const QueueMode mode = o.queue_modes[m];
     // The call this (pass, queue mode) times; prequeue packs and dispatches once, outside it.
     if (c.bench_pass == BenchPass::forward && mode == QueueMode::prequeue)
       block.prepare_dispatch(in, routing);
@@ -126,59 +114,35 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, const MoeInputs& i
         block.forward(out, in, routing);
     };
     const TimingStats t = time_fn(call, o.warmup, o.iters);
-    if (!o.trace_dir.empty()) {
+    if (Status s = check_finite(out, grads ? &*grads : nullptr); !s) {
+      outcome.numerics = Status::error(fmt::format("run distribution={} topk={} impl={} mode={}: {}", dist,
+                                                   c.topk, name(c.impl), name(mode), s.message()));
+      return outcome;
+    }
+    if (!trace_run.empty()) {
       // One extra, untimed call with every stage recorded (the seed's profiler trace, spec §1).
-      std::vector<TraceEvent> events;
       block.set_stage_observer([&](const char* stage, auto start, auto end) {
-        events.push_back({stage, start, end});
+        events.push_back({stage, int(m), start, end});
       });
       call();
       block.set_stage_observer(nullptr);
-      const std::string subdir =
-          fmt::format("{}_{}_topk{}_{}_null{:.2f}_none_compact_psum_{}_{}",
-                      std::chrono::duration_cast<std::chrono::nanoseconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count(),
-                      dist, c.topk, name(c.impl), c.null_routing.frac, name(c.bench_pass), name(mode));
-      std::string written;
-      outcome.output_status = write_chrome_trace(o.trace_dir, subdir, events, written);
-      if (!outcome.output_status) return outcome;
-      if (text_stdout) fmt::print("trace_dir={}\n", written);
     }
     ResultRow row = make_row(c, o.kernel, name(mode), t, ceiling_tflops, block.saved_activation_bytes(),
                              omp_get_max_threads(), null_stats, env);
-    if (text_stdout) {
-      const std::string head = fmt::format("[{}] mode={} pass={} topk={} impl={}", dist, name(mode),
-                                           name(c.bench_pass), c.topk, name(c.impl));
-      fmt::print("{} backend={}\n{} remat_mode={}\n{} parallel_mode=none\n{} ep_comm_path=compact_psum\n",
-                 head, name(c.backend), head, name(c.remat_mode), head, head);
-      fmt::print("{} time_s={:.6f}\n{} tflops={:.3f}\n{} tokens_per_s={:.2f}\n", head, t.mean, head,
-                 row["tflops"].get<double>(), head, row["tokens_per_s"].get<double>());
-    }
+    if (text_stdout)
+      fmt::print(
+          "{}{}{}\n",
+          mode_lines(c, name(mode), t.mean, row["tflops"].get<double>(), row["tokens_per_s"].get<double>()),
+          stats_lines, result_text(row));
     outcome.rows.push_back(std::move(row));
+  }
+  if (!trace_run.empty()) {
+    outcome.output_status = write_chrome_trace(trace_run, events);
+    if (!outcome.output_status) return outcome;
   }
 
   if (o.stage_timing && text_stdout) print_stage_timing(o, c, in, routing, block);
-  if (text_stdout) {
-    RunStats rs = run_stats(routing);
-    LoadStats ls = load_stats(routing);
-    const std::string tag = fmt::format("[{}] topk={} impl={}", dist, c.topk, name(c.impl));
-    fmt::print("{} run_stats runs={:.0f} mean={:.2f} p95={:.2f} max={:.0f}\n", tag, rs.runs, rs.mean, rs.p95,
-               rs.max);
-    fmt::print("{} load_stats min={:.0f} max={:.0f} std={:.2f} cv={:.4f}\n", tag, ls.min, ls.max, ls.std,
-               ls.cv);
-    const DispatchPlan& plan = block.plan();
-    fmt::print("{} capacity policy={} factor={:.3f} cap={} dropped={} drop_frac={:.4f}\n", tag,
-               name(c.capacity_policy), c.capacity_factor, c.capacity(), plan.dropped,
-               double(plan.dropped) / double(std::max<int64_t>(1, c.assignments())));
-    if (o.null_routing_requested)
-      fmt::print(
-          "{} null_route mode={} target={:.3f} realized={:.3f} null_experts={} null_assignments={} "
-          "real_assignments={}\n",
-          tag, name(c.null_routing.mode), null_stats.target, null_stats.realized, null_stats.null_experts,
-          null_stats.null_assignments, null_stats.real_assignments);
-    for (const ResultRow& row : outcome.rows) fmt::print("{}\n", result_text(row));
-  } else {
+  if (!text_stdout) {
     static bool csv_header_printed = false;
     if (o.format == OutputFormat::csv && !csv_header_printed && !outcome.rows.empty()) {
       fmt::print("{}\n", csv_header(outcome.rows.front()));
@@ -227,13 +191,14 @@ int run(int argc, char** argv) {
     print_list();
     return 0;
   }
-  if (o.kernel.threads > 0) omp_set_num_threads(o.kernel.threads);
+  if (Status s = set_thread_count(o.kernel.threads); !s) return fail(s);
 
   if (Status s = preflight(o); !s) return fail(s);
   const size_t n_runs = o.distributions.size() * o.topks.size() * o.impls.size() * o.null_fracs.size();
 
   const Environment env = capture_environment();
-  if (o.format == OutputFormat::text || !o.out_path.empty()) print_shape_line(o);
+  if (o.format == OutputFormat::text || !o.out_path.empty())
+    fmt::print("{}\n{}\n", devices_line({"CpuDevice(id=0)"}), shape_line(o));
   fmt::print(stderr, "moe-bench: {} threads, GEMM library: {}\n", omp_get_max_threads(), env.gemm_library);
 
   MoeInputs in = make_inputs(o.base);
@@ -257,6 +222,10 @@ int run(int argc, char** argv) {
           RunOutcome r = run_one(o, c, in, routing, null_stats, ceiling, env);
           any_check_failed |= r.check_failed;
           if (!r.output_status) return fail(r.output_status);
+          if (!r.numerics) {
+            fmt::print(stderr, "moe-bench: error: {}\n", r.numerics.message());
+            return 1;
+          }
           if (!o.out_path.empty())
             if (Status s = append_rows(o.out_path, o.format, r.rows); !s) return fail(s);
           ++done;

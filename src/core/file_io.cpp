@@ -164,7 +164,7 @@ Status append_lines(const std::string& path, const std::string& header, const st
   if (last != '\n') {
     const off_t keep = end_of_last_line(fd.get(), size);
     if (keep == 0 && !header.empty()) {
-      text = "\n";  // the file is just the header, unterminated: finish its line
+      text.push_back('\n');  // the file is just the header, unterminated: finish its line
     } else {
       // A row cut short by a writer that died mid-write (or a full disk): no reader can use it, and
       // left in place it would end up in the middle of the file.
