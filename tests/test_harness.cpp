@@ -11,6 +11,7 @@
 #include <map>
 #include <sstream>
 
+#include "bench/ceiling.h"
 #include "bench/options.h"
 #include "bench/report.h"
 #include "moe/null_routing.h"
@@ -46,19 +47,19 @@ std::map<std::string, std::string> seed_parse(const std::string& line) {
   return kv;
 }
 
-ResultRow sample_row() {
+ResultRow sample_row(std::optional<double> ceiling = 0.001, std::vector<double> times = {0.25, 0.5, 0.75}) {
   MoeConfig c;
   c.tokens = 128;
   c.hidden = 64;
   c.mlp_dim = 32;
   c.experts = 4;
   c.topk = 2;
-  TimingStats t = summarize({0.25, 0.5, 0.75});
+  TimingStats t = summarize(times);
   NullRoutingStats ns;
   ns.real_assignments = 256;
   Environment env;
   env.git_commit = "abc";
-  return make_row(c, KernelConfig{}, "full", t, 0.001, 4096, 2, ns, env);
+  return make_row(c, KernelConfig{}, "full", t, ceiling, 4096, 2, ns, env);
 }
 
 TEST(Harness, ResultLineGoldenAndSeedParsable) {
@@ -68,7 +69,8 @@ TEST(Harness, ResultLineGoldenAndSeedParsable) {
       "RESULT distribution=random mode=full pass=forward impl=fused_w13 backend=gmm topk=2 null_target=0.000 "
       "null_realized=0.000 null_mode=independent null_assignments=0 real_assignments=256 tflops=0.000006 "
       "tokens_per_s=256.000000 dtype=bfloat16 time_s=0.500000 time_median_s=0.500000 time_min_s=0.250000 "
-      "time_max_s=0.750000 ceiling_tflops=0.001000 pct_of_ceiling=0.629146 saved_activation_bytes=4096 "
+      "time_max_s=0.750000 ceiling_tflops=0.001000 pct_of_ceiling=0.629146 ceiling_note=ok "
+      "saved_activation_bytes=4096 "
       "threads=2";
   EXPECT_EQ(line.substr(0, golden.size()), golden);
   auto kv = seed_parse(line);
@@ -120,6 +122,44 @@ TEST(Harness, JsonlAndCsvRowsParseBackAndAppend) {
   EXPECT_NE(s.message().find("does not start with this run's header"), std::string::npos);
   for (auto& entry : std::filesystem::directory_iterator(dir))
     EXPECT_EQ(entry.path().string().find(".tmp."), std::string::npos) << "left a temp file " << entry.path();
+}
+
+TEST(Harness, NoRowReadsAboveTheCeilingWithoutANoteAndNoneWhenUntimed) {
+  // 6.29e-6 TF/s against no ceiling, a higher one, and lower ones after a long or a short run.
+  const ResultRow none = sample_row(std::nullopt);
+  EXPECT_NE(result_text(none).find("ceiling_tflops=none pct_of_ceiling=none ceiling_note=too_small_to_time"),
+            std::string::npos)
+      << result_text(none);
+  EXPECT_TRUE(nlohmann::json::parse(format_jsonl(none))["pct_of_ceiling"].is_null());
+  EXPECT_NE(format_csv(none).find(",,too_small_to_time,"), std::string::npos) << "empty csv fields";
+
+  EXPECT_EQ(sample_row(1e-3)["ceiling_note"], "ok");
+  const ResultRow above = sample_row(1e-6);
+  EXPECT_GT(above["pct_of_ceiling"].get<double>(), 100);
+  EXPECT_EQ(above["ceiling_note"], "above_faster_than_dense") << "1.5 s of timed calls";
+  EXPECT_EQ(sample_row(1e-6, {0.01, 0.02})["ceiling_note"], "above_short_run");
+  for (double ceiling : {1e-9, 1e-6, 1e-5, 1e-3})
+    for (const std::vector<double>& times : {std::vector<double>{0.01}, std::vector<double>{1.0, 2.0}}) {
+      const ResultRow r = sample_row(ceiling, times);
+      if (r["pct_of_ceiling"].get<double>() > 100) EXPECT_NE(r["ceiling_note"], "ok");
+    }
+}
+
+TEST(Harness, CeilingIsTimedOnItsOwnTermsOrNotAtAll) {
+  MoeConfig tiny;
+  tiny.tokens = 33, tiny.hidden = 16, tiny.mlp_dim = 12, tiny.topk = 2;
+  const Ceiling untimed = measure_ceiling(tiny);
+  EXPECT_FALSE(untimed.tflops) << "a GEMM under kMinCeilingFlops is too small to time";
+  EXPECT_EQ(untimed.samples, 0);
+
+  MoeConfig c;
+  c.tokens = 256, c.hidden = 128, c.mlp_dim = 128, c.topk = 2;
+  ASSERT_GE(2.0 * 512 * 128 * 256, kMinCeilingFlops);
+  const Ceiling timed = measure_ceiling(c, 0.05);
+  ASSERT_TRUE(timed.tflops);
+  EXPECT_GT(*timed.tflops, 0);
+  EXPECT_GE(timed.samples, 5);
+  EXPECT_GE(timed.seconds, 0.05) << "samples for the whole budget, whatever the run's --iters";
 }
 
 TEST(Harness, OptionsFollowTheSeed) {

@@ -6,8 +6,10 @@
 
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <optional>
 
+#include "bench/ceiling.h"
 #include "bench/finite.h"
 #include "bench/options.h"
 #include "bench/preflight.h"
@@ -44,18 +46,6 @@ void print_list() {
   fmt::print("dispatch_permute_mode: direct_take repeat_sort\ncombine: scatter unsort\n");
 }
 
-// The dense GEMM ceiling: [T*K, H] x [H, 2M] in the run dtype through the same library, same process.
-double measure_ceiling_tflops(const MoeConfig& c, int warmup, int iters) {
-  const int64_t R = c.assignments(), Kd = c.hidden, N = 2 * c.mlp_dim;
-  Tensor a(c.dtype, {R, Kd}), b(c.dtype, {Kd, N}), out(c.dtype, {R, N});
-  for (int64_t i = 0; i < a.numel(); ++i) a.set(i, float((i * 7919) % 1000) * 1e-3f - 0.5f);
-  for (int64_t i = 0; i < b.numel(); ++i) b.set(i, float((i * 104729) % 1000) * 1e-3f - 0.5f);
-  TimingStats t =
-      time_fn([&] { dense_gemm(out.raw(), c.dtype, a.raw(), c.dtype, b.raw(), c.dtype, R, Kd, N); }, warmup,
-              std::max(iters, 3));
-  return 2.0 * double(R) * double(Kd) * double(N) / t.mean / 1e12;
-}
-
 // Spec §9.4: each stage timed on its own (same warmup/iters); inputs of a stage come from one extra
 // call of the previous stage. The shared expert is in no stage.
 void print_stage_timing(const BenchOptions& o, const MoeConfig& c, const MoeInputs& in,
@@ -79,7 +69,8 @@ struct RunOutcome {
 };
 
 RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, const MoeInputs& in, const Routing& routing,
-                   const NullRoutingStats& null_stats, double ceiling_tflops, const Environment& env) {
+                   const NullRoutingStats& null_stats, std::optional<double> ceiling_tflops,
+                   const Environment& env) {
   RunOutcome outcome;
   const bool text_stdout = o.format == OutputFormat::text || !o.out_path.empty();
   const std::string dist = name(c.distribution);
@@ -205,12 +196,14 @@ int run(int argc, char** argv) {
   bool any_check_failed = false;
   size_t done = 0;
   const auto start = std::chrono::steady_clock::now();
+  std::map<int64_t, Ceiling> ceilings;  // by topk: the ceiling GEMM's shape does not depend on the rest
   for (Distribution dist : o.distributions) {
     for (int64_t k : o.topks) {
       MoeConfig c = o.base;
       c.distribution = dist;
       c.topk = k;
-      const double ceiling = measure_ceiling_tflops(c, o.warmup, o.iters);
+      if (!ceilings.count(k)) ceilings[k] = measure_ceiling(c);
+      const std::optional<double> ceiling = ceilings[k].tflops;
       for (Impl impl : o.impls) {
         for (double f : o.null_fracs) {
           c.impl = impl;

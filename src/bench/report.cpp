@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "bench/accounting.h"
+#include "bench/ceiling.h"
 #include "moe/file_io.h"
 
 namespace moe::bench {
@@ -22,7 +23,7 @@ const char* name(OutputFormat f) {
 namespace {
 
 std::string csv_field(const nlohmann::ordered_json& v) {
-  std::string s = v.is_string() ? v.get<std::string>() : v.dump();
+  std::string s = v.is_string() ? v.get<std::string>() : v.is_null() ? "" : v.dump();
   if (s.find_first_of(",\"\n") == std::string::npos) return s;
   std::string quoted = "\"";
   for (char c : s) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
@@ -32,11 +33,23 @@ std::string csv_field(const nlohmann::ordered_json& v) {
 }  // namespace
 
 // Our keys appended to the text RESULT line; jsonl/csv rows carry everything.
-static const std::vector<std::string> kTextExtraKeys = {
-    "dtype",      "time_s",         "time_median_s",   "time_min_s",
-    "time_max_s", "ceiling_tflops", "pct_of_ceiling",  "saved_activation_bytes",
-    "threads",    "remat_mode",     "capacity_policy", "shared_expert_dim",
-    "tokens",     "hidden",         "mlp_dim",         "experts"};
+static const std::vector<std::string> kTextExtraKeys = {"dtype",
+                                                        "time_s",
+                                                        "time_median_s",
+                                                        "time_min_s",
+                                                        "time_max_s",
+                                                        "ceiling_tflops",
+                                                        "pct_of_ceiling",
+                                                        "ceiling_note",
+                                                        "saved_activation_bytes",
+                                                        "threads",
+                                                        "remat_mode",
+                                                        "capacity_policy",
+                                                        "shared_expert_dim",
+                                                        "tokens",
+                                                        "hidden",
+                                                        "mlp_dim",
+                                                        "experts"};
 
 std::string result_text(const ResultRow& r) {
   std::string line = fmt::format(
@@ -53,14 +66,15 @@ std::string result_text(const ResultRow& r) {
     line += " " + k + "=" +
             (v.is_number_float() ? fmt::format("{:.6f}", v.get<double>())
              : v.is_string()     ? v.get<std::string>()
+             : v.is_null()       ? "none"  // no ceiling: the GEMM was too small to time
                                  : v.dump());
   }
   return line;
 }
 
 ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const char* mode, const TimingStats& t,
-                   double ceiling, int64_t saved_bytes, int threads, const NullRoutingStats& null_stats,
-                   const Environment& env) {
+                   std::optional<double> ceiling, int64_t saved_bytes, int threads,
+                   const NullRoutingStats& null_stats, const Environment& env) {
   const int64_t real = null_stats.real_assignments;
   const double tflops = seed_flops(c, real) / t.mean / 1e12;
   ResultRow r;
@@ -82,8 +96,10 @@ ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const char* mode, 
   r["time_median_s"] = t.median;
   r["time_min_s"] = t.min;
   r["time_max_s"] = t.max;
-  r["ceiling_tflops"] = ceiling;
-  r["pct_of_ceiling"] = 100.0 * tflops / ceiling;
+  const double pct = ceiling ? 100.0 * tflops / *ceiling : 0.0;
+  r["ceiling_tflops"] = ceiling ? ResultRow(*ceiling) : ResultRow(nullptr);
+  r["pct_of_ceiling"] = ceiling ? ResultRow(pct) : ResultRow(nullptr);
+  r["ceiling_note"] = ceiling_note(ceiling, pct, t);
   r["saved_activation_bytes"] = saved_bytes;
   r["threads"] = threads;
   // Full config, kernel config and environment, without repeating a key already in the row.

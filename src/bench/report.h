@@ -7,6 +7,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,11 +26,12 @@ const char* name(OutputFormat f);
 using ResultRow = nlohmann::ordered_json;
 
 // One row of a run: the seed's RESULT keys in its order, then ours (dtype, the four time statistics,
-// ceiling_tflops, pct_of_ceiling, saved_activation_bytes, threads), then the full config, the kernel
-// config and the environment. TF/s uses the seed's FLOP formula and the mean time.
+// ceiling_tflops, pct_of_ceiling, ceiling_note (ceiling.h), saved_activation_bytes, threads), then the
+// full config, the kernel config and the environment. TF/s uses the seed's FLOP formula and the mean
+// time. No ceiling (nullopt): ceiling_tflops and pct_of_ceiling are null ("none" in the text line).
 ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const char* mode, const TimingStats& t,
-                   double ceiling, int64_t saved_bytes, int threads, const NullRoutingStats& null_stats,
-                   const Environment& env);
+                   std::optional<double> ceiling, int64_t saved_bytes, int threads,
+                   const NullRoutingStats& null_stats, const Environment& env);
 
 // The seed's RESULT line (its keys and number formats, so a seed parser still works) followed by our
 // run keys; the config and environment stay in the jsonl/csv rows.

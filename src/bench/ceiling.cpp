@@ -1,0 +1,90 @@
+#include "bench/ceiling.h"
+
+#include <chrono>
+#include <cmath>
+#include <vector>
+
+#include "moe/gemm.h"
+#include "moe/tensor.h"
+
+namespace moe::bench {
+namespace {
+
+constexpr double kWarmSeconds = 0.02;
+constexpr double kSampleSeconds = 1e-3;  // each sample batches calls up to this long
+constexpr size_t kMinSamples = 5;
+
+template <typename Fn>
+double seconds_of(Fn&& fn) {
+  const auto t0 = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+struct Timed {
+  double median = 0;
+  int samples = 0;
+  double seconds = 0;
+};
+
+// Calls `call` until it is warm (the first call creates the primitive) and returns the time of one call.
+template <typename Fn>
+double warm(Fn&& call) {
+  double per_call = seconds_of(call);
+  for (double spent = 0; spent < kWarmSeconds; spent += per_call) per_call = seconds_of(call);
+  return per_call;
+}
+
+// Samples of batched calls for `budget` seconds and at least `min_samples` samples (unless those
+// would take over 5 x the budget: a GEMM of seconds is stable in fewer).
+template <typename Fn>
+Timed sample(Fn&& call, double per_call, double budget, size_t min_samples) {
+  const int batch = std::max(1, int(std::ceil(kSampleSeconds / std::max(per_call, 1e-9))));
+  std::vector<double> samples;
+  Timed t;
+  while (t.seconds < budget || (samples.size() < min_samples && t.seconds < 5 * budget)) {
+    const double s = seconds_of([&] {
+      for (int i = 0; i < batch; ++i) call();
+    });
+    samples.push_back(s / batch);
+    t.seconds += s;
+  }
+  t.median = summarize(samples).median;
+  t.samples = int(samples.size());
+  return t;
+}
+
+}  // namespace
+
+Ceiling measure_ceiling(const MoeConfig& c, double seconds) {
+  const int64_t R = c.assignments(), Kd = c.hidden, N = 2 * c.mlp_dim;
+  const double flops = 2.0 * double(R) * double(Kd) * double(N);
+  if (flops < kMinCeilingFlops) return {};
+  Tensor a(c.dtype, {R, Kd}), b(c.dtype, {Kd, N}), out(c.dtype, {R, N});
+  for (int64_t i = 0; i < a.numel(); ++i) a.set(i, float((i * 7919) % 1000) * 1e-3f - 0.5f);
+  for (int64_t i = 0; i < b.numel(); ++i) b.set(i, float((i * 104729) % 1000) * 1e-3f - 0.5f);
+  // The one place the ceiling calls the GEMM library; b is read as (Kd, N) or, transposed, (N, Kd).
+  auto gemm = [&](bool trans_b) {
+    return [&, trans_b] {
+      dense_gemm(out.raw(), c.dtype, a.raw(), c.dtype, b.raw(), c.dtype, R, Kd, N, false, trans_b);
+    };
+  };
+  auto plain = gemm(false), transposed = gemm(true);
+  const double plain_call = warm(plain), transposed_call = warm(transposed);
+  const bool use_transposed = sample(transposed, transposed_call, seconds / 10, 2).median <
+                              sample(plain, plain_call, seconds / 10, 2).median;
+  const Timed t = use_transposed ? sample(transposed, transposed_call, seconds, kMinSamples)
+                                 : sample(plain, plain_call, seconds, kMinSamples);
+  return {flops / t.median / 1e12, t.samples, t.seconds};
+}
+
+std::string ceiling_note(const std::optional<double>& ceiling_tflops, double pct_of_ceiling,
+                         const TimingStats& run, double short_run_seconds) {
+  if (!ceiling_tflops) return "too_small_to_time";
+  if (pct_of_ceiling <= 100) return "ok";
+  double timed = 0;
+  for (double s : run.samples) timed += s;
+  return timed < short_run_seconds ? "above_short_run" : "above_faster_than_dense";
+}
+
+}  // namespace moe::bench
