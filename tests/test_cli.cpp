@@ -201,6 +201,21 @@ TEST(Cli, BadOutputTargetsAreRefusedBeforeAnyRun) {
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(f), {}), "a,b\n1,2\n");
 }
 
+TEST(Cli, CsvResultsFileKeepsOneHeaderAcrossRuns) {
+  const std::string dir = temp_dir("csv"), out = dir + "/r.csv";
+  const std::string args =
+      std::string(kTiny) + " --impl fused_w13 --distribution random --format csv --out " + out;
+  ASSERT_EQ(run_bench(args + " --check").exit_code, 0);
+  ASSERT_EQ(run_bench(args + " --check").exit_code, 0);
+  Ran other = run_bench(args);  // no check_* columns: another header
+  EXPECT_EQ(other.exit_code, 2);
+  EXPECT_EQ(other.out, "") << "refused before any run";
+  std::ifstream f(out);
+  int lines = 0;
+  for (std::string line; std::getline(f, line);) ++lines;
+  EXPECT_EQ(lines, 3) << "one header, two rows";
+}
+
 TEST(Cli, HelpListsFlagsWithDefaults) {
   Ran r = run_bench("--help");
   EXPECT_EQ(r.exit_code, 0);

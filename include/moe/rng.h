@@ -55,6 +55,7 @@ enum RngStream : uint64_t {
   kStreamSharedW2 = 6,
   kStreamSharedW3 = 7,
   kStreamNull = 8,
+  kStreamCheck = 9,  // --check's rounding-sized perturbations (conditioned_check.h)
 };
 
 }  // namespace moe

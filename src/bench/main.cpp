@@ -20,7 +20,7 @@
 #include "bench/trace.h"
 #include "moe/backend.h"
 #include "moe/block.h"
-#include "moe/check.h"
+#include "moe/conditioned_check.h"
 #include "moe/dump.h"
 #include "moe/environment.h"
 #include "moe/file_io.h"
@@ -143,20 +143,11 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, const MoeInputs& i
   }
 
   if (o.check) {
-    CheckResult r = check_against_reference(c, in, routing, out, grads ? &*grads : nullptr);
-    std::string grad_err = r.grad_rel_err < 0 ? "none" : fmt::format("{:.3e}", r.grad_rel_err);
+    const ConditionedCheck r = check_conditioned(c, in, routing, out, grads ? &*grads : nullptr);
     // In jsonl/csv mode stdout holds rows only, so the CHECK line goes to stderr.
-    fmt::print(text_stdout ? stdout : stderr,
-               "CHECK pass={} out_rel_err={:.3e} grad_rel_err={} tol={:.1e} distribution={} topk={} impl={} "
-               "bench_pass={}\n",
-               r.pass ? "true" : "false", r.out_rel_err, grad_err, r.tol, dist, c.topk, name(c.impl),
-               name(c.bench_pass));
+    fmt::print(text_stdout ? stdout : stderr, "{}\n", check_line(c, r));
     outcome.check_failed = !r.pass;
-    for (ResultRow& row : outcome.rows) {
-      row["check_pass"] = r.pass;
-      row["check_out_rel_err"] = r.out_rel_err;
-      row["check_grad_rel_err"] = r.grad_rel_err;
-    }
+    for (ResultRow& row : outcome.rows) add_check_fields(row, r);
   }
   if (!o.dump_dir.empty()) {
     // The output and gradients of the last timed call: deterministic, so they belong to these inputs.

@@ -10,10 +10,11 @@ namespace {
 
 constexpr double kGiB = 1073741824.0;
 
-// The header a results file must start with: the keys of any row of this build and format.
+// The header a results file must start with: the keys of any row of this build, format and --check.
 std::string expected_header(const BenchOptions& o) {
-  const ResultRow row =
+  ResultRow row =
       make_row(o.base, o.kernel, "full", summarize({1.0}), 1.0, 0, 1, NullRoutingStats{}, Environment{});
+  if (o.check) add_check_fields(row, ConditionedCheck{});
   return file_header(o.format, row);
 }
 

@@ -131,6 +131,23 @@ std::string format_csv(const ResultRow& row) {
   return s;
 }
 
+std::string check_line(const MoeConfig& c, const ConditionedCheck& r) {
+  const std::string grad_err = r.grad_rel_err < 0 ? "none" : fmt::format("{:.3e}", r.grad_rel_err);
+  return fmt::format(
+      "CHECK pass={} out_rel_err={:.3e} grad_rel_err={} tol={:.1e} worst={} distribution={} topk={} impl={} "
+      "bench_pass={}",
+      r.pass ? "true" : "false", r.out_rel_err, grad_err, r.worst.tol, r.worst.name, name(c.distribution),
+      c.topk, name(c.impl), name(c.bench_pass));
+}
+
+void add_check_fields(ResultRow& row, const ConditionedCheck& r) {
+  row["check_pass"] = r.pass;
+  row["check_out_rel_err"] = r.out_rel_err;
+  row["check_grad_rel_err"] = r.grad_rel_err;
+  row["check_tol"] = r.worst.tol;
+  row["check_worst"] = r.worst.name;
+}
+
 std::vector<std::string> format_rows(OutputFormat format, const std::vector<ResultRow>& rows) {
   std::vector<std::string> lines;
   for (const ResultRow& row : rows) {

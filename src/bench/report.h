@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "bench/timing.h"
+#include "moe/conditioned_check.h"
 #include "moe/config.h"
 #include "moe/environment.h"
 #include "moe/null_routing.h"
@@ -39,6 +40,11 @@ std::string result_text(const ResultRow& row);
 std::string format_jsonl(const ResultRow& row);
 std::string csv_header(const ResultRow& row);
 std::string format_csv(const ResultRow& row);
+
+// --check's results: "CHECK pass=.. out_rel_err=.. grad_rel_err=.. tol=.. worst=.." (tol and worst:
+// the tensor nearest to or furthest over its tolerance), and the same as check_* fields of a row.
+std::string check_line(const MoeConfig& c, const ConditionedCheck& r);
+void add_check_fields(ResultRow& row, const ConditionedCheck& r);
 
 // One line per row in `format` (text: the RESULT line).
 std::vector<std::string> format_rows(OutputFormat format, const std::vector<ResultRow>& rows);

@@ -100,7 +100,7 @@ Status check_header(int fd, off_t size, const std::string& header, const std::st
   if (header.empty() || size == 0) return Status::ok();
   if (first_line(fd, header.size() + 1) == header) return Status::ok();
   return Status::error(
-      fmt::format("{} '{}' does not start with this run's header (another format or version); use a new file",
+      fmt::format("{} '{}' does not start with this run's header (another format, version or --check setting); use a new file",
                   what, path));
 }
 
