@@ -89,6 +89,7 @@ TEST(Cli, ErrorsNameTheFlagAndValueThatAreWrong) {
       {"--threads 100000", "--threads=100000"},
       {"--run-noise-scale 3e38", "--run-noise-scale=3e+38"},
       {"--tokens 2000000000", "--tokens=2000000000 with --topk=2"},
+      {"--hidden 99999999", "--hidden=99999999"},
   };
   for (auto [args, named] : cases) {
     Ran r = run_bench(std::string(kTiny) + " " + args);

@@ -194,7 +194,8 @@ Status MoeConfig::validate() const {
                                      tokens, topk, kMaxIndex));
   for (auto [flag, v] :
        {std::pair{"--hidden", hidden}, {"--mlp-dim", mlp_dim}, {"--shared-expert-dim", shared_expert_dim}})
-    if (v > (int64_t(1) << 24)) return Status::error(fmt::format("{}={} is too large", flag, v));
+    if (v > (int64_t(1) << 24))
+      return Status::error(fmt::format("invalid {}={}: at most {}", flag, v, int64_t(1) << 24));
   return Status::ok();
 }
 

@@ -4,8 +4,9 @@
 
 #include <charconv>
 #include <fstream>
-#include <sstream>
 #include <string_view>
+
+#include "moe/parse.h"
 
 namespace moe {
 namespace {
@@ -46,8 +47,7 @@ std::optional<std::pair<uint64_t, std::string>> cgroup_memory_limit(const std::s
     if (b == std::string::npos) continue;
     const std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
     if (controllers.empty()) tightest_on_path(root + "/sys/fs/cgroup", path, "memory.max", best);
-    std::stringstream list(controllers);
-    for (std::string c; std::getline(list, c, ',');)
+    for (std::string_view c : list_items(controllers))
       if (c == "memory")
         tightest_on_path(root + "/sys/fs/cgroup/memory", path, "memory.limit_in_bytes", best);
   }
