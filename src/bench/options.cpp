@@ -101,8 +101,9 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok) {
   app.add_option("--format", format,
                  "text|jsonl|csv: rows on stdout, or in --out with the seed lines on stdout")
       ->capture_default_str();
-  app.add_option("--out", opts.out_path,
-                 "append result rows to this file (atomic; rows carry config + environment)");
+  app.add_option(
+      "--out", opts.out_path,
+      "append result rows to this file (file-locked, whole rows; rows carry config + environment)");
   app.add_flag("--list", opts.list, "print registered backends, impls and kernel variants, then exit");
 
   try {

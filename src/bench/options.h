@@ -32,7 +32,7 @@ struct BenchOptions {
   std::string dump_dir;
   std::string trace_dir;  // write a Chrome trace of one extra call per run here
   OutputFormat format = OutputFormat::text;
-  std::string out_path;  // append rows here (atomic); stdout keeps the seed's text lines
+  std::string out_path;  // append rows here (locked, whole rows); stdout keeps the seed's text lines
   bool list = false;
 };
 
