@@ -374,11 +374,15 @@ TEST_P(OpsOnBackend, LossConvertAndDenseGemm) {
       EXPECT_TRUE(close("sum_sq", sum_got, sum_want, 1, 1e-12));
     }
     if (supported(OpKind::dense_gemm, c)) {
-      const Tensor a = random_host(dt, {19, 33}, seed_ + 18), b = random_host(dt, {33, 21}, seed_ + 19);
-      Tensor c_want(dt, {19, 21}), c_got = poisoned(be(), dt, {19, 21});
-      ref().dense_gemm(c_want, a, b);
-      be().dense_gemm(c_got, be().to_device(a), be().to_device(b));
-      EXPECT_TRUE(close("c", c_got, c_want, 19 * 21, tol));
+      for (bool trans_b : {false, true}) {
+        const Tensor a = random_host(dt, {19, 33}, seed_ + 18);
+        const Tensor b = random_host(
+            dt, trans_b ? std::vector<int64_t>{21, 33} : std::vector<int64_t>{33, 21}, seed_ + 19);
+        Tensor c_want(dt, {19, 21}), c_got = poisoned(be(), dt, {19, 21});
+        ref().dense_gemm(c_want, a, b, trans_b);
+        be().dense_gemm(c_got, be().to_device(a), be().to_device(b), trans_b);
+        EXPECT_TRUE(close(trans_b ? "c (b transposed)" : "c", c_got, c_want, 19 * 21, tol));
+      }
     }
     if (!supported(OpKind::convert, c)) continue;
     const Tensor acc = random_host(Dtype::f32, {9, 11}, seed_ + 20);

@@ -4,38 +4,20 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
+#include <vector>
+
+#include "test_util.h"
 
 namespace {
 
-struct Ran {
-  int exit_code;
-  std::string out;  // stdout
-  std::string err;  // stderr
-};
-
-Ran run_bench(const std::string& args) {
-  // One stderr file per call and process: ctest runs tests of this binary in parallel.
-  static int calls = 0;
-  const std::string err_path = ::testing::TempDir() + "moe_cli_stderr_" + std::to_string(getpid()) + "_" +
-                               std::to_string(++calls) + ".txt";
-  const std::string cmd = std::string(MOE_BENCH_BINARY) + " " + args + " 2>" + err_path;
-  Ran r{};
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  FILE* e = fopen(err_path.c_str(), "r");
-  while (e && (n = fread(buf.data(), 1, buf.size(), e)) > 0) r.err.append(buf.data(), n);
-  if (e) fclose(e);
-  std::remove(err_path.c_str());
-  return r;
-}
+using moe::testing::Ran;
+using moe::testing::run_bench;
 
 const char* kTiny =
     "--tokens 33 --hidden 16 --mlp-dim 12 --experts 4 --topk 2 --iters 1 --warmup 0 --threads 1";
@@ -77,6 +59,24 @@ TEST(Cli, BadInputIsOneLineAndExitTwo) {
       "--ep-comm-path all_to_all --parallel-mode ep",
       "--check-perturb nan",
 
+      // issue 9: no crash, no silent NaN, no surprising acceptance
+      "--threads 100000",
+      "--threads 40000",
+      "--threads 20000",
+      "--run-noise-scale 3e38 --distribution runs",
+      "--run-noise-scale nan",
+      "--seed -9223372036854775809",
+      "--seed 18446744073709551616",
+      "--seed 1180591620717411303424",
+      "--null-route-seed -1",
+      "--null-route-seed 4294967296",
+      "--experts 2097152",
+      "--tokens 12345678901234567890",
+      "--tokens 1.5",
+      "--capacity-factor 1e400",
+      "--topk-list 1,99999999999999999999",
+      "--out ''",
+      "--dump ''",
   };
   for (const char* args : bad) {
     Ran r = run_bench(std::string(kTiny) + " " + args);
@@ -85,6 +85,56 @@ TEST(Cli, BadInputIsOneLineAndExitTwo) {
     ASSERT_FALSE(r.err.empty()) << args;
     EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "not one line for " << args << ": " << r.err;
     EXPECT_EQ(r.err.rfind("moe-bench: error: ", 0), 0u) << r.err;
+  }
+}
+
+TEST(Cli, ErrorsNameTheFlagAndValueThatAreWrong) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"--experts 2097152", "--experts=2097152"},
+      {"--experts 0", "--experts '0'"},
+      {"--tokens 12345678901234567890", "--tokens '12345678901234567890'"},
+      {"--seed 18446744073709551616", "--seed '18446744073709551616'"},
+      {"--null-route-seed -1", "--null-route-seed '-1'"},
+      {"--threads 100000", "--threads=100000"},
+      {"--run-noise-scale 3e38", "--run-noise-scale=3e+38"},
+      {"--tokens 2000000000", "--tokens=2000000000 with --topk=2"},
+      {"--hidden 99999999", "--hidden=99999999"},
+  };
+  for (auto [args, named] : cases) {
+    Ran r = run_bench(std::string(kTiny) + " " + args);
+    EXPECT_EQ(r.exit_code, 2) << args;
+    EXPECT_NE(r.err.find(named), std::string::npos) << args << ": " << r.err;
+  }
+}
+
+TEST(Cli, OmpNumThreadsIsBoundedToo) {
+  Ran r = run_bench("--tokens 33 --hidden 16 --mlp-dim 12 --experts 4 --topk 2 --iters 1 --warmup 0");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Ran omp = moe::testing::run_command(std::string("OMP_NUM_THREADS=100000 ") + MOE_BENCH_BINARY +
+                                      " --tokens 33 --hidden 16 --mlp-dim 12 --experts 4 --topk 2");
+  EXPECT_EQ(omp.exit_code, 2) << omp.err;
+  EXPECT_EQ(omp.out, "");
+  EXPECT_EQ(omp.err.rfind("moe-bench: error: invalid OMP_NUM_THREADS=100000", 0), 0u) << omp.err;
+}
+
+TEST(Cli, RepeatedFlagTakesTheLastValueAsArgparse) {
+  Ran r = run_bench(std::string(kTiny) +
+                    " --tokens 5 --tokens 40 --impl baseline --impl fused_w13 --distribution runs"
+                    " --distribution random --check --check --format jsonl");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto row = nlohmann::json::parse(r.out);
+  EXPECT_EQ(row["tokens"], 40);
+  EXPECT_EQ(row["impl"], "fused_w13");
+  EXPECT_EQ(row["distribution"], "random");
+}
+
+TEST(Cli, SeedTakesTheInt64RangeAsJaxPrngKey) {
+  for (const char* seed : {"-1", "-9223372036854775808", "9223372036854775807", "1_000"}) {
+    Ran r = run_bench(std::string(kTiny) + " --impl fused_w13 --distribution random --format jsonl --seed " +
+                      seed);
+    ASSERT_EQ(r.exit_code, 0) << seed << ": " << r.err;
+    EXPECT_EQ(std::to_string(nlohmann::json::parse(r.out)["seed"].get<int64_t>()),
+              std::string(seed) == "1_000" ? "1000" : seed);
   }
 }
 
@@ -103,7 +153,9 @@ TEST(Cli, TinyRunPrintsSeedLinesAndPassesCheck) {
           "real_assignments=66 tflops="),
       std::string::npos)
       << r.out;
-  EXPECT_NE(r.out.find("ceiling_tflops="), std::string::npos);
+  EXPECT_NE(r.out.find("ceiling_tflops=none pct_of_ceiling=none ceiling_note=too_small_to_time"),
+            std::string::npos)
+      << "a ceiling GEMM this small is not timed";
   EXPECT_NE(r.out.find("CHECK pass=true"), std::string::npos) << r.out;
 }
 
@@ -159,6 +211,73 @@ TEST(Cli, ListShowsEveryBackendAndWhatItRuns) {
   for (const char* want :
        {"  cpu: ", "  ref: ", "    pack           yes", "    expert_ffn     no: --quant-mode int8"})
     EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
+}
+
+std::string temp_dir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "moe_cli_" + name + "_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+TEST(Cli, ConcurrentRunsAppendingToOneFileLoseNoRow) {
+  const std::string dir = temp_dir("concurrent"), out = dir + "/rows.jsonl";
+  const std::string cmd = std::string(MOE_BENCH_BINARY) + " " + kTiny +
+                          " --impl both --distribution both --format jsonl --out " + out + " 2>/dev/null";
+  std::vector<FILE*> runs;
+  for (int i = 0; i < 3; ++i) runs.push_back(popen(cmd.c_str(), "r"));
+  for (FILE* p : runs) {
+    char buf[4096];
+    while (fread(buf, 1, sizeof buf, p) > 0) {
+    }
+    EXPECT_EQ(pclose(p), 0);
+  }
+  std::ifstream f(out);
+  int rows = 0;
+  for (std::string line; std::getline(f, line); ++rows) EXPECT_NO_THROW(nlohmann::json::parse(line)) << line;
+  EXPECT_EQ(rows, 3 * 12) << "3 processes x 2 distributions x 6 impls";
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    EXPECT_EQ(e.path().filename(), "rows.jsonl") << "no temporary left";
+}
+
+TEST(Cli, BadOutputTargetsAreRefusedBeforeAnyRun) {
+  const std::string dir = temp_dir("targets");
+  std::ofstream(dir + "/file") << "x\n";
+  std::ofstream(dir + "/foreign.csv") << "a,b\n1,2\n";
+  const std::string bad[] = {
+      "--out " + dir + "/missing/r.jsonl",
+      "--out " + dir,
+      "--out " + dir + "/foreign.csv --format csv",
+      "--out ''",
+      "--dump ''",
+      "--dump " + dir + "/file",
+      "--trace-dir " + dir + "/file",
+      "--trace-dir " + dir + "/file/sub",
+  };
+  for (const std::string& args : bad) {
+    Ran r = run_bench(std::string(kTiny) + " --impl fused_w13 --distribution random " + args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\nstderr: " << r.err;
+    EXPECT_EQ(r.out, "") << args;
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "not one line for " << args << ": " << r.err;
+    EXPECT_EQ(r.err.rfind("moe-bench: error: ", 0), 0u) << r.err;
+  }
+  std::ifstream f(dir + "/foreign.csv");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(f), {}), "a,b\n1,2\n");
+}
+
+TEST(Cli, CsvResultsFileKeepsOneHeaderAcrossRuns) {
+  const std::string dir = temp_dir("csv"), out = dir + "/r.csv";
+  const std::string args =
+      std::string(kTiny) + " --impl fused_w13 --distribution random --format csv --out " + out;
+  ASSERT_EQ(run_bench(args + " --check").exit_code, 0);
+  ASSERT_EQ(run_bench(args + " --check").exit_code, 0);
+  Ran other = run_bench(args);  // no check_* columns: another header
+  EXPECT_EQ(other.exit_code, 2);
+  EXPECT_EQ(other.out, "") << "refused before any run";
+  std::ifstream f(out);
+  int lines = 0;
+  for (std::string line; std::getline(f, line);) ++lines;
+  EXPECT_EQ(lines, 3) << "one header, two rows";
 }
 
 TEST(Cli, HelpListsFlagsWithDefaults) {

@@ -58,8 +58,9 @@ class Backend {
   virtual void loss_backward(Tensor& dy, Tensor& sum_sq, const Tensor& y) = 0;
   // dst = src converted element-wise (float dtypes; narrowing rounds to nearest even). Same numel.
   virtual void convert(Tensor& dst, const Tensor& src) = 0;
-  // c (R, N) = a (R, Kd) @ b (Kd, N), all in one dtype, f32 accumulation: the dense ceiling.
-  virtual void dense_gemm(Tensor& c, const Tensor& a, const Tensor& b) = 0;
+  // c (R, N) = a (R, Kd) @ b, all in one dtype, f32 accumulation: the dense ceiling. b is stored
+  // (Kd, N), or (N, Kd) when trans_b (the ceiling times whichever layout is faster).
+  virtual void dense_gemm(Tensor& c, const Tensor& a, const Tensor& b, bool trans_b) = 0;
 };
 
 // The registered backends, in `--list` order (cpu first: the default).

@@ -61,7 +61,6 @@ class MoeBlock {
   // expert's intermediates, and the plan's index arrays. 0 for a forward-only pass. The combine keeps
   // nothing (its backward is a gather needing only the plan), so `combine` remat equals `none`.
   int64_t saved_activation_bytes() const;
-  std::string mesh() const { return exchange_->mesh(); }
 
   // Called around every stage (for --trace-dir); while set, the backend is synchronized around each.
   void set_stage_observer(StageTracer::Observer observer) { tracer_.set_observer(std::move(observer)); }

@@ -36,7 +36,7 @@ std::optional<NullRoutingMode> parse_null_routing_mode(std::string_view s);
 struct NullRoutingConfig {
   double frac = 0;           // f, target fraction of the T*K assignments routed to null (0 disables)
   int64_t null_experts = 0;  // M0, number of null slots; 0 derives it from E and f
-  uint64_t seed = 0;         // --null-route-seed, folded into the mask key
+  uint64_t seed = 0;         // --null-route-seed in [0, 2^32), folded into the mask key
   NullRoutingMode mode = NullRoutingMode::independent;
   bool renormalize = false;  // rescale each token's remaining real weights to sum to 1
 };
@@ -98,7 +98,7 @@ struct MoeConfig {
   double capacity_factor = 0.0;
   double run_alpha = 0.98;
   double run_noise_scale = 0.35;
-  uint64_t seed = 0;
+  int64_t seed = 0;                // any int64, as the seed's jax.random.PRNGKey accepts
   NullRoutingConfig null_routing;  // issue 4; frac 0 = off
   std::string device = "cpu";      // the Backend that runs the block (moe/backend.h), `--device`
   QuantMode quant_mode = QuantMode::none;

@@ -22,8 +22,6 @@ namespace moe {
 class Exchange {
  public:
   virtual ~Exchange() = default;
-  // The mesh, for result rows: e.g. "data=1,expert=1".
-  virtual std::string mesh() const = 0;
   // After pack: the ranks learn how many rows each sends to each expert's owner.
   virtual Status after_plan(const DispatchPlan& plan) = 0;
   // Around expert_ffn: dispatched rows (max_rows, H) go to the ranks owning their experts, and their

@@ -1,7 +1,7 @@
 // NumPy .npy files (format 1.0), so dumps reload in any framework with np.load. Files are
 // little-endian, C order, and byte-identical to what numpy >= 1.23 writes: header dict
 // "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }", growth-axis spare spaces, padded so
-// the data starts at a multiple of 64 bytes. Writers go through "<path>.tmp.<pid>" and a rename, so a
+// the data starts at a multiple of 64 bytes. Writers are atomic (moe/file_io.h), so a
 // reader never sees a half-written file. The readers parse what these writers produce (tests, tools);
 // they are not a general .npy loader (no version 2.0/3.0, no Fortran order, no other dtypes).
 // I/O failures are user errors (bad path, full disk): a Status naming the path and the reason.

@@ -32,6 +32,9 @@ inline double random_uniform(uint64_t key, uint64_t counter) {
   return double(random_bits(key, counter) >> 11) * (1.0 / 9007199254740992.0);
 }
 
+// The largest |random_normal| can return: sqrt(-2 ln(2^-53)) = 8.5717 (1 - u1 >= 2^-53).
+constexpr double kMaxAbsNormal = 8.572;
+
 // Standard normal N(0, 1).
 inline double random_normal(uint64_t key, uint64_t counter) {
   double u1 = random_uniform(key, 2 * counter);
@@ -52,6 +55,7 @@ enum RngStream : uint64_t {
   kStreamSharedW2 = 6,
   kStreamSharedW3 = 7,
   kStreamNull = 8,
+  kStreamCheck = 9,  // --check's rounding-sized perturbations (conditioned_check.h)
 };
 
 }  // namespace moe

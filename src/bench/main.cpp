@@ -1,27 +1,33 @@
 // moe-bench: runs the seed harness's loop (distribution -> topk -> impl -> queue mode) on a backend and
 // prints the seed's lines (spec §9.3) with our extra keys appended to RESULT. Results on stdout,
-// progress and errors on stderr. Exit codes: 0 ok, 1 a --check failed, 2 bad input.
+// progress and errors on stderr. Exit codes: 0 ok, 1 a --check failed or a result was not finite,
+// 2 bad input (including a configuration the chosen backend or comm cannot run, and memory that
+// cannot be allocated).
 #include <fmt/format.h>
 #include <omp.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
+#include <map>
 #include <optional>
 
-#include "bench/accounting.h"
+#include "bench/ceiling.h"
+#include "bench/finite.h"
 #include "bench/options.h"
+#include "bench/preflight.h"
 #include "bench/report.h"
+#include "bench/seed_lines.h"
+#include "bench/threads.h"
 #include "bench/timing.h"
 #include "bench/trace.h"
 #include "moe/backend.h"
 #include "moe/block.h"
-#include "moe/check.h"
 #include "moe/comm.h"
+#include "moe/conditioned_check.h"
 #include "moe/dump.h"
 #include "moe/environment.h"
 #include "moe/exchange.h"
+#include "moe/file_io.h"
 #include "moe/gemm.h"
 #include "moe/inputs.h"
 #include "moe/null_routing.h"
@@ -29,28 +35,6 @@
 
 namespace moe::bench {
 namespace {
-
-const char* py_bool(bool b) {
-  return b ? "True" : "False";
-}
-
-void print_shape_line(const BenchOptions& o) {
-  const MoeConfig& c = o.base;
-  std::string queue = o.queue_modes.size() == 2 ? "both" : name(o.queue_modes.front());
-  fmt::print(
-      "shape tokens={} hidden={} mlp_dim={} experts={} topk={} dtype={} backend={} impl={} "
-      "shared_expert_dim={} "
-      "shared_fused={} bench_pass={} parallel_mode={} ep_comm_path={} queue_mode={} "
-      "routing_pack_strategy={} dispatch_permute_mode={} use_custom_sort_vjp={} remat_mode={} "
-      "capacity_policy={} capacity_factor={} null_route_frac={} null_experts={} null_routing_mode={} "
-      "renormalize_real_after_null={} stage_timing={}\n",
-      c.tokens, c.hidden, c.mlp_dim, c.experts, c.topk, dtype_name(c.dtype), name(c.gemm_backend),
-      o.impls.size() > 1 ? "both" : name(o.impls.front()), c.shared_expert_dim, py_bool(c.shared_fused),
-      name(c.bench_pass), name(c.parallel_mode), name(c.ep_comm_path), queue, name(c.pack_strategy),
-      name(c.permute_mode), py_bool(c.use_custom_sort_vjp), name(c.remat_mode), name(c.capacity_policy),
-      c.capacity_factor, c.null_routing.frac, c.null_routing.null_experts, name(c.null_routing.mode),
-      py_bool(c.null_routing.renormalize), py_bool(o.stage_timing));
-}
 
 // Every registered backend and, for the configuration the other flags describe, which ops it runs.
 void print_list(const MoeConfig& c) {
@@ -73,33 +57,10 @@ void print_list(const MoeConfig& c) {
   fmt::print("dispatch_permute_mode: direct_take repeat_sort\ncombine: scatter unsort\n");
 }
 
-// The dense GEMM ceiling: [T*K, H] x [H, 2M] in the run dtype through the run's backend, same process.
-double measure_ceiling_tflops(Backend& backend, const MoeConfig& c, int warmup, int iters) {
-  const int64_t R = c.assignments(), Kd = c.hidden, N = 2 * c.mlp_dim;
-  Tensor a(c.dtype, {R, Kd}), b(c.dtype, {Kd, N});
-  for (int64_t i = 0; i < a.numel(); ++i) a.set(i, double((i * 7919) % 1000) * 1e-3 - 0.5);
-  for (int64_t i = 0; i < b.numel(); ++i) b.set(i, double((i * 104729) % 1000) * 1e-3 - 0.5);
-  Tensor a_dev = backend.to_device(a), b_dev = backend.to_device(b), out = backend.empty(c.dtype, {R, N});
-  TimingStats t = time_fn([&] { backend.dense_gemm(out, a_dev, b_dev); }, warmup, std::max(iters, 3),
-                          [&] { backend.synchronize(); });
-  return 2.0 * double(R) * double(Kd) * double(N) / t.mean / 1e12;
-}
-
-Status check_memory(const MoeConfig& c) {
-  const double physical = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
-  const double need = c.estimated_bytes();
-  if (need > 0.9 * physical)
-    return Status::error(
-        fmt::format("this shape needs about {:.1f} GiB but the machine has {:.1f} GiB of memory",
-                    need / 1073741824.0, physical / 1073741824.0));
-  return Status::ok();
-}
-
 // Spec §9.4: each stage timed on its own (same warmup/iters); inputs of a stage come from one extra
 // call of the previous stage. The shared expert is in no stage.
 void print_stage_timing(const BenchOptions& o, const MoeConfig& c, const MoeInputs& in,
                         const RoutingTensors& routing, MoeBlock& block, Backend& backend) {
-  const std::string dist = name(c.distribution);
   if (c.bench_pass != BenchPass::forward) {
     fmt::print(stderr, "moe-bench: --stage-timing is forward only; skipped for forward_backward\n");
     return;
@@ -109,31 +70,30 @@ void print_stage_timing(const BenchOptions& o, const MoeConfig& c, const MoeInpu
   double up = time_fn([&] { block.stage_up(in); }, o.warmup, o.iters, sync).mean;
   double down = time_fn([&] { block.stage_down(in); }, o.warmup, o.iters, sync).mean;
   double combine = time_fn([&] { block.stage_combine(routing); }, o.warmup, o.iters, sync).mean;
-  const double total = pack + up + down + combine;
-  fmt::print("[{}] pass=forward stage pack_s={:.6f}\n[{}] pass=forward stage up_s={:.6f}\n", dist, pack, dist,
-             up);
-  fmt::print("[{}] pass=forward stage down_s={:.6f}\n[{}] pass=forward stage combine_s={:.6f}\n", dist, down,
-             dist, combine);
-  fmt::print("[{}] pass=forward stage_pct pack={:.1f} up={:.1f} down={:.1f} combine={:.1f}\n", dist,
-             100 * pack / total, 100 * up / total, 100 * down / total, 100 * combine / total);
+  fmt::print("{}", stage_lines(c, pack, up, down, combine));
 }
 
-// --check-perturb: the host copies --check compares, scaled by (1 + rel).
-void perturb(Tensor& t, double rel) {
-  for (int64_t i = 0; i < t.numel(); ++i) t.set(i, t.get(i) * (1.0 + rel));
+// --check-perturb: the host copies --check compares, scaled by (1 + rel) (fresh copies: on a host
+// backend the host copy is the block's own buffer).
+Tensor perturbed(const Tensor& t, double rel) {
+  Tensor p = t.clone();
+  for (int64_t i = 0; i < p.numel(); ++i) p.set(i, p.get(i) * (1.0 + rel));
+  return p;
 }
 
 struct RunOutcome {
   bool check_failed = false;
-  Status output_status;  // a failed --dump or --trace-dir write, or a failed exchange
+  Status output_status;  // a failed --dump or --trace-dir write, or a failed exchange (exit 2)
+  Status numerics;       // NaN or inf in the results (exit 1)
   std::vector<ResultRow> rows;
 };
 
-// One run of the seed's loop on `backend`: `in` is already in the backend's memory, `host_in` is the
-// same inputs on the host (for --check and --dump).
+// One run of the seed's loop on `backend`: `in` is in the backend's memory, `host_in` the same inputs
+// on the host (for --check and --dump).
 RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, Comm& comm,
                    const MoeInputs& in, const MoeInputs& host_in, const Routing& host_routing,
-                   const NullRoutingStats& null_stats, double ceiling_tflops, const Environment& env) {
+                   const NullRoutingStats& null_stats, std::optional<double> ceiling_tflops,
+                   const Environment& env) {
   RunOutcome outcome;
   const bool text_stdout = o.format == OutputFormat::text || !o.out_path.empty();
   const std::string dist = name(c.distribution);
@@ -143,7 +103,24 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, 
   std::optional<MoeGrads> grads;
   if (c.bench_pass == BenchPass::forward_backward) grads = make_grads(c, backend.memory());
 
-  for (QueueMode mode : o.queue_modes) {
+  // The seed announces a run's trace directory before the run.
+  std::string trace_run;
+  std::vector<TraceEvent> events;
+  if (!o.trace_dir.empty()) {
+    const auto now = std::chrono::system_clock::now().time_since_epoch();
+    trace_run = trace_run_dir(o, c, std::chrono::duration_cast<std::chrono::nanoseconds>(now).count());
+    outcome.output_status = prepare_output_dir("--trace-dir directory", trace_run);
+    if (!outcome.output_status) return outcome;
+    if (text_stdout) fmt::print("trace_dir={}\n", trace_run);
+  }
+  const std::string stats_lines = routing_lines(c, host_routing, null_stats);
+
+  // --check, --dump and the finiteness scan read host copies of the last timed call's results, made
+  // explicitly (no copy on a host backend).
+  Tensor host_out;
+  std::optional<MoeGrads> host_grads;
+  for (size_t m = 0; m < o.queue_modes.size(); ++m) {
+    const QueueMode mode = o.queue_modes[m];
     // The call this (pass, queue mode) times; prequeue packs and dispatches once, outside it.
     if (c.bench_pass == BenchPass::forward && mode == QueueMode::prequeue)
       outcome.output_status = block.prepare_dispatch(in, routing);
@@ -159,102 +136,61 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, 
     };
     const TimingStats t = time_fn(call, o.warmup, o.iters, [&] { backend.synchronize(); });
     if (!outcome.output_status) return outcome;
-    if (!o.trace_dir.empty()) {
+    host_out = out.to_host();
+    if (grads) host_grads = to_host(*grads);
+    if (Status s = check_finite(host_out, host_grads ? &*host_grads : nullptr); !s) {
+      outcome.numerics = Status::error(fmt::format("run distribution={} topk={} impl={} mode={}: {}", dist,
+                                                   c.topk, name(c.impl), name(mode), s.message()));
+      return outcome;
+    }
+    if (!trace_run.empty()) {
       // One extra, untimed call with every stage recorded (the seed's profiler trace, spec §1).
-      std::vector<TraceEvent> events;
       block.set_stage_observer([&](const char* stage, auto start, auto end) {
-        events.push_back({stage, start, end});
+        events.push_back({stage, int(m), start, end});
       });
       call();
       block.set_stage_observer(nullptr);
-      const std::string subdir =
-          fmt::format("{}_{}_topk{}_{}_null{:.2f}_none_compact_psum_{}_{}",
-                      std::chrono::duration_cast<std::chrono::nanoseconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count(),
-                      dist, c.topk, name(c.impl), c.null_routing.frac, name(c.bench_pass), name(mode));
-      std::string written;
-      outcome.output_status = write_chrome_trace(o.trace_dir, subdir, events, written);
-      if (!outcome.output_status) return outcome;
-      if (text_stdout) fmt::print("trace_dir={}\n", written);
     }
     ResultRow row = make_row(c, o.kernel, name(mode), t, ceiling_tflops, block.saved_activation_bytes(),
                              omp_get_max_threads(), null_stats, env);
-    row["mesh"] = block.mesh();
-    if (text_stdout) {
-      const std::string head = fmt::format("[{}] mode={} pass={} topk={} impl={}", dist, name(mode),
-                                           name(c.bench_pass), c.topk, name(c.impl));
-      fmt::print("{} backend={}\n{} remat_mode={}\n{} parallel_mode={}\n{} ep_comm_path={}\n", head,
-                 name(c.gemm_backend), head, name(c.remat_mode), head, name(c.parallel_mode), head,
-                 name(c.ep_comm_path));
-      fmt::print("{} time_s={:.6f}\n{} tflops={:.3f}\n{} tokens_per_s={:.2f}\n", head, t.mean, head,
-                 row["tflops"].get<double>(), head, row["tokens_per_s"].get<double>());
-    }
+    if (text_stdout)
+      fmt::print(
+          "{}{}{}\n",
+          mode_lines(c, name(mode), t.mean, row["tflops"].get<double>(), row["tokens_per_s"].get<double>()),
+          stats_lines, result_text(row));
     outcome.rows.push_back(std::move(row));
+  }
+  if (!trace_run.empty()) {
+    outcome.output_status = write_chrome_trace(trace_run, events);
+    if (!outcome.output_status) return outcome;
   }
 
   if (o.stage_timing && text_stdout) print_stage_timing(o, c, in, routing, block, backend);
-  if (text_stdout) {
-    RunStats rs = run_stats(host_routing);
-    LoadStats ls = load_stats(host_routing);
-    const std::string tag = fmt::format("[{}] topk={} impl={}", dist, c.topk, name(c.impl));
-    fmt::print("{} run_stats runs={:.0f} mean={:.2f} p95={:.2f} max={:.0f}\n", tag, rs.runs, rs.mean, rs.p95,
-               rs.max);
-    fmt::print("{} load_stats min={:.0f} max={:.0f} std={:.2f} cv={:.4f}\n", tag, ls.min, ls.max, ls.std,
-               ls.cv);
-    const PlanStats plan = block.plan_stats();
-    fmt::print("{} capacity policy={} factor={:.3f} cap={} dropped={} drop_frac={:.4f}\n", tag,
-               name(c.capacity_policy), c.capacity_factor, c.capacity(), plan.dropped,
-               double(plan.dropped) / double(std::max<int64_t>(1, c.assignments())));
-    if (o.null_routing_requested)
-      fmt::print(
-          "{} null_route mode={} target={:.3f} realized={:.3f} null_experts={} null_assignments={} "
-          "real_assignments={}\n",
-          tag, name(c.null_routing.mode), null_stats.target, null_stats.realized, null_stats.null_experts,
-          null_stats.null_assignments, null_stats.real_assignments);
-    for (const ResultRow& row : outcome.rows) fmt::print("{}\n", result_text(row));
-  } else {
+  if (!text_stdout) {
     static bool csv_header_printed = false;
     if (o.format == OutputFormat::csv && !csv_header_printed && !outcome.rows.empty()) {
       fmt::print("{}\n", csv_header(outcome.rows.front()));
       csv_header_printed = true;
     }
-    for (const ResultRow& row : outcome.rows)
-      fmt::print("{}\n", o.format == OutputFormat::jsonl ? format_jsonl(row) : format_csv(row));
+    for (const std::string& line : format_rows(o.format, outcome.rows)) fmt::print("{}\n", line);
   }
 
-  // --check, --dump and the finiteness of what was computed read host copies, made here explicitly.
-  Tensor host_out = out.to_host();
-  std::optional<MoeGrads> host_grads;
-  if (grads) host_grads = to_host(*grads);
   if (o.check) {
+    Tensor check_out = host_out;
+    std::optional<MoeGrads> check_grads = host_grads;
     if (o.check_perturb != 0) {
-      host_out = host_out.clone();
-      perturb(host_out, o.check_perturb);
-      if (host_grads) {
-        host_grads = MoeGrads{host_grads->dx.clone(),  host_grads->dw1.clone(),  host_grads->dw3.clone(),
-                              host_grads->dw2.clone(), host_grads->dsw1.clone(), host_grads->dsw3.clone(),
-                              host_grads->dsw2.clone()};
-        for (Tensor* g : {&host_grads->dx, &host_grads->dw1, &host_grads->dw3, &host_grads->dw2,
-                          &host_grads->dsw1, &host_grads->dsw3, &host_grads->dsw2})
-          perturb(*g, o.check_perturb);
-      }
+      check_out = perturbed(host_out, o.check_perturb);
+      if (check_grads)
+        for (Tensor* g : {&check_grads->dx, &check_grads->dw1, &check_grads->dw3, &check_grads->dw2,
+                          &check_grads->dsw1, &check_grads->dsw3, &check_grads->dsw2})
+          *g = perturbed(*g, o.check_perturb);
     }
-    CheckResult r =
-        check_against_reference(c, host_in, host_routing, host_out, host_grads ? &*host_grads : nullptr);
-    std::string grad_err = r.grad_rel_err < 0 ? "none" : fmt::format("{:.3e}", r.grad_rel_err);
+    const ConditionedCheck r =
+        check_conditioned(c, host_in, host_routing, check_out, check_grads ? &*check_grads : nullptr);
     // In jsonl/csv mode stdout holds rows only, so the CHECK line goes to stderr.
-    fmt::print(text_stdout ? stdout : stderr,
-               "CHECK pass={} out_rel_err={:.3e} grad_rel_err={} tol={:.1e} distribution={} topk={} impl={} "
-               "bench_pass={}\n",
-               r.pass ? "true" : "false", r.out_rel_err, grad_err, r.tol, dist, c.topk, name(c.impl),
-               name(c.bench_pass));
+    fmt::print(text_stdout ? stdout : stderr, "{}\n", check_line(c, r));
     outcome.check_failed = !r.pass;
-    for (ResultRow& row : outcome.rows) {
-      row["check_pass"] = r.pass;
-      row["check_out_rel_err"] = r.out_rel_err;
-      row["check_grad_rel_err"] = r.grad_rel_err;
-    }
+    for (ResultRow& row : outcome.rows) add_check_fields(row, r);
   }
   if (!o.dump_dir.empty()) {
     // The output and gradients of the last timed call: deterministic, so they belong to these inputs.
@@ -272,48 +208,42 @@ int fail(const Status& s) {
   return 2;
 }
 
+// Every configuration of the loop runs on the backend and over the comm: asked before anything is
+// allocated, so a refusal is one line before any output.
+Status check_runnable(const BenchOptions& o, Backend& backend, const Comm& comm) {
+  MoeConfig c = o.base;
+  for (int64_t k : o.topks)
+    for (Impl impl : o.impls)
+      for (double f : o.null_fracs) {
+        c.topk = k;
+        c.impl = impl;
+        c.null_routing.frac = f;
+        MOE_RETURN_IF_ERROR(backend.supports_block(c));
+        MOE_RETURN_IF_ERROR(exchange_supports(c, comm));
+      }
+  return Status::ok();
+}
+
 int run(int argc, char** argv) {
   BenchOptions o;
   bool exit_ok = false;
   if (Status s = parse_options(argc, argv, o, exit_ok); !s) return fail(s);
   if (exit_ok) return 0;
-  if (o.kernel.threads > 0) omp_set_num_threads(o.kernel.threads);
+  if (Status s = set_thread_count(o.kernel.threads); !s) return fail(s);
   if (o.list) {
     print_list(o.base);
     return 0;
   }
 
-  // Everything a run will need is asked for before anything is allocated: memory, the backend's ops
-  // for every config of the loop, and the exchange over this process's comm.
   Backend& backend = *backend_by_name(o.base.device);
   std::unique_ptr<Comm> comm = make_local_comm();
-  MoeConfig c = o.base;
-  for (int64_t k : o.topks) {
-    c.topk = k;
-    if (Status m = check_memory(c); !m) return fail(m);
-    for (Impl impl : o.impls) {
-      c.impl = impl;
-      for (double f : o.null_fracs) {
-        c.null_routing.frac = f;
-        if (Status s = backend.supports_block(c); !s) return fail(s);
-        if (Status s = exchange_supports(c, *comm); !s) return fail(s);
-      }
-    }
-  }
+  if (Status s = check_runnable(o, backend, *comm); !s) return fail(s);
+  if (Status s = preflight(o); !s) return fail(s);
   const size_t n_runs = o.distributions.size() * o.topks.size() * o.impls.size() * o.null_fracs.size();
-  if (!o.dump_dir.empty() && n_runs > 1)
-    return fail(Status::error("--dump takes a single run (one distribution, topk and impl)"));
-  if (!o.dump_dir.empty()) {
-    // Refuse a bad dump target before any result is printed.
-    std::error_code ec;
-    std::filesystem::create_directories(o.dump_dir, ec);
-    if (!std::filesystem::is_directory(o.dump_dir))
-      return fail(Status::error(fmt::format("cannot dump to '{}': {}", o.dump_dir,
-                                            ec ? ec.message() : "it exists and is not a directory")));
-  }
 
   const Environment env = capture_environment();
-  if (o.format == OutputFormat::text || !o.out_path.empty()) print_shape_line(o);
+  if (o.format == OutputFormat::text || !o.out_path.empty())
+    fmt::print("{}\n{}\n", devices_line({backend.devices()}), shape_line(o));
   fmt::print(stderr, "moe-bench: device {} ({}), {} threads\n", backend.name(), backend.description(),
              omp_get_max_threads());
 
@@ -322,12 +252,14 @@ int run(int argc, char** argv) {
   bool any_check_failed = false;
   size_t done = 0;
   const auto start = std::chrono::steady_clock::now();
+  std::map<int64_t, Ceiling> ceilings;  // by topk: the ceiling GEMM's shape does not depend on the rest
   for (Distribution dist : o.distributions) {
     for (int64_t k : o.topks) {
-      c = o.base;
+      MoeConfig c = o.base;
       c.distribution = dist;
       c.topk = k;
-      const double ceiling = measure_ceiling_tflops(backend, c, o.warmup, o.iters);
+      if (!ceilings.count(k)) ceilings[k] = measure_ceiling(backend, c);
+      const std::optional<double> ceiling = ceilings[k].tflops;
       for (Impl impl : o.impls) {
         for (double f : o.null_fracs) {
           c.impl = impl;
@@ -339,11 +271,12 @@ int run(int argc, char** argv) {
           RunOutcome r = run_one(o, c, backend, *comm, in, host_in, routing, null_stats, ceiling, env);
           any_check_failed |= r.check_failed;
           if (!r.output_status) return fail(r.output_status);
-          if (!o.out_path.empty()) {
-            std::vector<std::string> lines;
-            for (const ResultRow& row : r.rows) lines.push_back(result_text(row));
-            if (Status s = append_rows(o.out_path, o.format, lines, r.rows); !s) return fail(s);
+          if (!r.numerics) {
+            fmt::print(stderr, "moe-bench: error: {}\n", r.numerics.message());
+            return 1;
           }
+          if (!o.out_path.empty())
+            if (Status s = append_rows(o.out_path, o.format, r.rows); !s) return fail(s);
           ++done;
           const double elapsed =
               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

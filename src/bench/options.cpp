@@ -5,12 +5,14 @@
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
-#include <sstream>
+#include <limits>
 
+#include "bench/numeric_flags.h"
 #include "moe/backend.h"
 #include "moe/build_info.h"
 #include "moe/gemm.h"
 #include "moe/null_routing.h"
+#include "moe/parse.h"
 
 namespace moe::bench {
 
@@ -18,46 +20,14 @@ const char* name(QueueMode q) {
   return q == QueueMode::full ? "full" : "prequeue";
 }
 
-namespace {
-
-template <typename Enum, typename Parser>
-Status parse_choice(const std::string& flag, const std::string& value, Parser parse, Enum& out,
-                    const char* choices) {
-  auto v = parse(value);
-  if (!v) return Status::error(fmt::format("invalid {} '{}': expected one of {}", flag, value, choices));
-  out = *v;
-  return Status::ok();
-}
-
-// "1, 2,4" -> {1, 2, 4}; blanks ignored, as in the seed.
-Status parse_int_list(const std::string& flag, const std::string& text, std::vector<int64_t>& out) {
-  out.clear();
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    auto b = item.find_first_not_of(" \t");
-    if (b == std::string::npos) continue;
-    item = item.substr(b, item.find_last_not_of(" \t") - b + 1);
-    size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(item, &used);
-    } catch (...) {
-      used = 0;
-    }
-    if (used != item.size())
-      return Status::error(fmt::format("invalid {} entry '{}': not an integer", flag, item));
-    out.push_back(v);
-  }
-  return Status::ok();
-}
-
-}  // namespace
-
 Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok) {
   exit_ok = false;
   MoeConfig& c = opts.base;
   CLI::App app{"moe-bench: benchmark one Mixture-of-Experts block (forward / forward+backward) on the CPU"};
+  // argparse semantics: a repeated option takes its last value (sweep scripts append overrides).
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  NumericFlags num(app);
+  constexpr int64_t kMaxInt = std::numeric_limits<int>::max(), kMax64 = std::numeric_limits<int64_t>::max();
   app.set_version_flag("--version",
                        std::string("moe-bench ") + build_version() + " (" + build_git_commit() + ")");
   app.get_formatter()->column_width(36);
@@ -66,16 +36,14 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok) {
               bench_pass = "forward";
   std::string pack = "argsort", permute = "direct_take", remat = "none", cap_policy = "none", queue = "full";
   std::string parallel_mode = "none", quant_mode = "none", topk_list;
-  int64_t topk = c.topk;
 
-  app.add_option("--tokens", c.tokens, "T, tokens (rows of x)")->capture_default_str();
-  app.add_option("--hidden", c.hidden, "H, hidden size")->capture_default_str();
-  app.add_option("--mlp-dim", c.mlp_dim, "M, per-expert intermediate size")->capture_default_str();
-  app.add_option("--experts", c.experts, "E, routed experts")->capture_default_str();
-  app.add_option("--topk", topk, "K, experts per token (unless --topk-list)")->capture_default_str();
+  num.add("--tokens", c.tokens, "T, tokens (rows of x)", 1, kMax64);
+  num.add("--hidden", c.hidden, "H, hidden size", 1, kMax64);
+  num.add("--mlp-dim", c.mlp_dim, "M, per-expert intermediate size", 1, kMax64);
+  num.add("--experts", c.experts, "E, routed experts", 1, kMax64);
+  num.add("--topk", opts.topk_flag, "K, experts per token (unless --topk-list)", -kMax64, kMax64);
   app.add_option("--topk-list", topk_list, "comma list of K values, overrides --topk (e.g. 1,2,4,8)");
-  app.add_option("--shared-expert-dim", c.shared_expert_dim, "S, shared expert size (0 = none)")
-      ->capture_default_str();
+  num.add("--shared-expert-dim", c.shared_expert_dim, "S, shared expert size (0 = none)", 0, kMax64);
   app.add_flag("--shared-fused", c.shared_fused, "shared w1|w3 as one [H,2S] GEMM");
   app.add_option("--dtype", dtype, "float32|bfloat16 (bf16 storage, f32 accumulation)")
       ->capture_default_str();
@@ -101,13 +69,10 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok) {
   app.add_option("--trace-dir", opts.trace_dir,
                  "write a Chrome trace (stage spans of one extra call) per run under this directory");
   app.add_option("--remat-mode", remat, "none|expert_mlp|combine")->capture_default_str();
-  app.add_option("--capacity-factor", c.capacity_factor, "capacity factor (<= 0 disables)")
-      ->capture_default_str();
+  num.add("--capacity-factor", c.capacity_factor, "capacity factor (<= 0 disables)");
   app.add_option("--capacity-policy", cap_policy, "none|drop|pad")->capture_default_str();
-  app.add_option("--run-alpha", c.run_alpha, "runs distribution: mean run length 1/(1-alpha)")
-      ->capture_default_str();
-  app.add_option("--run-noise-scale", c.run_noise_scale, "runs distribution: logit noise std")
-      ->capture_default_str();
+  num.add("--run-alpha", c.run_alpha, "runs distribution: mean run length 1/(1-alpha)");
+  num.add("--run-noise-scale", c.run_noise_scale, "runs distribution: logit noise std");
   app.add_option("--quant-mode", quant_mode,
                  "none|int8|int8_routed|int8_all|int8_routed_prequant (int8 modes: not implemented yet)")
       ->capture_default_str();
@@ -115,44 +80,40 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok) {
       ->capture_default_str();
   std::string null_list, null_mode = "independent";
   bool null_sweep = false;
-  app.add_option("--null-route-frac", c.null_routing.frac,
-                 "fraction of the T*K assignments routed to null slots")
-      ->capture_default_str();
+  num.add("--null-route-frac", c.null_routing.frac, "fraction of the T*K assignments routed to null slots");
   app.add_option("--null-route-frac-list", null_list,
                  "comma list of null fractions (overrides sweep and frac)");
   app.add_flag("--null-route-sweep", null_sweep, "null fractions 0.1..0.9");
-  app.add_option("--null-experts", c.null_routing.null_experts,
-                 "null slots M0 (0 = max(1, round(E f/(1-f))))")
-      ->capture_default_str();
-  app.add_option("--null-route-seed", c.null_routing.seed, "folded into the null-mask key")
-      ->capture_default_str();
+  num.add("--null-experts", c.null_routing.null_experts, "null slots M0 (0 = max(1, round(E f/(1-f))))", 0,
+          kMax64);
+  // The seed folds it into a key as a uint32 (jax.random.fold_in).
+  num.add("--null-route-seed", c.null_routing.seed, "folded into the null-mask key", 0, 0xffffffffll);
   app.add_option("--null-routing-mode", null_mode, "independent|take_until_null")->capture_default_str();
   app.add_flag("--renormalize-real-after-null", c.null_routing.renormalize,
                "renormalize each token's remaining real weights to sum to 1");
-  app.add_option("--iters", opts.iters, "timed iterations")->capture_default_str();
-  app.add_option("--warmup", opts.warmup, "untimed iterations after the first call")->capture_default_str();
-  app.add_option("--seed", c.seed, "master seed of inputs and routing")->capture_default_str();
-  app.add_option("--threads", opts.kernel.threads, "CPU threads (0 = all cores)")->capture_default_str();
-  app.add_option("--gmm-tile-rows", opts.kernel.gmm_tile_rows, "gmm backend: group row alignment")
-      ->capture_default_str();
+  num.add("--iters", opts.iters, "timed iterations", 1, kMaxInt);
+  num.add("--warmup", opts.warmup, "untimed iterations after the first call", 0, kMaxInt);
+  // Any int64, as the seed's jax.random.PRNGKey(seed) accepts.
+  num.add("--seed", c.seed, "master seed of inputs and routing", std::numeric_limits<int64_t>::min(), kMax64);
+  num.add("--threads", opts.kernel.threads, "CPU threads (0 = all cores)", 0, kMaxInt);
+  num.add("--gmm-tile-rows", opts.kernel.gmm_tile_rows, "gmm backend: group row alignment", 1, 4096);
   app.add_flag("--stage-timing", opts.stage_timing, "forward only: time pack, up, down, combine separately");
   app.add_option("--gemm-variant", opts.kernel.gemm_variant,
                  "GEMM kernel variant (see --list; auto = fastest)")
       ->capture_default_str();
   app.add_flag("--check", opts.check,
                "verify each run against the float64 reference; exit 1 if out of tolerance");
-  app.add_option(
-         "--check-perturb", opts.check_perturb,
-         "tests the oracle: scale the output and gradients by (1 + this) before --check compares them")
-      ->capture_default_str();
+  num.add("--check-perturb", opts.check_perturb,
+          "tests the oracle: scale the output and gradients by (1 + this) before --check compares them");
   app.add_option("--dump", opts.dump_dir,
                  "write inputs, routing, output and gradients as .npy + config.json here");
   std::string format = "text";
   app.add_option("--format", format,
                  "text|jsonl|csv: rows on stdout, or in --out with the seed lines on stdout")
       ->capture_default_str();
-  app.add_option("--out", opts.out_path,
-                 "append result rows to this file (atomic; rows carry config + environment)");
+  app.add_option(
+      "--out", opts.out_path,
+      "append result rows to this file (file-locked, whole rows; rows carry config + environment)");
   app.add_flag("--list", opts.list, "print registered backends, impls and kernel variants, then exit");
 
   try {
@@ -171,7 +132,11 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok) {
       if (ch == '\n') ch = ' ';
     return Status::error(msg);
   }
+  MOE_RETURN_IF_ERROR(num.convert());
 
+  for (auto [flag, value] : {std::pair{"--out", &opts.out_path}, {"--dump", &opts.dump_dir}})
+    if (app.count(flag) > 0 && value->empty())
+      return Status::error(fmt::format("invalid {} '': expected a path", flag));
   if (format == "text")
     opts.format = OutputFormat::text;
   else if (format == "jsonl")
@@ -180,37 +145,36 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok) {
     opts.format = OutputFormat::csv;
   else
     return Status::error(fmt::format("invalid --format '{}': expected one of text, jsonl, csv", format));
-  MOE_RETURN_IF_ERROR(parse_choice("--quant-mode", quant_mode, parse_quant_mode, c.quant_mode,
-                                   "none, int8, int8_routed, int8_all, int8_routed_prequant"));
+  MOE_RETURN_IF_ERROR(parse_enum("--quant-mode", quant_mode, parse_quant_mode,
+                                 "none, int8, int8_routed, int8_all, int8_routed_prequant", c.quant_mode));
   MOE_RETURN_IF_ERROR(
-      parse_choice("--parallel-mode", parallel_mode, parse_parallel_mode, c.parallel_mode, "none, dp, ep"));
-  MOE_RETURN_IF_ERROR(parse_choice("--ep-comm-path", ep_comm_path, parse_ep_comm_path, c.ep_comm_path,
-                                   "compact_psum, ring_ag_rs, all_to_all"));
+      parse_enum("--parallel-mode", parallel_mode, parse_parallel_mode, "none, dp, ep", c.parallel_mode));
+  MOE_RETURN_IF_ERROR(parse_enum("--ep-comm-path", ep_comm_path, parse_ep_comm_path,
+                                 "compact_psum, ring_ag_rs, all_to_all", c.ep_comm_path));
   if (!backend_by_name(c.device))
     return Status::error(fmt::format("invalid --device '{}': expected one of {}", c.device, backend_names()));
   if (!std::isfinite(opts.check_perturb))
     return Status::error(fmt::format("invalid --check-perturb={}: must be finite", opts.check_perturb));
 
-  MOE_RETURN_IF_ERROR(parse_choice("--dtype", dtype, parse_run_dtype, c.dtype, "float32, bfloat16"));
+  MOE_RETURN_IF_ERROR(parse_enum("--dtype", dtype, parse_run_dtype, "float32, bfloat16", c.dtype));
   MOE_RETURN_IF_ERROR(
-      parse_choice("--backend", backend, parse_gemm_backend, c.gemm_backend, "gmm, ragged_dot"));
+      parse_enum("--backend", backend, parse_gemm_backend, "gmm, ragged_dot", c.gemm_backend));
   MOE_RETURN_IF_ERROR(
-      parse_choice("--bench-pass", bench_pass, parse_bench_pass, c.bench_pass, "forward, forward_backward"));
-  MOE_RETURN_IF_ERROR(parse_choice("--routing-pack-strategy", pack, parse_pack_strategy, c.pack_strategy,
-                                   "argsort, tuple_sort, expert_score_sort"));
-  MOE_RETURN_IF_ERROR(parse_choice("--dispatch-permute-mode", permute, parse_permute_mode, c.permute_mode,
-                                   "direct_take, repeat_sort"));
+      parse_enum("--bench-pass", bench_pass, parse_bench_pass, "forward, forward_backward", c.bench_pass));
+  MOE_RETURN_IF_ERROR(parse_enum("--routing-pack-strategy", pack, parse_pack_strategy,
+                                 "argsort, tuple_sort, expert_score_sort", c.pack_strategy));
+  MOE_RETURN_IF_ERROR(parse_enum("--dispatch-permute-mode", permute, parse_permute_mode,
+                                 "direct_take, repeat_sort", c.permute_mode));
   MOE_RETURN_IF_ERROR(
-      parse_choice("--remat-mode", remat, parse_remat_mode, c.remat_mode, "none, expert_mlp, combine"));
-  MOE_RETURN_IF_ERROR(parse_choice("--capacity-policy", cap_policy, parse_capacity_policy, c.capacity_policy,
-                                   "none, drop, pad"));
+      parse_enum("--remat-mode", remat, parse_remat_mode, "none, expert_mlp, combine", c.remat_mode));
+  MOE_RETURN_IF_ERROR(parse_enum("--capacity-policy", cap_policy, parse_capacity_policy, "none, drop, pad",
+                                 c.capacity_policy));
 
-  MOE_RETURN_IF_ERROR(parse_choice("--null-routing-mode", null_mode, parse_null_routing_mode,
-                                   c.null_routing.mode, "independent, take_until_null"));
+  MOE_RETURN_IF_ERROR(parse_enum("--null-routing-mode", null_mode, parse_null_routing_mode,
+                                 "independent, take_until_null", c.null_routing.mode));
   Status null_status;
   opts.null_fracs = null_route_fractions(null_list, null_sweep, c.null_routing.frac, null_status);
   MOE_RETURN_IF_ERROR(null_status);
-  opts.null_routing_requested = !null_list.empty() || null_sweep || c.null_routing.frac != 0;
   for (double f : opts.null_fracs)
     if (f > 0 && c.capacity_policy != CapacityPolicy::none)
       return Status::error("Null routing currently requires capacity_policy='none' in this harness.");
@@ -220,9 +184,9 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok) {
     opts.impls = kAllImpls;
   } else {
     Impl one = Impl::fused_w13;
-    MOE_RETURN_IF_ERROR(
-        parse_choice("--impl", impl, parse_impl, one,
-                     "baseline, fused_w13, preweight, fused_w13_preweight, scatter, fast, both"));
+    MOE_RETURN_IF_ERROR(parse_enum("--impl", impl, parse_impl,
+                                   "baseline, fused_w13, preweight, fused_w13_preweight, scatter, fast, both",
+                                   one));
     opts.impls = {one};
   }
   opts.distributions.clear();
@@ -231,7 +195,7 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok) {
   } else {
     Distribution one = Distribution::random;
     MOE_RETURN_IF_ERROR(
-        parse_choice("--distribution", distribution, parse_distribution, one, "random, runs, both"));
+        parse_enum("--distribution", distribution, parse_distribution, "random, runs, both", one));
     opts.distributions = {one};
   }
   if (queue == "full")
@@ -246,14 +210,10 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok) {
   // The seed's rule: prequeue is a forward-only notion.
   if (c.bench_pass != BenchPass::forward) opts.queue_modes = {QueueMode::full};
 
-  MOE_RETURN_IF_ERROR(parse_int_list("--topk-list", topk_list, opts.topks));
-  if (opts.topks.empty()) opts.topks = {topk};
-  for (int64_t k : opts.topks)
-    if (k < 1 || k > c.experts)
-      return Status::error(
-          fmt::format("Invalid topk={}; must be in [1, experts] (experts={}).", k, c.experts));
-  if (opts.iters < 1) return Status::error(fmt::format("invalid --iters={}: must be >= 1", opts.iters));
-  if (opts.warmup < 0) return Status::error(fmt::format("invalid --warmup={}: must be >= 0", opts.warmup));
+  opts.queue_mode_flag = queue;
+
+  MOE_RETURN_IF_ERROR(parse_int_list("--topk-list", topk_list, -kMax64, kMax64, opts.topks));
+  if (opts.topks.empty()) opts.topks = {opts.topk_flag};
 
   if (!select_gemm_variant(opts.kernel.gemm_variant)) {
     std::string known = "auto";
@@ -263,8 +223,12 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok) {
   }
   opts.kernel.gemm_variant = active_gemm_variant().name;
 
+  // Every run's config (one per topk) must be valid.
+  for (int64_t k : opts.topks) {
+    c.topk = k;
+    MOE_RETURN_IF_ERROR(c.validate());
+  }
   c.topk = opts.topks.front();
-  MOE_RETURN_IF_ERROR(c.validate());
   MOE_RETURN_IF_ERROR(opts.kernel.validate());
   return Status::ok();
 }

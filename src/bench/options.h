@@ -20,10 +20,11 @@ struct BenchOptions {
   KernelConfig kernel;
   std::vector<Distribution> distributions;
   std::vector<int64_t> topks;
+  int64_t topk_flag = MoeConfig{}.topk;  // --topk as given (the seed's shape line prints it)
+  std::string queue_mode_flag = "full";  // --queue-mode as given, before forward_backward forces full
   std::vector<Impl> impls;
   std::vector<QueueMode> queue_modes;
-  std::vector<double> null_fracs;       // the innermost sweep axis (spec §1 run loop)
-  bool null_routing_requested = false;  // any null flag given: print the null_route line
+  std::vector<double> null_fracs;  // the innermost sweep axis (spec §1 run loop)
   int iters = 5;
   int warmup = 2;
   bool check = false;
@@ -32,7 +33,7 @@ struct BenchOptions {
   std::string dump_dir;
   std::string trace_dir;  // write a Chrome trace of one extra call per run here
   OutputFormat format = OutputFormat::text;
-  std::string out_path;  // append rows here (atomic); stdout keeps the seed's text lines
+  std::string out_path;  // append rows here (locked, whole rows); stdout keeps the seed's text lines
   bool list = false;
 };
 

@@ -1,16 +1,10 @@
 #include "bench/report.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "bench/accounting.h"
+#include "bench/ceiling.h"
+#include "moe/file_io.h"
 
 namespace moe::bench {
 
@@ -29,45 +23,34 @@ const char* name(OutputFormat f) {
 namespace {
 
 std::string csv_field(const nlohmann::ordered_json& v) {
-  std::string s = v.is_string() ? v.get<std::string>() : v.dump();
+  std::string s = v.is_string() ? v.get<std::string>() : v.is_null() ? "" : v.dump();
   if (s.find_first_of(",\"\n") == std::string::npos) return s;
   std::string quoted = "\"";
   for (char c : s) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
   return quoted + "\"";
 }
 
-Status read_file(const std::string& path, std::string& content, bool& exists) {
-  std::ifstream in(path, std::ios::binary);
-  exists = bool(in);
-  if (!exists) return Status::ok();
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  content = ss.str();
-  return Status::ok();
-}
-
-Status write_all(int fd, const std::string& data, const std::string& path) {
-  size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Status::error(fmt::format("cannot write results file '{}': {}", path, std::strerror(errno)));
-    }
-    done += size_t(n);
-  }
-  return Status::ok();
-}
-
 }  // namespace
 
 // Our keys appended to the text RESULT line; jsonl/csv rows carry everything.
-static const std::vector<std::string> kTextExtraKeys = {
-    "dtype",      "time_s",         "time_median_s",   "time_min_s",
-    "time_max_s", "ceiling_tflops", "pct_of_ceiling",  "saved_activation_bytes",
-    "threads",    "remat_mode",     "capacity_policy", "shared_expert_dim",
-    "tokens",     "hidden",         "mlp_dim",         "experts",
-    "device"};
+static const std::vector<std::string> kTextExtraKeys = {"dtype",
+                                                        "time_s",
+                                                        "time_median_s",
+                                                        "time_min_s",
+                                                        "time_max_s",
+                                                        "ceiling_tflops",
+                                                        "pct_of_ceiling",
+                                                        "ceiling_note",
+                                                        "saved_activation_bytes",
+                                                        "threads",
+                                                        "remat_mode",
+                                                        "capacity_policy",
+                                                        "shared_expert_dim",
+                                                        "tokens",
+                                                        "hidden",
+                                                        "mlp_dim",
+                                                        "experts",
+                                                        "device"};
 
 std::string result_text(const ResultRow& r) {
   std::string line = fmt::format(
@@ -84,14 +67,15 @@ std::string result_text(const ResultRow& r) {
     line += " " + k + "=" +
             (v.is_number_float() ? fmt::format("{:.6f}", v.get<double>())
              : v.is_string()     ? v.get<std::string>()
+             : v.is_null()       ? "none"  // no ceiling: the GEMM was too small to time
                                  : v.dump());
   }
   return line;
 }
 
 ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const char* mode, const TimingStats& t,
-                   double ceiling, int64_t saved_bytes, int threads, const NullRoutingStats& null_stats,
-                   const Environment& env) {
+                   std::optional<double> ceiling, int64_t saved_bytes, int threads,
+                   const NullRoutingStats& null_stats, const Environment& env) {
   const int64_t real = null_stats.real_assignments;
   const double tflops = seed_flops(c, real) / t.mean / 1e12;
   ResultRow r;
@@ -113,8 +97,10 @@ ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const char* mode, 
   r["time_median_s"] = t.median;
   r["time_min_s"] = t.min;
   r["time_max_s"] = t.max;
-  r["ceiling_tflops"] = ceiling;
-  r["pct_of_ceiling"] = 100.0 * tflops / ceiling;
+  const double pct = ceiling ? 100.0 * tflops / *ceiling : 0.0;
+  r["ceiling_tflops"] = ceiling ? ResultRow(*ceiling) : ResultRow(nullptr);
+  r["pct_of_ceiling"] = ceiling ? ResultRow(pct) : ResultRow(nullptr);
+  r["ceiling_note"] = ceiling_note(ceiling, pct, t);
   r["saved_activation_bytes"] = saved_bytes;
   r["threads"] = threads;
   // Full config, kernel config and environment, without repeating a key already in the row.
@@ -146,38 +132,48 @@ std::string format_csv(const ResultRow& row) {
   return s;
 }
 
-Status append_rows(const std::string& path, OutputFormat format, const std::vector<std::string>& text_lines,
-                   const std::vector<ResultRow>& rows) {
-  std::string content;
-  bool exists = false;
-  MOE_RETURN_IF_ERROR(read_file(path, content, exists));
-  if (!content.empty() && content.back() != '\n') content += '\n';  // never glue onto a foreign last line
-  if (format == OutputFormat::csv && !rows.empty()) {
-    const std::string header = csv_header(rows.front());
-    if (content.empty()) {
-      content = header + "\n";
-    } else if (content.substr(0, content.find('\n')) != header) {
-      return Status::error(fmt::format("results file '{}' has a different csv header; use a new file", path));
+std::string check_line(const MoeConfig& c, const ConditionedCheck& r) {
+  const std::string grad_err = r.grad_rel_err < 0 ? "none" : fmt::format("{:.3e}", r.grad_rel_err);
+  return fmt::format(
+      "CHECK pass={} out_rel_err={:.3e} grad_rel_err={} tol={:.1e} worst={} distribution={} topk={} impl={} "
+      "bench_pass={}",
+      r.pass ? "true" : "false", r.out_rel_err, grad_err, r.worst.tol, r.worst.name, name(c.distribution),
+      c.topk, name(c.impl), name(c.bench_pass));
+}
+
+void add_check_fields(ResultRow& row, const ConditionedCheck& r) {
+  row["check_pass"] = r.pass;
+  row["check_out_rel_err"] = r.out_rel_err;
+  row["check_grad_rel_err"] = r.grad_rel_err;
+  row["check_tol"] = r.worst.tol;
+  row["check_worst"] = r.worst.name;
+}
+
+std::vector<std::string> format_rows(OutputFormat format, const std::vector<ResultRow>& rows) {
+  std::vector<std::string> lines;
+  for (const ResultRow& row : rows) {
+    switch (format) {
+      case OutputFormat::text:
+        lines.push_back(result_text(row));
+        break;
+      case OutputFormat::jsonl:
+        lines.push_back(format_jsonl(row));
+        break;
+      case OutputFormat::csv:
+        lines.push_back(format_csv(row));
+        break;
     }
   }
-  if (format == OutputFormat::text)
-    for (const std::string& line : text_lines) content += line + "\n";
-  for (const ResultRow& row : rows) {
-    if (format == OutputFormat::jsonl) content += format_jsonl(row) + "\n";
-    if (format == OutputFormat::csv) content += format_csv(row) + "\n";
-  }
-  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0)
-    return Status::error(fmt::format("cannot write results file '{}': {}", path, std::strerror(errno)));
-  Status s = write_all(fd, content, path);
-  if (s && ::fsync(fd) != 0)
-    s = Status::error(fmt::format("cannot sync results file '{}': {}", path, std::strerror(errno)));
-  ::close(fd);
-  if (s && std::rename(tmp.c_str(), path.c_str()) != 0)
-    s = Status::error(fmt::format("cannot replace results file '{}': {}", path, std::strerror(errno)));
-  if (!s) ::unlink(tmp.c_str());
-  return s;
+  return lines;
+}
+
+std::string file_header(OutputFormat format, const ResultRow& row) {
+  return format == OutputFormat::csv ? csv_header(row) : "";
+}
+
+Status append_rows(const std::string& path, OutputFormat format, const std::vector<ResultRow>& rows) {
+  if (rows.empty()) return Status::ok();
+  return append_lines(path, file_header(format, rows.front()), format_rows(format, rows), "results file");
 }
 
 }  // namespace moe::bench

@@ -2,16 +2,17 @@
 // rows carry the same keys plus the full config and the environment (git commit, CPU, ISA,
 // threads, library versions, date), so a row can be traced without the command that made it.
 //
-// Files are appended atomically: the new file (old content + new rows) is written beside the old
-// one, flushed to disk and renamed over it, so a crash or Ctrl-C leaves either the old or the new
-// file, never a torn row.
+// Files are appended row by row under a lock (moe/file_io.h append_lines), so concurrent runs lose
+// no row and a killed run leaves no half row.
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "bench/timing.h"
+#include "moe/conditioned_check.h"
 #include "moe/config.h"
 #include "moe/environment.h"
 #include "moe/null_routing.h"
@@ -26,11 +27,12 @@ const char* name(OutputFormat f);
 using ResultRow = nlohmann::ordered_json;
 
 // One row of a run: the seed's RESULT keys in its order, then ours (dtype, the four time statistics,
-// ceiling_tflops, pct_of_ceiling, saved_activation_bytes, threads), then the full config, the kernel
-// config and the environment. TF/s uses the seed's FLOP formula and the mean time.
+// ceiling_tflops, pct_of_ceiling, ceiling_note (ceiling.h), saved_activation_bytes, threads), then the
+// full config, the kernel config and the environment. TF/s uses the seed's FLOP formula and the mean
+// time. No ceiling (nullopt): ceiling_tflops and pct_of_ceiling are null ("none" in the text line).
 ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const char* mode, const TimingStats& t,
-                   double ceiling, int64_t saved_bytes, int threads, const NullRoutingStats& null_stats,
-                   const Environment& env);
+                   std::optional<double> ceiling, int64_t saved_bytes, int threads,
+                   const NullRoutingStats& null_stats, const Environment& env);
 
 // The seed's RESULT line (its keys and number formats, so a seed parser still works) followed by our
 // run keys; the config and environment stay in the jsonl/csv rows.
@@ -39,9 +41,18 @@ std::string format_jsonl(const ResultRow& row);
 std::string csv_header(const ResultRow& row);
 std::string format_csv(const ResultRow& row);
 
+// --check's results: "CHECK pass=.. out_rel_err=.. grad_rel_err=.. tol=.. worst=.." (tol and worst:
+// the tensor nearest to or furthest over its tolerance), and the same as check_* fields of a row.
+std::string check_line(const MoeConfig& c, const ConditionedCheck& r);
+void add_check_fields(ResultRow& row, const ConditionedCheck& r);
+
+// One line per row in `format` (text: the RESULT line).
+std::vector<std::string> format_rows(OutputFormat format, const std::vector<ResultRow>& rows);
+// The first line a results file of `format` must start with: the csv header, none for text and jsonl.
+std::string file_header(OutputFormat format, const ResultRow& row);
+
 // Appends `rows` to `path` in `format` (csv: writes the header when the file is new or empty, and
-// refuses a file whose header differs). Atomic as described above.
-Status append_rows(const std::string& path, OutputFormat format, const std::vector<std::string>& text_lines,
-                   const std::vector<ResultRow>& rows);
+// refuses a file whose header differs).
+Status append_rows(const std::string& path, OutputFormat format, const std::vector<ResultRow>& rows);
 
 }  // namespace moe::bench

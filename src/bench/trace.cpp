@@ -1,20 +1,12 @@
 #include "bench/trace.h"
 
-#include <fmt/format.h>
-
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
+
+#include "moe/file_io.h"
 
 namespace moe::bench {
 
-Status write_chrome_trace(const std::string& dir, const std::string& subdir,
-                          const std::vector<TraceEvent>& events, std::string& written) {
-  const std::filesystem::path path = std::filesystem::path(dir) / subdir;
-  std::error_code ec;
-  std::filesystem::create_directories(path, ec);
-  if (ec)
-    return Status::error(fmt::format("cannot create trace directory '{}': {}", path.string(), ec.message()));
+Status write_chrome_trace(const std::string& run_dir, const std::vector<TraceEvent>& events) {
   nlohmann::json trace;
   trace["displayTimeUnit"] = "ms";
   trace["traceEvents"] = nlohmann::json::array();
@@ -28,18 +20,9 @@ Status write_chrome_trace(const std::string& dir, const std::string& subdir,
                                     {"ts", us(e.start)},
                                     {"dur", us(e.end) - us(e.start)},
                                     {"pid", 0},
-                                    {"tid", 0}});
+                                    {"tid", e.lane}});
   }
-  const std::filesystem::path file = path / "trace.json", tmp = path / "trace.json.tmp";
-  {
-    std::ofstream out(tmp);
-    out << trace.dump(1) << "\n";
-    if (!out) return Status::error(fmt::format("cannot write trace file '{}'", tmp.string()));
-  }
-  std::filesystem::rename(tmp, file, ec);
-  if (ec) return Status::error(fmt::format("cannot write trace file '{}': {}", file.string(), ec.message()));
-  written = path.string();
-  return Status::ok();
+  return write_file_atomic(run_dir + "/trace.json", trace.dump(1) + "\n");
 }
 
 }  // namespace moe::bench

@@ -8,8 +8,6 @@ class SingleRankExchange final : public Exchange {
   explicit SingleRankExchange(Comm& world)
       : data_(world.split(/*color=*/0, world.rank())), expert_(world.split(/*color=*/0, world.rank())) {}
 
-  std::string mesh() const override { return "data=1,expert=1"; }
-
   // Each rank tells each expert owner how many rows it sends: here the plan's own row count, to itself.
   Status after_plan(const DispatchPlan& plan) override {
     Tensor rows = plan.stats;  // stats[0] = rows

@@ -4,7 +4,10 @@
 
 #include <array>
 #include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
+
+#include "moe/rng.h"
 
 namespace moe {
 namespace {
@@ -172,6 +175,9 @@ double MoeConfig::estimated_bytes() const {
   return params + acts + shared + grads;
 }
 
+// Expert ids, null slot ids included, stay far inside int32.
+constexpr int64_t kMaxExperts = int64_t(1) << 20;
+
 Status MoeConfig::validate() const {
   auto positive = [](const char* flag, int64_t v) -> Status {
     if (v <= 0) return Status::error(fmt::format("invalid {}={}: must be a positive integer", flag, v));
@@ -181,6 +187,8 @@ Status MoeConfig::validate() const {
   MOE_RETURN_IF_ERROR(positive("--hidden", hidden));
   MOE_RETURN_IF_ERROR(positive("--mlp-dim", mlp_dim));
   MOE_RETURN_IF_ERROR(positive("--experts", experts));
+  if (experts > kMaxExperts)
+    return Status::error(fmt::format("invalid --experts={}: at most {} experts", experts, kMaxExperts));
   if (topk < 1 || topk > experts)
     return Status::error(
         fmt::format("Invalid topk={}; must be in [1, experts] (experts={}).", topk, experts));
@@ -191,9 +199,13 @@ Status MoeConfig::validate() const {
         fmt::format("invalid --capacity-factor={}: must be a finite number <= 64", capacity_factor));
   if (!(run_alpha >= 0 && run_alpha < 1))
     return Status::error(fmt::format("invalid --run-alpha={}: must be in [0, 1)", run_alpha));
-  if (!(run_noise_scale >= 0) || !std::isfinite(run_noise_scale))
-    return Status::error(
-        fmt::format("invalid --run-noise-scale={}: must be a finite number >= 0", run_noise_scale));
+  // The runs distribution's logits are 6 + scale * N(0, 1) in float32: they must stay finite, or
+  // the top-k softmax turns them into NaN weights and NaN outputs.
+  const double max_noise = (double(std::numeric_limits<float>::max()) - 6.0) / kMaxAbsNormal;
+  if (!(run_noise_scale >= 0 && run_noise_scale <= max_noise))
+    return Status::error(fmt::format(
+        "invalid --run-noise-scale={}: must be in [0, {:.3g}] so the router logits stay finite in float32",
+        run_noise_scale, max_noise));
   if (null_routing.frac != 0 || null_routing.null_experts != 0) {
     if (!(null_routing.frac >= 0 && null_routing.frac < 1))
       return Status::error(
@@ -209,12 +221,13 @@ Status MoeConfig::validate() const {
     return Status::error("Null routing currently requires capacity_policy='none' in this harness.");
   // Index math uses int32 row ids; keep every count well inside that range.
   const int64_t kMaxIndex = int64_t(1) << 31;
-  if (tokens > kMaxIndex / topk || experts > (1 << 20))
-    return Status::error(
-        fmt::format("tokens*topk={} is too large (at most {})", double(tokens) * double(topk), kMaxIndex));
+  if (tokens > kMaxIndex / topk)
+    return Status::error(fmt::format("invalid --tokens={} with --topk={}: tokens*topk must be at most {}",
+                                     tokens, topk, kMaxIndex));
   for (auto [flag, v] :
        {std::pair{"--hidden", hidden}, {"--mlp-dim", mlp_dim}, {"--shared-expert-dim", shared_expert_dim}})
-    if (v > (int64_t(1) << 24)) return Status::error(fmt::format("{}={} is too large", flag, v));
+    if (v > (int64_t(1) << 24))
+      return Status::error(fmt::format("invalid {}={}: at most {}", flag, v, int64_t(1) << 24));
   return Status::ok();
 }
 

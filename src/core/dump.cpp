@@ -1,13 +1,11 @@
 #include "moe/dump.h"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
-#include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "moe/file_io.h"
 #include "moe/npy.h"
 
 namespace moe {
@@ -48,37 +46,13 @@ class DumpWriter {
 };
 
 Status prepare_dir(const fs::path& dir) {
+  MOE_RETURN_IF_ERROR(prepare_output_dir("dump directory", dir.string()));
   std::error_code ec;
-  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
-    return Status::error(fmt::format("cannot dump to '{}': it exists and is not a directory", dir.string()));
-  fs::create_directories(dir, ec);
-  if (ec)
-    return Status::error(fmt::format("cannot create dump directory '{}': {}", dir.string(), ec.message()));
   // A config.json left by an earlier dump would vouch for files this one has not finished writing.
   fs::remove(dir / "config.json", ec);
   if (ec)
     return Status::error(
         fmt::format("cannot replace '{}': {}", (dir / "config.json").string(), ec.message()));
-  return Status::ok();
-}
-
-Status write_text_atomic(const std::string& path, const std::string& text) {
-  std::string tmp = path + ".tmp." + std::to_string(getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    f << text;
-    f.close();
-    if (!f) {
-      std::remove(tmp.c_str());
-      return Status::error(fmt::format("cannot write '{}'", path));
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    return Status::error(fmt::format("cannot write '{}': {}", path, ec.message()));
-  }
   return Status::ok();
 }
 
@@ -126,7 +100,7 @@ Status write_dump(const std::string& dir, const MoeConfig& cfg, const std::strin
       "topk_ids values >= 'experts' are null routing slots: those assignments go to no expert.",
       "Gradients, when present, are of loss = mean(square(out)).",
   };
-  return write_text_atomic(w.path("config.json"), config.dump(2) + "\n");
+  return write_file_atomic(w.path("config.json"), config.dump(2) + "\n");
 }
 
 }  // namespace moe

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
@@ -12,7 +11,8 @@
 #include <cstring>
 #include <memory>
 #include <string_view>
-#include <utility>
+
+#include "moe/file_io.h"
 
 namespace moe {
 namespace {
@@ -51,51 +51,12 @@ std::string npy_header(std::string_view descr, const std::vector<int64_t>& shape
   return out + dict;
 }
 
-// Writes "<path>.tmp.<pid>" and renames it over path on commit, so neither a concurrent reader nor a crash
-// ever sees a truncated file under the real name. An uncommitted temporary is removed.
-class AtomicWriter {
- public:
-  explicit AtomicWriter(std::string path)
-      : path_(std::move(path)), tmp_(path_ + ".tmp." + std::to_string(getpid())) {}
-  AtomicWriter(const AtomicWriter&) = delete;
-  AtomicWriter& operator=(const AtomicWriter&) = delete;
-  ~AtomicWriter() {
-    if (file_) std::fclose(file_);
-    if (!committed_) std::remove(tmp_.c_str());
-  }
-
-  Status open() {
-    file_ = std::fopen(tmp_.c_str(), "wb");
-    return file_ ? Status::ok() : failure();
-  }
-  Status write(const void* data, size_t bytes) {
-    if (bytes == 0 || std::fwrite(data, 1, bytes, file_) == bytes) return Status::ok();
-    return failure();
-  }
-  Status commit() {
-    // fclose flushes the last buffer, so a full disk may only show up here.
-    if (std::fclose(std::exchange(file_, nullptr)) != 0) return failure();
-    if (std::rename(tmp_.c_str(), path_.c_str()) != 0) return failure();
-    committed_ = true;
-    return Status::ok();
-  }
-
- private:
-  Status failure() const {
-    return Status::error(fmt::format("cannot write npy file '{}': {}", path_, std::strerror(errno)));
-  }
-
-  std::string path_, tmp_;
-  FILE* file_ = nullptr;
-  bool committed_ = false;
-};
-
 template <typename T>
 Status write_vector(const std::string& path, std::string_view descr, const std::vector<T>& data,
                     const std::vector<int64_t>& shape) {
   MOE_CHECK(shape_numel(shape) == int64_t(data.size()),
             fmt::format("npy '{}': {} values for shape {}", path, data.size(), shape_repr(shape)));
-  AtomicWriter w(path);
+  AtomicFileWriter w(path);
   MOE_RETURN_IF_ERROR(w.open());
   std::string header = npy_header(descr, shape);
   MOE_RETURN_IF_ERROR(w.write(header.data(), header.size()));
@@ -192,7 +153,7 @@ Status read_data(const std::string& path, std::string_view want_descr, std::vect
 Status write_npy(const std::string& path, const Tensor& t) {
   // A default-constructed Tensor has shape () but no element: writing it would make a corrupt scalar.
   MOE_CHECK(shape_numel(t.shape()) == t.numel(), "write_npy: unallocated tensor for '" + path + "'");
-  AtomicWriter w(path);
+  AtomicFileWriter w(path);
   MOE_RETURN_IF_ERROR(w.open());
   std::string header = npy_header("<f4", t.shape());
   MOE_RETURN_IF_ERROR(w.write(header.data(), header.size()));

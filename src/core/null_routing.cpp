@@ -6,8 +6,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
-#include <sstream>
 
+#include "moe/parse.h"
+#include "moe/python_repr.h"
 #include "moe/rng.h"
 
 namespace moe {
@@ -15,14 +16,6 @@ namespace {
 
 // Below this many assignments a parallel region costs more than the work it shares.
 constexpr int64_t kParallelMin = int64_t(1) << 15;
-
-// Python's repr of a float, which the seed's messages print: fmt's shortest round-trip form, plus the
-// ".0" Python keeps on integral values (1.0, not 1).
-std::string python_float(double v) {
-  std::string s = fmt::format("{}", v);
-  if (s.find_first_not_of("-0123456789") == std::string::npos) s += ".0";
-  return s;
-}
 
 Status validate_fraction(double f) {
   if (f >= 0 && f < 1) return Status::ok();  // written so that NaN fails too
@@ -145,22 +138,9 @@ NullRoutingStats apply_null_routing(Routing& routing, const NullRoutingConfig& c
 }
 
 std::vector<double> null_route_fractions(const std::string& list, bool sweep, double single, Status& status) {
-  status = Status::ok();
   std::vector<double> fracs;
-  std::stringstream ss(list);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    const size_t b = item.find_first_not_of(" \t\n\r\f\v");
-    if (b == std::string::npos) continue;
-    item = item.substr(b, item.find_last_not_of(" \t\n\r\f\v") - b + 1);
-    char* end = nullptr;
-    const double v = std::strtod(item.c_str(), &end);
-    if (end != item.c_str() + item.size()) {
-      status = Status::error(fmt::format("invalid --null-route-frac-list entry '{}': not a number", item));
-      return {};
-    }
-    fracs.push_back(v);
-  }
+  status = parse_double_list("--null-route-frac-list", list, fracs);
+  if (!status) return {};
   if (fracs.empty() && sweep)
     for (int i = 1; i <= 9; ++i) fracs.push_back(i / 10.0);
   if (fracs.empty()) fracs.push_back(single);

@@ -124,8 +124,9 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void dense_gemm(Tensor& c, const Tensor& a, const Tensor& b) override {
-    moe::dense_gemm(c.raw(), c.dtype(), a.raw(), a.dtype(), b.raw(), b.dtype(), a.dim(0), a.dim(1), b.dim(1));
+  void dense_gemm(Tensor& c, const Tensor& a, const Tensor& b, bool trans_b) override {
+    moe::dense_gemm(c.raw(), c.dtype(), a.raw(), a.dtype(), b.raw(), b.dtype(), a.dim(0), a.dim(1), c.dim(1),
+                    false, trans_b);
   }
 };
 

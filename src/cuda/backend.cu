@@ -88,7 +88,7 @@ class CudaBackend final : public Backend {
   }
   void loss_backward(Tensor&, Tensor&, const Tensor&) override { unsupported(OpKind::loss); }
   void convert(Tensor& dst, const Tensor& src) override { cuda::convert(dst, src); }
-  void dense_gemm(Tensor&, const Tensor&, const Tensor&) override { unsupported(OpKind::dense_gemm); }
+  void dense_gemm(Tensor&, const Tensor&, const Tensor&, bool) override { unsupported(OpKind::dense_gemm); }
 
  private:
   [[noreturn]] void unsupported(OpKind op) const {

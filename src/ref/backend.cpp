@@ -61,12 +61,12 @@ class RefBackend final : public Backend {
     for (int64_t i = 0; i < src.numel(); ++i) dst.set(i, src.get(i));
   }
 
-  void dense_gemm(Tensor& c, const Tensor& a_in, const Tensor& b_in) override {
-    const int64_t N = b_in.dim(1);
+  void dense_gemm(Tensor& c, const Tensor& a_in, const Tensor& b_in, bool trans_b) override {
+    const int64_t N = c.dim(1), Kd = a_in.dim(1);
     const std::vector<double> a = a_in.to_f64(), b = b_in.to_f64();
     gemm_rows(
-        0, a_in.dim(0), a_in.dim(1), N, [&](int64_t r, int64_t k) { return a[r * a_in.dim(1) + k]; },
-        [&](int64_t k, int64_t n) { return b[k * N + n]; },
+        0, a_in.dim(0), Kd, N, [&](int64_t r, int64_t k) { return a[r * Kd + k]; },
+        [&](int64_t k, int64_t n) { return trans_b ? b[n * Kd + k] : b[k * N + n]; },
         [&](int64_t r, int64_t n, double v) { c.set(r * N + n, v); });
   }
 };

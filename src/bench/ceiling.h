@@ -1,0 +1,38 @@
+// The ceiling every result row is measured against: a dense GEMM [T*K, H] x [H, 2M] (the fused up
+// projection over all assignments) in the run's dtype, through the run's backend, in the same
+// process, so a block's TF/s is also a ratio that survives a noisy or different machine.
+//
+// It is timed on its own terms, never with the run's --warmup/--iters (2 iterations once made it read
+// half its real rate and pct_of_ceiling 137 %): the primitive is warmed, calls are batched into samples
+// of >= 1 ms, samples run for >= `seconds` (and >= 5 of them), and the median sample sets the rate.
+// The library's faster form for the dimensions (B as (H, 2M) or transposed) is the one timed.
+// A GEMM under kMinCeilingFlops is not timed at all: its rate would be call overhead, not arithmetic.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "bench/timing.h"
+#include "moe/backend.h"
+#include "moe/config.h"
+
+namespace moe::bench {
+
+constexpr double kMinCeilingFlops = 1 << 24;
+
+struct Ceiling {
+  std::optional<double> tflops;  // nullopt: too small to time
+  int samples = 0;
+  double seconds = 0;  // the time the samples took
+};
+
+Ceiling measure_ceiling(Backend& backend, const MoeConfig& c, double seconds = 0.2);
+
+// Why a row's pct_of_ceiling reads as it does: "ok" (<= 100 %), "too_small_to_time" (no ceiling),
+// "above_short_run" (> 100 % from a run timed for under `short_run_seconds` in all: likely timing
+// noise, raise --iters), "above_faster_than_dense" (> 100 % from a well-timed run: the block's GEMMs
+// beat one dense GEMM of the ceiling's shape, e.g. per-expert GEMMs that fit in cache).
+std::string ceiling_note(const std::optional<double>& ceiling_tflops, double pct_of_ceiling,
+                         const TimingStats& run, double short_run_seconds = 0.2);
+
+}  // namespace moe::bench

@@ -1,0 +1,98 @@
+#include "moe/conditioned_check.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "moe/check.h"
+#include "moe/reference.h"
+#include "moe/rng.h"
+
+namespace moe {
+namespace {
+
+// The reference's tensors in check order; empty shared tensors (S = 0) are skipped by the caller.
+std::vector<std::pair<const char*, const std::vector<double>*>> reference_tensors(const ReferenceResult& r) {
+  std::vector<std::pair<const char*, const std::vector<double>*>> t = {{"out", &r.out}};
+  if (r.has_grads)
+    t.insert(t.end(), {{"grad_x", &r.dx},
+                       {"grad_w1", &r.dw1},
+                       {"grad_w3", &r.dw3},
+                       {"grad_w2", &r.dw2},
+                       {"grad_shared_w1", &r.dsw1},
+                       {"grad_shared_w3", &r.dsw3},
+                       {"grad_shared_w2", &r.dsw2}});
+  return t;
+}
+
+// Every parameter value scaled by (1 + u * r), r uniform in [-1, 1], from a stream of its own.
+ReferenceParams perturbed(ReferenceParams p, double u, uint64_t key) {
+  uint64_t counter = 0;
+  for (std::vector<double>* v : {&p.x, &p.w1, &p.w3, &p.w2, &p.sw1, &p.sw3, &p.sw2})
+    for (double& value : *v) value *= 1.0 + u * (2.0 * random_uniform(key, counter++) - 1.0);
+  return p;
+}
+
+}  // namespace
+
+double conditioning_factor(int64_t tokens) {
+  return kConditioningFactor * std::max(1.0, std::sqrt(double(kShortAccumulation) / double(tokens)));
+}
+
+ConditionedCheck check_conditioned(const MoeConfig& cfg, const MoeInputs& in, const Routing& routing,
+                                   const Tensor& out, const MoeGrads* grads) {
+  const ReferenceParams params = reference_params(in);
+  const ReferenceResult ref = reference_forward(cfg, params, routing, grads != nullptr);
+  const auto refs = reference_tensors(ref);
+  std::vector<const Tensor*> fast = {&out};
+  if (grads)
+    fast.insert(fast.end(), {&grads->dx, &grads->dw1, &grads->dw3, &grads->dw2, &grads->dsw1, &grads->dsw3,
+                             &grads->dsw2});
+
+  ConditionedCheck r;
+  const double floor = check_tolerance(cfg.dtype);
+  bool over_floor = false;
+  for (size_t i = 0; i < refs.size(); ++i) {
+    if (refs[i].second->empty()) continue;
+    r.tensors.push_back({refs[i].first, relative_error(fast[i]->to_f64(), *refs[i].second), 0.0, floor});
+    over_floor |= r.tensors.back().rel_err > floor;
+  }
+  if (over_floor) {
+    // Measure each tensor's sensitivity to rounding-sized noise in the inputs (see the header).
+    const double u = cfg.dtype == Dtype::bf16 ? 0x1p-8 : 0x1p-23;
+    std::vector<double> sensitivity(refs.size(), 0.0);
+    for (int trial = 0; trial < kPerturbations; ++trial) {
+      const uint64_t key = derive_key(derive_key(uint64_t(cfg.seed), kStreamCheck), uint64_t(trial));
+      const ReferenceResult moved =
+          reference_forward(cfg, perturbed(params, u, key), routing, grads != nullptr);
+      const auto moved_tensors = reference_tensors(moved);
+      for (size_t i = 0; i < refs.size(); ++i)
+        if (!refs[i].second->empty())
+          sensitivity[i] =
+              std::max(sensitivity[i], relative_error(*moved_tensors[i].second, *refs[i].second));
+    }
+    const double factor = conditioning_factor(cfg.tokens);
+    size_t t = 0;
+    for (size_t i = 0; i < refs.size(); ++i) {
+      if (refs[i].second->empty()) continue;
+      r.tensors[t].sensitivity = sensitivity[i];
+      r.tensors[t++].tol = std::max(floor, factor * sensitivity[i]);
+    }
+  }
+
+  r.pass = true;
+  double worst_ratio = -1;
+  for (const TensorCheck& t : r.tensors) {
+    r.pass &= t.rel_err <= t.tol;
+    if (t.name == "out")
+      r.out_rel_err = t.rel_err;
+    else
+      r.grad_rel_err = std::max(r.grad_rel_err, t.rel_err);
+    if (t.rel_err / t.tol > worst_ratio) {
+      worst_ratio = t.rel_err / t.tol;
+      r.worst = t;
+    }
+  }
+  return r;
+}
+
+}  // namespace moe
