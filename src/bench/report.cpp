@@ -50,7 +50,8 @@ static const std::vector<std::string> kTextExtraKeys = {"dtype",
                                                         "hidden",
                                                         "mlp_dim",
                                                         "experts",
-                                                        "device"};
+                                                        "device",
+                                                        "matmul_precision"};
 
 std::string result_text(const ResultRow& r) {
   std::string line = fmt::format(
