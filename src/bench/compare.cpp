@@ -150,9 +150,9 @@ Status compare_markdown(const CompareOptions& o, std::string& markdown) {
   }
 
   std::string md =
-      o.heading ? fmt::format("### compare {}: BASE {} vs NEW {}\n\n", metric.key, o.base, o.fresh) : "";
-  md += fmt::format("- Metric: {} ({} is better); {} matched pairs", metric.label,
-                    metric.higher_is_better ? "higher" : "lower", pairs.size());
+      !o.in_logbook ? fmt::format("### compare {}: BASE {} vs NEW {}\n\n", metric.key, o.base, o.fresh) : "";
+  md += fmt::format("- Metric: {} ({} is better); {} matched pair{}", metric.label,
+                    metric.higher_is_better ? "higher" : "lower", pairs.size(), pairs.size() == 1 ? "" : "s");
   for (const auto& [v, count] : verdicts) md += fmt::format(", {} {}", count, v);
   md += "\n";
   if (!treatment.empty()) {
@@ -165,7 +165,8 @@ Status compare_markdown(const CompareOptions& o, std::string& markdown) {
   }
   if (const auto env = environment_changes(base, fresh); !env.empty())
     md += fmt::format("- Build and machine: {}\n", fmt::join(env, "; "));
-  md += fmt::format("- Same in every pair: `{}`\n", key_values(*paired.front(), same, " "));
+  if (!o.in_logbook)
+    md += fmt::format("- Same in every pair: `{}`\n", key_values(*paired.front(), same, " "));
   md +=
       "- Noise: a delta whose two sides' mean -/+ one stddev of the timed calls overlap is noise, never a "
       "win.\n\n";

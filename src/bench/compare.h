@@ -23,7 +23,9 @@ struct CompareOptions {
   std::string base, fresh;      // store arguments (store.h StoreSelection)
   std::vector<std::string> by;  // empty: all configuration keys but the treatment
   std::string metric = "tflops";
-  bool heading = true;  // a "### compare ..." line first (a logbook entry has its own)
+  // Inside a logbook entry, which has its own heading and config: no "### compare" line and no list of
+  // the keys every pair shares.
+  bool in_logbook = false;
 };
 
 Status compare_markdown(const CompareOptions& o, std::string& markdown);

@@ -27,7 +27,8 @@ std::string now_local() {
 }
 
 // "- Config:" lines: what every row shares, what the sweep varied, and where it ran.
-std::string config_lines(const std::vector<ResultRow>& rows, const std::string& store) {
+// `rows`: BASE's rows (if any) then NEW's; `stores` names them.
+std::string config_lines(const std::vector<ResultRow>& rows, const std::string& stores) {
   std::vector<const ResultRow*> all;
   for (const ResultRow& r : rows) all.push_back(&r);
   const std::vector<std::string> varied = varying_keys(all, config_keys());
@@ -54,7 +55,7 @@ std::string config_lines(const std::vector<ResultRow>& rows, const std::string& 
     machine.push_back(fmt::format("{}={}", k, fmt::join(values, ",")));
   }
   s += fmt::format("  - machine: `{}`\n", fmt::join(machine, " "));
-  s += fmt::format("  - rows: `{}` ({} rows)\n", store, rows.size());
+  s += fmt::format("  - rows: {} ({} row{})\n", stores, rows.size(), rows.size() == 1 ? "" : "s");
   return s;
 }
 
@@ -90,14 +91,17 @@ Status log_entry(const LogOptions& o, std::string& entry) {
     c.base = o.base;
     c.fresh = o.store;
     c.metric = o.metric;
-    c.heading = false;
+    c.in_logbook = true;
     MOE_RETURN_IF_ERROR(compare_markdown(c, result));
   }
   entry = fmt::format("### {} - {}{} (confidence: {})\n", o.date.empty() ? now_local() : o.date, o.id,
                       o.title.empty() ? "" : " " + o.title, o.confidence);
   entry += fmt::format("- Hypothesis: {}\n", o.hypothesis);
   entry += fmt::format("- Command:\n```bash\n{}\n```\n", fmt::join(commands, "\n"));
-  entry += "- Config:\n" + config_lines(rows, o.store);
+  std::vector<ResultRow> all = base_rows;
+  all.insert(all.end(), rows.begin(), rows.end());
+  entry += "- Config:\n" + config_lines(all, o.base.empty() ? fmt::format("`{}`", o.store)
+                                                            : fmt::format("`{}` and `{}`", o.base, o.store));
   entry += "- Result:\n\n" + result + "\n";
   entry += "- Interpretation: TODO\n- Next action: TODO\n";
   return Status::ok();

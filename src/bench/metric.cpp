@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "bench/store.h"
@@ -87,7 +88,12 @@ std::string format_number(double v) {
   if (a >= 1e9 || a < 1e-4) return fmt::format("{:.3e}", v);
   if (a >= 1000) return fmt::format("{:.0f}", v);
   const int decimals = 3 - int(std::floor(std::log10(a)));
-  return fmt::format("{:.{}f}", v, decimals);
+  std::string s = fmt::format("{:.{}f}", v, std::max(0, decimals));
+  if (s.find('.') != std::string::npos) {
+    s.erase(s.find_last_not_of('0') + 1);
+    if (s.back() == '.') s.pop_back();
+  }
+  return s;
 }
 
 }  // namespace moe::bench

@@ -44,7 +44,7 @@ bool overlaps(const Spread& a, const Spread& b);
 // "value ±h%" (h: half the interval, in % of the value), or the value alone when unmeasured.
 std::string spread_text(const Spread& s);
 
-// A number for tables: 4 significant digits, no exponent between 1e-4 and 1e9.
+// A number for tables: 4 significant digits without trailing zeros, no exponent between 1e-4 and 1e9.
 std::string format_number(double v);
 
 }  // namespace moe::bench
