@@ -3,10 +3,14 @@
 // with their samples, the ceiling measured once per key, and bad input refused with one line and
 // nothing written.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "bench/axes.h"
 #include "bench/ceiling.h"
@@ -227,6 +231,75 @@ TEST(Sweep, CeilingIsMeasuredOncePerKeyUnlessAskedOtherwise) {
     EXPECT_TRUE(r["pct_of_ceiling"].is_null());
     EXPECT_EQ(r["ceiling_note"], "off");
   }
+}
+
+TEST(Sweep, AnyFlagIsAnAxisAndEachPointRunsWithItsOwnSettings) {
+  const auto r = run_bench(std::string(kTiny) +
+                           " --topk 1 --device cpu,ref --gemm-variant auto,portable "
+                           "--threads 1,2 --format jsonl");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto rows = jsonl(r.out);
+  ASSERT_EQ(rows.size(), 8u);
+  std::vector<std::string> got;
+  for (const auto& row : rows) {
+    got.push_back(row["device"].get<std::string>() + "/" + row["gemm_variant"].get<std::string>() + "/" +
+                  std::to_string(row["threads"].get<int>()));
+    EXPECT_EQ(row["gemm_library"].get<std::string>().rfind(row["gemm_variant"].get<std::string>() + ":", 0),
+              0u)
+        << "the environment is that of the point's variant: " << row.dump();
+  }
+  // kTiny gives --threads first: it is the outermost axis, then --device, then --gemm-variant.
+  const std::string fast = rows[0]["gemm_variant"];  // what auto resolved to
+  EXPECT_EQ(got, (std::vector<std::string>{"cpu/" + fast + "/1", "cpu/portable/1", "ref/" + fast + "/1",
+                                           "ref/portable/1", "cpu/" + fast + "/2", "cpu/portable/2",
+                                           "ref/" + fast + "/2", "ref/portable/2"}));
+}
+
+TEST(Sweep, APlanAndTheSameFlagsMakeTheSameRuns) {
+  const std::string dir = temp_dir("plan_flags");
+  std::ofstream(dir + "/p.json") << R"({"fixed": {"tokens": 40, "hidden": 16, "mlp-dim": 8, "experts": 4,
+      "iters": 2, "warmup": 0, "threads": 1, "distribution": "random", "impl": "fused_w13"},
+      "axes": {"topk": [1, 2], "dtype": ["float32", "bfloat16"]}})";
+  ASSERT_EQ(run_bench("sweep --plan " + dir + "/p.json --out " + dir + "/plan.jsonl").exit_code, 0);
+  ASSERT_EQ(run_bench(std::string("sweep ") + kTiny + " --topk 1,2 --dtype float32,bfloat16 --out " + dir +
+                      "/flags.jsonl")
+                .exit_code,
+            0);
+  auto ids = [&](const std::string& store) {
+    std::vector<std::string> v;
+    for (const auto& r : jsonl(read_file(store))) v.push_back(r["run_id"]);
+    return v;
+  };
+  EXPECT_EQ(ids(dir + "/plan.jsonl").size(), 4u);
+  EXPECT_EQ(ids(dir + "/plan.jsonl"), ids(dir + "/flags.jsonl")) << "same runs, same order";
+}
+
+TEST(Sweep, AnInterruptedSweepLosesAtMostTheRunInFlight) {
+  const std::string dir = temp_dir("interrupt"), store = dir + "/s.jsonl";
+  const std::string args =
+      std::string("sweep ") + kTiny + " --topk 1-4 --seed 1-6 --iters 400 --repeats 5 --out " + store;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    std::freopen("/dev/null", "w", stdout);
+    std::freopen("/dev/null", "w", stderr);
+    execl("/bin/sh", "sh", "-c", ("exec " + std::string(MOE_BENCH_BINARY) + " " + args).c_str(), nullptr);
+    _exit(127);
+  }
+  // Ctrl-C once the first run's rows are in the store (or after the whole sweep, on a fast machine).
+  for (int i = 0; i < 3000 && split_lines(read_file(store)).empty(); ++i) usleep(10000);
+  kill(pid, SIGINT);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  const size_t kept = jsonl(read_file(store)).size();
+  EXPECT_GE(kept, 1u);
+  std::printf("interrupted with %zu of 24 rows in the store\n", kept);
+  const auto resumed = run_bench(args);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  const auto rows = jsonl(read_file(store));
+  std::set<std::string> ids;
+  for (const auto& r : rows) ids.insert(r["run_id"].get<std::string>());
+  EXPECT_EQ(rows.size(), 24u) << "4 topk x 6 seeds, each once";
+  EXPECT_EQ(ids.size(), 24u);
 }
 
 TEST(Sweep, BadInputIsOneLineExitTwoAndNothingWritten) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "bench/cli.h"
 #include "bench/markdown.h"
@@ -55,82 +56,77 @@ std::vector<std::string> environment_changes(const std::vector<ResultRow>& base,
   return changes;
 }
 
-}  // namespace
+// How the rows of the two sides pair up.
+struct Matching {
+  std::vector<std::string> treatment;          // keys with one value per side, different across
+  std::vector<std::string> match;              // keys a pair agrees on
+  std::vector<Group> base_groups, new_groups;  // configurations (all keys), rows pooled
+  std::vector<std::pair<const Group*, const Group*>> pairs;
+  std::vector<const Group*> base_only, new_only;
+};
 
-Status compare_markdown(const CompareOptions& o, std::string& markdown) {
-  Metric metric;
-  MOE_RETURN_IF_ERROR(find_metric(o.metric, metric));
-  const StoreSelection base_sel = parse_selection(o.base), new_sel = parse_selection(o.fresh);
-  std::vector<ResultRow> base, fresh;
-  MOE_RETURN_IF_ERROR(load_selection(base_sel, base));
-  MOE_RETURN_IF_ERROR(load_selection(new_sel, fresh));
+Status pair_up(const CompareOptions& o, const std::vector<ResultRow>& base,
+               const std::vector<ResultRow>& fresh, Matching& m) {
   const std::vector<std::string>& keys = config_keys();
-
-  std::vector<std::string> treatment, match = o.by;
+  m.match = o.by;
   if (o.by.empty()) {
     for (const std::string& k : keys) {
       const std::set<std::string> a = values_of(base, k), b = values_of(fresh, k);
-      if (a.size() == 1 && b.size() == 1 && a != b) treatment.push_back(k);
+      if (a.size() == 1 && b.size() == 1 && a != b) m.treatment.push_back(k);
     }
-    match = minus(keys, treatment);
-  } else {
-    for (const std::string& k : o.by)
-      if (!base.front().contains(k))
-        return Status::error(fmt::format("--by {}: the rows have no key \"{}\"", fmt::join(o.by, ","), k));
+    m.match = minus(keys, m.treatment);
   }
+  for (const std::string& k : o.by)
+    if (!base.front().contains(k))
+      return Status::error(fmt::format("--by {}: the rows have no key \"{}\"", fmt::join(o.by, ","), k));
 
-  // Configurations (all keys) pooled, then BASE's indexed by the match keys: one per match key.
-  const std::vector<Group> base_groups = group_rows(base, keys), new_groups = group_rows(fresh, keys);
+  // BASE indexed by the match keys: one configuration per match key, or the baseline is ambiguous.
+  m.base_groups = group_rows(base, keys);
+  m.new_groups = group_rows(fresh, keys);
   std::map<std::string, size_t> base_at;
-  for (size_t i = 0; i < base_groups.size(); ++i) {
-    auto [it, fresh_key] = base_at.emplace(match_key(*base_groups[i].front(), match), i);
-    if (!fresh_key) {
-      const Group both = {base_groups[it->second].front(), base_groups[i].front()};
+  for (size_t i = 0; i < m.base_groups.size(); ++i) {
+    auto [it, first] = base_at.emplace(match_key(*m.base_groups[i].front(), m.match), i);
+    if (!first) {
+      const Group both = {m.base_groups[it->second].front(), m.base_groups[i].front()};
       return Status::error(fmt::format(
           "BASE {} has several configurations with {}: they differ in {}; add those keys to --by or select "
           "one (STORE:key=value)",
-          o.base, key_values(*both[0], match, " "), fmt::join(varying_keys(both, keys), ", ")));
+          o.base, key_values(*both[0], m.match, " "), fmt::join(varying_keys(both, keys), ", ")));
     }
   }
-  std::vector<std::pair<const Group*, const Group*>> pairs;
-  std::vector<bool> base_used(base_groups.size(), false);
-  std::vector<const Group*> new_only;
-  for (const Group& g : new_groups) {
-    auto it = base_at.find(match_key(*g.front(), match));
+  std::vector<bool> base_used(m.base_groups.size(), false);
+  for (const Group& g : m.new_groups) {
+    auto it = base_at.find(match_key(*g.front(), m.match));
     if (it == base_at.end()) {
-      new_only.push_back(&g);
+      m.new_only.push_back(&g);
       continue;
     }
-    pairs.emplace_back(&base_groups[it->second], &g);
+    m.pairs.emplace_back(&m.base_groups[it->second], &g);
     base_used[it->second] = true;
   }
-  std::vector<const ResultRow*> all;
-  for (const ResultRow& r : base) all.push_back(&r);
-  for (const ResultRow& r : fresh) all.push_back(&r);
-  if (pairs.empty()) {
-    return Status::error(
-        fmt::format("no configuration of NEW {} matches one of BASE {}: they differ in {} (match on fewer "
-                    "keys with --by)",
-                    o.fresh, o.base, fmt::join(varying_keys(all, match), ", ")));
-  }
+  for (size_t i = 0; i < m.base_groups.size(); ++i)
+    if (!base_used[i]) m.base_only.push_back(&m.base_groups[i]);
+  return Status::ok();
+}
 
-  // Columns: the keys that vary over the pairs (a pair that differs in one shows "base -> new").
+// The table of the pairs: the keys that vary over them (a pair that differs in one shows "base -> new"),
+// both values with their spread, the delta and the verdict; counts the verdicts.
+Status pairs_table(const Matching& m, const Metric& metric, MarkdownTable& table,
+                   std::map<std::string, int>& verdicts, std::vector<std::string>& same) {
   std::vector<const ResultRow*> paired;
-  for (const auto& [b, n] : pairs) {
+  for (const auto& [b, n] : m.pairs) {
     paired.push_back(b->front());
     paired.push_back(n->front());
   }
-  const std::vector<std::string> shown = varying_keys(paired, minus(keys, treatment));
-  const std::vector<std::string> same = minus(minus(keys, treatment), shown);
-
-  MarkdownTable table;
+  const std::vector<std::string> keys = minus(config_keys(), m.treatment);
+  const std::vector<std::string> shown = varying_keys(paired, keys);
+  same = minus(keys, shown);
   for (const std::string& k : shown) table.column(k, paired.front()->value(k, ResultRow()).is_number());
   table.column("BASE " + metric.label, true);
   table.column("NEW " + metric.label, true);
   table.column("delta", true);
   table.column("verdict", false);
-  std::map<std::string, int> verdicts;
-  for (const auto& [b, n] : pairs) {
+  for (const auto& [b, n] : m.pairs) {
     Spread sb, sn;
     MOE_RETURN_IF_ERROR(pooled_metric(*b, metric, sb));
     MOE_RETURN_IF_ERROR(pooled_metric(*n, metric, sn));
@@ -148,16 +144,43 @@ Status compare_markdown(const CompareOptions& o, std::string& markdown) {
     cells.push_back(v);
     table.rows.push_back(std::move(cells));
   }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status compare_markdown(const CompareOptions& o, std::string& markdown) {
+  Metric metric;
+  MOE_RETURN_IF_ERROR(find_metric(o.metric, metric));
+  std::vector<ResultRow> base, fresh;
+  MOE_RETURN_IF_ERROR(load_selection(parse_selection(o.base), base));
+  MOE_RETURN_IF_ERROR(load_selection(parse_selection(o.fresh), fresh));
+  Matching m;
+  MOE_RETURN_IF_ERROR(pair_up(o, base, fresh, m));
+  std::vector<const ResultRow*> all;
+  for (const ResultRow& r : base) all.push_back(&r);
+  for (const ResultRow& r : fresh) all.push_back(&r);
+  const std::vector<std::string> differ = varying_keys(all, m.match);
+  if (m.pairs.empty())
+    return Status::error(
+        fmt::format("no configuration of NEW {} matches one of BASE {}: they differ in {} (match on fewer "
+                    "keys with --by)",
+                    o.fresh, o.base, fmt::join(differ, ", ")));
+  MarkdownTable table;
+  std::map<std::string, int> verdicts;
+  std::vector<std::string> same;
+  MOE_RETURN_IF_ERROR(pairs_table(m, metric, table, verdicts, same));
 
   std::string md =
       !o.in_logbook ? fmt::format("### compare {}: BASE {} vs NEW {}\n\n", metric.key, o.base, o.fresh) : "";
   md += fmt::format("- Metric: {} ({} is better); {} matched pair{}", metric.label,
-                    metric.higher_is_better ? "higher" : "lower", pairs.size(), pairs.size() == 1 ? "" : "s");
+                    metric.higher_is_better ? "higher" : "lower", m.pairs.size(),
+                    m.pairs.size() == 1 ? "" : "s");
   for (const auto& [v, count] : verdicts) md += fmt::format(", {} {}", count, v);
   md += "\n";
-  if (!treatment.empty()) {
+  if (!m.treatment.empty()) {
     std::vector<std::string> t;
-    for (const std::string& k : treatment)
+    for (const std::string& k : m.treatment)
       t.push_back(fmt::format("{} {} -> {}", k, value_text(base.front()[k]), value_text(fresh.front()[k])));
     md += fmt::format("- Treatment (differs between the sides): {}\n", fmt::join(t, "; "));
   } else if (!o.by.empty()) {
@@ -166,23 +189,17 @@ Status compare_markdown(const CompareOptions& o, std::string& markdown) {
   if (const auto env = environment_changes(base, fresh); !env.empty())
     md += fmt::format("- Build and machine: {}\n", fmt::join(env, "; "));
   if (!o.in_logbook)
-    md += fmt::format("- Same in every pair: `{}`\n", key_values(*paired.front(), same, " "));
+    md += fmt::format("- Same in every pair: `{}`\n", key_values(*m.pairs.front().first->front(), same, " "));
   md +=
       "- Noise: a delta whose two sides' mean -/+ one stddev of the timed calls overlap is noise, never a "
       "win.\n\n";
   md += table.str();
-  auto list_unmatched = [&](const char* side, const std::vector<const Group*>& groups,
-                            const std::string& arg) {
-    if (groups.empty()) return;
-    md += fmt::format("\nUnmatched configurations of {} {} ({}):\n", side, arg, groups.size());
-    const std::vector<std::string> differ = varying_keys(all, match);
-    for (const Group* g : groups) md += fmt::format("- {}\n", key_values(*g->front(), differ));
-  };
-  std::vector<const Group*> base_only;
-  for (size_t i = 0; i < base_groups.size(); ++i)
-    if (!base_used[i]) base_only.push_back(&base_groups[i]);
-  list_unmatched("BASE", base_only, o.base);
-  list_unmatched("NEW", new_only, o.fresh);
+  for (const auto& [side, groups, arg] :
+       {std::tuple{"BASE", &m.base_only, &o.base}, {"NEW", &m.new_only, &o.fresh}}) {
+    if (groups->empty()) continue;
+    md += fmt::format("\nUnmatched configurations of {} {} ({}):\n", side, *arg, groups->size());
+    for (const Group* g : *groups) md += fmt::format("- {}\n", key_values(*g->front(), differ));
+  }
   markdown = md;
   return Status::ok();
 }

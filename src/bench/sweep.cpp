@@ -29,10 +29,6 @@ struct Sweep {
   bool resume = false;             // moe-bench sweep: skip the runs the store holds
 };
 
-size_t runs_of(const BenchOptions& o) {
-  return o.distributions.size() * o.topks.size() * o.impls.size() * o.null_fracs.size();
-}
-
 // The inputs of the last point, reused while the shape, dtype, seed and device stay the same.
 class InputsCache {
  public:
@@ -97,6 +93,116 @@ std::string run_name(const MoeConfig& c, const Point& p) {
   return s;
 }
 
+// Runs the points of a prepared sweep, with what their runs share: the store, the progress line, the
+// comm, the ceilings and the inputs. Each step returns an exit code to stop with, or nullopt to go on.
+class Runner {
+ public:
+  explicit Runner(const Sweep& s) : s_(s), progress_(total_runs(s), s.resume), comm_(make_local_comm()) {}
+
+  std::optional<int> start() {
+    if (!s_.resume) return std::nullopt;
+    store_.emplace(s_.opts.front().out_path);
+    if (Status st = store_->refresh(); !st) return fail(st);
+    return std::nullopt;
+  }
+
+  std::optional<int> point(size_t pi) {
+    const BenchOptions& o = s_.opts[pi];
+    MOE_CHECK(select_gemm_variant(o.kernel.gemm_variant), "parse_options checked the variant");
+    if (Status st = set_thread_count(o.kernel.threads); !st) return fail(st);
+    // After the variant and thread count are set: the environment names both.
+    env_ = capture_environment();
+    point_started_ = false;
+    for (Distribution dist : o.distributions)
+      for (int64_t k : o.topks)
+        for (Impl impl : o.impls)
+          for (double f : o.null_fracs) {
+            MoeConfig c = o.base;
+            c.distribution = dist;
+            c.topk = k;
+            c.impl = impl;
+            c.null_routing.frac = f;
+            if (std::optional<int> stop = run(pi, c)) return stop;
+          }
+    return std::nullopt;
+  }
+
+  int finish() const {
+    if (s_.resume && progress_.skipped_runs() > 0)
+      fmt::print(stderr, "moe-bench: {} of {} runs were in {} already; ran {}\n", progress_.skipped_runs(),
+                 total_runs(s_), s_.opts.front().out_path, progress_.ran());
+    return any_check_failed_ ? 1 : 0;
+  }
+
+ private:
+  static size_t total_runs(const Sweep& s) {
+    size_t total = 0;
+    for (const BenchOptions& o : s.opts)
+      total += o.distributions.size() * o.topks.size() * o.impls.size() * o.null_fracs.size();
+    return total;
+  }
+
+  std::optional<int> run(size_t pi, const MoeConfig& c) {
+    const BenchOptions& o = s_.opts[pi];
+    BenchOptions run_o = o;
+    if (store_) {  // resume: only the queue modes whose rows the store lacks
+      if (Status st = store_->refresh(); !st) return fail(st);
+      run_o.queue_modes.clear();
+      for (QueueMode m : o.queue_modes)
+        if (!store_->contains(run_id(c, o.kernel, protocol_of(o), name(m)))) run_o.queue_modes.push_back(m);
+      if (run_o.queue_modes.empty()) {
+        progress_.skipped();
+        return std::nullopt;
+      }
+    }
+    Backend& backend = *backend_by_name(o.base.device);
+    announce_point(o, backend);
+    const MoeInputs& host_in = inputs_.host(c, backend);
+    const Ceiling ceiling = ceilings_.get(o.ceiling, backend, c);
+    // Same routing for every impl and fraction of a (distribution, topk): the null mask of a larger
+    // fraction is a superset of a smaller one's.
+    NullRoutingStats null_stats;
+    const Routing routing = make_routing(c, &null_stats);
+    RunOutcome r =
+        run_one(run_o, c, backend, *comm_, inputs_.device(), host_in, routing, null_stats, ceiling, env_);
+    any_check_failed_ |= r.check_failed;
+    if (!r.output_status) return fail(r.output_status);
+    if (!r.numerics) {
+      fmt::print(stderr, "moe-bench: error: {}\n", r.numerics.message());
+      return 1;
+    }
+    if (!o.out_path.empty())
+      if (Status st = append_rows(o.out_path, o.format, r.rows); !st) return fail(st);
+    progress_.done(run_name(c, s_.points[pi]));
+    return std::nullopt;
+  }
+
+  // The seed's devices line (when the backend changes) and shape line, before a point's first run.
+  void announce_point(const BenchOptions& o, Backend& backend) {
+    if (point_started_) return;
+    point_started_ = true;
+    const bool text_stdout = o.format == OutputFormat::text || !o.out_path.empty();
+    if (backend.name() != last_backend_) {
+      if (text_stdout) fmt::print("{}\n", devices_line({backend.devices()}));
+      fmt::print(stderr, "moe-bench: device {} ({}), {} threads\n", backend.name(), backend.description(),
+                 omp_get_max_threads());
+      last_backend_ = backend.name();
+    }
+    if (text_stdout) fmt::print("{}\n", shape_line(o));
+  }
+
+  const Sweep& s_;
+  Progress progress_;
+  std::unique_ptr<Comm> comm_;
+  std::optional<StoreIndex> store_;
+  CeilingCache ceilings_;
+  InputsCache inputs_;
+  Environment env_;
+  std::string last_backend_;
+  bool point_started_ = false;
+  bool any_check_failed_ = false;
+};
+
 int run_sweep(const std::vector<std::string>& args, const std::string& command, bool resume) {
   Sweep s;
   s.resume = resume;
@@ -109,82 +215,11 @@ int run_sweep(const std::vector<std::string>& args, const std::string& command, 
     print_list(first.base);
     return 0;
   }
-  std::optional<StoreIndex> store;
-  if (resume) {
-    store.emplace(first.out_path);
-    if (Status st = store->refresh(); !st) return fail(st);
-  }
-  size_t total = 0;
-  for (const BenchOptions& o : s.opts) total += runs_of(o);
-  Progress progress(total, resume);
-  const Environment env = capture_environment();
-  std::unique_ptr<Comm> comm = make_local_comm();
-  CeilingCache ceilings;
-  InputsCache inputs;
-  std::string last_backend;
-  bool any_check_failed = false;
-
-  for (size_t pi = 0; pi < s.points.size(); ++pi) {
-    const BenchOptions& o = s.opts[pi];
-    MOE_CHECK(select_gemm_variant(o.kernel.gemm_variant), "parse_options checked the variant");
-    if (Status st = set_thread_count(o.kernel.threads); !st) return fail(st);
-    Backend& backend = *backend_by_name(o.base.device);
-    const bool text_stdout = o.format == OutputFormat::text || !o.out_path.empty();
-    bool point_started = false;
-    for (Distribution dist : o.distributions)
-      for (int64_t k : o.topks)
-        for (Impl impl : o.impls)
-          for (double f : o.null_fracs) {
-            MoeConfig c = o.base;
-            c.distribution = dist;
-            c.topk = k;
-            c.impl = impl;
-            c.null_routing.frac = f;
-            BenchOptions run_o = o;
-            if (store) {
-              if (Status st = store->refresh(); !st) return fail(st);
-              run_o.queue_modes.clear();
-              for (QueueMode m : o.queue_modes)
-                if (!store->contains(run_id(c, o.kernel, protocol_of(o), name(m))))
-                  run_o.queue_modes.push_back(m);
-              if (run_o.queue_modes.empty()) {
-                progress.skipped();
-                continue;
-              }
-            }
-            if (!point_started) {
-              if (backend.name() != last_backend) {
-                if (text_stdout) fmt::print("{}\n", devices_line({backend.devices()}));
-                fmt::print(stderr, "moe-bench: device {} ({}), {} threads\n", backend.name(),
-                           backend.description(), omp_get_max_threads());
-                last_backend = backend.name();
-              }
-              if (text_stdout) fmt::print("{}\n", shape_line(o));
-              point_started = true;
-            }
-            const MoeInputs& host_in = inputs.host(c, backend);
-            const Ceiling ceiling = ceilings.get(o.ceiling, backend, c);
-            // Same routing for every impl and fraction of a (distribution, topk): the null mask of a
-            // larger fraction is a superset of a smaller one's.
-            NullRoutingStats null_stats;
-            const Routing routing = make_routing(c, &null_stats);
-            RunOutcome r = run_one(run_o, c, backend, *comm, inputs.device(), host_in, routing, null_stats,
-                                   ceiling, env);
-            any_check_failed |= r.check_failed;
-            if (!r.output_status) return fail(r.output_status);
-            if (!r.numerics) {
-              fmt::print(stderr, "moe-bench: error: {}\n", r.numerics.message());
-              return 1;
-            }
-            if (!o.out_path.empty())
-              if (Status st = append_rows(o.out_path, o.format, r.rows); !st) return fail(st);
-            progress.done(run_name(c, s.points[pi]));
-          }
-  }
-  if (resume && progress.skipped_runs() > 0)
-    fmt::print(stderr, "moe-bench: {} of {} runs were in {} already; ran {}\n", progress.skipped_runs(),
-               total, first.out_path, progress.ran());
-  return any_check_failed ? 1 : 0;
+  Runner runner(s);
+  if (std::optional<int> stop = runner.start()) return *stop;
+  for (size_t pi = 0; pi < s.points.size(); ++pi)
+    if (std::optional<int> stop = runner.point(pi)) return *stop;
+  return runner.finish();
 }
 
 }  // namespace
