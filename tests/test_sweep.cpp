@@ -321,6 +321,8 @@ TEST(Sweep, BadInputIsOneLineExitTwoAndNothingWritten) {
       {std::string(kTiny) + " --topk 4-1 --out " + store, "first > last"},
       {std::string(kTiny) + " --ceiling sometimes --out " + store, "invalid --ceiling"},
       {std::string(kTiny) + " --repeats 0 --out " + store, "--repeats"},
+      {std::string(kTiny) + " --topk 1 --check=false,true --format csv --out " + dir + "/x.csv",
+       "different columns"},
   };
   for (const auto& [args, message] : cases) {
     const auto r = run_bench(args);
@@ -332,6 +334,7 @@ TEST(Sweep, BadInputIsOneLineExitTwoAndNothingWritten) {
   }
   EXPECT_EQ(read_file(store), before);
   EXPECT_EQ(read_file(old), old_before);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/x.csv"));
 }
 
 }  // namespace

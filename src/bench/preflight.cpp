@@ -11,7 +11,9 @@ namespace {
 
 constexpr double kGiB = 1073741824.0;
 
-// The header a results file must start with: the keys of any row of this build, format and --check.
+}  // namespace
+
+// The keys of any row of this build, format and --check.
 std::string expected_header(const BenchOptions& o) {
   Measured m;
   m.time = summarize({1.0});
@@ -20,8 +22,6 @@ std::string expected_header(const BenchOptions& o) {
   if (o.check) add_check_fields(row, ConditionedCheck{});
   return file_header(o.format, row);
 }
-
-}  // namespace
 
 Status check_memory(const BenchOptions& o) {
   const MemoryLimit limit = memory_limit();

@@ -80,6 +80,11 @@ Status prepare(const std::vector<std::string>& args, const std::string& command,
     MOE_RETURN_IF_ERROR(set_thread_count(o.kernel.threads));
     MOE_RETURN_IF_ERROR(check_runnable(o, *backend_by_name(o.base.device), *comm));
     MOE_RETURN_IF_ERROR(preflight(o));
+    // One csv file holds one header: points whose rows have other columns (--check=false,true) cannot share
+    // it.
+    if (o.format == OutputFormat::csv && expected_header(o) != expected_header(s.opts.front()))
+      return Status::error(
+          "the points' csv rows have different columns (--check on some of them): use --format jsonl");
   }
   return Status::ok();
 }
