@@ -131,6 +131,7 @@ TEST_P(BlockOnBackend, EveryCombinationMatchesReference) {
               c.capacity_factor = cap == CapacityPolicy::none ? 0.0 : 0.8;
               c.shared_expert_dim = (int(impl) + int(cap)) % 2 ? 12 : 0;
               c.shared_fused = int(remat) % 2 == 0;
+              c.matmul_precision = int(cap) == 1 ? MatmulPrecision::highest : MatmulPrecision::default_precision;
               run_and_check(c, make_routing(c));
             }
   skip_if_nothing_ran();

@@ -95,14 +95,23 @@ const GroupCase kGroupCases[] = {
     {"wide_kd", {5, 0, 30}, 520, 7},
 };
 
+// with_padding: each group's last third of rows (rounded down) is layout padding, which nn and nt
+// must write as zeros without reading and tn must leave out of its sums (its inputs there are random,
+// so reading them shows).
 struct Groups {
   std::vector<int64_t> offset;  // (E+1)
-  explicit Groups(const std::vector<int64_t>& sizes) : offset{0} {
-    for (int64_t s : sizes) offset.push_back(offset.back() + s);
+  std::vector<int64_t> live;    // (E)
+  bool padded;
+  Groups(const std::vector<int64_t>& sizes, bool with_padding) : offset{0}, padded(with_padding) {
+    for (int64_t s : sizes) {
+      offset.push_back(offset.back() + s);
+      live.push_back(with_padding ? s - s / 3 : s);
+    }
   }
   int64_t experts() const { return int64_t(offset.size()) - 1; }
   int64_t rows() const { return offset.back(); }
-  GroupedShape shape() const { return {offset.data(), experts()}; }
+  int64_t live_end(int64_t e) const { return offset[size_t(e)] + live[size_t(e)]; }
+  GroupedShape shape() const { return {offset.data(), experts(), padded ? live.data() : nullptr}; }
 };
 
 // Every registered GEMM variant (moe/gemm.h) runs every test below.
@@ -122,80 +131,83 @@ std::vector<std::string> variant_names() {
 TEST_P(EveryGemmVariant, NnMatchesReference) {
   ScopedVariant variant(GetParam());
   Inputs inputs(testing::test_seed());
-  for (const GroupCase& c : kGroupCases) {
-    const Groups g(c.sizes);
-    for (Dtype in : kDtypes) {
-      for (Dtype out_dt : kDtypes) {
-        SCOPED_TRACE(std::string(c.name) + ", " + trace(in, out_dt));
-        const Tensor lhs = inputs.random(in, {g.rows(), c.Kd});          // (rows, Kd)
-        const Tensor rhs = inputs.random(in, {g.experts(), c.Kd, c.N});  // (E, Kd, N)
-        Tensor out = nan_filled(out_dt, {g.rows(), c.N});                // (rows, N)
-        grouped_gemm_nn(out.raw(), out_dt, lhs.raw(), rhs.raw(), in, g.shape(), c.Kd, c.N);
-        Expected want(out.numel());
-        for (int64_t e = 0; e < g.experts(); ++e)
-          for (int64_t r = g.offset[size_t(e)]; r < g.offset[size_t(e) + 1]; ++r)
-            for (int64_t j = 0; j < c.N; ++j)
-              for (int64_t k = 0; k < c.Kd; ++k)
-                want.add(r * c.N + j, lhs.get(r * c.Kd + k), rhs.get((e * c.Kd + k) * c.N + j));
-        expect_close(out, want);
+  for (const GroupCase& c : kGroupCases)
+    for (bool padded : {false, true}) {
+      const Groups g(c.sizes, padded);
+      for (Dtype in : kDtypes) {
+        for (Dtype out_dt : kDtypes) {
+          SCOPED_TRACE(std::string(c.name) + (padded ? " padded" : "") + ", " + trace(in, out_dt));
+          const Tensor lhs = inputs.random(in, {g.rows(), c.Kd});          // (rows, Kd)
+          const Tensor rhs = inputs.random(in, {g.experts(), c.Kd, c.N});  // (E, Kd, N)
+          Tensor out = nan_filled(out_dt, {g.rows(), c.N});                // (rows, N)
+          grouped_gemm_nn(out.raw(), out_dt, lhs.raw(), rhs.raw(), in, g.shape(), c.Kd, c.N);
+          Expected want(out.numel());
+          for (int64_t e = 0; e < g.experts(); ++e)
+            for (int64_t r = g.offset[size_t(e)]; r < g.live_end(e); ++r)
+              for (int64_t j = 0; j < c.N; ++j)
+                for (int64_t k = 0; k < c.Kd; ++k)
+                  want.add(r * c.N + j, lhs.get(r * c.Kd + k), rhs.get((e * c.Kd + k) * c.N + j));
+          expect_close(out, want);
+        }
       }
     }
-  }
 }
 
 TEST_P(EveryGemmVariant, NtMatchesReference) {
   ScopedVariant variant(GetParam());
   Inputs inputs(testing::test_seed());
-  for (const GroupCase& c : kGroupCases) {
-    const Groups g(c.sizes);
-    for (Dtype in : kDtypes) {
-      for (Dtype out_dt : kDtypes) {
-        SCOPED_TRACE(std::string(c.name) + ", " + trace(in, out_dt));
-        const Tensor dout = inputs.random(in, {g.rows(), c.N});          // (rows, N)
-        const Tensor rhs = inputs.random(in, {g.experts(), c.Kd, c.N});  // (E, Kd, N)
-        Tensor out = nan_filled(out_dt, {g.rows(), c.Kd});               // (rows, Kd)
-        grouped_gemm_nt(out.raw(), out_dt, dout.raw(), rhs.raw(), in, g.shape(), c.Kd, c.N);
-        Expected want(out.numel());
-        for (int64_t e = 0; e < g.experts(); ++e)
-          for (int64_t r = g.offset[size_t(e)]; r < g.offset[size_t(e) + 1]; ++r)
-            for (int64_t k = 0; k < c.Kd; ++k)
-              for (int64_t j = 0; j < c.N; ++j)
-                want.add(r * c.Kd + k, dout.get(r * c.N + j), rhs.get((e * c.Kd + k) * c.N + j));
-        expect_close(out, want);
+  for (const GroupCase& c : kGroupCases)
+    for (bool padded : {false, true}) {
+      const Groups g(c.sizes, padded);
+      for (Dtype in : kDtypes) {
+        for (Dtype out_dt : kDtypes) {
+          SCOPED_TRACE(std::string(c.name) + (padded ? " padded" : "") + ", " + trace(in, out_dt));
+          const Tensor dout = inputs.random(in, {g.rows(), c.N});          // (rows, N)
+          const Tensor rhs = inputs.random(in, {g.experts(), c.Kd, c.N});  // (E, Kd, N)
+          Tensor out = nan_filled(out_dt, {g.rows(), c.Kd});               // (rows, Kd)
+          grouped_gemm_nt(out.raw(), out_dt, dout.raw(), rhs.raw(), in, g.shape(), c.Kd, c.N);
+          Expected want(out.numel());
+          for (int64_t e = 0; e < g.experts(); ++e)
+            for (int64_t r = g.offset[size_t(e)]; r < g.live_end(e); ++r)
+              for (int64_t k = 0; k < c.Kd; ++k)
+                for (int64_t j = 0; j < c.N; ++j)
+                  want.add(r * c.Kd + k, dout.get(r * c.N + j), rhs.get((e * c.Kd + k) * c.N + j));
+          expect_close(out, want);
+        }
       }
     }
-  }
 }
 
 TEST_P(EveryGemmVariant, TnMatchesReferenceAndZeroesEmptyExperts) {
   ScopedVariant variant(GetParam());
   Inputs inputs(testing::test_seed());
-  for (const GroupCase& c : kGroupCases) {
-    const Groups g(c.sizes);
-    for (Dtype in : kDtypes) {
-      for (Dtype out_dt : kDtypes) {
-        SCOPED_TRACE(std::string(c.name) + ", " + trace(in, out_dt));
-        const Tensor lhs = inputs.random(in, {g.rows(), c.Kd});      // (rows, Kd)
-        const Tensor dout = inputs.random(in, {g.rows(), c.N});      // (rows, N)
-        Tensor drhs = nan_filled(out_dt, {g.experts(), c.Kd, c.N});  // (E, Kd, N)
-        grouped_gemm_tn(drhs.raw(), out_dt, lhs.raw(), dout.raw(), in, g.shape(), c.Kd, c.N);
-        Expected want(drhs.numel());  // empty experts stay all-zero
-        for (int64_t e = 0; e < g.experts(); ++e)
-          for (int64_t r = g.offset[size_t(e)]; r < g.offset[size_t(e) + 1]; ++r)
-            for (int64_t k = 0; k < c.Kd; ++k)
-              for (int64_t j = 0; j < c.N; ++j)
-                want.add((e * c.Kd + k) * c.N + j, lhs.get(r * c.Kd + k), dout.get(r * c.N + j));
-        expect_close(drhs, want);
+  for (const GroupCase& c : kGroupCases)
+    for (bool padded : {false, true}) {
+      const Groups g(c.sizes, padded);
+      for (Dtype in : kDtypes) {
+        for (Dtype out_dt : kDtypes) {
+          SCOPED_TRACE(std::string(c.name) + (padded ? " padded" : "") + ", " + trace(in, out_dt));
+          const Tensor lhs = inputs.random(in, {g.rows(), c.Kd});      // (rows, Kd)
+          const Tensor dout = inputs.random(in, {g.rows(), c.N});      // (rows, N)
+          Tensor drhs = nan_filled(out_dt, {g.experts(), c.Kd, c.N});  // (E, Kd, N)
+          grouped_gemm_tn(drhs.raw(), out_dt, lhs.raw(), dout.raw(), in, g.shape(), c.Kd, c.N);
+          Expected want(drhs.numel());  // empty experts stay all-zero
+          for (int64_t e = 0; e < g.experts(); ++e)
+            for (int64_t r = g.offset[size_t(e)]; r < g.live_end(e); ++r)
+              for (int64_t k = 0; k < c.Kd; ++k)
+                for (int64_t j = 0; j < c.N; ++j)
+                  want.add((e * c.Kd + k) * c.N + j, lhs.get(r * c.Kd + k), dout.get(r * c.N + j));
+          expect_close(drhs, want);
+        }
       }
     }
-  }
 }
 
 // The cached primitives and reused scratch must not leak state from one call into the next.
 TEST_P(EveryGemmVariant, RepeatedCallsAreBitwiseIdentical) {
   ScopedVariant variant(GetParam());
   Inputs inputs(testing::test_seed());
-  const Groups g({600, 0, 130});
+  const Groups g({600, 0, 130}, /*with_padding=*/true);
   const int64_t Kd = 40, N = 24;
   for (Dtype in : kDtypes) {
     SCOPED_TRACE(dtype_name(in));

@@ -199,6 +199,7 @@ void expect_plan(const PlanVectors& p, const Routing& r, const MoeConfig& cfg, i
       }
     }
     for (int64_t j = kept; j < count; ++j) ASSERT_EQ(p.assignment_row[size_t(m[size_t(j)])], -1);
+    ASSERT_EQ(p.group_live[size_t(e)], kept) << "e=" << e;
     live += kept;
     dropped += cap > 0 ? std::max<int64_t>(count - cap, 0) : 0;
   }

@@ -130,7 +130,7 @@ TEST(Sweep, PlanMeansWhatTheSameFlagsMean) {
 TEST(Sweep, RunIdIsPinnedAndNamesTheMeasurementNotTheCommand) {
   // A change here changes every stored run_id: bump kRowSchema (run_id.h) with it.
   const Protocol p{5, 2, 1, "moe-bench"};
-  EXPECT_EQ(run_id(MoeConfig{}, KernelConfig{}, p, "full"), "631d21e048d2757a");
+  EXPECT_EQ(run_id(MoeConfig{}, KernelConfig{}, p, "full"), "1f68680a4a2eb49a");
   Protocol other_command = p;
   other_command.command = "elsewhere";
   EXPECT_EQ(run_id(MoeConfig{}, KernelConfig{}, other_command, "full"),

@@ -53,6 +53,7 @@ inline std::string param_name(const ::testing::TestParamInfo<std::string>& info)
 struct PlanVectors {
   int64_t tokens = 0, topk = 0, experts = 0, rows = 0, live_rows = 0, dropped = 0;
   std::vector<int64_t> group_offset;    // (E+1)
+  std::vector<int64_t> group_live;      // (E)
   std::vector<int32_t> row_assignment;  // (rows)
   std::vector<float> row_weight;        // (rows)
   std::vector<int32_t> assignment_row;  // (A)
@@ -73,9 +74,11 @@ inline PlanVectors plan_vectors(const DispatchPlan& plan) {
   v.rows = stats.rows;
   v.live_rows = stats.live_rows;
   v.dropped = stats.dropped;
-  const Tensor offsets = plan.group_offset.to_host(), rows = plan.row_assignment.to_host(),
+  const Tensor offsets = plan.group_offset.to_host(), live = plan.group_live.to_host(),
+               rows = plan.row_assignment.to_host(),
                weights = plan.row_weight.to_host(), assignment_row = plan.assignment_row.to_host();
   v.group_offset.assign(offsets.data<int64_t>(), offsets.data<int64_t>() + offsets.numel());
+  v.group_live.assign(live.data<int64_t>(), live.data<int64_t>() + live.numel());
   v.row_assignment.assign(rows.data<int32_t>(), rows.data<int32_t>() + stats.rows);
   v.row_weight.assign(weights.data<float>(), weights.data<float>() + stats.rows);
   v.assignment_row.assign(assignment_row.data<int32_t>(),

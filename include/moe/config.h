@@ -25,6 +25,11 @@ enum class BenchPass { forward, forward_backward };
 // Roadmap axes (docs/roadmap in ../shared): every value parses, and what is not built yet is refused
 // with one line by the part that would run it (a backend's supports(), make_exchange()).
 enum class QuantMode { none, int8, int8_routed, int8_all, int8_routed_prequant };
+// How a bfloat16 run multiplies float32 activations (JAX's names). default_precision: the operands are
+// rounded to bf16 and accumulated in f32 (one bf16 pass: what JAX's default precision does on TPU, so
+// what the seed's TPU numbers measured); highest: true float32 products. Only the shared expert has
+// float32 activations that reach a matmul; float32 runs multiply in float32 either way.
+enum class MatmulPrecision { default_precision, highest };
 enum class ParallelMode { none, dp, ep };
 enum class EpCommPath { compact_psum, ring_ag_rs, all_to_all };
 
@@ -51,6 +56,7 @@ const char* name(CapacityPolicy v);
 const char* name(RematMode v);
 const char* name(BenchPass v);
 const char* name(QuantMode v);
+const char* name(MatmulPrecision v);
 const char* name(ParallelMode v);
 const char* name(EpCommPath v);
 std::optional<Distribution> parse_distribution(std::string_view s);
@@ -62,6 +68,7 @@ std::optional<CapacityPolicy> parse_capacity_policy(std::string_view s);
 std::optional<RematMode> parse_remat_mode(std::string_view s);
 std::optional<BenchPass> parse_bench_pass(std::string_view s);
 std::optional<QuantMode> parse_quant_mode(std::string_view s);
+std::optional<MatmulPrecision> parse_matmul_precision(std::string_view s);
 std::optional<ParallelMode> parse_parallel_mode(std::string_view s);
 std::optional<EpCommPath> parse_ep_comm_path(std::string_view s);
 
@@ -102,10 +109,13 @@ struct MoeConfig {
   NullRoutingConfig null_routing;  // issue 4; frac 0 = off
   std::string device = "cpu";      // the Backend that runs the block (moe/backend.h), `--device`
   QuantMode quant_mode = QuantMode::none;
+  MatmulPrecision matmul_precision = MatmulPrecision::default_precision;
   ParallelMode parallel_mode = ParallelMode::none;
   EpCommPath ep_comm_path = EpCommPath::compact_psum;  // meaningful with parallel_mode ep only
 
   int64_t assignments() const { return tokens * topk; }
+  // The dtype float32 activations are rounded to where a matmul reads them (matmul_precision).
+  Dtype matmul_activation_dtype() const;
   bool has_shared() const { return shared_expert_dim > 0; }
   // cap = max(1, ceil(cf*A/E)) when capacity is active, else 0 (spec §3.3).
   int64_t capacity() const;

@@ -16,9 +16,14 @@
 
 namespace moe {
 
+// Group e is rows [group_offset[e], group_offset[e+1]) of the row buffer. When live_rows is given,
+// only its first live_rows[e] rows hold data: the rest are layout padding (the gmm layout's tile
+// rounding, capacity drops), which nn and nt do not multiply but write as zeros and tn leaves out of
+// its sums (they would add nothing).
 struct GroupedShape {
-  const int64_t* group_offset;  // (E+1)
-  int64_t experts;              // E
+  const int64_t* group_offset;         // (E+1)
+  int64_t experts;                     // E
+  const int64_t* live_rows = nullptr;  // (E) or nullptr: every row of a group is live
 };
 
 // out (rows, N) = lhs (rows, Kd) @ rhs[e] (Kd, N)          [forward: x @ w13, g @ w2]

@@ -5,8 +5,9 @@
 // Token layouts (docs/design.md): "exact/ragged" puts group e at the exact prefix sum of group sizes;
 // "contiguous" pads every group up to a multiple of the GEMM tile. Capacity `pad` gives each expert
 // exactly `cap` slots; capacity `drop` keeps shapes and turns rows ranked >= cap into padding rows.
-// A padding row has row_assignment == -1: its x row is zero, its weight 0, its GEMM output is computed
-// (zero in, zero out) but never combined.
+// A padding row has row_assignment == -1: its x row is zero, its weight 0, and its outputs are zeros,
+// never combined. Padding is always a group's tail, so each group is a prefix of live rows
+// (group_live) then padding: the GEMMs multiply the live rows only and write the padding as zeros.
 //
 // The plan's tensors live in the backend's memory and are sized for the worst routing of the config
 // (max_plan_rows), so a device backend never allocates while timing and never needs the routing on
@@ -30,6 +31,7 @@ struct DispatchPlan {
   int64_t tokens = 0, topk = 0, experts = 0;
   int64_t max_rows = 0;   // rows every row buffer is sized for
   Tensor group_offset;    // (E+1)     s64  group e occupies rows [group_offset[e], group_offset[e+1])
+  Tensor group_live;      // (E)       s64  its first group_live[e] rows hold assignments; the rest pad
   Tensor row_assignment;  // (max_rows) s32 flat assignment a of each row, -1 for padding
   Tensor row_weight;      // (max_rows) f32 combine weight (rounded to the run dtype), 0 for padding
   Tensor assignment_row;  // (A)       s32  buffer row of assignment a, -1 if dropped or null
@@ -47,6 +49,9 @@ int64_t max_plan_rows(const MoeConfig& cfg, int64_t tile_rows);
 // Allocates (does not fill) a plan for `cfg` in `memory`.
 DispatchPlan allocate_plan(const MoeConfig& cfg, int64_t tile_rows, MemorySpace& memory);
 
+// The plan in `memory` (shared, not copied, where it already is).
+DispatchPlan to_memory(const DispatchPlan& plan, MemorySpace& memory);
+
 // Reads the plan's stats through the host (a copy from device memory).
 PlanStats plan_stats(const DispatchPlan& plan);
 
@@ -55,6 +60,7 @@ struct HostPlan {
   int64_t tokens, topk, experts;
   int64_t rows;                   // group_offset[E]
   const int64_t* group_offset;    // (E+1)
+  const int64_t* group_live;      // (E)
   const int32_t* row_assignment;  // (rows)
   const float* row_weight;        // (rows)
   const int32_t* assignment_row;  // (A)

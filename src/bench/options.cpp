@@ -83,6 +83,11 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok, s
   app.add_option("--quant-mode", quant_mode,
                  "none|int8|int8_routed|int8_all|int8_routed_prequant (int8 modes: not implemented yet)")
       ->capture_default_str();
+  std::string matmul_precision = "default";
+  app.add_option("--matmul-precision", matmul_precision,
+                 "default|highest: how a bfloat16 run multiplies the shared expert's float32 activations "
+                 "(default: one bf16 pass, as JAX on TPU; highest: float32)")
+      ->capture_default_str();
   app.add_option("--device", c.device, "backend that runs the block: cpu|ref|cuda (see --list)")
       ->capture_default_str();
   std::string null_list, null_mode = "independent";
@@ -156,6 +161,8 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok, s
     return Status::error(fmt::format("invalid --format '{}': expected one of text, jsonl, csv", format));
   MOE_RETURN_IF_ERROR(parse_enum("--quant-mode", quant_mode, parse_quant_mode,
                                  "none, int8, int8_routed, int8_all, int8_routed_prequant", c.quant_mode));
+  MOE_RETURN_IF_ERROR(parse_enum("--matmul-precision", matmul_precision, parse_matmul_precision,
+                                 "default, highest", c.matmul_precision));
   MOE_RETURN_IF_ERROR(
       parse_enum("--parallel-mode", parallel_mode, parse_parallel_mode, "none, dp, ep", c.parallel_mode));
   MOE_RETURN_IF_ERROR(parse_enum("--ep-comm-path", ep_comm_path, parse_ep_comm_path,

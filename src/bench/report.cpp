@@ -42,8 +42,8 @@ static const std::vector<std::string> kTextExtraKeys = {"dtype",           "time
                                                         "capacity_policy", "shared_expert_dim",
                                                         "tokens",          "hidden",
                                                         "mlp_dim",         "experts",
-                                                        "device",          "repeats",
-                                                        "run_id"};
+                                                        "device",          "matmul_precision",
+                                                        "repeats",         "run_id"};
 
 std::string result_text(const ResultRow& r) {
   std::string line = fmt::format(

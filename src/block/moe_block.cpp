@@ -146,8 +146,9 @@ int64_t MoeBlock::saved_activation_bytes() const {
   int64_t bytes = s.rows * cfg_.hidden * es;  // dispatched rows: the expert MLP's input
   bytes += expert_ffn_->saved_bytes(s.rows);
   if (shared_) bytes += shared_->saved_bytes();
-  // The plan: row_assignment and row_weight per row, assignment_row per assignment, group offsets.
-  bytes += s.rows * 8 + cfg_.assignments() * 4 + (cfg_.experts + 1) * 8;
+  // The plan: row_assignment and row_weight per row, assignment_row per assignment, group offsets and
+  // live counts.
+  bytes += s.rows * 8 + cfg_.assignments() * 4 + (2 * cfg_.experts + 1) * 8;
   return bytes;
 }
 

@@ -55,6 +55,8 @@ constexpr NameTable<QuantMode, 5> kQuantModes{{{{QuantMode::none, "none"},
                                                 {QuantMode::int8_routed, "int8_routed"},
                                                 {QuantMode::int8_all, "int8_all"},
                                                 {QuantMode::int8_routed_prequant, "int8_routed_prequant"}}}};
+constexpr NameTable<MatmulPrecision, 2> kMatmulPrecisions{
+    {{{MatmulPrecision::default_precision, "default"}, {MatmulPrecision::highest, "highest"}}}};
 constexpr NameTable<ParallelMode, 3> kParallelModes{
     {{{ParallelMode::none, "none"}, {ParallelMode::dp, "dp"}, {ParallelMode::ep, "ep"}}}};
 constexpr NameTable<EpCommPath, 3> kEpCommPaths{{{{EpCommPath::compact_psum, "compact_psum"},
@@ -90,6 +92,9 @@ const char* name(BenchPass v) {
 const char* name(QuantMode v) {
   return kQuantModes.name(v);
 }
+const char* name(MatmulPrecision v) {
+  return kMatmulPrecisions.name(v);
+}
 const char* name(ParallelMode v) {
   return kParallelModes.name(v);
 }
@@ -122,6 +127,19 @@ std::optional<BenchPass> parse_bench_pass(std::string_view s) {
 }
 std::optional<QuantMode> parse_quant_mode(std::string_view s) {
   return kQuantModes.parse(s);
+}
+std::optional<MatmulPrecision> parse_matmul_precision(std::string_view s) {
+  return kMatmulPrecisions.parse(s);
+}
+
+Dtype MoeConfig::matmul_activation_dtype() const {
+  switch (matmul_precision) {
+    case MatmulPrecision::default_precision:
+      return dtype == Dtype::bf16 ? Dtype::bf16 : Dtype::f32;
+    case MatmulPrecision::highest:
+      return Dtype::f32;
+  }
+  MOE_CHECK(false, "unknown matmul precision");
 }
 std::optional<ParallelMode> parse_parallel_mode(std::string_view s) {
   return kParallelModes.parse(s);
@@ -261,6 +279,7 @@ std::string MoeConfig::to_json() const {
   j["renormalize_real_after_null"] = null_routing.renormalize;
   j["device"] = device;
   j["quant_mode"] = name(quant_mode);
+  j["matmul_precision"] = name(matmul_precision);
   j["parallel_mode"] = name(parallel_mode);
   j["ep_comm_path"] = name(ep_comm_path);
   return j.dump();

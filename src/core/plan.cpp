@@ -36,11 +36,20 @@ DispatchPlan allocate_plan(const MoeConfig& cfg, int64_t tile_rows, MemorySpace&
   plan.experts = cfg.experts;
   plan.max_rows = max_plan_rows(cfg, tile_rows);
   plan.group_offset = Tensor(Dtype::s64, {cfg.experts + 1}, memory);
+  plan.group_live = Tensor(Dtype::s64, {cfg.experts}, memory);
   plan.row_assignment = Tensor(Dtype::s32, {plan.max_rows}, memory);
   plan.row_weight = Tensor(Dtype::f32, {plan.max_rows}, memory);
   plan.assignment_row = Tensor(Dtype::s32, {cfg.assignments()}, memory);
   plan.stats = Tensor(Dtype::s64, {3}, memory);
   return plan;
+}
+
+DispatchPlan to_memory(const DispatchPlan& plan, MemorySpace& memory) {
+  DispatchPlan p = plan;
+  for (Tensor* t :
+       {&p.group_offset, &p.group_live, &p.row_assignment, &p.row_weight, &p.assignment_row, &p.stats})
+    *t = t->to_memory(memory);
+  return p;
 }
 
 PlanStats plan_stats(const DispatchPlan& plan) {
@@ -56,6 +65,7 @@ HostPlan host_view(const DispatchPlan& plan) {
                   plan.experts,
                   offsets[plan.experts],
                   offsets,
+                  plan.group_live.data<int64_t>(),
                   plan.row_assignment.data<int32_t>(),
                   plan.row_weight.data<float>(),
                   plan.assignment_row.data<int32_t>()};

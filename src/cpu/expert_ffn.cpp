@@ -54,15 +54,15 @@ class FloatExpertFfn final : public ExpertFfnOp {
 
   void down(Tensor& y_rows, const FfnWeights& w, const DispatchPlan& plan) override {
     const HostPlan p = host_view(plan);
-    grouped_gemm_nn(y_rows.raw(), dt_, (remat_ ? dg_ : g_).raw(), w.w2.raw(), dt_, {p.group_offset, E_}, M_,
-                    H_);
+    grouped_gemm_nn(y_rows.raw(), dt_, (remat_ ? dg_ : g_).raw(), w.w2.raw(), dt_,
+                    {p.group_offset, E_, p.group_live}, M_, H_);
   }
 
   void backward(Tensor& dx_rows, FfnWeightGrads& dw, const Tensor& dy_rows, const Tensor& x_rows,
                 const FfnWeights& w, const DispatchPlan& plan) override {
     const HostPlan p = host_view(plan);
     const int64_t rows = p.rows, H = H_, M = M_;
-    const GroupedShape groups{p.group_offset, E_};
+    const GroupedShape groups{p.group_offset, E_, p.group_live};
     if (remat_) tracer_("remat_up", [&] { compute_up(h_, g_, x_rows, w, p); });
 
     tracer_("down_backward", [&] {
@@ -72,7 +72,7 @@ class FloatExpertFfn final : public ExpertFfnOp {
     const GateUp gu = gate_up(h_, rows);
     const GateUpGrad dgu = gate_up_grad(dh_, rows);
     tracer_("swiglu_backward", [&] {
-      swiglu_backward(dgu, dg_.raw(), gu, dt_, rows, M, traits_.preweight ? p.row_weight : nullptr);
+      swiglu_backward(dgu, dt_, dg_.raw(), gu, dt_, rows, M, traits_.preweight ? p.row_weight : nullptr);
     });
     tracer_("up_backward", [&] {
       if (traits_.fuse_w13) {
@@ -110,7 +110,7 @@ class FloatExpertFfn final : public ExpertFfnOp {
   const Tensor& fused_w13(const FfnWeights& w) const { return w.w13.empty() ? w13_work_ : w.w13; }
 
   void compute_up(Tensor& h, Tensor& g, const Tensor& x_rows, const FfnWeights& w, const HostPlan& p) {
-    const GroupedShape groups{p.group_offset, E_};
+    const GroupedShape groups{p.group_offset, E_, p.group_live};
     const GateUp gu = gate_up(h, p.rows);
     if (traits_.fuse_w13) {
       if (w.w13.empty()) {
@@ -122,7 +122,7 @@ class FloatExpertFfn final : public ExpertFfnOp {
       grouped_gemm_nn(h.raw(), dt_, x_rows.raw(), w.w1.raw(), dt_, groups, H_, M_);
       grouped_gemm_nn(at(h, p.rows * M_), dt_, x_rows.raw(), w.w3.raw(), dt_, groups, H_, M_);
     }
-    swiglu_forward(g.raw(), gu, dt_, p.rows, M_, traits_.preweight ? p.row_weight : nullptr);
+    swiglu_forward(g.raw(), dt_, gu, dt_, p.rows, M_, traits_.preweight ? p.row_weight : nullptr);
   }
 
   const StageTracer& tracer_;

@@ -43,6 +43,9 @@ namespace {
 
 using gemm_detail::at;
 using gemm_detail::check_groups;
+using gemm_detail::group_rows;
+using gemm_detail::GroupRows;
+using gemm_detail::zero_padding_rows;
 
 using dnnl::memory;
 using Tag = memory::format_tag;
@@ -231,9 +234,10 @@ void grouped_gemm_nn(void* out, Dtype out_dtype, const void* lhs, const void* rh
                      GroupedShape groups, int64_t Kd, int64_t N) {
   check_groups(groups, Kd, N);
   for (int64_t e = 0; e < groups.experts; ++e) {
-    const int64_t row0 = groups.group_offset[e], rows = groups.group_offset[e + 1] - row0;
-    matmul(at(out, row0 * N, out_dtype), out_dtype, at(lhs, row0 * Kd, in_dtype), in_dtype,
-           at(rhs, e * Kd * N, in_dtype), in_dtype, rows, Kd, N, false, false);
+    const GroupRows g = group_rows(groups, e);
+    matmul(at(out, g.row0 * N, out_dtype), out_dtype, at(lhs, g.row0 * Kd, in_dtype), in_dtype,
+           at(rhs, e * Kd * N, in_dtype), in_dtype, g.live, Kd, N, false, false);
+    zero_padding_rows(out, out_dtype, g, N);
   }
 }
 
@@ -241,9 +245,10 @@ void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, const void* r
                      GroupedShape groups, int64_t Kd, int64_t N) {
   check_groups(groups, Kd, N);
   for (int64_t e = 0; e < groups.experts; ++e) {
-    const int64_t row0 = groups.group_offset[e], rows = groups.group_offset[e + 1] - row0;
-    matmul(at(out, row0 * Kd, out_dtype), out_dtype, at(dout, row0 * N, in_dtype), in_dtype,
-           at(rhs, e * Kd * N, in_dtype), in_dtype, rows, N, Kd, false, true);
+    const GroupRows g = group_rows(groups, e);
+    matmul(at(out, g.row0 * Kd, out_dtype), out_dtype, at(dout, g.row0 * N, in_dtype), in_dtype,
+           at(rhs, e * Kd * N, in_dtype), in_dtype, g.live, N, Kd, false, true);
+    zero_padding_rows(out, out_dtype, g, Kd);
   }
 }
 
@@ -251,10 +256,10 @@ void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* d
                      GroupedShape groups, int64_t Kd, int64_t N) {
   check_groups(groups, Kd, N);
   for (int64_t e = 0; e < groups.experts; ++e) {
-    const int64_t row0 = groups.group_offset[e], rows = groups.group_offset[e + 1] - row0;
-    // rows == 0 reaches matmul as k == 0, which zeroes the expert's gradient.
-    matmul(at(drhs, e * Kd * N, out_dtype), out_dtype, at(lhs, row0 * Kd, in_dtype), in_dtype,
-           at(dout, row0 * N, in_dtype), in_dtype, Kd, rows, N, true, false);
+    const GroupRows g = group_rows(groups, e);
+    // No live row reaches matmul as k == 0, which zeroes the expert's gradient.
+    matmul(at(drhs, e * Kd * N, out_dtype), out_dtype, at(lhs, g.row0 * Kd, in_dtype), in_dtype,
+           at(dout, g.row0 * N, in_dtype), in_dtype, Kd, g.live, N, true, false);
   }
 }
 

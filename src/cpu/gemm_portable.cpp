@@ -25,6 +25,9 @@ namespace {
 
 using gemm_detail::at;
 using gemm_detail::check_groups;
+using gemm_detail::group_rows;
+using gemm_detail::GroupRows;
+using gemm_detail::zero_padding_rows;
 
 // A c tile of kTileM x kTileN f32 accumulators (16 KiB), its a panel (32 KiB) and the kTileK x kTileN
 // panel of b (128 KiB): L2-resident.
@@ -127,9 +130,10 @@ void grouped_gemm_nn(void* out, Dtype out_dtype, const void* lhs, const void* rh
                      GroupedShape groups, int64_t Kd, int64_t N) {
   check_groups(groups, Kd, N);
   for (int64_t e = 0; e < groups.experts; ++e) {
-    const int64_t row0 = groups.group_offset[e], rows = groups.group_offset[e + 1] - row0;
-    gemm(at(out, row0 * N, out_dtype), out_dtype, View{at(lhs, row0 * Kd, in_dtype), in_dtype, Kd, 1},
-         View{at(rhs, e * Kd * N, in_dtype), in_dtype, N, 1}, rows, Kd, N);
+    const GroupRows g = group_rows(groups, e);
+    gemm(at(out, g.row0 * N, out_dtype), out_dtype, View{at(lhs, g.row0 * Kd, in_dtype), in_dtype, Kd, 1},
+         View{at(rhs, e * Kd * N, in_dtype), in_dtype, N, 1}, g.live, Kd, N);
+    zero_padding_rows(out, out_dtype, g, N);
   }
 }
 
@@ -137,9 +141,10 @@ void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, const void* r
                      GroupedShape groups, int64_t Kd, int64_t N) {
   check_groups(groups, Kd, N);
   for (int64_t e = 0; e < groups.experts; ++e) {
-    const int64_t row0 = groups.group_offset[e], rows = groups.group_offset[e + 1] - row0;
-    gemm(at(out, row0 * Kd, out_dtype), out_dtype, View{at(dout, row0 * N, in_dtype), in_dtype, N, 1},
-         View{at(rhs, e * Kd * N, in_dtype), in_dtype, 1, N}, rows, N, Kd);
+    const GroupRows g = group_rows(groups, e);
+    gemm(at(out, g.row0 * Kd, out_dtype), out_dtype, View{at(dout, g.row0 * N, in_dtype), in_dtype, N, 1},
+         View{at(rhs, e * Kd * N, in_dtype), in_dtype, 1, N}, g.live, N, Kd);
+    zero_padding_rows(out, out_dtype, g, Kd);
   }
 }
 
@@ -147,10 +152,10 @@ void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* d
                      GroupedShape groups, int64_t Kd, int64_t N) {
   check_groups(groups, Kd, N);
   for (int64_t e = 0; e < groups.experts; ++e) {
-    const int64_t row0 = groups.group_offset[e], rows = groups.group_offset[e + 1] - row0;
-    // rows == 0 is an empty sum: gemm writes the zero gradient.
-    gemm(at(drhs, e * Kd * N, out_dtype), out_dtype, View{at(lhs, row0 * Kd, in_dtype), in_dtype, 1, Kd},
-         View{at(dout, row0 * N, in_dtype), in_dtype, N, 1}, Kd, rows, N);
+    const GroupRows g = group_rows(groups, e);
+    // No live row is an empty sum: gemm writes the zero gradient.
+    gemm(at(drhs, e * Kd * N, out_dtype), out_dtype, View{at(lhs, g.row0 * Kd, in_dtype), in_dtype, 1, Kd},
+         View{at(dout, g.row0 * N, in_dtype), in_dtype, N, 1}, Kd, g.live, N);
   }
 }
 

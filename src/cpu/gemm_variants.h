@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "moe/gemm.h"
@@ -39,8 +40,29 @@ inline std::byte* at(void* base, int64_t elements, Dtype dt) {
 
 inline void check_groups(GroupedShape groups, int64_t Kd, int64_t N) {
   MOE_CHECK(groups.experts >= 0 && Kd >= 0 && N >= 0, "negative grouped GEMM dimension");
-  for (int64_t e = 0; e < groups.experts; ++e)
+  for (int64_t e = 0; e < groups.experts; ++e) {
     MOE_CHECK(groups.group_offset[e + 1] >= groups.group_offset[e], "group offsets must not decrease");
+    MOE_CHECK(
+        !groups.live_rows || (groups.live_rows[e] >= 0 &&
+                              groups.live_rows[e] <= groups.group_offset[e + 1] - groups.group_offset[e]),
+        "a group's live rows must fit in it");
+  }
+}
+
+// Group e's rows: [row0, row0 + rows), of which the first `live` are multiplied.
+struct GroupRows {
+  int64_t row0, live, rows;
+};
+inline GroupRows group_rows(GroupedShape groups, int64_t e) {
+  const int64_t row0 = groups.group_offset[e], rows = groups.group_offset[e + 1] - row0;
+  return {row0, groups.live_rows ? groups.live_rows[e] : rows, rows};
+}
+
+// Writes the padding rows [row0 + live, row0 + rows) of an output of `width` columns as zeros.
+inline void zero_padding_rows(void* out, Dtype dt, GroupRows g, int64_t width) {
+  if (g.rows > g.live)
+    std::memset(at(out, (g.row0 + g.live) * width, dt), 0,
+                size_t((g.rows - g.live) * width) * dtype_size(dt));
 }
 
 }  // namespace moe::gemm_detail

@@ -118,6 +118,7 @@ void build_dispatch_plan(DispatchPlan& plan, const Packed& packed, const Routing
   std::fill(row_assignment, row_assignment + rows, -1);
   std::fill(row_weight, row_weight + rows, 0.0f);
   std::fill(assignment_row, assignment_row + A, -1);
+  int64_t* group_live = plan.group_live.data<int64_t>();
   int64_t live_rows = 0, dropped = 0;
   // Group e's assignments sit at sorted positions [start, start + count); rank j = position - start.
   // drop keeps the layout and leaves rows ranked >= cap as padding; pad has only cap base rows.
@@ -133,6 +134,7 @@ void build_dispatch_plan(DispatchPlan& plan, const Packed& packed, const Routing
       row_weight[row] = float(round_to_dtype(routing.weights[a], weight_dtype));
       assignment_row[a] = int32_t(row);
     }
+    group_live[e] = kept;
     live_rows += kept;
     dropped += count - kept;
     start += count;

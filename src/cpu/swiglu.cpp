@@ -6,8 +6,9 @@
 
 namespace moe::cpu {
 
-void swiglu_forward(void* g, GateUp in, Dtype dt, int64_t rows, int64_t M, const float* row_weight) {
-  const size_t elem = dtype_size(dt);
+void swiglu_forward(void* g, Dtype g_dt, GateUp in, Dtype dt, int64_t rows, int64_t M,
+                    const float* row_weight) {
+  const size_t elem = dtype_size(dt), g_elem = dtype_size(g_dt);
 #pragma omp parallel
   {
     std::vector<float> a_buf(static_cast<size_t>(M)), b_buf(static_cast<size_t>(M)),
@@ -22,14 +23,14 @@ void swiglu_forward(void* g, GateUp in, Dtype dt, int64_t rows, int64_t M, const
       float* out = g_buf.data();
 #pragma omp simd
       for (int64_t m = 0; m < M; ++m) out[m] = a[m] * sigmoid_approx(a[m]) * b[m] * w;
-      store_row(static_cast<char*>(g) + size_t(r * M) * elem, dt, out, M);
+      store_row(static_cast<char*>(g) + size_t(r * M) * g_elem, g_dt, out, M);
     }
   }
 }
 
-void swiglu_backward(GateUpGrad out, const void* dg, GateUp in, Dtype dt, int64_t rows, int64_t M,
-                     const float* row_weight) {
-  const size_t elem = dtype_size(dt);
+void swiglu_backward(GateUpGrad out, Dtype out_dt, const void* dg, GateUp in, Dtype dt, int64_t rows,
+                     int64_t M, const float* row_weight) {
+  const size_t elem = dtype_size(dt), out_elem = dtype_size(out_dt);
 #pragma omp parallel
   {
     std::vector<float> a_buf(static_cast<size_t>(M)), b_buf(static_cast<size_t>(M)),
@@ -52,8 +53,8 @@ void swiglu_backward(GateUpGrad out, const void* dg, GateUp in, Dtype dt, int64_
         pa[m] = dgw * b[m] * s * (1.0f + a[m] * (1.0f - s));
         pb[m] = dgw * a[m] * s;
       }
-      store_row(static_cast<char*>(out.da) + size_t(r * out.ld) * elem, dt, pa, M);
-      store_row(static_cast<char*>(out.db) + size_t(r * out.ld) * elem, dt, pb, M);
+      store_row(static_cast<char*>(out.da) + size_t(r * out.ld) * out_elem, out_dt, pa, M);
+      store_row(static_cast<char*>(out.db) + size_t(r * out.ld) * out_elem, out_dt, pb, M);
     }
   }
 }

@@ -22,12 +22,14 @@ struct GateUpGrad {
   int64_t ld;
 };
 
-// g (rows, M) = silu(a) * b * (row_weight ? row_weight[r] : 1)
-void swiglu_forward(void* g, GateUp in, Dtype dt, int64_t rows, int64_t M, const float* row_weight);
+// g (rows, M) in g_dt = silu(a) * b * (row_weight ? row_weight[r] : 1), a and b in in_dt.
+void swiglu_forward(void* g, Dtype g_dt, GateUp in, Dtype in_dt, int64_t rows, int64_t M,
+                    const float* row_weight);
 // row_weight (rows) or nullptr
 
-// Given dg = dL/dg (rows, M) of the forward above: da = dg*w * b * silu'(a), db = dg*w * silu(a).
-void swiglu_backward(GateUpGrad out, const void* dg, GateUp in, Dtype dt, int64_t rows, int64_t M,
-                     const float* row_weight);
+// Given dg = dL/dg (rows, M) of the forward above (in in_dt, like a and b): da = dg*w * b * silu'(a),
+// db = dg*w * silu(a), written in out_dt.
+void swiglu_backward(GateUpGrad out, Dtype out_dt, const void* dg, GateUp in, Dtype in_dt, int64_t rows,
+                     int64_t M, const float* row_weight);
 
 }  // namespace moe::cpu

@@ -48,6 +48,7 @@ class RefPack final : public PackOp {
         plan.assignment_row.set(a, double(row));
         ++live;
       }
+      plan.group_live.set(e, double(rank));
     }
     plan.stats.set(0, double(rows));
     plan.stats.set(1, double(live));

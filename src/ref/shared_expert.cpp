@@ -1,7 +1,9 @@
 // The shared expert from its definition (spec §2.5): hs = x @ [sw1 | sw3], gs = silu(gate) * up,
-// out = gs @ sw2, every token, weight 1, and its backward. Sums in float64; the activations hs, gs,
-// ds, dhs and both outputs rounded to f32 where the CPU op keeps them in f32, weight gradients to the
-// run dtype. Fused and split forms compute the same values, so this reads sw1 and sw3 only.
+// out = gs @ sw2, every token, weight 1, and its backward. Sums in float64; hs, ds and both outputs
+// rounded to f32 where the CPU op keeps them, weight gradients to the run dtype, and what a matmul
+// reads of the f32 activations (gs, dy, dhs) to cfg.matmul_activation_dtype() (bf16 under the
+// default precision of a bf16 run). Fused and split forms compute the same values, so this reads
+// sw1 and sw3 only.
 #include "moe/backend.h"
 #include "ref/ref.h"
 
@@ -12,10 +14,18 @@ double f32(double v) {
   return double(float(v));
 }
 
+std::vector<double> rounded(std::vector<double> v, Dtype dt) {
+  for (double& x : v) x = round_to_dtype(x, dt);
+  return v;
+}
+
 class RefSharedExpert final : public SharedExpertOp {
  public:
   explicit RefSharedExpert(const OpContext& ctx)
-      : T_(ctx.cfg.tokens), H_(ctx.cfg.hidden), S_(ctx.cfg.shared_expert_dim) {}
+      : act_dt_(ctx.cfg.matmul_activation_dtype()),
+        T_(ctx.cfg.tokens),
+        H_(ctx.cfg.hidden),
+        S_(ctx.cfg.shared_expert_dim) {}
 
   void forward(Tensor& out, const Tensor& x_in, const FfnWeights& w) override {
     const int64_t T = T_, H = H_, S = S_;
@@ -27,7 +37,8 @@ class RefSharedExpert final : public SharedExpertOp {
         [&](int64_t k, int64_t n) { return n < S ? w1[k * S + n] : w3[k * S + n - S]; },
         [&](int64_t t, int64_t n, double v) { hs_[t * 2 * S + n] = f32(v); });
     for (int64_t t = 0; t < T; ++t)
-      for (int64_t s = 0; s < S; ++s) gs_[t * S + s] = f32(silu(hs_[t * 2 * S + s]) * hs_[t * 2 * S + S + s]);
+      for (int64_t s = 0; s < S; ++s)
+        gs_[t * S + s] = round_to_dtype(silu(hs_[t * 2 * S + s]) * hs_[t * 2 * S + S + s], act_dt_);
     gemm_rows(
         0, T, S, H, [&](int64_t t, int64_t s) { return gs_[t * S + s]; },
         [&](int64_t s, int64_t h) { return w2[s * H + h]; },
@@ -37,7 +48,7 @@ class RefSharedExpert final : public SharedExpertOp {
   void backward(Tensor& dx, FfnWeightGrads& dw, const Tensor& dy_in, const Tensor& x_in,
                 const FfnWeights& w) override {
     const int64_t T = T_, H = H_, S = S_;
-    const std::vector<double> x = x_in.to_f64(), dy = dy_in.to_f64();
+    const std::vector<double> x = x_in.to_f64(), dy = rounded(dy_in.to_f64(), act_dt_);
     const std::vector<double> w1 = w.w1.to_f64(), w3 = w.w3.to_f64(), w2 = w.w2.to_f64();
     std::vector<double> ds(static_cast<size_t>(T * S)), dh(size_t(T * 2 * S));
     // ds = dy @ sw2^T; dsw2 = gs^T @ dy.
@@ -52,8 +63,8 @@ class RefSharedExpert final : public SharedExpertOp {
     for (int64_t t = 0; t < T; ++t)
       for (int64_t s = 0; s < S; ++s) {
         const double a = hs_[t * 2 * S + s], b = hs_[t * 2 * S + S + s], d = ds[t * S + s];
-        dh[t * 2 * S + s] = f32(d * b * silu_grad(a));
-        dh[t * 2 * S + S + s] = f32(d * silu(a));
+        dh[t * 2 * S + s] = round_to_dtype(d * b * silu_grad(a), act_dt_);
+        dh[t * 2 * S + S + s] = round_to_dtype(d * silu(a), act_dt_);
       }
     // dsw1 = x^T @ da, dsw3 = x^T @ db; dx = da @ sw1^T + db @ sw3^T.
     gemm_rows(
@@ -66,9 +77,11 @@ class RefSharedExpert final : public SharedExpertOp {
         [&](int64_t t, int64_t h, double v) { dx.set(t * H + h, v); });
   }
 
-  int64_t saved_bytes() const override { return T_ * 3 * S_ * 4; }  // hs (T, 2S) + gs (T, S), f32
+  // hs (T, 2S) f32 + gs (T, S)
+  int64_t saved_bytes() const override { return T_ * S_ * (2 * 4 + int64_t(dtype_size(act_dt_))); }
 
  private:
+  Dtype act_dt_;
   int64_t T_, H_, S_;
   std::vector<double> hs_, gs_;  // hs (T, 2S), gs (T, S): f32 values the backward reads
 };
