@@ -5,8 +5,8 @@
 // line and no output. Then each point runs the seed's loop (distribution -> topk -> impl -> null
 // fraction; per run its queue modes), prints the seed's lines (the shape line once per point) and
 // appends each run's rows to --out as soon as the run is done, under the file lock (report.h), so a
-// crash or Ctrl-C loses at most the run in flight. Inputs are made once per shape, dtype and seed, the
-// ceiling once per CeilingCache key (--ceiling once).
+// crash or Ctrl-C loses at most the run in flight. Inputs are reused while consecutive points share
+// shape, dtype, seed and device; the ceiling is measured once per CeilingCache key (--ceiling once).
 //
 // moe-bench sweep [--plan FILE] --out STORE [FLAGS]: the rows are jsonl, and a run whose rows the store
 // holds already (by run_id, run_id.h) is skipped, so the same command resumes an interrupted sweep and
