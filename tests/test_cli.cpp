@@ -18,6 +18,7 @@ namespace {
 
 using moe::testing::Ran;
 using moe::testing::run_bench;
+using moe::testing::temp_dir;
 
 const char* kTiny =
     "--tokens 33 --hidden 16 --mlp-dim 12 --experts 4 --topk 2 --iters 1 --warmup 0 --threads 1";
@@ -211,13 +212,6 @@ TEST(Cli, ListShowsEveryBackendAndWhatItRuns) {
   for (const char* want :
        {"  cpu: ", "  ref: ", "    pack           yes", "    expert_ffn     no: --quant-mode int8"})
     EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
-}
-
-std::string temp_dir(const std::string& name) {
-  const std::string dir = ::testing::TempDir() + "moe_cli_" + name + "_" + std::to_string(getpid());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
 }
 
 TEST(Cli, ConcurrentRunsAppendingToOneFileLoseNoRow) {

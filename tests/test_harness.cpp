@@ -60,7 +60,8 @@ ResultRow sample_row(std::optional<double> ceiling = 0.001, std::vector<double> 
   ns.real_assignments = 256;
   Environment env;
   env.git_commit = "abc";
-  return make_row(c, KernelConfig{}, "full", t, ceiling, 4096, 2, ns, env);
+  Measured m{"full", t, Ceiling{ceiling}, 4096, 2, ns};
+  return make_row(c, KernelConfig{}, Protocol{}, m, env);
 }
 
 TEST(Harness, ResultLineGoldenAndSeedParsable) {
@@ -70,7 +71,8 @@ TEST(Harness, ResultLineGoldenAndSeedParsable) {
       "RESULT distribution=random mode=full pass=forward impl=fused_w13 backend=gmm topk=2 null_target=0.000 "
       "null_realized=0.000 null_mode=independent null_assignments=0 real_assignments=256 tflops=0.000006 "
       "tokens_per_s=256.000000 dtype=bfloat16 time_s=0.500000 time_median_s=0.500000 time_min_s=0.250000 "
-      "time_max_s=0.750000 ceiling_tflops=0.001000 pct_of_ceiling=0.629146 ceiling_note=ok "
+      "time_max_s=0.750000 time_stddev_s=0.250000 ceiling_tflops=0.001000 pct_of_ceiling=0.629146 "
+      "ceiling_note=ok "
       "saved_activation_bytes=4096 "
       "threads=2";
   EXPECT_EQ(line.substr(0, golden.size()), golden);

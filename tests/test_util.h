@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <random>
 #include <sstream>
 #include <string>
@@ -113,6 +115,19 @@ inline Ran run_command(const std::string& cmd) {
 // moe-bench with `args`.
 inline Ran run_bench(const std::string& args) {
   return run_command(std::string(MOE_BENCH_BINARY) + " " + args);
+}
+
+// An empty directory of this process's own under the test temp dir (`name` tells the tests apart).
+inline std::string temp_dir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "moe_" + name + "_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
 inline std::vector<std::string> split_lines(const std::string& text) {

@@ -1,10 +1,14 @@
 #include "bench/ceiling.h"
 
+#include <fmt/format.h>
+#include <omp.h>
+
 #include <chrono>
 #include <cmath>
 #include <vector>
 
 #include "moe/backend.h"
+#include "moe/gemm.h"
 #include "moe/tensor.h"
 
 namespace moe::bench {
@@ -82,9 +86,32 @@ Ceiling measure_ceiling(Backend& backend, const MoeConfig& c, double seconds) {
   return {flops / t.median / 1e12, t.samples, t.seconds};
 }
 
-std::string ceiling_note(const std::optional<double>& ceiling_tflops, double pct_of_ceiling,
-                         const TimingStats& run, double short_run_seconds) {
-  if (!ceiling_tflops) return "too_small_to_time";
+std::optional<CeilingMode> parse_ceiling_mode(std::string_view s) {
+  if (s == "off") return CeilingMode::off;
+  if (s == "once") return CeilingMode::once;
+  if (s == "every-run") return CeilingMode::every_run;
+  return std::nullopt;
+}
+
+Ceiling CeilingCache::get(CeilingMode mode, Backend& backend, const MoeConfig& c) {
+  if (mode == CeilingMode::off) {
+    Ceiling off;
+    off.off = true;
+    return off;
+  }
+  const std::string key =
+      fmt::format("{}x{}x{} {} {} threads={} {}", c.assignments(), c.hidden, 2 * c.mlp_dim,
+                  dtype_name(c.dtype), backend.name(), omp_get_max_threads(), active_gemm_variant().name);
+  auto it = by_key_.find(key);
+  if (it != by_key_.end() && mode == CeilingMode::once) return it->second;
+  ++measurements_;
+  return by_key_[key] = measure_ceiling(backend, c);
+}
+
+std::string ceiling_note(const Ceiling& ceiling, double pct_of_ceiling, const TimingStats& run,
+                         double short_run_seconds) {
+  if (ceiling.off) return "off";
+  if (!ceiling.tflops) return "too_small_to_time";
   if (pct_of_ceiling <= 100) return "ok";
   double timed = 0;
   for (double s : run.samples) timed += s;

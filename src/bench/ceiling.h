@@ -7,10 +7,14 @@
 // of >= 1 ms, samples run for >= `seconds` (and >= 5 of them), and the median sample sets the rate.
 // The library's faster form for the dimensions (B as (H, 2M) or transposed) is the one timed.
 // A GEMM under kMinCeilingFlops is not timed at all: its rate would be call overhead, not arithmetic.
+//
+// A sweep asks for the same ceiling many times: CeilingCache measures it once per key (--ceiling once).
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "bench/timing.h"
 #include "moe/backend.h"
@@ -21,18 +25,36 @@ namespace moe::bench {
 constexpr double kMinCeilingFlops = 1 << 24;
 
 struct Ceiling {
-  std::optional<double> tflops;  // nullopt: too small to time
+  std::optional<double> tflops;  // nullopt: too small to time, or off
   int samples = 0;
   double seconds = 0;  // the time the samples took
+  bool off = false;    // --ceiling off: not measured
 };
 
 Ceiling measure_ceiling(Backend& backend, const MoeConfig& c, double seconds = 0.2);
 
-// Why a row's pct_of_ceiling reads as it does: "ok" (<= 100 %), "too_small_to_time" (no ceiling),
-// "above_short_run" (> 100 % from a run timed for under `short_run_seconds` in all: likely timing
-// noise, raise --iters), "above_faster_than_dense" (> 100 % from a well-timed run: the block's GEMMs
-// beat one dense GEMM of the ceiling's shape, e.g. per-expert GEMMs that fit in cache).
-std::string ceiling_note(const std::optional<double>& ceiling_tflops, double pct_of_ceiling,
-                         const TimingStats& run, double short_run_seconds = 0.2);
+// --ceiling: off (none), once (measured the first time a key is asked for, reused after), every-run.
+enum class CeilingMode { off, once, every_run };
+std::optional<CeilingMode> parse_ceiling_mode(std::string_view s);
+
+// The ceilings of one process, keyed by what the ceiling GEMM depends on: its shape (T*K, H, 2M), the
+// dtype, the backend, the OpenMP thread count and the active GEMM variant.
+class CeilingCache {
+ public:
+  Ceiling get(CeilingMode mode, Backend& backend, const MoeConfig& c);
+  int measurements() const { return measurements_; }
+
+ private:
+  std::map<std::string, Ceiling> by_key_;
+  int measurements_ = 0;
+};
+
+// Why a row's pct_of_ceiling reads as it does: "off" (--ceiling off), "ok" (<= 100 %),
+// "too_small_to_time" (no ceiling), "above_short_run" (> 100 % from a run timed for under
+// `short_run_seconds` in all: likely timing noise, raise --iters), "above_faster_than_dense" (> 100 %
+// from a well-timed run: the block's GEMMs beat one dense GEMM of the ceiling's shape, e.g. per-expert
+// GEMMs that fit in cache).
+std::string ceiling_note(const Ceiling& ceiling, double pct_of_ceiling, const TimingStats& run,
+                         double short_run_seconds = 0.2);
 
 }  // namespace moe::bench

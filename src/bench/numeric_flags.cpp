@@ -6,7 +6,8 @@ namespace moe::bench {
 
 CLI::Option* NumericFlags::add(const std::string& name, double& target, const std::string& help) {
   return add_text(name, python_float(target), help,
-                  [&target, name](std::string_view text) { return parse_double(name, text, target); });
+                  [&target, name](std::string_view text) { return parse_double(name, text, target); })
+      ->type_name("FLOAT");
 }
 
 CLI::Option* NumericFlags::add_text(const std::string& name, std::string default_text,

@@ -22,12 +22,15 @@ class NumericFlags {
   // An integer option accepted in [lo, hi] and stored in `target` (any integer type holding that range).
   template <typename Int>
   CLI::Option* add(const std::string& name, Int& target, const std::string& help, int64_t lo, int64_t hi) {
-    return add_text(name, std::to_string(target), help, [&target, name, lo, hi](std::string_view text) {
-      int64_t v = 0;
-      MOE_RETURN_IF_ERROR(parse_int(name, text, lo, hi, v));
-      target = static_cast<Int>(v);
-      return Status::ok();
-    });
+    // The type name marks integer flags, whose sweep lists may hold ranges (src/bench/axes.h).
+    return add_text(name, std::to_string(target), help,
+                    [&target, name, lo, hi](std::string_view text) {
+                      int64_t v = 0;
+                      MOE_RETURN_IF_ERROR(parse_int(name, text, lo, hi, v));
+                      target = static_cast<Int>(v);
+                      return Status::ok();
+                    })
+        ->type_name("INT");
   }
   CLI::Option* add(const std::string& name, double& target, const std::string& help);
 

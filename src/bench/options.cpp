@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <limits>
 
+#include "bench/cli.h"
 #include "bench/numeric_flags.h"
 #include "moe/backend.h"
 #include "moe/build_info.h"
@@ -20,7 +21,7 @@ const char* name(QueueMode q) {
   return q == QueueMode::full ? "full" : "prequeue";
 }
 
-Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok) {
+Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok, std::vector<FlagSpec>* flags) {
   exit_ok = false;
   MoeConfig& c = opts.base;
   CLI::App app{"moe-bench: benchmark one Mixture-of-Experts block (forward / forward+backward) on the CPU"};
@@ -31,6 +32,12 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok) {
   app.set_version_flag("--version",
                        std::string("moe-bench ") + build_version() + " (" + build_git_commit() + ")");
   app.get_formatter()->column_width(36);
+  app.footer(
+      "Every flag that describes a run takes a comma list, a sweep axis run as a cartesian product (integers "
+      "also "
+      "first-last, first-last+step, first-last*factor); the seed's list flags keep their meaning.\n"
+      "Research commands (each with --help): moe-bench sweep [--plan FILE] --out STORE [FLAGS] (resumable), "
+      "compare BASE NEW, plot STORE, table STORE, log --id ID.");
 
   std::string dtype = "bfloat16", backend = "gmm", impl = "both", distribution = "both",
               bench_pass = "forward";
@@ -98,6 +105,14 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok) {
                "renormalize each token's remaining real weights to sum to 1");
   num.add("--iters", opts.iters, "timed iterations", 1, kMaxInt);
   num.add("--warmup", opts.warmup, "untimed iterations after the first call", 0, kMaxInt);
+  num.add("--repeats", opts.repeats,
+          "separate timed blocks (warmup + iters each) per run; rows carry the spread of all their calls", 1,
+          kMaxInt);
+  std::string ceiling = "once";
+  app.add_option(
+         "--ceiling", ceiling,
+         "dense GEMM ceiling: off, once (per shape, dtype, backend, threads in this process), every-run")
+      ->capture_default_str();
   // Any int64, as the seed's jax.random.PRNGKey(seed) accepts.
   num.add("--seed", c.seed, "master seed of inputs and routing", std::numeric_limits<int64_t>::min(), kMax64);
   num.add("--threads", opts.kernel.threads, "CPU threads (0 = all cores)", 0, kMaxInt);
@@ -120,28 +135,22 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok) {
       "--out", opts.out_path,
       "append result rows to this file (file-locked, whole rows; rows carry config + environment)");
   app.add_flag("--list", opts.list, "print registered backends, impls and kernel variants, then exit");
-
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    std::fputs(app.help().c_str(), stdout);
-    exit_ok = true;
+  if (flags) {
+    for (const CLI::Option* opt : app.get_options())
+      for (const std::string& n : opt->get_lnames())
+        flags->push_back({"--" + n, opt->get_type_size() > 0, opt->get_type_name() == "INT"});
     return Status::ok();
-  } catch (const CLI::CallForVersion& e) {
-    std::puts(e.what());
-    exit_ok = true;
-    return Status::ok();
-  } catch (const CLI::ParseError& e) {
-    std::string msg = e.what();
-    for (char& ch : msg)
-      if (ch == '\n') ch = ' ';
-    return Status::error(msg);
   }
+
+  MOE_RETURN_IF_ERROR(parse_cli(app, argc, argv, exit_ok));
+  if (exit_ok) return Status::ok();
   MOE_RETURN_IF_ERROR(num.convert());
 
   for (auto [flag, value] : {std::pair{"--out", &opts.out_path}, {"--dump", &opts.dump_dir}})
     if (app.count(flag) > 0 && value->empty())
       return Status::error(fmt::format("invalid {} '': expected a path", flag));
+  MOE_RETURN_IF_ERROR(
+      parse_enum("--ceiling", ceiling, parse_ceiling_mode, "off, once, every-run", opts.ceiling));
   if (format == "text")
     opts.format = OutputFormat::text;
   else if (format == "jsonl")

@@ -1,11 +1,14 @@
 // Command-line options of moe-bench: the seed harness's flags (spec §1) with its spellings and
-// defaults, plus ours (--threads, --check, --dump, --gmm-tile-rows). Lists expand into the seed's
-// nested run loop: distribution -> topk -> impl -> queue mode.
+// defaults, plus ours (--threads, --check, --dump, --gmm-tile-rows, --repeats, --ceiling). The seed's
+// list flags expand into its nested run loop: distribution -> topk -> impl -> null fraction -> queue
+// mode. A comma list given to any other flag is a sweep axis, expanded before this parser sees it
+// (src/bench/axes.h).
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "bench/ceiling.h"
 #include "bench/report.h"
 #include "moe/config.h"
 #include "moe/status.h"
@@ -27,6 +30,8 @@ struct BenchOptions {
   std::vector<double> null_fracs;  // the innermost sweep axis (spec §1 run loop)
   int iters = 5;
   int warmup = 2;
+  int repeats = 1;  // separate timed blocks of warmup + iters calls per queue mode
+  CeilingMode ceiling = CeilingMode::once;
   bool check = false;
   double check_perturb = 0;  // --check-perturb: proves the oracle notices a wrong output
   bool stage_timing = false;
@@ -35,10 +40,20 @@ struct BenchOptions {
   OutputFormat format = OutputFormat::text;
   std::string out_path;  // append rows here (locked, whole rows); stdout keeps the seed's text lines
   bool list = false;
+  std::string command;  // the command line that asked for the run (shell-quoted), stored in every row
+};
+
+// One flag as the sweep expander and the plan reader see it (src/bench/axes.h).
+struct FlagSpec {
+  std::string name;  // "--tokens"
+  bool takes_value;  // false: a flag (--check), which takes a value only as --check=false
+  bool integer;      // an integer flag: a list item may be a range (first-last+step)
 };
 
 // Parses argv into `opts`. Returns an error Status for bad input (one line, for exit code 2).
-// Sets `exit_ok` when the run is done already (--help, --version printed).
-Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok);
+// Sets `exit_ok` when the run is done already (--help, --version printed). With `flags`, lists every
+// flag there instead and parses nothing.
+Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok,
+                     std::vector<FlagSpec>* flags = nullptr);
 
 }  // namespace moe::bench

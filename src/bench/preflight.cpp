@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "bench/run.h"
 #include "moe/file_io.h"
 #include "moe/memory_limit.h"
 
@@ -10,15 +11,17 @@ namespace {
 
 constexpr double kGiB = 1073741824.0;
 
-// The header a results file must start with: the keys of any row of this build, format and --check.
+}  // namespace
+
+// The keys of any row of this build, format and --check.
 std::string expected_header(const BenchOptions& o) {
-  ResultRow row =
-      make_row(o.base, o.kernel, "full", summarize({1.0}), 1.0, 0, 1, NullRoutingStats{}, Environment{});
+  Measured m;
+  m.time = summarize({1.0});
+  m.ceiling.tflops = 1.0;
+  ResultRow row = make_row(o.base, o.kernel, protocol_of(o), m, Environment{});
   if (o.check) add_check_fields(row, ConditionedCheck{});
   return file_header(o.format, row);
 }
-
-}  // namespace
 
 Status check_memory(const BenchOptions& o) {
   const MemoryLimit limit = memory_limit();

@@ -10,6 +10,9 @@ namespace moe::bench {
 
 Status preflight(const BenchOptions& o);
 
+// The first line a results file of o.format must start with for o's rows (the csv header; none for jsonl).
+std::string expected_header(const BenchOptions& o);
+
 // The largest topk's working set against memory_limit() (moe/memory_limit.h).
 Status check_memory(const BenchOptions& o);
 

@@ -33,25 +33,17 @@ std::string csv_field(const nlohmann::ordered_json& v) {
 }  // namespace
 
 // Our keys appended to the text RESULT line; jsonl/csv rows carry everything.
-static const std::vector<std::string> kTextExtraKeys = {"dtype",
-                                                        "time_s",
-                                                        "time_median_s",
-                                                        "time_min_s",
-                                                        "time_max_s",
-                                                        "ceiling_tflops",
-                                                        "pct_of_ceiling",
-                                                        "ceiling_note",
-                                                        "saved_activation_bytes",
-                                                        "threads",
-                                                        "remat_mode",
-                                                        "capacity_policy",
-                                                        "shared_expert_dim",
-                                                        "tokens",
-                                                        "hidden",
-                                                        "mlp_dim",
-                                                        "experts",
-                                                        "device",
-                                                        "matmul_precision"};
+static const std::vector<std::string> kTextExtraKeys = {"dtype",           "time_s",
+                                                        "time_median_s",   "time_min_s",
+                                                        "time_max_s",      "time_stddev_s",
+                                                        "ceiling_tflops",  "pct_of_ceiling",
+                                                        "ceiling_note",    "saved_activation_bytes",
+                                                        "threads",         "remat_mode",
+                                                        "capacity_policy", "shared_expert_dim",
+                                                        "tokens",          "hidden",
+                                                        "mlp_dim",         "experts",
+                                                        "device",          "matmul_precision",
+                                                        "repeats",         "run_id"};
 
 std::string result_text(const ResultRow& r) {
   std::string line = fmt::format(
@@ -74,22 +66,23 @@ std::string result_text(const ResultRow& r) {
   return line;
 }
 
-ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const char* mode, const TimingStats& t,
-                   std::optional<double> ceiling, int64_t saved_bytes, int threads,
-                   const NullRoutingStats& null_stats, const Environment& env) {
-  const int64_t real = null_stats.real_assignments;
+ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const Protocol& p, const Measured& m,
+                   const Environment& env) {
+  const TimingStats& t = m.time;
+  const int64_t real = m.null_stats.real_assignments;
   const double tflops = seed_flops(c, real) / t.mean / 1e12;
+  const std::optional<double>& ceiling = m.ceiling.tflops;
   ResultRow r;
   r["distribution"] = name(c.distribution);
-  r["mode"] = mode;
+  r["mode"] = m.mode;
   r["pass"] = name(c.bench_pass);
   r["impl"] = name(c.impl);
   r["backend"] = name(c.gemm_backend);
   r["topk"] = c.topk;
-  r["null_target"] = null_stats.target;
-  r["null_realized"] = null_stats.realized;
+  r["null_target"] = m.null_stats.target;
+  r["null_realized"] = m.null_stats.realized;
   r["null_mode"] = name(c.null_routing.mode);
-  r["null_assignments"] = null_stats.null_assignments;
+  r["null_assignments"] = m.null_stats.null_assignments;
   r["real_assignments"] = real;
   r["tflops"] = tflops;
   r["tokens_per_s"] = double(c.tokens) / t.mean;
@@ -98,18 +91,32 @@ ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const char* mode, 
   r["time_median_s"] = t.median;
   r["time_min_s"] = t.min;
   r["time_max_s"] = t.max;
+  r["time_stddev_s"] = t.stddev;
   const double pct = ceiling ? 100.0 * tflops / *ceiling : 0.0;
   r["ceiling_tflops"] = ceiling ? ResultRow(*ceiling) : ResultRow(nullptr);
   r["pct_of_ceiling"] = ceiling ? ResultRow(pct) : ResultRow(nullptr);
-  r["ceiling_note"] = ceiling_note(ceiling, pct, t);
-  r["saved_activation_bytes"] = saved_bytes;
-  r["threads"] = threads;
+  r["ceiling_note"] = ceiling_note(m.ceiling, pct, t);
+  r["saved_activation_bytes"] = m.saved_activation_bytes;
+  r["threads"] = m.threads;
   // Full config, kernel config and environment, without repeating a key already in the row.
   for (const std::string& extra : {c.to_json(), k.to_json(), env.to_json()}) {
     const ResultRow fields = ResultRow::parse(extra);
     for (auto it = fields.begin(); it != fields.end(); ++it)
       if (!r.contains(it.key())) r[it.key()] = it.value();
   }
+  r["iters"] = p.iters;
+  r["warmup"] = p.warmup;
+  r["repeats"] = p.repeats;
+  r["run_id"] = run_id(c, k, p, m.mode);
+  r["row_schema"] = kRowSchema;
+  r["command"] = p.command;
+  ResultRow blocks = ResultRow::array();
+  const size_t per_block = t.samples.size() / size_t(std::max(1, t.blocks));
+  for (size_t i = 0; i < t.samples.size(); ++i) {
+    if (per_block == 0 || i % per_block == 0) blocks.push_back(ResultRow::array());
+    blocks.back().push_back(t.samples[i]);
+  }
+  r["samples_s"] = blocks;
   return r;
 }
 
@@ -117,9 +124,11 @@ std::string format_jsonl(const ResultRow& row) {
   return row.dump();
 }
 
+// csv holds the scalar keys: samples_s (an array per --repeats block) is for jsonl.
 std::string csv_header(const ResultRow& row) {
   std::string s;
-  for (auto it = row.begin(); it != row.end(); ++it) s += (s.empty() ? "" : ",") + it.key();
+  for (auto it = row.begin(); it != row.end(); ++it)
+    if (it.value().is_primitive()) s += (s.empty() ? "" : ",") + it.key();
   return s;
 }
 
@@ -127,7 +136,9 @@ std::string format_csv(const ResultRow& row) {
   std::string s;
   bool first = true;
   for (auto it = row.begin(); it != row.end(); ++it) {
-    s += (first ? "" : ",") + csv_field(it.value());
+    if (!it.value().is_primitive()) continue;
+    if (!first) s += ',';
+    s += csv_field(it.value());
     first = false;
   }
   return s;

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/ceiling.h"
+#include "bench/run_id.h"
 #include "bench/timing.h"
 #include "moe/conditioned_check.h"
 #include "moe/config.h"
@@ -26,13 +28,24 @@ const char* name(OutputFormat f);
 // Keys in insertion order; values keep their JSON type (numbers stay numbers in jsonl).
 using ResultRow = nlohmann::ordered_json;
 
-// One row of a run: the seed's RESULT keys in its order, then ours (dtype, the four time statistics,
+// One queue mode of a run as measured.
+struct Measured {
+  const char* mode = "full";
+  TimingStats time;
+  Ceiling ceiling;
+  int64_t saved_activation_bytes = 0;
+  int threads = 0;  // OpenMP threads the run used
+  NullRoutingStats null_stats;
+};
+
+// One row of a run: the seed's RESULT keys in its order, then ours (dtype, the five time statistics,
 // ceiling_tflops, pct_of_ceiling, ceiling_note (ceiling.h), saved_activation_bytes, threads), then the
-// full config, the kernel config and the environment. TF/s uses the seed's FLOP formula and the mean
-// time. No ceiling (nullopt): ceiling_tflops and pct_of_ceiling are null ("none" in the text line).
-ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const char* mode, const TimingStats& t,
-                   std::optional<double> ceiling, int64_t saved_bytes, int threads,
-                   const NullRoutingStats& null_stats, const Environment& env);
+// full config, the kernel config and the environment, then iters, warmup, repeats, run_id, row_schema
+// (run_id.h), the command and samples_s (every timed call in seconds, one array per --repeats block).
+// TF/s uses the seed's FLOP formula and the mean time. No ceiling: ceiling_tflops and pct_of_ceiling
+// are null ("none" in the text line).
+ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const Protocol& p, const Measured& m,
+                   const Environment& env);
 
 // The seed's RESULT line (its keys and number formats, so a seed parser still works) followed by our
 // run keys; the config and environment stay in the jsonl/csv rows.

@@ -1,0 +1,181 @@
+#include "bench/run.h"
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <chrono>
+#include <cstdio>
+#include <optional>
+
+#include "bench/finite.h"
+#include "bench/seed_lines.h"
+#include "bench/timing.h"
+#include "bench/trace.h"
+#include "moe/block.h"
+#include "moe/conditioned_check.h"
+#include "moe/dump.h"
+#include "moe/exchange.h"
+#include "moe/file_io.h"
+
+namespace moe::bench {
+namespace {
+
+// Spec §9.4: each stage timed on its own (same warmup/iters); inputs of a stage come from one extra
+// call of the previous stage. The shared expert is in no stage.
+void print_stage_timing(const BenchOptions& o, const MoeConfig& c, const MoeInputs& in,
+                        const RoutingTensors& routing, MoeBlock& block, Backend& backend) {
+  if (c.bench_pass != BenchPass::forward) {
+    fmt::print(stderr, "moe-bench: --stage-timing is forward only; skipped for forward_backward\n");
+    return;
+  }
+  auto sync = [&] { backend.synchronize(); };
+  double pack = time_fn([&] { block.stage_pack_dispatch(in, routing); }, o.warmup, o.iters, sync).mean;
+  double up = time_fn([&] { block.stage_up(in); }, o.warmup, o.iters, sync).mean;
+  double down = time_fn([&] { block.stage_down(in); }, o.warmup, o.iters, sync).mean;
+  double combine = time_fn([&] { block.stage_combine(routing); }, o.warmup, o.iters, sync).mean;
+  fmt::print("{}", stage_lines(c, pack, up, down, combine));
+}
+
+// --check-perturb: the host copies --check compares, scaled by (1 + rel) (fresh copies: on a host
+// backend the host copy is the block's own buffer).
+Tensor perturbed(const Tensor& t, double rel) {
+  Tensor p = t.clone();
+  for (int64_t i = 0; i < p.numel(); ++i) p.set(i, p.get(i) * (1.0 + rel));
+  return p;
+}
+
+}  // namespace
+
+Protocol protocol_of(const BenchOptions& o) {
+  return {o.iters, o.warmup, o.repeats, o.command};
+}
+
+RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, Comm& comm,
+                   const MoeInputs& in, const MoeInputs& host_in, const Routing& host_routing,
+                   const NullRoutingStats& null_stats, const Ceiling& ceiling, const Environment& env) {
+  RunOutcome outcome;
+  const bool text_stdout = o.format == OutputFormat::text || !o.out_path.empty();
+  const std::string dist = name(c.distribution);
+  const RoutingTensors routing = to_memory(host_routing, backend.memory());
+  MoeBlock block(c, o.kernel, backend, comm);
+  Tensor out = backend.empty(c.dtype, {c.tokens, c.hidden});
+  std::optional<MoeGrads> grads;
+  if (c.bench_pass == BenchPass::forward_backward) grads = make_grads(c, backend.memory());
+
+  // The seed announces a run's trace directory before the run.
+  std::string trace_run;
+  std::vector<TraceEvent> events;
+  if (!o.trace_dir.empty()) {
+    const auto now = std::chrono::system_clock::now().time_since_epoch();
+    trace_run = trace_run_dir(o, c, std::chrono::duration_cast<std::chrono::nanoseconds>(now).count());
+    outcome.output_status = prepare_output_dir("--trace-dir directory", trace_run);
+    if (!outcome.output_status) return outcome;
+    if (text_stdout) fmt::print("trace_dir={}\n", trace_run);
+  }
+  const std::string stats_lines = routing_lines(c, host_routing, null_stats);
+
+  // --check, --dump and the finiteness scan read host copies of the last timed call's results, made
+  // explicitly (no copy on a host backend).
+  Tensor host_out;
+  std::optional<MoeGrads> host_grads;
+  for (size_t m = 0; m < o.queue_modes.size(); ++m) {
+    const QueueMode mode = o.queue_modes[m];
+    // The call this (pass, queue mode) times; prequeue packs and dispatches once, outside it.
+    if (c.bench_pass == BenchPass::forward && mode == QueueMode::prequeue)
+      outcome.output_status = block.prepare_dispatch(in, routing);
+    auto call = [&] {
+      Status s;
+      if (c.bench_pass == BenchPass::forward_backward)
+        s = block.forward_backward(out, *grads, in, routing);
+      else if (mode == QueueMode::prequeue)
+        s = block.forward_prepared(out, in, routing);
+      else
+        s = block.forward(out, in, routing);
+      if (!s && outcome.output_status) outcome.output_status = s;
+    };
+    const TimingStats t = time_fn(
+        call, o.warmup, o.iters, [&] { backend.synchronize(); }, o.repeats);
+    if (!outcome.output_status) return outcome;
+    host_out = out.to_host();
+    if (grads) host_grads = to_host(*grads);
+    if (Status s = check_finite(host_out, host_grads ? &*host_grads : nullptr); !s) {
+      outcome.numerics = Status::error(fmt::format("run distribution={} topk={} impl={} mode={}: {}", dist,
+                                                   c.topk, name(c.impl), name(mode), s.message()));
+      return outcome;
+    }
+    if (!trace_run.empty()) {
+      // One extra, untimed call with every stage recorded (the seed's profiler trace, spec §1).
+      block.set_stage_observer([&](const char* stage, auto start, auto end) {
+        events.push_back({stage, int(m), start, end});
+      });
+      call();
+      block.set_stage_observer(nullptr);
+    }
+    ResultRow row = make_row(
+        c, o.kernel, protocol_of(o),
+        {name(mode), t, ceiling, block.saved_activation_bytes(), omp_get_max_threads(), null_stats}, env);
+    if (text_stdout)
+      fmt::print(
+          "{}{}{}\n",
+          mode_lines(c, name(mode), t.mean, row["tflops"].get<double>(), row["tokens_per_s"].get<double>()),
+          stats_lines, result_text(row));
+    outcome.rows.push_back(std::move(row));
+  }
+  if (!trace_run.empty()) {
+    outcome.output_status = write_chrome_trace(trace_run, events);
+    if (!outcome.output_status) return outcome;
+  }
+
+  if (o.stage_timing && text_stdout) print_stage_timing(o, c, in, routing, block, backend);
+  if (!text_stdout) {
+    static bool csv_header_printed = false;
+    if (o.format == OutputFormat::csv && !csv_header_printed && !outcome.rows.empty()) {
+      fmt::print("{}\n", csv_header(outcome.rows.front()));
+      csv_header_printed = true;
+    }
+    for (const std::string& line : format_rows(o.format, outcome.rows)) fmt::print("{}\n", line);
+  }
+
+  if (o.check) {
+    Tensor check_out = host_out;
+    std::optional<MoeGrads> check_grads = host_grads;
+    if (o.check_perturb != 0) {
+      check_out = perturbed(host_out, o.check_perturb);
+      if (check_grads)
+        for (Tensor* g : {&check_grads->dx, &check_grads->dw1, &check_grads->dw3, &check_grads->dw2,
+                          &check_grads->dsw1, &check_grads->dsw3, &check_grads->dsw2})
+          *g = perturbed(*g, o.check_perturb);
+    }
+    const ConditionedCheck r =
+        check_conditioned(c, host_in, host_routing, check_out, check_grads ? &*check_grads : nullptr);
+    // In jsonl/csv mode stdout holds rows only, so the CHECK line goes to stderr.
+    fmt::print(text_stdout ? stdout : stderr, "{}\n", check_line(c, r));
+    outcome.check_failed = !r.pass;
+    for (ResultRow& row : outcome.rows) add_check_fields(row, r);
+  }
+  if (!o.dump_dir.empty()) {
+    // The output and gradients of the last timed call: deterministic, so they belong to these inputs.
+    std::string extra =
+        fmt::format("{{\"kernel\": {}, \"environment\": {}}}", o.kernel.to_json(), env.to_json());
+    outcome.output_status = write_dump(o.dump_dir, c, extra, host_in, host_routing, host_out,
+                                       host_grads ? &*host_grads : nullptr);
+  }
+  std::fflush(stdout);
+  return outcome;
+}
+
+Status check_runnable(const BenchOptions& o, Backend& backend, const Comm& comm) {
+  MoeConfig c = o.base;
+  for (int64_t k : o.topks)
+    for (Impl impl : o.impls)
+      for (double f : o.null_fracs) {
+        c.topk = k;
+        c.impl = impl;
+        c.null_routing.frac = f;
+        MOE_RETURN_IF_ERROR(backend.supports_block(c));
+        MOE_RETURN_IF_ERROR(exchange_supports(c, comm));
+      }
+  return Status::ok();
+}
+
+}  // namespace moe::bench

@@ -1,0 +1,30 @@
+#include "bench/run_id.h"
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+
+namespace moe::bench {
+
+std::string fnv1a_hex(std::string_view text) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char ch : text) {
+    h ^= ch;
+    h *= 0x100000001b3ull;
+  }
+  return fmt::format("{:016x}", h);
+}
+
+std::string run_id(const MoeConfig& c, const KernelConfig& k, const Protocol& p, std::string_view mode) {
+  nlohmann::ordered_json j;
+  j["config"] = nlohmann::ordered_json::parse(c.to_json());
+  j["kernel"] = nlohmann::ordered_json::parse(k.to_json());
+  j["mode"] = mode;
+  j["iters"] = p.iters;
+  j["warmup"] = p.warmup;
+  j["repeats"] = p.repeats;
+  return fnv1a_hex(j.dump());
+}
+
+}  // namespace moe::bench

@@ -1,0 +1,263 @@
+#include "bench/sweep.h"
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bench/axes.h"
+#include "bench/cli.h"
+#include "bench/list.h"
+#include "bench/plan.h"
+#include "bench/preflight.h"
+#include "bench/progress.h"
+#include "bench/run.h"
+#include "bench/seed_lines.h"
+#include "bench/store.h"
+#include "bench/threads.h"
+#include "moe/gemm.h"
+
+namespace moe::bench {
+namespace {
+
+struct Sweep {
+  std::vector<Point> points;
+  std::vector<BenchOptions> opts;  // per point
+  bool resume = false;             // moe-bench sweep: skip the runs the store holds
+};
+
+// The inputs of the last point, reused while the shape, dtype, seed and device stay the same.
+class InputsCache {
+ public:
+  const MoeInputs& host(const MoeConfig& c, Backend& backend) {
+    const std::string key = fmt::format("{} {} {} {} {} {} {} {}", c.tokens, c.hidden, c.mlp_dim, c.experts,
+                                        c.shared_expert_dim, dtype_name(c.dtype), c.seed, backend.name());
+    if (key != key_) {
+      in_.reset();
+      host_ = make_inputs(c);
+      in_ = to_memory(host_, backend.memory());
+      key_ = key;
+    }
+    return host_;
+  }
+  const MoeInputs& device() const { return *in_; }
+
+ private:
+  std::string key_;
+  MoeInputs host_;
+  std::optional<MoeInputs> in_;
+};
+
+// Parses and checks every point before any runs.
+Status prepare(const std::vector<std::string>& args, const std::string& command, Sweep& s, bool& exit_ok) {
+  MOE_RETURN_IF_ERROR(expand_axes(args, s.points));
+  for (const Point& p : s.points) {
+    std::vector<std::string> argv_text = {"moe-bench"};
+    argv_text.insert(argv_text.end(), p.args.begin(), p.args.end());
+    std::vector<char*> argv;
+    for (std::string& a : argv_text) argv.push_back(a.data());
+    BenchOptions& o = s.opts.emplace_back();
+    MOE_RETURN_IF_ERROR(parse_options(int(argv.size()), argv.data(), o, exit_ok));
+    if (exit_ok) return Status::ok();
+    o.command = command;
+    if (s.resume && o.out_path.empty())
+      return Status::error(
+          "moe-bench sweep needs --out STORE: the jsonl store it appends to and resumes from");
+    if (s.resume && o.format != OutputFormat::jsonl)
+      return Status::error("moe-bench sweep writes its store as jsonl: drop --format");
+  }
+  if (s.opts.front().list) return Status::ok();
+  if (s.points.size() > 1 && !s.opts.front().dump_dir.empty())
+    return Status::error("--dump takes a single run (one distribution, topk and impl)");
+  // A jsonl store this moe-bench cannot read back is refused before it grows (the sweep re-reads it anyway).
+  if (!s.opts.front().out_path.empty() && s.opts.front().format == OutputFormat::jsonl)
+    MOE_RETURN_IF_ERROR(StoreIndex(s.opts.front().out_path).refresh());
+  std::unique_ptr<Comm> comm = make_local_comm();
+  for (const BenchOptions& o : s.opts) {
+    MOE_RETURN_IF_ERROR(set_thread_count(o.kernel.threads));
+    MOE_RETURN_IF_ERROR(check_runnable(o, *backend_by_name(o.base.device), *comm));
+    MOE_RETURN_IF_ERROR(preflight(o));
+    // One csv file holds one header: points whose rows have other columns (--check=false,true) cannot share
+    // it.
+    if (o.format == OutputFormat::csv && expected_header(o) != expected_header(s.opts.front()))
+      return Status::error(
+          "the points' csv rows have different columns (--check on some of them): use --format jsonl");
+  }
+  return Status::ok();
+}
+
+std::string run_name(const MoeConfig& c, const Point& p) {
+  std::string s = fmt::format("{} topk={} {} null={:.2f}", name(c.distribution), c.topk, name(c.impl),
+                              c.null_routing.frac);
+  for (const auto& [flag, value] : p.axes)
+    if (flag != "--topk" && flag != "--impl" && flag != "--distribution" && flag != "--null-route-frac")
+      s += fmt::format(" {}={}", flag.substr(2), value);
+  return s;
+}
+
+// Runs the points of a prepared sweep, with what their runs share: the store, the progress line, the
+// comm, the ceilings and the inputs. Each step returns an exit code to stop with, or nullopt to go on.
+class Runner {
+ public:
+  explicit Runner(const Sweep& s) : s_(s), progress_(total_runs(s), s.resume), comm_(make_local_comm()) {}
+
+  std::optional<int> start() {
+    if (!s_.resume) return std::nullopt;
+    store_.emplace(s_.opts.front().out_path);
+    if (Status st = store_->refresh(); !st) return fail(st);
+    return std::nullopt;
+  }
+
+  std::optional<int> point(size_t pi) {
+    const BenchOptions& o = s_.opts[pi];
+    MOE_CHECK(select_gemm_variant(o.kernel.gemm_variant), "parse_options checked the variant");
+    if (Status st = set_thread_count(o.kernel.threads); !st) return fail(st);
+    // After the variant and thread count are set: the environment names both.
+    env_ = capture_environment();
+    point_started_ = false;
+    for (Distribution dist : o.distributions)
+      for (int64_t k : o.topks)
+        for (Impl impl : o.impls)
+          for (double f : o.null_fracs) {
+            MoeConfig c = o.base;
+            c.distribution = dist;
+            c.topk = k;
+            c.impl = impl;
+            c.null_routing.frac = f;
+            if (std::optional<int> stop = run(pi, c)) return stop;
+          }
+    return std::nullopt;
+  }
+
+  int finish() const {
+    if (s_.resume && progress_.skipped_runs() > 0)
+      fmt::print(stderr, "moe-bench: {} of {} runs were in {} already; ran {}\n", progress_.skipped_runs(),
+                 total_runs(s_), s_.opts.front().out_path, progress_.ran());
+    return any_check_failed_ ? 1 : 0;
+  }
+
+ private:
+  static size_t total_runs(const Sweep& s) {
+    size_t total = 0;
+    for (const BenchOptions& o : s.opts)
+      total += o.distributions.size() * o.topks.size() * o.impls.size() * o.null_fracs.size();
+    return total;
+  }
+
+  std::optional<int> run(size_t pi, const MoeConfig& c) {
+    const BenchOptions& o = s_.opts[pi];
+    BenchOptions run_o = o;
+    if (store_) {  // resume: only the queue modes whose rows the store lacks
+      if (Status st = store_->refresh(); !st) return fail(st);
+      run_o.queue_modes.clear();
+      for (QueueMode m : o.queue_modes)
+        if (!store_->contains(run_id(c, o.kernel, protocol_of(o), name(m)))) run_o.queue_modes.push_back(m);
+      if (run_o.queue_modes.empty()) {
+        progress_.skipped();
+        return std::nullopt;
+      }
+    }
+    Backend& backend = *backend_by_name(o.base.device);
+    announce_point(o, backend);
+    const MoeInputs& host_in = inputs_.host(c, backend);
+    const Ceiling ceiling = ceilings_.get(o.ceiling, backend, c);
+    // Same routing for every impl and fraction of a (distribution, topk): the null mask of a larger
+    // fraction is a superset of a smaller one's.
+    NullRoutingStats null_stats;
+    const Routing routing = make_routing(c, &null_stats);
+    RunOutcome r =
+        run_one(run_o, c, backend, *comm_, inputs_.device(), host_in, routing, null_stats, ceiling, env_);
+    any_check_failed_ |= r.check_failed;
+    if (!r.output_status) return fail(r.output_status);
+    if (!r.numerics) {
+      fmt::print(stderr, "moe-bench: error: {}\n", r.numerics.message());
+      return 1;
+    }
+    if (!o.out_path.empty())
+      if (Status st = append_rows(o.out_path, o.format, r.rows); !st) return fail(st);
+    progress_.done(run_name(c, s_.points[pi]));
+    return std::nullopt;
+  }
+
+  // The seed's devices line (when the backend changes) and shape line, before a point's first run.
+  void announce_point(const BenchOptions& o, Backend& backend) {
+    if (point_started_) return;
+    point_started_ = true;
+    const bool text_stdout = o.format == OutputFormat::text || !o.out_path.empty();
+    if (backend.name() != last_backend_) {
+      if (text_stdout) fmt::print("{}\n", devices_line({backend.devices()}));
+      fmt::print(stderr, "moe-bench: device {} ({}), {} threads\n", backend.name(), backend.description(),
+                 omp_get_max_threads());
+      last_backend_ = backend.name();
+    }
+    if (text_stdout) fmt::print("{}\n", shape_line(o));
+  }
+
+  const Sweep& s_;
+  Progress progress_;
+  std::unique_ptr<Comm> comm_;
+  std::optional<StoreIndex> store_;
+  CeilingCache ceilings_;
+  InputsCache inputs_;
+  Environment env_;
+  std::string last_backend_;
+  bool point_started_ = false;
+  bool any_check_failed_ = false;
+};
+
+int run_sweep(const std::vector<std::string>& args, const std::string& command, bool resume) {
+  Sweep s;
+  s.resume = resume;
+  bool exit_ok = false;
+  if (Status st = prepare(args, command, s, exit_ok); !st) return fail(st);
+  if (exit_ok) return 0;
+  const BenchOptions& first = s.opts.front();
+  if (first.list) {
+    if (Status st = set_thread_count(first.kernel.threads); !st) return fail(st);
+    print_list(first.base);
+    return 0;
+  }
+  Runner runner(s);
+  if (std::optional<int> stop = runner.start()) return *stop;
+  for (size_t pi = 0; pi < s.points.size(); ++pi)
+    if (std::optional<int> stop = runner.point(pi)) return *stop;
+  return runner.finish();
+}
+
+}  // namespace
+
+int bench_main(int argc, char** argv) {
+  const std::vector<std::string> all(argv, argv + argc);
+  return run_sweep({all.begin() + 1, all.end()}, shell_quote(all), false);
+}
+
+int sweep_main(int argc, char** argv) {
+  const std::vector<std::string> all(argv, argv + argc);
+  std::vector<std::string> rest;
+  std::optional<std::string> plan;
+  for (size_t i = 2; i < all.size(); ++i) {
+    if (all[i] == "--plan" && i + 1 < all.size())
+      plan = all[++i];
+    else if (all[i].rfind("--plan=", 0) == 0)
+      plan = all[i].substr(7);
+    else if (all[i] == "--plan")
+      return fail(Status::error("--plan needs a file"));
+    else
+      rest.push_back(all[i]);
+  }
+  // jsonl unless the flags say otherwise (which sweep then refuses); the plan's flags before the
+  // command line's, so the command line overrides the plan.
+  std::vector<std::string> args = {"--format=jsonl"};
+  if (plan) {
+    std::vector<std::string> from_plan;
+    if (Status st = plan_args(*plan, from_plan); !st) return fail(st);
+    args.insert(args.end(), from_plan.begin(), from_plan.end());
+  }
+  args.insert(args.end(), rest.begin(), rest.end());
+  return run_sweep(args, shell_quote(all), true);
+}
+
+}  // namespace moe::bench

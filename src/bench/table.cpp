@@ -1,0 +1,70 @@
+#include "bench/table.h"
+
+#include <fmt/format.h>
+
+#include "bench/cli.h"
+#include "bench/markdown.h"
+#include "bench/metric.h"
+#include "bench/store.h"
+#include "moe/parse.h"
+
+namespace moe::bench {
+
+Status rows_table(const std::vector<ResultRow>& rows, const std::vector<std::string>& columns,
+                  std::string& markdown) {
+  const auto groups = group_rows(rows, config_keys());
+  std::vector<std::string> cols = columns;
+  if (cols.empty()) {
+    std::vector<const ResultRow*> all;
+    for (const ResultRow& r : rows) all.push_back(&r);
+    cols = varying_keys(all, config_keys());
+    for (const char* m : {"tflops", "tokens_per_s", "time_s", "pct_of_ceiling"}) cols.push_back(m);
+  }
+  for (const std::string& c : cols)
+    if (!rows.front().contains(c))
+      return Status::error(fmt::format("--columns: the rows have no key \"{}\"", c));
+  MarkdownTable table;
+  for (const std::string& c : cols) {
+    Metric m;
+    table.column(find_metric(c, m) ? m.label : c, rows.front()[c].is_number());
+  }
+  for (const auto& g : groups) {
+    std::vector<std::string> cells;
+    for (const std::string& c : cols) {
+      Metric m;
+      Spread s;
+      const ResultRow& v = (*g.front())[c];
+      if (find_metric(c, m) && v.is_number() && pooled_metric(g, m, s)) {
+        cells.push_back(spread_text(s));
+      } else {
+        cells.push_back(v.is_number_float() ? format_number(v.get<double>()) : value_text(v));
+      }
+    }
+    table.rows.push_back(std::move(cells));
+  }
+  markdown = table.str();
+  return Status::ok();
+}
+
+int table_main(int argc, char** argv) {
+  CLI::App app{
+      "moe-bench table: the rows of a result store (jsonl; STORE:key=value,... selects) as a Markdown "
+      "table, rows of one configuration pooled"};
+  std::string store, columns;
+  app.add_option("STORE", store, "the store (STORE or STORE:key=value,...)")->required();
+  app.add_option("--columns", columns,
+                 "comma list of row keys (default: the configuration keys that vary, then the metrics)");
+  bool exit_ok = false;
+  if (Status s = parse_cli(app, argc, argv, exit_ok); !s) return fail(s);
+  if (exit_ok) return 0;
+  std::vector<ResultRow> rows;
+  if (Status s = load_selection(parse_selection(store), rows); !s) return fail(s);
+  std::vector<std::string> cols;
+  for (std::string_view c : list_items(columns)) cols.emplace_back(c);
+  std::string md;
+  if (Status s = rows_table(rows, cols, md); !s) return fail(s);
+  fmt::print("{}", md);
+  return 0;
+}
+
+}  // namespace moe::bench
