@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Issue 10's shapes (the seed's own configurations on the CPU): pct_of_ceiling forward and
-# forward_backward, fused_w13, random routing, for each dtype and grouped-GEMM backend, as one
-# Markdown table on stdout (the run's CPU model and commit in its header). Ratios, not TF/s, because
-# the dense ceiling is measured in the same process. Takes 20-40 minutes on 2 cores; run it on a quiet
-# machine. Usage: scripts/cpu-targets.sh [extra moe-bench flags]   (DTYPES, BACKENDS, SHAPES narrow it)
+# forward_backward, fused_w13, random routing, every dtype and grouped-GEMM backend: one sweep per
+# shape into one store, tabulated by `moe-bench table` (each row names its CPU and commit in the
+# store). Ratios, not TF/s, because the dense ceiling is measured in the same process. Takes 20-40
+# minutes on 2 cores: run it on a quiet machine. SHAPES (names below), DTYPES and BACKENDS (comma
+# lists) narrow it; extra args go to moe-bench after ours (a later flag wins). STORE keeps the rows.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 declare -A shapes=(
@@ -19,29 +20,14 @@ declare -A shapes=(
 order=(reference seed_routed seed_baseline seed_t4096 seed_t4096_shared seed_t4096_k8 fine_e64 fine_e128)
 # shellcheck disable=SC2206
 selected=(${SHAPES:-${order[*]}})
-rows=$(mktemp --suffix=.jsonl)
-trap 'rm -f "$rows"' EXIT
+rows=${STORE:-$(mktemp --suffix=.jsonl)}
+[[ -n ${STORE:-} ]] || trap 'rm -f "$rows"' EXIT
 for name in "${selected[@]}"; do
-  for dtype in ${DTYPES:-bfloat16 float32}; do
-    for backend in ${BACKENDS:-gmm ragged_dot}; do
-      for pass in forward forward_backward; do
-        # shellcheck disable=SC2086
-        build/moe-bench ${shapes[$name]} --impl fused_w13 --distribution random --backend "$backend" \
-          --dtype "$dtype" --bench-pass "$pass" --iters 3 --warmup 1 --format jsonl "$@" 2>/dev/null |
-          sed "s/^{/{\"shape_name\":\"$name\",/" >>"$rows"
-        echo "cpu-targets: $name $dtype $backend $pass done" >&2
-      done
-    done
-  done
+  echo "cpu-targets: $name" >&2
+  # shellcheck disable=SC2086
+  build/moe-bench ${shapes[$name]} --impl fused_w13 --distribution random --backend "${BACKENDS:-gmm,ragged_dot}" \
+    --dtype "${DTYPES:-bfloat16,float32}" --bench-pass forward,forward_backward --iters 3 --warmup 1 "$@" \
+    --format jsonl --out "$rows" >/dev/null
 done
-# One line per (shape, dtype, backend): forward and forward_backward pct side by side.
-field() { grep -o "\"$1\":[^,}]*" | cut -d: -f2 | tr -d '"'; }
-echo "CPU: $(head -1 "$rows" | field cpu_model), $(head -1 "$rows" | field threads) threads, commit $(head -1 "$rows" | field git_commit), $(date -u +%Y-%m-%d)"
-echo
-echo "| shape | dtype | backend | forward TF/s | forward pct | forward_backward TF/s | forward_backward pct |"
-echo "|---|---|---|---:|---:|---:|---:|"
-paste -d' ' <(field shape_name <"$rows") <(field dtype <"$rows") <(field backend <"$rows") <(field pass <"$rows") \
-  <(field tflops <"$rows") <(field pct_of_ceiling <"$rows") |
-  awk '{ key = $1 " | " $2 " | " $3; if ($4 == "forward") { f[key] = sprintf("%.3f | %.1f", $5, $6); keys[++n] = key }
-         else b[key] = sprintf("%.3f | %.1f", $5, $6) }
-       END { for (i = 1; i <= n; ++i) printf "| %s | %s | %s |\n", keys[i], f[keys[i]], b[keys[i]] }'
+build/moe-bench table "$rows" --columns tokens,hidden,mlp_dim,experts,topk,shared_expert_dim,dtype,backend,pass,\
+tflops,ceiling_tflops,pct_of_ceiling,threads,cpu_model,git_commit
