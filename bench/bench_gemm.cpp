@@ -354,7 +354,7 @@ const std::pair<const char*, Variant> kVariants[] = {
      }},
     {"tn",
      [](Problem& p) {
-       grouped_gemm_tn(p.dw.data(), p.dt, p.x.data(), p.dh.data(), p.dt, p.groups(), kHidden, p.N);
+       grouped_gemm_tn(p.dw.data(), p.dt, p.x.data(), p.dh.data(), p.dt, p.groups(), kHidden, p.N, p.N);
      }},
     // The exact/ragged layout: the same rows without the padding to kTile (what padding costs).
     {"nn_ragged",
@@ -367,7 +367,8 @@ const std::pair<const char*, Variant> kVariants[] = {
      }},
     {"tn_ragged",
      [](Problem& p) {
-       grouped_gemm_tn(p.dw.data(), p.dt, p.x.data(), p.dh.data(), p.dt, p.ragged_groups(), kHidden, p.N);
+       grouped_gemm_tn(p.dw.data(), p.dt, p.x.data(), p.dh.data(), p.dt, p.ragged_groups(), kHidden, p.N,
+                       p.N);
      }},
 #ifdef MOE_HAVE_ONEDNN
     {"dense_plainB", [](Problem& p) { direct::plain_b(p.dt, direct::dense(p)); }},

@@ -178,6 +178,8 @@ TEST_P(EveryGemmVariant, NtMatchesReference) {
     }
 }
 
+// Padded cases also read dout as a column slice of a wider buffer (ld_dout = N + 5): the columns past N
+// hold random values that must not reach the result.
 TEST_P(EveryGemmVariant, TnMatchesReferenceAndZeroesEmptyExperts) {
   ScopedVariant variant(GetParam());
   Inputs inputs(testing::test_seed());
@@ -187,16 +189,17 @@ TEST_P(EveryGemmVariant, TnMatchesReferenceAndZeroesEmptyExperts) {
       for (Dtype in : kDtypes) {
         for (Dtype out_dt : kDtypes) {
           SCOPED_TRACE(std::string(c.name) + (padded ? " padded" : "") + ", " + trace(in, out_dt));
-          const Tensor lhs = inputs.random(in, {g.rows(), c.Kd});      // (rows, Kd)
-          const Tensor dout = inputs.random(in, {g.rows(), c.N});      // (rows, N)
+          const Tensor lhs = inputs.random(in, {g.rows(), c.Kd});  // (rows, Kd)
+          const int64_t ld = padded ? c.N + 5 : c.N;
+          const Tensor dout = inputs.random(in, {g.rows(), ld});       // (rows, N) of (rows, ld)
           Tensor drhs = nan_filled(out_dt, {g.experts(), c.Kd, c.N});  // (E, Kd, N)
-          grouped_gemm_tn(drhs.raw(), out_dt, lhs.raw(), dout.raw(), in, g.shape(), c.Kd, c.N);
+          grouped_gemm_tn(drhs.raw(), out_dt, lhs.raw(), dout.raw(), in, g.shape(), c.Kd, c.N, ld);
           Expected want(drhs.numel());  // empty experts stay all-zero
           for (int64_t e = 0; e < g.experts(); ++e)
             for (int64_t r = g.offset[size_t(e)]; r < g.live_end(e); ++r)
               for (int64_t k = 0; k < c.Kd; ++k)
                 for (int64_t j = 0; j < c.N; ++j)
-                  want.add((e * c.Kd + k) * c.N + j, lhs.get(r * c.Kd + k), dout.get(r * c.N + j));
+                  want.add((e * c.Kd + k) * c.N + j, lhs.get(r * c.Kd + k), dout.get(r * ld + j));
           expect_close(drhs, want);
         }
       }

@@ -35,8 +35,10 @@ void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, const void* r
                      GroupedShape groups, int64_t Kd, int64_t N);
 
 // drhs[e] (Kd, N) = lhs_e^T (Kd, rows_e) @ dout_e (rows_e, N)  [backward weights: x^T @ dh, g^T @ dy]
+// dout's rows are ld_dout >= N elements apart: a column slice of a wider buffer (one half of the
+// fused dh gives dw1 or dw3 directly, with no dw13 to split).
 void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* dout, Dtype in_dtype,
-                     GroupedShape groups, int64_t Kd, int64_t N);
+                     GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout);
 
 // Dense: out (R, N) = a (R, Kd) @ b (Kd, N), with a and b possibly of different dtypes
 // (the shared expert's second GEMM takes f32 activations and run-dtype weights, spec §2.5).

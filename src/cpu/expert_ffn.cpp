@@ -39,7 +39,6 @@ class FloatExpertFfn final : public ExpertFfnOp {
       dg_ = be.empty(dt_, {max_rows_, M_});
       if (traits_.fuse_w13) {
         w13_work_ = be.empty(dt_, {E_, H_, 2 * M_});
-        dw13_ = be.empty(dt_, {E_, H_, 2 * M_});
       } else {
         dxs2_ = be.empty(Dtype::f32, {max_rows_, H_});
       }
@@ -66,7 +65,7 @@ class FloatExpertFfn final : public ExpertFfnOp {
     if (remat_) tracer_("remat_up", [&] { compute_up(h_, g_, x_rows, w, p); });
 
     tracer_("down_backward", [&] {
-      grouped_gemm_tn(dw.dw2.raw(), dt_, g_.raw(), dy_rows.raw(), dt_, groups, M, H);
+      grouped_gemm_tn(dw.dw2.raw(), dt_, g_.raw(), dy_rows.raw(), dt_, groups, M, H, H);
       grouped_gemm_nt(dg_.raw(), dt_, dy_rows.raw(), w.w2.raw(), dt_, groups, M, H);
     });
     const GateUp gu = gate_up(h_, rows);
@@ -77,12 +76,14 @@ class FloatExpertFfn final : public ExpertFfnOp {
     tracer_("up_backward", [&] {
       if (traits_.fuse_w13) {
         const Tensor& w13 = fused_w13(w);
-        grouped_gemm_tn(dw13_.raw(), dt_, x_rows.raw(), dh_.raw(), dt_, groups, H, 2 * M);
-        split_last_dim(dw.dw1, dw.dw3, dw13_);
+        // dw13 = x^T @ dh split in two is dw1 = x^T @ dh[:, :M] and dw3 = x^T @ dh[:, M:]: the halves are
+        // computed in place, with no dw13 to write and copy apart (a full pass over the weights).
+        grouped_gemm_tn(dw.dw1.raw(), dt_, x_rows.raw(), dgu.da, dt_, groups, H, M, 2 * M);
+        grouped_gemm_tn(dw.dw3.raw(), dt_, x_rows.raw(), dgu.db, dt_, groups, H, M, 2 * M);
         grouped_gemm_nt(dx_rows.raw(), Dtype::f32, dh_.raw(), w13.raw(), dt_, groups, H, 2 * M);
       } else {
-        grouped_gemm_tn(dw.dw1.raw(), dt_, x_rows.raw(), dgu.da, dt_, groups, H, M);
-        grouped_gemm_tn(dw.dw3.raw(), dt_, x_rows.raw(), dgu.db, dt_, groups, H, M);
+        grouped_gemm_tn(dw.dw1.raw(), dt_, x_rows.raw(), dgu.da, dt_, groups, H, M, M);
+        grouped_gemm_tn(dw.dw3.raw(), dt_, x_rows.raw(), dgu.db, dt_, groups, H, M, M);
         grouped_gemm_nt(dx_rows.raw(), Dtype::f32, dgu.da, w.w1.raw(), dt_, groups, H, M);
         grouped_gemm_nt(dxs2_.raw(), Dtype::f32, dgu.db, w.w3.raw(), dt_, groups, H, M);
         add_into(dx_rows.data<float>(), dxs2_.data<float>(), rows * H);
@@ -136,7 +137,6 @@ class FloatExpertFfn final : public ExpertFfnOp {
   Tensor dg_;        // dg   (max_rows, M)   backward; also the forward's g under expert_mlp remat
   Tensor dxs2_;      // (max_rows, H) f32    the second data-gradient GEMM of non-fused impls
   Tensor w13_work_;  // w13  (E, H, 2M)      built inside the call when the caller passes none
-  Tensor dw13_;      // dw13 (E, H, 2M)
 };
 
 }  // namespace

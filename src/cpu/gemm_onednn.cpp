@@ -92,6 +92,7 @@ void* scratch(ScratchSlot slot, size_t bytes) {
 // c (m, n) = a (m, k) @ b (k, n); a is stored (k, m) row-major when trans_a, b is (n, k) when trans_b.
 struct PlanKey {
   int64_t m, k, n;
+  int64_t ldb;  // b's row stride (b as (k, n)); n for a dense b
   Dtype a_dtype, b_dtype, c_dtype;
   bool trans_a, trans_b;
   int threads;  // brgemm bakes the thread count into its work split at creation
@@ -123,11 +124,14 @@ Plan make_plan(const PlanKey& key) {
   const Dtype compute = key.a_dtype == key.b_dtype ? key.a_dtype : Dtype::f32;
   Plan plan;
   plan.a = matrix_desc(key.m, key.k, key.a_dtype, key.trans_a);
-  plan.b = matrix_desc(key.k, key.n, key.b_dtype, key.trans_b);
+  plan.b = key.ldb == key.n || key.trans_b
+               ? matrix_desc(key.k, key.n, key.b_dtype, key.trans_b)
+               : memory::desc({key.k, key.n}, dnnl_type(key.b_dtype), {key.ldb, 1});
   plan.c = matrix_desc(key.m, key.n, key.c_dtype, false);
 
-  const bool gemm_jit =
-      compute == Dtype::f32 && key.b_dtype == Dtype::f32 && !key.trans_b && key.m >= kGemmJitMinRows;
+  // gemm:jit takes runtime dims, whose strides are the dense ones: a strided b goes through brgemm.
+  const bool gemm_jit = compute == Dtype::f32 && key.b_dtype == Dtype::f32 && !key.trans_b &&
+                        key.ldb == key.n && key.m >= kGemmJitMinRows;
   const bool convert_a = key.a_dtype != compute || (key.trans_a && !gemm_jit);
   // Widening B costs one pass anyway, so it writes the blocked layout directly.
   const bool pack_b = !gemm_jit && (key.b_dtype != compute ||
@@ -178,16 +182,20 @@ memory stage_in(const std::optional<Conversion>& conv, memory user, ScratchSlot 
   return staged;
 }
 
-// c (m, n) = a (m, k) @ b (k, n), a stored (k, m) when trans_a, b stored (n, k) when trans_b.
+// c (m, n) = a (m, k) @ b (k, n), a stored (k, m) when trans_a, b stored (n, k) when trans_b; a plain b's
+// rows are ldb elements apart (0: n).
 void matmul(void* c, Dtype c_dtype, const void* a, Dtype a_dtype, const void* b, Dtype b_dtype, int64_t m,
-            int64_t k, int64_t n, bool trans_a, bool trans_b) {
+            int64_t k, int64_t n, bool trans_a, bool trans_b, int64_t ldb = 0) {
   MOE_CHECK(m >= 0 && k >= 0 && n >= 0, "negative GEMM dimension");
+  if (ldb == 0) ldb = n;
+  MOE_CHECK(ldb >= n && (!trans_b || ldb == n), "matmul: b's row stride must cover its row (plain b only)");
   if (m == 0 || n == 0) return;
   if (k == 0) {  // an empty sum
     std::memset(c, 0, size_t(m * n) * dtype_size(c_dtype));
     return;
   }
-  const Plan& plan = get_plan({m, k, n, a_dtype, b_dtype, c_dtype, trans_a, trans_b, omp_get_max_threads()});
+  const Plan& plan =
+      get_plan({m, k, n, ldb, a_dtype, b_dtype, c_dtype, trans_a, trans_b, omp_get_max_threads()});
   Runtime& rt = runtime();
   memory a_mem = stage_in(plan.a_in, memory(plan.a, rt.engine, const_cast<void*>(a)), kScratchA);
   memory b_mem = stage_in(plan.b_in, memory(plan.b, rt.engine, const_cast<void*>(b)), kScratchB);
@@ -253,13 +261,13 @@ void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, const void* r
 }
 
 void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* dout, Dtype in_dtype,
-                     GroupedShape groups, int64_t Kd, int64_t N) {
+                     GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout) {
   check_groups(groups, Kd, N);
   for (int64_t e = 0; e < groups.experts; ++e) {
     const GroupRows g = group_rows(groups, e);
     // No live row reaches matmul as k == 0, which zeroes the expert's gradient.
     matmul(at(drhs, e * Kd * N, out_dtype), out_dtype, at(lhs, g.row0 * Kd, in_dtype), in_dtype,
-           at(dout, g.row0 * N, in_dtype), in_dtype, Kd, g.live, N, true, false);
+           at(dout, g.row0 * ld_dout, in_dtype), in_dtype, Kd, g.live, N, true, false, ld_dout);
   }
 }
 

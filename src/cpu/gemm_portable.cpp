@@ -149,13 +149,13 @@ void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, const void* r
 }
 
 void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* dout, Dtype in_dtype,
-                     GroupedShape groups, int64_t Kd, int64_t N) {
+                     GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout) {
   check_groups(groups, Kd, N);
   for (int64_t e = 0; e < groups.experts; ++e) {
     const GroupRows g = group_rows(groups, e);
     // No live row is an empty sum: gemm writes the zero gradient.
     gemm(at(drhs, e * Kd * N, out_dtype), out_dtype, View{at(lhs, g.row0 * Kd, in_dtype), in_dtype, 1, Kd},
-         View{at(dout, g.row0 * N, in_dtype), in_dtype, N, 1}, Kd, g.live, N);
+         View{at(dout, g.row0 * ld_dout, in_dtype), in_dtype, ld_dout, 1}, Kd, g.live, N);
   }
 }
 

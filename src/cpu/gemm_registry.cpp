@@ -55,8 +55,9 @@ void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, const void* r
 }
 
 void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* dout, Dtype in_dtype,
-                     GroupedShape groups, int64_t Kd, int64_t N) {
-  active_gemm_variant().tn(drhs, out_dtype, lhs, dout, in_dtype, groups, Kd, N);
+                     GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout) {
+  MOE_CHECK(ld_dout >= N, "grouped_gemm_tn: dout's row stride must cover its N columns");
+  active_gemm_variant().tn(drhs, out_dtype, lhs, dout, in_dtype, groups, Kd, N, ld_dout);
 }
 
 void dense_gemm(void* out, Dtype out_dtype, const void* a, Dtype a_dtype, const void* b, Dtype b_dtype,

@@ -17,7 +17,7 @@
   void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, const void* rhs, Dtype in_dtype,     \
                        GroupedShape groups, int64_t Kd, int64_t N);                                       \
   void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* dout, Dtype in_dtype,    \
-                       GroupedShape groups, int64_t Kd, int64_t N);                                       \
+                       GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout);                      \
   void dense_gemm(void* out, Dtype out_dtype, const void* a, Dtype a_dtype, const void* b, Dtype b_dtype, \
                   int64_t R, int64_t Kd, int64_t N, bool trans_a, bool trans_b);                          \
   std::string gemm_library_version();                                                                     \
