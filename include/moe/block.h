@@ -42,7 +42,8 @@ class MoeBlock {
   Status forward_prepared(Tensor& out, const MoeInputs& in, const RoutingTensors& routing);
 
   // Forward and the gradients of loss = mean(y^2) w.r.t. x, w1, w2, w3 and the shared weights. Fused
-  // impls build w13 = [w1|w3] inside the call and split dw13 back, as the seed's value_and_grad does.
+  // impls build w13 = [w1|w3] inside the call, as the seed's value_and_grad does, and compute dw1 and
+  // dw3 as the halves of dw13 directly.
   Status forward_backward(Tensor& out, MoeGrads& grads, const MoeInputs& in, const RoutingTensors& routing);
   // The loss of the last forward_backward (a copy to the host).
   double loss() const;
