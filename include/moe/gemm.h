@@ -20,10 +20,13 @@ namespace moe {
 // only its first live_rows[e] rows hold data: the rest are layout padding (the gmm layout's tile
 // rounding, capacity drops), which nn and nt do not multiply but write as zeros and tn leaves out of
 // its sums (they would add nothing).
+// zero_padding: the caller guarantees that the padding rows of every operand hold zeros, so a form
+// may include some of them in its sums when that is faster (tn rounds its reduction up to 16 rows).
 struct GroupedShape {
   const int64_t* group_offset;         // (E+1)
   int64_t experts;                     // E
   const int64_t* live_rows = nullptr;  // (E) or nullptr: every row of a group is live
+  bool zero_padding = false;
 };
 
 // out (rows, N) = lhs (rows, Kd) @ rhs[e] (Kd, N)          [forward: x @ w13, g @ w2]

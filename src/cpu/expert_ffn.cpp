@@ -54,14 +54,14 @@ class FloatExpertFfn final : public ExpertFfnOp {
   void down(Tensor& y_rows, const FfnWeights& w, const DispatchPlan& plan) override {
     const HostPlan p = host_view(plan);
     grouped_gemm_nn(y_rows.raw(), dt_, (remat_ ? dg_ : g_).raw(), w.w2.raw(), dt_,
-                    {p.group_offset, E_, p.group_live}, M_, H_);
+                    {p.group_offset, E_, p.group_live, /*zero_padding=*/true}, M_, H_);
   }
 
   void backward(Tensor& dx_rows, FfnWeightGrads& dw, const Tensor& dy_rows, const Tensor& x_rows,
                 const FfnWeights& w, const DispatchPlan& plan) override {
     const HostPlan p = host_view(plan);
     const int64_t rows = p.rows, H = H_, M = M_;
-    const GroupedShape groups{p.group_offset, E_, p.group_live};
+    const GroupedShape groups{p.group_offset, E_, p.group_live, /*zero_padding=*/true};
     if (remat_) tracer_("remat_up", [&] { compute_up(h_, g_, x_rows, w, p); });
 
     tracer_("down_backward", [&] {
@@ -111,7 +111,7 @@ class FloatExpertFfn final : public ExpertFfnOp {
   const Tensor& fused_w13(const FfnWeights& w) const { return w.w13.empty() ? w13_work_ : w.w13; }
 
   void compute_up(Tensor& h, Tensor& g, const Tensor& x_rows, const FfnWeights& w, const HostPlan& p) {
-    const GroupedShape groups{p.group_offset, E_, p.group_live};
+    const GroupedShape groups{p.group_offset, E_, p.group_live, /*zero_padding=*/true};
     const GateUp gu = gate_up(h, p.rows);
     if (traits_.fuse_w13) {
       if (w.w13.empty()) {
