@@ -10,6 +10,22 @@
 namespace moe {
 namespace {
 
+// Twice the unit roundoff of a run dtype: the relative size of one rounding step.
+double unit_roundoff_x2(Dtype dt) {
+  switch (dt) {
+    case Dtype::bf16:
+      return 0x1p-8;
+    case Dtype::f32:
+      return 0x1p-23;
+    case Dtype::f64:
+    case Dtype::s8:
+    case Dtype::s32:
+    case Dtype::s64:
+      break;
+  }
+  MOE_CHECK(false, std::string("no --check rounding step for run dtype ") + dtype_name(dt));
+}
+
 // The reference's tensors in check order; empty shared tensors (S = 0) are skipped by the caller.
 std::vector<std::pair<const char*, const std::vector<double>*>> reference_tensors(const ReferenceResult& r) {
   std::vector<std::pair<const char*, const std::vector<double>*>> t = {{"out", &r.out}};
@@ -58,7 +74,7 @@ ConditionedCheck check_conditioned(const MoeConfig& cfg, const MoeInputs& in, co
   }
   if (over_floor) {
     // Measure each tensor's sensitivity to rounding-sized noise in the inputs (see the header).
-    const double u = cfg.dtype == Dtype::bf16 ? 0x1p-8 : 0x1p-23;
+    const double u = unit_roundoff_x2(cfg.dtype);
     std::vector<double> sensitivity(refs.size(), 0.0);
     for (int trial = 0; trial < kPerturbations; ++trial) {
       const uint64_t key = derive_key(derive_key(uint64_t(cfg.seed), kStreamCheck), uint64_t(trial));

@@ -135,7 +135,19 @@ std::optional<MatmulPrecision> parse_matmul_precision(std::string_view s) {
 Dtype MoeConfig::matmul_activation_dtype() const {
   switch (matmul_precision) {
     case MatmulPrecision::default_precision:
-      return dtype == Dtype::bf16 ? Dtype::bf16 : Dtype::f32;
+      // A bf16 run's f32 activations are read in bf16; a float32 run multiplies in float32.
+      switch (dtype) {
+        case Dtype::bf16:
+          return Dtype::bf16;
+        case Dtype::f32:
+          return Dtype::f32;
+        case Dtype::f64:
+        case Dtype::s8:
+        case Dtype::s32:
+        case Dtype::s64:
+          break;
+      }
+      MOE_CHECK(false, std::string("no matmul precision rule for run dtype ") + dtype_name(dtype));
     case MatmulPrecision::highest:
       return Dtype::f32;
   }
