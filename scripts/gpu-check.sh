@@ -4,7 +4,8 @@
 # cuda backend's op tests against `ref` and its block tests then run for real instead of SKIPPED),
 # the same op tests under compute-sanitizer where it works, and the CLI's view of the device.
 # The log goes to $OUT/gpu-check.log (or build-gpu/gpu-check.log). Libraries the GPU image lacks can be
-# supplied as an extracted package tree: MOE_DEPS_PREFIX=/path/usr (default: .devdeps/usr if present).
+# supplied as an extracted package tree: MOE_DEPS_PREFIX=/path/usr (default: .devdeps/usr, which
+# scripts/gpu-deps.sh makes on the dev machine; carry it with the call).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out_dir=${OUT:-build-gpu}
