@@ -59,6 +59,7 @@ TEST(Cli, BadInputIsOneLineAndExitTwo) {
       "--ep-comm-path ring_ag_rs",
       "--ep-comm-path all_to_all --parallel-mode ep",
       "--check-perturb nan",
+      "--matmul-precision fast",
 
       // issue 9: no crash, no silent NaN, no surprising acceptance
       "--threads 100000",

@@ -72,8 +72,8 @@ std::string backend_names();
 
 // The reason text of supports() for an op a backend does not implement yet.
 Status not_implemented(const Backend& backend, OpKind op);
-// supports() of a backend whose expert FFN op is the float one only (quant_mode none): the refusal
-// every int8 mode gets until its op is registered there.
-Status float_expert_ffn_only(const Backend& backend, const MoeConfig& cfg);
+// supports() of a backend with every op whose expert FFN op is the float one only (quant_mode none):
+// the refusal every int8 mode gets until its op is registered there.
+Status every_op_float_expert_ffn(const Backend& backend, OpKind op, const MoeConfig& cfg);
 
 }  // namespace moe

@@ -38,19 +38,7 @@ class CpuBackend final : public Backend {
 
   Status supports(OpKind op, const MoeConfig& cfg) const override {
     MOE_RETURN_IF_ERROR(run_dtype_supported(*this, cfg));
-    switch (op) {
-      case OpKind::expert_ffn:
-        return float_expert_ffn_only(*this, cfg);
-      case OpKind::pack:
-      case OpKind::dispatch:
-      case OpKind::combine:
-      case OpKind::shared_expert:
-      case OpKind::convert:
-      case OpKind::loss:
-      case OpKind::dense_gemm:
-        return Status::ok();
-    }
-    MOE_CHECK(false, "unknown op");
+    return every_op_float_expert_ffn(*this, op, cfg);
   }
 
   std::unique_ptr<PackOp> make_pack(const OpContext& ctx) override { return make_pack_op(ctx); }

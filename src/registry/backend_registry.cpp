@@ -51,7 +51,19 @@ Status not_implemented(const Backend& backend, OpKind op) {
   return Status::error(fmt::format("op {} is not implemented yet on backend {}", name(op), backend.name()));
 }
 
-Status float_expert_ffn_only(const Backend& backend, const MoeConfig& cfg) {
+Status every_op_float_expert_ffn(const Backend& backend, OpKind op, const MoeConfig& cfg) {
+  switch (op) {
+    case OpKind::expert_ffn:
+      break;
+    case OpKind::pack:
+    case OpKind::dispatch:
+    case OpKind::combine:
+    case OpKind::shared_expert:
+    case OpKind::convert:
+    case OpKind::loss:
+    case OpKind::dense_gemm:
+      return Status::ok();
+  }
   switch (cfg.quant_mode) {
     case QuantMode::none:
       return Status::ok();
