@@ -16,9 +16,6 @@
 namespace moe::cpu {
 namespace {
 
-// Rows of a conversion one thread handles at a time (keeps its f32 scratch in L1/L2).
-constexpr int64_t kConvertChunk = 4096;
-
 Status run_dtype_supported(const Backend& be, const MoeConfig& cfg) {
   if (is_run_dtype(cfg.dtype)) return Status::ok();
   return Status::error(
@@ -96,20 +93,7 @@ class CpuBackend final : public Backend {
 
   void convert(Tensor& dst, const Tensor& src) override {
     MOE_CHECK(dst.numel() == src.numel(), "convert: element counts differ");
-    const int64_t n = src.numel();
-    const size_t in_es = dtype_size(src.dtype()), out_es = dtype_size(dst.dtype());
-    const auto* in = static_cast<const char*>(src.raw());
-    auto* out = static_cast<char*>(dst.raw());
-#pragma omp parallel
-    {
-      std::vector<float> scratch(static_cast<size_t>(kConvertChunk));
-#pragma omp for schedule(static)
-      for (int64_t i = 0; i < n; i += kConvertChunk) {
-        const int64_t len = std::min(kConvertChunk, n - i);
-        store_row(out + size_t(i) * out_es, dst.dtype(),
-                  load_row_f32(scratch.data(), in + size_t(i) * in_es, src.dtype(), len), len);
-      }
-    }
+    convert_elements(dst.raw(), dst.dtype(), src.raw(), src.dtype(), src.numel());
   }
 
   void dense_gemm(Tensor& c, const Tensor& a, const Tensor& b, bool trans_b) override {

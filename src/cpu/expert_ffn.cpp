@@ -9,11 +9,6 @@
 namespace moe::cpu {
 namespace {
 
-void add_into(float* dst, const float* src, int64_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
-}
-
 // Element offset -> byte pointer in a tensor's storage.
 char* at(Tensor& t, int64_t elements) {
   return static_cast<char*>(t.raw()) + size_t(elements) * dtype_size(t.dtype());

@@ -11,19 +11,6 @@
 namespace moe::cpu {
 namespace {
 
-void add_into(float* dst, const float* src, int64_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
-}
-
-// dst (n) in `dt` = src (n) f32, rounded.
-void store_all(void* dst, Dtype dt, const float* src, int64_t n) {
-  constexpr int64_t kChunk = 1 << 14;
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; i += kChunk)
-    store_row(static_cast<char*>(dst) + size_t(i) * dtype_size(dt), dt, src + i, std::min(kChunk, n - i));
-}
-
 // The activations hs = x @ [sw1 | sw3] are f32 (spec §2.5); what a matmul reads of them (gs, dy, dhs)
 // is kept in act_dt_ = cfg.matmul_activation_dtype(): bf16 under the default matmul precision of a
 // bf16 run (one bf16 pass, as JAX on TPU), f32 otherwise.
@@ -75,7 +62,7 @@ class CpuSharedExpert final : public SharedExpertOp {
     const int64_t T = T_, H = H_, S = S_;
     const void* dy_act = dy.raw();
     if (act_dt_ != Dtype::f32) {
-      store_all(dy_act_.raw(), act_dt_, dy.data<float>(), T * H);
+      convert_elements(dy_act_.raw(), act_dt_, dy.data<float>(), Dtype::f32, T * H);
       dy_act = dy_act_.raw();
     }
     // ds (T, S) = dy (T, H) @ sw2^T;  dsw2 (S, H) = gs^T @ dy

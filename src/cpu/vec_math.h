@@ -98,4 +98,27 @@ inline void store_row(void* dst, Dtype dt, const float* src, int64_t n) {
   MOE_CHECK(false, std::string("store_row: no CPU kernel writes ") + dtype_name(dt));
 }
 
+// dst[i] += src[i] for n floats, threads over contiguous slices.
+inline void add_into(float* dst, const float* src, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+// dst (n) in dst_dt = src (n) in src_dt, through f32 (f32 or bf16; narrowing rounds to nearest even),
+// in chunks that keep each thread's f32 scratch in cache.
+inline void convert_elements(void* dst, Dtype dst_dt, const void* src, Dtype src_dt, int64_t n) {
+  constexpr int64_t kChunk = 4096;
+  const size_t in_es = dtype_size(src_dt), out_es = dtype_size(dst_dt);
+#pragma omp parallel
+  {
+    alignas(64) float scratch[kChunk];
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < n; i += kChunk) {
+      const int64_t len = n - i < kChunk ? n - i : kChunk;
+      store_row(static_cast<char*>(dst) + size_t(i) * out_es, dst_dt,
+                load_row_f32(scratch, static_cast<const char*>(src) + size_t(i) * in_es, src_dt, len), len);
+    }
+  }
+}
+
 }  // namespace moe::cpu
