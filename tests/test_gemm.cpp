@@ -69,6 +69,19 @@ void expect_close(const Tensor& got, const Expected& want) {
   EXPECT_EQ(bad, 0) << "mismatching elements out of " << got.numel();
 }
 
+// The (rows, n) block at column 0 of t (rows, ld), as a tensor of its own; the columns past n must
+// still hold the NaN they were filled with (a form that writes a column block leaves the rest alone).
+Tensor column_block(const Tensor& t, int64_t rows, int64_t ld, int64_t n) {
+  Tensor block(t.dtype(), {rows, n});
+  int64_t touched = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < n; ++j) block.set(r * n + j, t.get(r * ld + j));
+    for (int64_t j = n; j < ld; ++j) touched += !std::isnan(t.get(r * ld + j));
+  }
+  EXPECT_EQ(touched, 0) << "elements written outside the column block";
+  return block;
+}
+
 std::string trace(Dtype in, Dtype out) {
   return std::string("in ") + dtype_name(in) + ", out " + dtype_name(out);
 }
@@ -83,7 +96,9 @@ struct GroupCase {
 
 // Odd sizes everywhere. The oneDNN build switches kernel or layout at M = 512 rows (f32 gemm:jit,
 // per-call packing of plain weights) and M = 4096 (packing transposed weights): 520 and 4100 rows
-// cross those thresholds in nn/nt, Kd = 520 does in tn (M = Kd there).
+// cross those thresholds in nn/nt, Kd = 520 does in tn (M = Kd there). Between 192 and 1024 rows nn
+// and nt split the output columns between threads in slices of 64 (column_slices): "column_slices"
+// has outputs of 130 and 200 columns, so that two threads get a full and a ragged slice.
 const GroupCase kGroupCases[] = {
     {"odd_sizes_with_empty", {3, 0, 17, 1, 63, 65}, 17, 63},
     {"all_rows_in_one_group", {0, 0, 37, 0}, 65, 3},
@@ -93,6 +108,7 @@ const GroupCase kGroupCases[] = {
     {"large_group", {520, 7}, 65, 33},
     {"huge_group", {4100}, 9, 17},
     {"wide_kd", {5, 0, 30}, 520, 7},
+    {"column_slices", {300, 0, 290, 3}, 200, 130},
 };
 
 // with_padding: each group's last third of rows (rounded down) is layout padding, which nn and nt
@@ -128,6 +144,8 @@ std::vector<std::string> variant_names() {
   return names;
 }
 
+// Padded cases also write out as a column block of a wider buffer (ld_out = N + 5), as the fused
+// h's gate and up halves are written from w1 and w3.
 TEST_P(EveryGemmVariant, NnMatchesReference) {
   ScopedVariant variant(GetParam());
   Inputs inputs(testing::test_seed());
@@ -139,20 +157,24 @@ TEST_P(EveryGemmVariant, NnMatchesReference) {
           SCOPED_TRACE(std::string(c.name) + (padded ? " padded" : "") + ", " + trace(in, out_dt));
           const Tensor lhs = inputs.random(in, {g.rows(), c.Kd});          // (rows, Kd)
           const Tensor rhs = inputs.random(in, {g.experts(), c.Kd, c.N});  // (E, Kd, N)
-          Tensor out = nan_filled(out_dt, {g.rows(), c.N});                // (rows, N)
-          grouped_gemm_nn(out.raw(), out_dt, lhs.raw(), rhs.raw(), in, g.shape(), c.Kd, c.N);
-          Expected want(out.numel());
+          const int64_t ld = padded ? c.N + 5 : c.N;
+          Tensor out = nan_filled(out_dt, {g.rows(), ld});  // (rows, N) of (rows, ld)
+          grouped_gemm_nn(out.raw(), out_dt, lhs.raw(), rhs.raw(), in, g.shape(), c.Kd, c.N, ld);
+          Expected want(g.rows() * c.N);
           for (int64_t e = 0; e < g.experts(); ++e)
             for (int64_t r = g.offset[size_t(e)]; r < g.live_end(e); ++r)
               for (int64_t j = 0; j < c.N; ++j)
                 for (int64_t k = 0; k < c.Kd; ++k)
                   want.add(r * c.N + j, lhs.get(r * c.Kd + k), rhs.get((e * c.Kd + k) * c.N + j));
-          expect_close(out, want);
+          expect_close(column_block(out, g.rows(), ld, c.N), want);
         }
       }
     }
 }
 
+// Padded cases also read dout as a column slice of a wider buffer (ld_dout = N + 5: the columns past
+// N hold random values that must not reach the result), and with a float32 out accumulate into it
+// (out += product on live rows, as dh @ [w1 | w3]^T is summed from dh's two halves).
 TEST_P(EveryGemmVariant, NtMatchesReference) {
   ScopedVariant variant(GetParam());
   Inputs inputs(testing::test_seed());
@@ -161,17 +183,23 @@ TEST_P(EveryGemmVariant, NtMatchesReference) {
       const Groups g(c.sizes, padded);
       for (Dtype in : kDtypes) {
         for (Dtype out_dt : kDtypes) {
-          SCOPED_TRACE(std::string(c.name) + (padded ? " padded" : "") + ", " + trace(in, out_dt));
-          const Tensor dout = inputs.random(in, {g.rows(), c.N});          // (rows, N)
+          const bool accumulate = padded && out_dt == Dtype::f32;
+          SCOPED_TRACE(std::string(c.name) + (padded ? " padded" : "") + (accumulate ? " accumulate" : "") +
+                       ", " + trace(in, out_dt));
+          const int64_t ld = padded ? c.N + 5 : c.N;
+          const Tensor dout = inputs.random(in, {g.rows(), ld});           // (rows, N) of (rows, ld)
           const Tensor rhs = inputs.random(in, {g.experts(), c.Kd, c.N});  // (E, Kd, N)
-          Tensor out = nan_filled(out_dt, {g.rows(), c.Kd});               // (rows, Kd)
-          grouped_gemm_nt(out.raw(), out_dt, dout.raw(), rhs.raw(), in, g.shape(), c.Kd, c.N);
+          Tensor out = accumulate ? inputs.random(out_dt, {g.rows(), c.Kd})
+                                  : nan_filled(out_dt, {g.rows(), c.Kd});  // (rows, Kd)
           Expected want(out.numel());
           for (int64_t e = 0; e < g.experts(); ++e)
             for (int64_t r = g.offset[size_t(e)]; r < g.live_end(e); ++r)
-              for (int64_t k = 0; k < c.Kd; ++k)
+              for (int64_t k = 0; k < c.Kd; ++k) {
+                if (accumulate) want.add(r * c.Kd + k, out.get(r * c.Kd + k), 1.0);
                 for (int64_t j = 0; j < c.N; ++j)
-                  want.add(r * c.Kd + k, dout.get(r * c.N + j), rhs.get((e * c.Kd + k) * c.N + j));
+                  want.add(r * c.Kd + k, dout.get(r * ld + j), rhs.get((e * c.Kd + k) * c.N + j));
+              }
+          grouped_gemm_nt(out.raw(), out_dt, dout.raw(), rhs.raw(), in, g.shape(), c.Kd, c.N, ld, accumulate);
           expect_close(out, want);
         }
       }

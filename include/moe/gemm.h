@@ -30,12 +30,17 @@ struct GroupedShape {
 };
 
 // out (rows, N) = lhs (rows, Kd) @ rhs[e] (Kd, N)          [forward: x @ w13, g @ w2]
+// out's rows are ld_out >= N elements apart (0: N): a column block of a wider buffer (the gate and
+// up halves of the fused h from w1 and w3, with no w13 built).
 void grouped_gemm_nn(void* out, Dtype out_dtype, const void* lhs, const void* rhs, Dtype in_dtype,
-                     GroupedShape groups, int64_t Kd, int64_t N);
+                     GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_out = 0);
 
 // out (rows, Kd) = dout (rows, N) @ rhs[e]^T, rhs[e] (Kd, N)   [backward data: dh @ w13^T, dy @ w2^T]
+// dout's rows are ld_dout >= N elements apart (0: N). accumulate: out's live rows += the product
+// instead of = (float32 out only), so dh @ [w1 | w3]^T is two calls over dh's halves.
 void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, const void* rhs, Dtype in_dtype,
-                     GroupedShape groups, int64_t Kd, int64_t N);
+                     GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout = 0,
+                     bool accumulate = false);
 
 // drhs[e] (Kd, N) = lhs_e^T (Kd, rows_e) @ dout_e (rows_e, N)  [backward weights: x^T @ dh, g^T @ dy]
 // dout's rows are ld_dout >= N elements apart: a column slice of a wider buffer (one half of the

@@ -1,6 +1,7 @@
 #include "moe/tensor.h"
 
 #include <fmt/format.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cmath>
@@ -10,11 +11,23 @@
 namespace moe {
 namespace {
 
+constexpr size_t kHugePage = size_t(2) << 20;
+constexpr size_t kHugePageMinBytes = size_t(4) << 20;
+
 class HostMemory final : public MemorySpace {
  public:
   std::string name() const override { return "host"; }
   bool host_accessible() const override { return true; }
   void* allocate(size_t bytes) override {
+    if (bytes >= kHugePageMinBytes) {
+      // Weights and activation buffers are read with strides (a GEMM's b rows, kilobytes apart):
+      // on 4 KiB pages every row is a TLB miss. Where transparent huge pages are opt-in (madvise),
+      // ask for them; elsewhere the advice is a no-op and failure is harmless.
+      const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+      void* p = std::aligned_alloc(kHugePage, rounded);
+      if (p) madvise(p, rounded, MADV_HUGEPAGE);
+      return p;
+    }
     const size_t rounded = (bytes + 63) / 64 * 64;
     return std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
   }

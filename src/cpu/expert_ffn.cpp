@@ -1,10 +1,8 @@
 #include "cpu/expert_ffn.h"
 
 #include "cpu/swiglu.h"
-#include "cpu/vec_math.h"
 #include "moe/backend.h"
 #include "moe/gemm.h"
-#include "moe/inputs.h"
 
 namespace moe::cpu {
 namespace {
@@ -32,11 +30,6 @@ class FloatExpertFfn final : public ExpertFfnOp {
     if (ctx.cfg.bench_pass == BenchPass::forward_backward) {
       dh_ = be.empty(dt_, {max_rows_, 2 * M_});
       dg_ = be.empty(dt_, {max_rows_, M_});
-      if (traits_.fuse_w13) {
-        w13_work_ = be.empty(dt_, {E_, H_, 2 * M_});
-      } else {
-        dxs2_ = be.empty(Dtype::f32, {max_rows_, H_});
-      }
     }
   }
 
@@ -64,24 +57,20 @@ class FloatExpertFfn final : public ExpertFfnOp {
       grouped_gemm_nt(dg_.raw(), dt_, dy_rows.raw(), w.w2.raw(), dt_, groups, M, H);
     });
     const GateUp gu = gate_up(h_, rows);
-    const GateUpGrad dgu = gate_up_grad(dh_, rows);
+    const GateUpGrad dgu = writable_halves(dh_, rows);
     tracer_("swiglu_backward", [&] {
       swiglu_backward(dgu, dt_, dg_.raw(), gu, dt_, rows, M, traits_.preweight ? p.row_weight : nullptr);
     });
     tracer_("up_backward", [&] {
-      if (traits_.fuse_w13) {
-        const Tensor& w13 = fused_w13(w);
-        // dw13 = x^T @ dh split in two is dw1 = x^T @ dh[:, :M] and dw3 = x^T @ dh[:, M:]: the halves are
-        // computed in place, with no dw13 to write and copy apart (a full pass over the weights).
-        grouped_gemm_tn(dw.dw1.raw(), dt_, x_rows.raw(), dgu.da, dt_, groups, H, M, 2 * M);
-        grouped_gemm_tn(dw.dw3.raw(), dt_, x_rows.raw(), dgu.db, dt_, groups, H, M, 2 * M);
-        grouped_gemm_nt(dx_rows.raw(), Dtype::f32, dh_.raw(), w13.raw(), dt_, groups, H, 2 * M);
-      } else {
-        grouped_gemm_tn(dw.dw1.raw(), dt_, x_rows.raw(), dgu.da, dt_, groups, H, M, M);
-        grouped_gemm_tn(dw.dw3.raw(), dt_, x_rows.raw(), dgu.db, dt_, groups, H, M, M);
-        grouped_gemm_nt(dx_rows.raw(), Dtype::f32, dgu.da, w.w1.raw(), dt_, groups, H, M);
-        grouped_gemm_nt(dxs2_.raw(), Dtype::f32, dgu.db, w.w3.raw(), dt_, groups, H, M);
-        add_into(dx_rows.data<float>(), dxs2_.data<float>(), rows * H);
+      // dw13 = x^T @ dh split in two is dw1 = x^T @ dh[:, :M] and dw3 = x^T @ dh[:, M:]: the halves are
+      // computed in place, with no dw13 to write and copy apart (a full pass over the weights).
+      grouped_gemm_tn(dw.dw1.raw(), dt_, x_rows.raw(), dgu.da, dt_, groups, H, M, dgu.ld);
+      grouped_gemm_tn(dw.dw3.raw(), dt_, x_rows.raw(), dgu.db, dt_, groups, H, M, dgu.ld);
+      if (!w.w13.empty()) {
+        grouped_gemm_nt(dx_rows.raw(), Dtype::f32, dh_.raw(), w.w13.raw(), dt_, groups, H, 2 * M);
+      } else {  // dh @ [w1 | w3]^T = dh[:, :M] @ w1^T + dh[:, M:] @ w3^T
+        grouped_gemm_nt(dx_rows.raw(), Dtype::f32, dgu.da, w.w1.raw(), dt_, groups, H, M, dgu.ld);
+        grouped_gemm_nt(dx_rows.raw(), Dtype::f32, dgu.db, w.w3.raw(), dt_, groups, H, M, dgu.ld, true);
       }
     });
   }
@@ -96,27 +85,25 @@ class FloatExpertFfn final : public ExpertFfnOp {
     if (traits_.fuse_w13) return {h.raw(), at(h, M_), 2 * M_};
     return {h.raw(), at(h, rows * M_), M_};
   }
-  GateUpGrad gate_up_grad(Tensor& dh, int64_t rows) {
+  GateUpGrad writable_halves(Tensor& dh, int64_t rows) {
     if (traits_.fuse_w13) return {dh.raw(), at(dh, M_), 2 * M_};
     return {dh.raw(), at(dh, rows * M_), M_};
   }
 
-  // The seed builds w13 = concat(w1, w3) inside the differentiated call; a caller that has not built
-  // it gets it built here (timed).
-  const Tensor& fused_w13(const FfnWeights& w) const { return w.w13.empty() ? w13_work_ : w.w13; }
-
+  // The seed builds w13 = concat(w1, w3) inside the differentiated call (forward_backward), and passes
+  // it prebuilt in forward runs. Without a w13, the fused layout of h (one [gate | up] row) is written
+  // by one GEMM per half, each reading its own weights: the same products, with no concatenated copy
+  // of the weights to write and read back (a full pass over them, ~8 % of a forward_backward at 137
+  // rows per expert). x @ [w1 | w3] is [x @ w1 | x @ w3] element for element, so the result is the same.
   void compute_up(Tensor& h, Tensor& g, const Tensor& x_rows, const FfnWeights& w, const HostPlan& p) {
     const GroupedShape groups{p.group_offset, E_, p.group_live, /*zero_padding=*/true};
     const GateUp gu = gate_up(h, p.rows);
-    if (traits_.fuse_w13) {
-      if (w.w13.empty()) {
-        if (w13_work_.empty()) w13_work_ = Tensor(dt_, {E_, H_, 2 * M_}, h.memory());
-        concat_last_dim(w13_work_, w.w1, w.w3);
-      }
-      grouped_gemm_nn(h.raw(), dt_, x_rows.raw(), fused_w13(w).raw(), dt_, groups, H_, 2 * M_);
+    if (traits_.fuse_w13 && !w.w13.empty()) {
+      grouped_gemm_nn(h.raw(), dt_, x_rows.raw(), w.w13.raw(), dt_, groups, H_, 2 * M_);
     } else {
-      grouped_gemm_nn(h.raw(), dt_, x_rows.raw(), w.w1.raw(), dt_, groups, H_, M_);
-      grouped_gemm_nn(at(h, p.rows * M_), dt_, x_rows.raw(), w.w3.raw(), dt_, groups, H_, M_);
+      const GateUpGrad out = writable_halves(h, p.rows);
+      grouped_gemm_nn(out.da, dt_, x_rows.raw(), w.w1.raw(), dt_, groups, H_, M_, out.ld);
+      grouped_gemm_nn(out.db, dt_, x_rows.raw(), w.w3.raw(), dt_, groups, H_, M_, out.ld);
     }
     swiglu_forward(g.raw(), dt_, gu, dt_, p.rows, M_, traits_.preweight ? p.row_weight : nullptr);
   }
@@ -126,12 +113,10 @@ class FloatExpertFfn final : public ExpertFfnOp {
   ImplTraits traits_;
   bool remat_;
   int64_t H_, M_, E_, max_rows_;
-  Tensor h_;         // h    (max_rows, 2M)  [gate | up] rows, or gate and up planes of (rows, M)
-  Tensor g_;         // g    (max_rows, M)   SwiGLU output (pre-weighted for preweight impls)
-  Tensor dh_;        // dh   (max_rows, 2M)  backward; also the forward's h under expert_mlp remat
-  Tensor dg_;        // dg   (max_rows, M)   backward; also the forward's g under expert_mlp remat
-  Tensor dxs2_;      // (max_rows, H) f32    the second data-gradient GEMM of non-fused impls
-  Tensor w13_work_;  // w13  (E, H, 2M)      built inside the call when the caller passes none
+  Tensor h_;   // h    (max_rows, 2M)  [gate | up] rows, or gate and up planes of (rows, M)
+  Tensor g_;   // g    (max_rows, M)   SwiGLU output (pre-weighted for preweight impls)
+  Tensor dh_;  // dh   (max_rows, 2M)  backward; also the forward's h under expert_mlp remat
+  Tensor dg_;  // dg   (max_rows, M)   backward; also the forward's g under expert_mlp remat
 };
 
 }  // namespace

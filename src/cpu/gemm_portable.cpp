@@ -68,8 +68,11 @@ struct View {
   }
 };
 
-// c (m, n) row-major = a (m, k) @ b (k, n); k == 0 writes zeros.
-void gemm(void* c, Dtype c_dtype, View a, View b, int64_t m, int64_t k, int64_t n) {
+// c (m, n), rows ldc >= n apart, = a (m, k) @ b (k, n), or += when accumulate (f32 c); k == 0 writes
+// zeros (adds nothing).
+void gemm(void* c, Dtype c_dtype, View a, View b, int64_t m, int64_t k, int64_t n, int64_t ldc = 0,
+          bool accumulate = false) {
+  if (ldc == 0) ldc = n;
   if (m == 0 || n == 0) return;
   // Every row of tiles reads all of b, so b is widened to row-major f32 once, up front (in square
   // blocks, so a transposed b is read and written by cache lines), unless it already is. a's panels
@@ -115,8 +118,12 @@ void gemm(void* c, Dtype c_dtype, View a, View b, int64_t m, int64_t k, int64_t 
           }
         }
         for (int64_t i = 0; i < mb; ++i) {
-          const float* crow = &acc[size_t(i * kTileN)];
-          const int64_t base = (i0 + i) * n + j0;
+          float* crow = &acc[size_t(i * kTileN)];
+          const int64_t base = (i0 + i) * ldc + j0;
+          if (accumulate) {
+            const float* old = static_cast<const float*>(c) + base;
+            for (int64_t j = 0; j < nb; ++j) crow[j] += old[j];
+          }
           cpu::store_row(static_cast<char*>(c) + size_t(base) * dtype_size(c_dtype), c_dtype, crow, nb);
         }
       }
@@ -127,24 +134,26 @@ void gemm(void* c, Dtype c_dtype, View a, View b, int64_t m, int64_t k, int64_t 
 }  // namespace
 
 void grouped_gemm_nn(void* out, Dtype out_dtype, const void* lhs, const void* rhs, Dtype in_dtype,
-                     GroupedShape groups, int64_t Kd, int64_t N) {
+                     GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_out) {
   check_groups(groups, Kd, N);
   for (int64_t e = 0; e < groups.experts; ++e) {
     const GroupRows g = group_rows(groups, e);
-    gemm(at(out, g.row0 * N, out_dtype), out_dtype, View{at(lhs, g.row0 * Kd, in_dtype), in_dtype, Kd, 1},
-         View{at(rhs, e * Kd * N, in_dtype), in_dtype, N, 1}, g.live, Kd, N);
-    zero_padding_rows(out, out_dtype, g, N);
+    gemm(at(out, g.row0 * ld_out, out_dtype), out_dtype,
+         View{at(lhs, g.row0 * Kd, in_dtype), in_dtype, Kd, 1},
+         View{at(rhs, e * Kd * N, in_dtype), in_dtype, N, 1}, g.live, Kd, N, ld_out);
+    zero_padding_rows(out, out_dtype, g, N, ld_out);
   }
 }
 
 void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, const void* rhs, Dtype in_dtype,
-                     GroupedShape groups, int64_t Kd, int64_t N) {
+                     GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout, bool accumulate) {
   check_groups(groups, Kd, N);
   for (int64_t e = 0; e < groups.experts; ++e) {
     const GroupRows g = group_rows(groups, e);
-    gemm(at(out, g.row0 * Kd, out_dtype), out_dtype, View{at(dout, g.row0 * N, in_dtype), in_dtype, N, 1},
-         View{at(rhs, e * Kd * N, in_dtype), in_dtype, 1, N}, g.live, N, Kd);
-    zero_padding_rows(out, out_dtype, g, Kd);
+    gemm(at(out, g.row0 * Kd, out_dtype), out_dtype,
+         View{at(dout, g.row0 * ld_dout, in_dtype), in_dtype, ld_dout, 1},
+         View{at(rhs, e * Kd * N, in_dtype), in_dtype, 1, N}, g.live, N, Kd, Kd, accumulate);
+    zero_padding_rows(out, out_dtype, g, Kd, Kd);
   }
 }
 
