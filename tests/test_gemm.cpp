@@ -69,19 +69,6 @@ void expect_close(const Tensor& got, const Expected& want) {
   EXPECT_EQ(bad, 0) << "mismatching elements out of " << got.numel();
 }
 
-// The (rows, n) block at column 0 of t (rows, ld), as a tensor of its own; the columns past n must
-// still hold the NaN they were filled with (a form that writes a column block leaves the rest alone).
-Tensor column_block(const Tensor& t, int64_t rows, int64_t ld, int64_t n) {
-  Tensor block(t.dtype(), {rows, n});
-  int64_t touched = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t j = 0; j < n; ++j) block.set(r * n + j, t.get(r * ld + j));
-    for (int64_t j = n; j < ld; ++j) touched += !std::isnan(t.get(r * ld + j));
-  }
-  EXPECT_EQ(touched, 0) << "elements written outside the column block";
-  return block;
-}
-
 std::string trace(Dtype in, Dtype out) {
   return std::string("in ") + dtype_name(in) + ", out " + dtype_name(out);
 }
@@ -144,8 +131,27 @@ std::vector<std::string> variant_names() {
   return names;
 }
 
-// Padded cases also write out as a column block of a wider buffer (ld_out = N + 5), as the fused
-// h's gate and up halves are written from w1 and w3.
+// Weights as one (E, Kd, N) tensor, and (padded cases) as two (E, Kd, N) parts read as their column
+// concatenation (E, Kd, 2N): a fused impl's [w1 | w3] without a w13.
+struct Weights {
+  std::vector<Tensor> parts;
+  int64_t part_cols;
+  ExpertWeights view() const {
+    return parts.size() == 1 ? ExpertWeights(parts[0].raw()) : ExpertWeights(parts[0].raw(), parts[1].raw());
+  }
+  int64_t cols() const { return part_cols * int64_t(parts.size()); }
+  // Element (e, k, j) of the concatenation.
+  double get(int64_t e, int64_t Kd, int64_t k, int64_t j) const {
+    return parts[size_t(j / part_cols)].get((e * Kd + k) * part_cols + j % part_cols);
+  }
+};
+
+Weights random_weights(Inputs& inputs, Dtype dt, int parts, int64_t E, int64_t Kd, int64_t part_cols) {
+  Weights w{{}, part_cols};
+  for (int p = 0; p < parts; ++p) w.parts.push_back(inputs.random(dt, {E, Kd, part_cols}));  // (E, Kd, N)
+  return w;
+}
+
 TEST_P(EveryGemmVariant, NnMatchesReference) {
   ScopedVariant variant(GetParam());
   Inputs inputs(testing::test_seed());
@@ -154,27 +160,27 @@ TEST_P(EveryGemmVariant, NnMatchesReference) {
       const Groups g(c.sizes, padded);
       for (Dtype in : kDtypes) {
         for (Dtype out_dt : kDtypes) {
-          SCOPED_TRACE(std::string(c.name) + (padded ? " padded" : "") + ", " + trace(in, out_dt));
-          const Tensor lhs = inputs.random(in, {g.rows(), c.Kd});          // (rows, Kd)
-          const Tensor rhs = inputs.random(in, {g.experts(), c.Kd, c.N});  // (E, Kd, N)
-          const int64_t ld = padded ? c.N + 5 : c.N;
-          Tensor out = nan_filled(out_dt, {g.rows(), ld});  // (rows, N) of (rows, ld)
-          grouped_gemm_nn(out.raw(), out_dt, lhs.raw(), rhs.raw(), in, g.shape(), c.Kd, c.N, ld);
-          Expected want(g.rows() * c.N);
+          const Weights rhs = random_weights(inputs, in, padded ? 2 : 1, g.experts(), c.Kd, c.N);
+          const int64_t N = rhs.cols();
+          SCOPED_TRACE(std::string(c.name) + (padded ? " padded, two weight parts" : "") + ", " +
+                       trace(in, out_dt));
+          const Tensor lhs = inputs.random(in, {g.rows(), c.Kd});  // (rows, Kd)
+          Tensor out = nan_filled(out_dt, {g.rows(), N});          // (rows, N)
+          grouped_gemm_nn(out.raw(), out_dt, lhs.raw(), rhs.view(), in, g.shape(), c.Kd, N);
+          Expected want(out.numel());
           for (int64_t e = 0; e < g.experts(); ++e)
             for (int64_t r = g.offset[size_t(e)]; r < g.live_end(e); ++r)
-              for (int64_t j = 0; j < c.N; ++j)
+              for (int64_t j = 0; j < N; ++j)
                 for (int64_t k = 0; k < c.Kd; ++k)
-                  want.add(r * c.N + j, lhs.get(r * c.Kd + k), rhs.get((e * c.Kd + k) * c.N + j));
-          expect_close(column_block(out, g.rows(), ld, c.N), want);
+                  want.add(r * N + j, lhs.get(r * c.Kd + k), rhs.get(e, c.Kd, k, j));
+          expect_close(out, want);
         }
       }
     }
 }
 
-// Padded cases also read dout as a column slice of a wider buffer (ld_dout = N + 5: the columns past
-// N hold random values that must not reach the result), and with a float32 out accumulate into it
-// (out += product on live rows, as dh @ [w1 | w3]^T is summed from dh's two halves).
+// Padded cases with a float32 out read the weights as two parts (dh @ [w1 | w3]^T) and accumulate
+// into out (out += product on live rows, as the non-fused impls sum dgate @ w1^T and dup @ w3^T).
 TEST_P(EveryGemmVariant, NtMatchesReference) {
   ScopedVariant variant(GetParam());
   Inputs inputs(testing::test_seed());
@@ -184,11 +190,11 @@ TEST_P(EveryGemmVariant, NtMatchesReference) {
       for (Dtype in : kDtypes) {
         for (Dtype out_dt : kDtypes) {
           const bool accumulate = padded && out_dt == Dtype::f32;
-          SCOPED_TRACE(std::string(c.name) + (padded ? " padded" : "") + (accumulate ? " accumulate" : "") +
-                       ", " + trace(in, out_dt));
-          const int64_t ld = padded ? c.N + 5 : c.N;
-          const Tensor dout = inputs.random(in, {g.rows(), ld});           // (rows, N) of (rows, ld)
-          const Tensor rhs = inputs.random(in, {g.experts(), c.Kd, c.N});  // (E, Kd, N)
+          const Weights rhs = random_weights(inputs, in, accumulate ? 2 : 1, g.experts(), c.Kd, c.N);
+          const int64_t N = rhs.cols();
+          SCOPED_TRACE(std::string(c.name) + (padded ? " padded" : "") +
+                       (accumulate ? ", two weight parts, accumulate" : "") + ", " + trace(in, out_dt));
+          const Tensor dout = inputs.random(in, {g.rows(), N});  // (rows, N)
           Tensor out = accumulate ? inputs.random(out_dt, {g.rows(), c.Kd})
                                   : nan_filled(out_dt, {g.rows(), c.Kd});  // (rows, Kd)
           Expected want(out.numel());
@@ -196,10 +202,10 @@ TEST_P(EveryGemmVariant, NtMatchesReference) {
             for (int64_t r = g.offset[size_t(e)]; r < g.live_end(e); ++r)
               for (int64_t k = 0; k < c.Kd; ++k) {
                 if (accumulate) want.add(r * c.Kd + k, out.get(r * c.Kd + k), 1.0);
-                for (int64_t j = 0; j < c.N; ++j)
-                  want.add(r * c.Kd + k, dout.get(r * ld + j), rhs.get((e * c.Kd + k) * c.N + j));
+                for (int64_t j = 0; j < N; ++j)
+                  want.add(r * c.Kd + k, dout.get(r * N + j), rhs.get(e, c.Kd, k, j));
               }
-          grouped_gemm_nt(out.raw(), out_dt, dout.raw(), rhs.raw(), in, g.shape(), c.Kd, c.N, ld, accumulate);
+          grouped_gemm_nt(out.raw(), out_dt, dout.raw(), rhs.view(), in, g.shape(), c.Kd, N, accumulate);
           expect_close(out, want);
         }
       }

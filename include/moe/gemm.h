@@ -29,18 +29,28 @@ struct GroupedShape {
   bool zero_padding = false;
 };
 
+// The weights a grouped GEMM multiplies by: rhs[e] (Kd, N) of one (E, Kd, N) tensor, or the column
+// concatenation [first[e] | second[e]] of two (E, Kd, N/2) tensors, read where they lie (a fused
+// impl's w13 = [w1 | w3] without building it).
+struct ExpertWeights {
+  const void* first;
+  const void* second = nullptr;
+  ExpertWeights(const void* w)
+      : first(w) {}  // NOLINT(google-explicit-constructor): one tensor reads as itself
+  ExpertWeights(const void* w1, const void* w3) : first(w1), second(w3) {}
+  int parts() const { return second ? 2 : 1; }
+  const void* part(int p) const { return p == 0 ? first : second; }
+};
+
 // out (rows, N) = lhs (rows, Kd) @ rhs[e] (Kd, N)          [forward: x @ w13, g @ w2]
-// out's rows are ld_out >= N elements apart (0: N): a column block of a wider buffer (the gate and
-// up halves of the fused h from w1 and w3, with no w13 built).
-void grouped_gemm_nn(void* out, Dtype out_dtype, const void* lhs, const void* rhs, Dtype in_dtype,
-                     GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_out = 0);
+void grouped_gemm_nn(void* out, Dtype out_dtype, const void* lhs, ExpertWeights rhs, Dtype in_dtype,
+                     GroupedShape groups, int64_t Kd, int64_t N);
 
 // out (rows, Kd) = dout (rows, N) @ rhs[e]^T, rhs[e] (Kd, N)   [backward data: dh @ w13^T, dy @ w2^T]
-// dout's rows are ld_dout >= N elements apart (0: N). accumulate: out's live rows += the product
-// instead of = (float32 out only), so dh @ [w1 | w3]^T is two calls over dh's halves.
-void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, const void* rhs, Dtype in_dtype,
-                     GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout = 0,
-                     bool accumulate = false);
+// accumulate: out's live rows += the product instead of = (float32 out only). Two weight parts are
+// two sums (over dout's halves) added in out, so they too need a float32 out.
+void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, ExpertWeights rhs, Dtype in_dtype,
+                     GroupedShape groups, int64_t Kd, int64_t N, bool accumulate = false);
 
 // drhs[e] (Kd, N) = lhs_e^T (Kd, rows_e) @ dout_e (rows_e, N)  [backward weights: x^T @ dh, g^T @ dy]
 // dout's rows are ld_dout >= N elements apart: a column slice of a wider buffer (one half of the

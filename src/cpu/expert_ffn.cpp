@@ -57,7 +57,7 @@ class FloatExpertFfn final : public ExpertFfnOp {
       grouped_gemm_nt(dg_.raw(), dt_, dy_rows.raw(), w.w2.raw(), dt_, groups, M, H);
     });
     const GateUp gu = gate_up(h_, rows);
-    const GateUpGrad dgu = writable_halves(dh_, rows);
+    const GateUpGrad dgu = gate_up_grad(dh_, rows);
     tracer_("swiglu_backward", [&] {
       swiglu_backward(dgu, dt_, dg_.raw(), gu, dt_, rows, M, traits_.preweight ? p.row_weight : nullptr);
     });
@@ -66,11 +66,12 @@ class FloatExpertFfn final : public ExpertFfnOp {
       // computed in place, with no dw13 to write and copy apart (a full pass over the weights).
       grouped_gemm_tn(dw.dw1.raw(), dt_, x_rows.raw(), dgu.da, dt_, groups, H, M, dgu.ld);
       grouped_gemm_tn(dw.dw3.raw(), dt_, x_rows.raw(), dgu.db, dt_, groups, H, M, dgu.ld);
-      if (!w.w13.empty()) {
-        grouped_gemm_nt(dx_rows.raw(), Dtype::f32, dh_.raw(), w.w13.raw(), dt_, groups, H, 2 * M);
-      } else {  // dh @ [w1 | w3]^T = dh[:, :M] @ w1^T + dh[:, M:] @ w3^T
-        grouped_gemm_nt(dx_rows.raw(), Dtype::f32, dgu.da, w.w1.raw(), dt_, groups, H, M, dgu.ld);
-        grouped_gemm_nt(dx_rows.raw(), Dtype::f32, dgu.db, w.w3.raw(), dt_, groups, H, M, dgu.ld, true);
+      if (traits_.fuse_w13) {
+        grouped_gemm_nt(dx_rows.raw(), Dtype::f32, dh_.raw(), w13_of(w), dt_, groups, H, 2 * M);
+      } else {
+        grouped_gemm_nt(dx_rows.raw(), Dtype::f32, dgu.da, w.w1.raw(), dt_, groups, H, M);
+        grouped_gemm_nt(dx_rows.raw(), Dtype::f32, dgu.db, w.w3.raw(), dt_, groups, H, M,
+                        /*accumulate=*/true);
       }
     });
   }
@@ -85,25 +86,26 @@ class FloatExpertFfn final : public ExpertFfnOp {
     if (traits_.fuse_w13) return {h.raw(), at(h, M_), 2 * M_};
     return {h.raw(), at(h, rows * M_), M_};
   }
-  GateUpGrad writable_halves(Tensor& dh, int64_t rows) {
+  GateUpGrad gate_up_grad(Tensor& dh, int64_t rows) {
     if (traits_.fuse_w13) return {dh.raw(), at(dh, M_), 2 * M_};
     return {dh.raw(), at(dh, rows * M_), M_};
   }
 
   // The seed builds w13 = concat(w1, w3) inside the differentiated call (forward_backward), and passes
-  // it prebuilt in forward runs. Without a w13, the fused layout of h (one [gate | up] row) is written
-  // by one GEMM per half, each reading its own weights: the same products, with no concatenated copy
-  // of the weights to write and read back (a full pass over them, ~8 % of a forward_backward at 137
-  // rows per expert). x @ [w1 | w3] is [x @ w1 | x @ w3] element for element, so the result is the same.
+  // it prebuilt in forward runs. Without a w13 the GEMMs read [w1 | w3] where the two lie (ExpertWeights):
+  // the same products, with no concatenated copy of the weights to write and read back (a full pass
+  // over them, ~8 % of a forward_backward at 137 rows per expert).
+  static ExpertWeights w13_of(const FfnWeights& w) {
+    return w.w13.empty() ? ExpertWeights(w.w1.raw(), w.w3.raw()) : ExpertWeights(w.w13.raw());
+  }
   void compute_up(Tensor& h, Tensor& g, const Tensor& x_rows, const FfnWeights& w, const HostPlan& p) {
     const GroupedShape groups{p.group_offset, E_, p.group_live, /*zero_padding=*/true};
     const GateUp gu = gate_up(h, p.rows);
-    if (traits_.fuse_w13 && !w.w13.empty()) {
-      grouped_gemm_nn(h.raw(), dt_, x_rows.raw(), w.w13.raw(), dt_, groups, H_, 2 * M_);
+    if (traits_.fuse_w13) {
+      grouped_gemm_nn(h.raw(), dt_, x_rows.raw(), w13_of(w), dt_, groups, H_, 2 * M_);
     } else {
-      const GateUpGrad out = writable_halves(h, p.rows);
-      grouped_gemm_nn(out.da, dt_, x_rows.raw(), w.w1.raw(), dt_, groups, H_, M_, out.ld);
-      grouped_gemm_nn(out.db, dt_, x_rows.raw(), w.w3.raw(), dt_, groups, H_, M_, out.ld);
+      grouped_gemm_nn(h.raw(), dt_, x_rows.raw(), w.w1.raw(), dt_, groups, H_, M_);
+      grouped_gemm_nn(at(h, p.rows * M_), dt_, x_rows.raw(), w.w3.raw(), dt_, groups, H_, M_);
     }
     swiglu_forward(g.raw(), dt_, gu, dt_, p.rows, M_, traits_.preweight ? p.row_weight : nullptr);
   }

@@ -278,20 +278,21 @@ bool column_slices_pay(Form form, int64_t rows, Dtype in_dtype, Dtype out_dtype)
   return rows < (in_dtype == Dtype::bf16 ? kColumnSliceMaxRowsBf16 : kColumnSliceMaxRowsF32);
 }
 
-// One product of split_columns, c (m, n) = a (m, k) @ b (k, n), in the form's layouts.
+// One product of split_columns: columns [col0, col0 + n) of the call's c, c (m, n) = a (m, k) @ b (k, n)
+// (+= c when accumulate), in the layouts of the call's SliceForm; c points at column 0.
 struct SliceJob {
   const void* a;
   const void* b;
   void* c;
-  int64_t m, k;
+  int64_t m, k, n, col0;
+  bool accumulate;
 };
 
-// The layouts of split_columns' products, n columns in all: a with rows lda apart, b stored (n, k)
-// when trans_b, else with rows ldb apart, c with rows ldc apart, += when accumulate.
+// The layouts of split_columns' products, total_n columns of c in all: a with rows lda apart, b stored
+// (n, k) when trans_b (dense), else with rows ldb apart, c with rows ldc apart.
 struct SliceForm {
   bool trans_b;
-  int64_t n, lda, ldb, ldc;
-  bool accumulate;
+  int64_t total_n, lda, ldb, ldc;
   Dtype in_dtype, out_dtype;
 };
 
@@ -307,29 +308,36 @@ std::vector<SliceWorker>& slice_workers(int threads) {
   return workers;
 }
 
+// Thread t owns columns [t * width, (t + 1) * width) of c and runs, job after job in order, the part
+// of each job that falls in them.
 void split_columns(const std::vector<SliceJob>& jobs, const SliceForm& form) {
-  const int64_t n = form.n;
+  const int64_t n = form.total_n;
   if (jobs.empty() || n == 0) return;
   const int threads = omp_get_max_threads();
   const int64_t per_thread = (n + threads - 1) / threads;
-  const int64_t slice_width =
+  const int64_t width =
       std::min(n, (per_thread + kColumnSliceAlign - 1) / kColumnSliceAlign * kColumnSliceAlign);
-  const int slices = int((n + slice_width - 1) / slice_width);
-  const int64_t last_width = n - (slices - 1) * slice_width;
+  const int slices = int((n + width - 1) / width);
+  struct Piece {
+    const Plan* plan = nullptr;  // none: the job has no column in this slice
+    int64_t local0 = 0;          // the piece's first column within its job
+  };
   // Plans are made (and cached) here, before the threads start: the cache is not thread-safe.
-  std::vector<const Plan*> full(jobs.size()), last(jobs.size());
+  std::vector<Piece> pieces(jobs.size() * size_t(slices));
   size_t scratchpad_bytes = 0;
   for (size_t j = 0; j < jobs.size(); ++j) {
-    MOE_CHECK(jobs[j].m > 0 && jobs[j].k > 0, "split_columns takes non-empty products");
-    auto plan = [&](int64_t cols) {
-      const Plan& p = get_plan({jobs[j].m, jobs[j].k, cols, form.lda, form.trans_b ? cols : form.ldb,
-                                form.ldc, form.in_dtype, form.in_dtype, form.out_dtype, false, form.trans_b,
-                                1, form.accumulate, true});
+    const SliceJob& job = jobs[j];
+    MOE_CHECK(job.m > 0 && job.k > 0, "split_columns takes non-empty products");
+    for (int t = 0; t < slices; ++t) {
+      const int64_t lo = std::max(t * width, job.col0), hi = std::min((t + 1) * width, job.col0 + job.n);
+      if (lo >= hi) continue;
+      const int64_t cols = hi - lo;
+      const Plan& p =
+          get_plan({job.m, job.k, cols, form.lda, form.trans_b ? cols : form.ldb, form.ldc, form.in_dtype,
+                    form.in_dtype, form.out_dtype, false, form.trans_b, 1, job.accumulate, true});
       scratchpad_bytes = std::max(scratchpad_bytes, p.scratchpad.get_size());
-      return &p;
-    };
-    full[j] = plan(slice_width);
-    last[j] = plan(last_width);
+      pieces[j * size_t(slices) + size_t(t)] = {&p, lo - job.col0};
+    }
   }
   std::vector<SliceWorker>& workers = slice_workers(slices);
   for (int t = 0; t < slices; ++t)
@@ -342,14 +350,16 @@ void split_columns(const std::vector<SliceJob>& jobs, const SliceForm& form) {
   {
     const int t = omp_get_thread_num();
     SliceWorker& worker = workers[t];
-    const int64_t col0 = t * slice_width;
     try {
       for (size_t j = 0; j < jobs.size(); ++j) {
-        const Plan& p = t == slices - 1 ? *last[j] : *full[j];
-        const int64_t b_offset = form.trans_b ? col0 * jobs[j].k : col0;
-        memory a(p.a, rt.engine, const_cast<void*>(jobs[j].a));
-        memory b(p.b, rt.engine, const_cast<std::byte*>(at(jobs[j].b, b_offset, form.in_dtype)));
-        memory c(p.c, rt.engine, at(jobs[j].c, col0, form.out_dtype));
+        const Piece& piece = pieces[j * size_t(slices) + size_t(t)];
+        if (!piece.plan) continue;
+        const Plan& p = *piece.plan;
+        const SliceJob& job = jobs[j];
+        const int64_t b_offset = form.trans_b ? piece.local0 * job.k : piece.local0;
+        memory a(p.a, rt.engine, const_cast<void*>(job.a));
+        memory b(p.b, rt.engine, const_cast<std::byte*>(at(job.b, b_offset, form.in_dtype)));
+        memory c(p.c, rt.engine, at(job.c, job.col0 + piece.local0, form.out_dtype));
         memory pad(p.scratchpad, rt.engine, worker.scratchpad.data());
         p.matmul.execute(
             worker.stream,
@@ -394,41 +404,53 @@ const char* isa_name(dnnl::cpu_isa isa) {
 
 }  // namespace
 
-void grouped_gemm_nn(void* out, Dtype out_dtype, const void* lhs, const void* rhs, Dtype in_dtype,
-                     GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_out) {
+// Two weight parts are two products per group, into column blocks of out (nn) or summed (nt: the
+// second accumulates, right after the first, while the group's rows of out are in cache).
+void grouped_gemm_nn(void* out, Dtype out_dtype, const void* lhs, ExpertWeights rhs, Dtype in_dtype,
+                     GroupedShape groups, int64_t Kd, int64_t N) {
   check_groups(groups, Kd, N);
+  const int64_t part_cols = N / rhs.parts();
   std::vector<SliceJob> sliced;
   for (int64_t e = 0; e < groups.experts; ++e) {
     const GroupRows g = group_rows(groups, e);
-    if (g.live > 0 && Kd > 0 && column_slices_pay(Form::nn, g.live, in_dtype, out_dtype)) {
-      sliced.push_back({at(lhs, g.row0 * Kd, in_dtype), at(rhs, e * Kd * N, in_dtype),
-                        at(out, g.row0 * ld_out, out_dtype), g.live, Kd});
-    } else {
-      matmul(at(out, g.row0 * ld_out, out_dtype), out_dtype, at(lhs, g.row0 * Kd, in_dtype), in_dtype,
-             at(rhs, e * Kd * N, in_dtype), in_dtype, g.live, Kd, N, false, false, {.ldc = ld_out});
+    const bool slice = g.live > 0 && Kd > 0 && column_slices_pay(Form::nn, g.live, in_dtype, out_dtype);
+    for (int p = 0; p < rhs.parts(); ++p) {
+      const void* a = at(lhs, g.row0 * Kd, in_dtype);
+      const void* b = at(rhs.part(p), e * Kd * part_cols, in_dtype);
+      if (slice) {
+        sliced.push_back({a, b, at(out, g.row0 * N, out_dtype), g.live, Kd, part_cols, p * part_cols, false});
+      } else {
+        matmul(at(out, g.row0 * N + p * part_cols, out_dtype), out_dtype, a, in_dtype, b, in_dtype, g.live,
+               Kd, part_cols, false, false, {.ldc = N});
+      }
     }
-    zero_padding_rows(out, out_dtype, g, N, ld_out);
+    zero_padding_rows(out, out_dtype, g, N);
   }
-  split_columns(sliced, {false, N, Kd, N, ld_out, false, in_dtype, out_dtype});
+  split_columns(sliced, {false, N, Kd, part_cols, N, in_dtype, out_dtype});
 }
 
-void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, const void* rhs, Dtype in_dtype,
-                     GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout, bool accumulate) {
+void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, ExpertWeights rhs, Dtype in_dtype,
+                     GroupedShape groups, int64_t Kd, int64_t N, bool accumulate) {
   check_groups(groups, Kd, N);
+  const int64_t part_cols = N / rhs.parts();
   std::vector<SliceJob> sliced;
   for (int64_t e = 0; e < groups.experts; ++e) {
     const GroupRows g = group_rows(groups, e);
-    if (g.live > 0 && N > 0 && column_slices_pay(Form::nt, g.live, in_dtype, out_dtype)) {
-      sliced.push_back({at(dout, g.row0 * ld_dout, in_dtype), at(rhs, e * Kd * N, in_dtype),
-                        at(out, g.row0 * Kd, out_dtype), g.live, N});
-    } else {
-      matmul(at(out, g.row0 * Kd, out_dtype), out_dtype, at(dout, g.row0 * ld_dout, in_dtype), in_dtype,
-             at(rhs, e * Kd * N, in_dtype), in_dtype, g.live, N, Kd, false, true, {.lda = ld_dout},
-             accumulate);
+    const bool slice = g.live > 0 && N > 0 && column_slices_pay(Form::nt, g.live, in_dtype, out_dtype);
+    for (int p = 0; p < rhs.parts(); ++p) {
+      const void* a = at(dout, g.row0 * N + p * part_cols, in_dtype);
+      const void* b = at(rhs.part(p), e * Kd * part_cols, in_dtype);
+      void* c = at(out, g.row0 * Kd, out_dtype);
+      if (slice) {
+        sliced.push_back({a, b, c, g.live, part_cols, Kd, 0, accumulate || p > 0});
+      } else {
+        matmul(c, out_dtype, a, in_dtype, b, in_dtype, g.live, part_cols, Kd, false, true, {.lda = N},
+               accumulate || p > 0);
+      }
     }
-    zero_padding_rows(out, out_dtype, g, Kd, Kd);
+    zero_padding_rows(out, out_dtype, g, Kd);
   }
-  split_columns(sliced, {true, Kd, ld_dout, 0, Kd, accumulate, in_dtype, out_dtype});
+  split_columns(sliced, {true, Kd, N, 0, Kd, in_dtype, out_dtype});
 }
 
 void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* dout, Dtype in_dtype,

@@ -133,27 +133,33 @@ void gemm(void* c, Dtype c_dtype, View a, View b, int64_t m, int64_t k, int64_t 
 
 }  // namespace
 
-void grouped_gemm_nn(void* out, Dtype out_dtype, const void* lhs, const void* rhs, Dtype in_dtype,
-                     GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_out) {
+void grouped_gemm_nn(void* out, Dtype out_dtype, const void* lhs, ExpertWeights rhs, Dtype in_dtype,
+                     GroupedShape groups, int64_t Kd, int64_t N) {
   check_groups(groups, Kd, N);
+  const int64_t part_cols = N / rhs.parts();
   for (int64_t e = 0; e < groups.experts; ++e) {
     const GroupRows g = group_rows(groups, e);
-    gemm(at(out, g.row0 * ld_out, out_dtype), out_dtype,
-         View{at(lhs, g.row0 * Kd, in_dtype), in_dtype, Kd, 1},
-         View{at(rhs, e * Kd * N, in_dtype), in_dtype, N, 1}, g.live, Kd, N, ld_out);
-    zero_padding_rows(out, out_dtype, g, N, ld_out);
+    for (int p = 0; p < rhs.parts(); ++p)
+      gemm(at(out, g.row0 * N + p * part_cols, out_dtype), out_dtype,
+           View{at(lhs, g.row0 * Kd, in_dtype), in_dtype, Kd, 1},
+           View{at(rhs.part(p), e * Kd * part_cols, in_dtype), in_dtype, part_cols, 1}, g.live, Kd, part_cols,
+           N);
+    zero_padding_rows(out, out_dtype, g, N);
   }
 }
 
-void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, const void* rhs, Dtype in_dtype,
-                     GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout, bool accumulate) {
+void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, ExpertWeights rhs, Dtype in_dtype,
+                     GroupedShape groups, int64_t Kd, int64_t N, bool accumulate) {
   check_groups(groups, Kd, N);
+  const int64_t part_cols = N / rhs.parts();
   for (int64_t e = 0; e < groups.experts; ++e) {
     const GroupRows g = group_rows(groups, e);
-    gemm(at(out, g.row0 * Kd, out_dtype), out_dtype,
-         View{at(dout, g.row0 * ld_dout, in_dtype), in_dtype, ld_dout, 1},
-         View{at(rhs, e * Kd * N, in_dtype), in_dtype, 1, N}, g.live, N, Kd, Kd, accumulate);
-    zero_padding_rows(out, out_dtype, g, Kd, Kd);
+    for (int p = 0; p < rhs.parts(); ++p)
+      gemm(at(out, g.row0 * Kd, out_dtype), out_dtype,
+           View{at(dout, g.row0 * N + p * part_cols, in_dtype), in_dtype, N, 1},
+           View{at(rhs.part(p), e * Kd * part_cols, in_dtype), in_dtype, 1, part_cols}, g.live, part_cols, Kd,
+           Kd, accumulate || p > 0);
+    zero_padding_rows(out, out_dtype, g, Kd);
   }
 }
 

@@ -44,19 +44,18 @@ bool select_gemm_variant(const std::string& name) {
   return false;
 }
 
-void grouped_gemm_nn(void* out, Dtype out_dtype, const void* lhs, const void* rhs, Dtype in_dtype,
-                     GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_out) {
-  if (ld_out == 0) ld_out = N;
-  MOE_CHECK(ld_out >= N, "grouped_gemm_nn: out's row stride must cover its N columns");
-  active_gemm_variant().nn(out, out_dtype, lhs, rhs, in_dtype, groups, Kd, N, ld_out);
+void grouped_gemm_nn(void* out, Dtype out_dtype, const void* lhs, ExpertWeights rhs, Dtype in_dtype,
+                     GroupedShape groups, int64_t Kd, int64_t N) {
+  MOE_CHECK(N % rhs.parts() == 0, "grouped_gemm_nn: two weight parts split N in halves");
+  active_gemm_variant().nn(out, out_dtype, lhs, rhs, in_dtype, groups, Kd, N);
 }
 
-void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, const void* rhs, Dtype in_dtype,
-                     GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout, bool accumulate) {
-  if (ld_dout == 0) ld_dout = N;
-  MOE_CHECK(ld_dout >= N, "grouped_gemm_nt: dout's row stride must cover its N columns");
-  MOE_CHECK(!accumulate || out_dtype == Dtype::f32, "grouped_gemm_nt accumulates into float32 only");
-  active_gemm_variant().nt(out, out_dtype, dout, rhs, in_dtype, groups, Kd, N, ld_dout, accumulate);
+void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, ExpertWeights rhs, Dtype in_dtype,
+                     GroupedShape groups, int64_t Kd, int64_t N, bool accumulate) {
+  MOE_CHECK(N % rhs.parts() == 0, "grouped_gemm_nt: two weight parts split N in halves");
+  MOE_CHECK((!accumulate && rhs.parts() == 1) || out_dtype == Dtype::f32,
+            "grouped_gemm_nt sums weight parts and accumulates in a float32 out only");
+  active_gemm_variant().nt(out, out_dtype, dout, rhs, in_dtype, groups, Kd, N, accumulate);
 }
 
 void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* dout, Dtype in_dtype,

@@ -12,10 +12,10 @@
 
 #define MOE_DECLARE_GEMM_VARIANT(ns)                                                                      \
   namespace moe::ns {                                                                                     \
-  void grouped_gemm_nn(void* out, Dtype out_dtype, const void* lhs, const void* rhs, Dtype in_dtype,      \
-                       GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_out);                       \
-  void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, const void* rhs, Dtype in_dtype,     \
-                       GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout, bool accumulate);     \
+  void grouped_gemm_nn(void* out, Dtype out_dtype, const void* lhs, ExpertWeights rhs, Dtype in_dtype,    \
+                       GroupedShape groups, int64_t Kd, int64_t N);                                       \
+  void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, ExpertWeights rhs, Dtype in_dtype,   \
+                       GroupedShape groups, int64_t Kd, int64_t N, bool accumulate);                      \
   void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* dout, Dtype in_dtype,    \
                        GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout);                      \
   void dense_gemm(void* out, Dtype out_dtype, const void* a, Dtype a_dtype, const void* b, Dtype b_dtype, \
@@ -58,17 +58,11 @@ inline GroupRows group_rows(GroupedShape groups, int64_t e) {
   return {row0, groups.live_rows ? groups.live_rows[e] : rows, rows};
 }
 
-// Writes the padding rows [row0 + live, row0 + rows) of an output of `width` columns, rows ld >= width
-// elements apart, as zeros.
-inline void zero_padding_rows(void* out, Dtype dt, GroupRows g, int64_t width, int64_t ld) {
-  if (ld == width) {
-    if (g.rows > g.live)
-      std::memset(at(out, (g.row0 + g.live) * width, dt), 0,
-                  size_t((g.rows - g.live) * width) * dtype_size(dt));
-    return;
-  }
-  for (int64_t r = g.row0 + g.live; r < g.row0 + g.rows; ++r)
-    std::memset(at(out, r * ld, dt), 0, size_t(width) * dtype_size(dt));
+// Writes the padding rows [row0 + live, row0 + rows) of an output of `width` columns as zeros.
+inline void zero_padding_rows(void* out, Dtype dt, GroupRows g, int64_t width) {
+  if (g.rows > g.live)
+    std::memset(at(out, (g.row0 + g.live) * width, dt), 0,
+                size_t((g.rows - g.live) * width) * dtype_size(dt));
 }
 
 }  // namespace moe::gemm_detail
