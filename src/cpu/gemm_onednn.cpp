@@ -1,9 +1,11 @@
 // moe/gemm.h on oneDNN 2.6 matmul. Shapes and semantics: see the header.
 //
 // Every GEMM becomes one oneDNN matmul described by a Plan, built on the first call with a given
-// (M, K, N, dtypes, transposes, threads) and then cached for the life of the process: creating a
-// brgemm primitive JITs kernels (milliseconds), while the benchmark repeats its shapes every
-// iteration. Grouped forms run one matmul per non-empty group, i.e. one plan per distinct group size.
+// (M, K, N, strides, dtypes, transposes, threads) and then cached for the life of the process:
+// creating a brgemm primitive JITs kernels (milliseconds), while the benchmark repeats its shapes
+// every iteration. Grouped forms run one matmul per non-empty group (one plan per distinct group
+// size), or, for nn and nt in a band of small groups, one OpenMP region in which each thread runs a
+// single-thread matmul on its slice of the output columns, group after group (split_columns below).
 //
 // Kernel and layout policy, measured at the acceptance shape on the 2-core Zen 4 box
 // (bench/bench_gemm.cpp, numbers in docs/kernels.md):
@@ -263,7 +265,10 @@ void matmul(void* c, Dtype c_dtype, const void* a, Dtype a_dtype, const void* b,
 //    1024, where b packed once per call takes over. f32: +11 to +28 % below 512, where gemm:jit takes
 //    over.
 //  - nt: +5 to +26 % from 200 to 546 rows (bf16; f32 +7 % at 350), but 3-7 % slower at 128-137 rows,
-//    where the multi-thread brgemm's strided read of b^T wins.
+//    where the multi-thread brgemm's strided read of b^T wins. An nt that adds into out (two weight
+//    parts, accumulate) takes the slices at every row count: a thread's rows of out are still in its
+//    cache when its second product reads them back (137 x 2048 x [1408 | 1408]: 0.66 -> 0.75 TF/s;
+//    the per-group 2-thread matmul with a sum post-op loses 15 % to the single product).
 //  - tn: the slices lose or tie at every size tried; it keeps one matmul per group.
 enum class Form { nn, nt };
 constexpr int64_t kColumnSliceMaxRowsBf16 = 1024;
@@ -271,10 +276,10 @@ constexpr int64_t kColumnSliceMaxRowsF32 = kGemmJitMinRows;
 constexpr int64_t kColumnSliceMinRowsNt = 192;
 constexpr int64_t kColumnSliceAlign = 64;
 
-bool column_slices_pay(Form form, int64_t rows, Dtype in_dtype, Dtype out_dtype) {
+bool column_slices_pay(Form form, int64_t rows, Dtype in_dtype, Dtype out_dtype, bool sums_into_out = false) {
   // f32 inputs with a bf16 output need a rounding pass from scratch, which a slice does not have.
   if (in_dtype == Dtype::f32 && out_dtype == Dtype::bf16) return false;
-  if (form == Form::nt && rows < kColumnSliceMinRowsNt) return false;
+  if (form == Form::nt && !sums_into_out && rows < kColumnSliceMinRowsNt) return false;
   return rows < (in_dtype == Dtype::bf16 ? kColumnSliceMaxRowsBf16 : kColumnSliceMaxRowsF32);
 }
 
@@ -436,7 +441,9 @@ void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, ExpertWeights
   std::vector<SliceJob> sliced;
   for (int64_t e = 0; e < groups.experts; ++e) {
     const GroupRows g = group_rows(groups, e);
-    const bool slice = g.live > 0 && N > 0 && column_slices_pay(Form::nt, g.live, in_dtype, out_dtype);
+    const bool slice =
+        g.live > 0 && N > 0 &&
+        column_slices_pay(Form::nt, g.live, in_dtype, out_dtype, accumulate || rhs.parts() > 1);
     for (int p = 0; p < rhs.parts(); ++p) {
       const void* a = at(dout, g.row0 * N + p * part_cols, in_dtype);
       const void* b = at(rhs.part(p), e * Kd * part_cols, in_dtype);
