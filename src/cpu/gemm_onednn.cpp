@@ -19,8 +19,10 @@
 //      ~512 rows it makes one copy anyway and the extra pass loses.
 //    - B transposed (nt's rhs[e]^T) is read through strides below M = 4096: oneDNN's transposing
 //      reorder into the blocked layout is slow and pays off only over many rows.
-//    - A transposed (tn's lhs_e^T, outside the gemm:jit case) is transposed into scratch: at the
-//      acceptance shape that was no slower than brgemm's strided read in bf16 and 5-8% faster in f32.
+//    - A transposed (tn's lhs_e^T, outside the gemm:jit case): bf16 brgemm reads it through its
+//      strides; f32 transposes it into scratch first (5-8% faster on Zen 4). In bf16 the transposing
+//      reorder cost tn up to 12 % at 128-1092 rows and Kd = 2048 (1-4 % the other way at Kd = 1024),
+//      and made its reduction slow at 4, 8 or 12 rows mod 16 (Zen 5, docs/kernels.md).
 //  - Mixed a/b dtypes (the shared expert's f32 activations x bf16 weights) and f32 inputs with a
 //    bf16 output have no oneDNN 2.6 kernel: the bf16 operand is widened to f32 (exact) by the same
 //    reorders, and an f32 result is rounded to bf16 (nearest even) from scratch.
@@ -57,9 +59,9 @@ using Tag = memory::format_tag;
 constexpr int64_t kGemmJitMinRows = 512;
 constexpr int64_t kPackPlainMinRows = 512;
 constexpr int64_t kPackTransposedMinRows = 4096;
-// brgemm's tn form runs ~25 % slower when its reduction (the group's rows) is 4, 8 or 12 mod 16
-// (measured at Kd=2048 N=2816 on Zen 5, docs/kernels.md): where zero padding rows follow, sum over a
-// multiple of 16 instead.
+// brgemm's tn form with lhs^T transposed into scratch (f32 below gemm:jit's rows) runs ~25 % slower
+// when its reduction (the group's rows) is 4, 8 or 12 mod 16 (Zen 5, docs/kernels.md): where zero
+// padding rows follow, sum over a multiple of 16 instead.
 constexpr int64_t kTnReductionAlign = 16;
 
 memory::data_type dnnl_type(Dtype dt) {
@@ -153,7 +155,8 @@ Plan make_plan(const PlanKey& key) {
   const bool dense = (key.trans_a || key.lda == key.k) && key.ldb == key.n && key.ldc == key.n;
   const bool gemm_jit = compute == Dtype::f32 && key.b_dtype == Dtype::f32 && !key.trans_b && dense &&
                         key.m >= kGemmJitMinRows && !key.column_slice && !key.accumulate;
-  const bool convert_a = key.a_dtype != compute || (key.trans_a && !gemm_jit && !key.column_slice);
+  const bool convert_a =
+      key.a_dtype != compute || (key.trans_a && !gemm_jit && !key.column_slice && compute == Dtype::f32);
   // Widening B costs one pass anyway, so it writes the blocked layout directly.
   const bool pack_b =
       !gemm_jit && !key.column_slice &&
