@@ -264,17 +264,19 @@ void matmul(void* c, Dtype c_dtype, const void* a, Dtype a_dtype, const void* b,
 // few rows between its threads, so each copies the same b blocks into brgemm's layout, and it ends
 // every group at a barrier; the slices copy each block once and never wait. Measured on Zen 5, 2
 // threads, grouped over 16-128 experts with rows +-10 % (docs/kernels.md):
-//  - nn, bf16: +7 to +13 % from 128 to 546 rows (0.69 -> 0.77 TF/s at 137 x 2048 x 2816); neutral at
-//    1024, where b packed once per call takes over. f32: +11 to +28 % below 512, where gemm:jit takes
-//    over.
-//  - nt: +5 to +26 % from 200 to 546 rows (bf16; f32 +7 % at 350), but 3-7 % slower at 128-137 rows,
-//    where the multi-thread brgemm's strided read of b^T wins. An nt that adds into out (two weight
+//  - nn, bf16: +7 to +13 % from 128 to 546 rows (0.69 -> 0.77 TF/s at 137 x 2048 x 2816), +2 to +4 %
+//    at 1024-1092; 2 % slower at 2048, where b packed once per call takes over. f32: +11 to +28 %
+//    below 512, where gemm:jit takes over.
+//  - nt, bf16: +5 to +26 % from 200 to 546 rows, +11 to +16 % from 1024 to 3600 (0.81 -> 0.94 TF/s
+//    at 1092 x 2048 x 2816), up to the rows where b^T is packed per call; 3-7 % slower at 128-137
+//    rows, where the multi-thread brgemm's strided read of b^T wins. f32: +7 % at 350 rows. An nt that adds into out (two weight
 //    parts, accumulate) takes the slices at every row count: a thread's rows of out are still in its
 //    cache when its second product reads them back (137 x 2048 x [1408 | 1408]: 0.66 -> 0.75 TF/s;
 //    the per-group 2-thread matmul with a sum post-op loses 15 % to the single product).
 //  - tn: the slices lose or tie at every size tried; it keeps one matmul per group.
 enum class Form { nn, nt };
-constexpr int64_t kColumnSliceMaxRowsBf16 = 1024;
+constexpr int64_t kColumnSliceMaxRowsNnBf16 = 1536;
+constexpr int64_t kColumnSliceMaxRowsNtBf16 = kPackTransposedMinRows;
 constexpr int64_t kColumnSliceMaxRowsF32 = kGemmJitMinRows;
 constexpr int64_t kColumnSliceMinRowsNt = 192;
 constexpr int64_t kColumnSliceAlign = 64;
@@ -283,7 +285,8 @@ bool column_slices_pay(Form form, int64_t rows, Dtype in_dtype, Dtype out_dtype,
   // f32 inputs with a bf16 output need a rounding pass from scratch, which a slice does not have.
   if (in_dtype == Dtype::f32 && out_dtype == Dtype::bf16) return false;
   if (form == Form::nt && !sums_into_out && rows < kColumnSliceMinRowsNt) return false;
-  return rows < (in_dtype == Dtype::bf16 ? kColumnSliceMaxRowsBf16 : kColumnSliceMaxRowsF32);
+  if (in_dtype == Dtype::f32) return rows < kColumnSliceMaxRowsF32;
+  return rows < (form == Form::nn ? kColumnSliceMaxRowsNnBf16 : kColumnSliceMaxRowsNtBf16);
 }
 
 // One product of split_columns: columns [col0, col0 + n) of the call's c, c (m, n) = a (m, k) @ b (k, n)
