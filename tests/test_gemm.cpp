@@ -83,9 +83,10 @@ struct GroupCase {
 
 // Odd sizes everywhere. The oneDNN build switches kernel or layout at M = 512 rows (f32 gemm:jit,
 // per-call packing of plain weights) and M = 4096 (packing transposed weights): 520 and 4100 rows
-// cross those thresholds in nn/nt, Kd = 520 does in tn (M = Kd there). Between 192 and 1024 rows nn
-// and nt split the output columns between threads in slices of 64 (column_slices): "column_slices"
-// has outputs of 130 and 200 columns, so that two threads get a full and a ragged slice.
+// cross those thresholds in nn/nt, Kd = 520 does in tn (M = Kd there). In bands of rows (bf16 nn
+// below 1536, nt from 192 to 4096; f32 below 512) nn and nt split the output columns between
+// threads in slices of 64: "column_slices" and "wide_slices" have outputs of 130 and 200 columns, so
+// that two threads get a full and a ragged slice, below and above 1024 rows.
 const GroupCase kGroupCases[] = {
     {"odd_sizes_with_empty", {3, 0, 17, 1, 63, 65}, 17, 63},
     {"all_rows_in_one_group", {0, 0, 37, 0}, 65, 3},
@@ -96,6 +97,7 @@ const GroupCase kGroupCases[] = {
     {"huge_group", {4100}, 9, 17},
     {"wide_kd", {5, 0, 30}, 520, 7},
     {"column_slices", {300, 0, 290, 3}, 200, 130},
+    {"wide_slices", {1100, 5}, 130, 40},
 };
 
 // with_padding: each group's last third of rows (rounded down) is layout padding, which nn and nt
