@@ -3,7 +3,8 @@
 // shapes with fresh inputs, plus the MoE edge grid (empty experts, all tokens on one expert, K=1, K=E,
 // S=0 and S>0, T not a multiple of the tile, both permute modes, all pack strategies), null routing,
 // the prequeue path, remat, repeated calls, thread-count independence, and the exchange hooks.
-// Tolerances are check_tolerance(dtype) (moe/check.h). A backend that cannot run a configuration
+// Tolerances are --check's (moe/conditioned_check.h): check_tolerance(dtype), raised only where the
+// problem's measured conditioning demands it (tiny T in bf16). A backend that cannot run a configuration
 // (the cuda skeleton; any backend without its device) reports the case SKIPPED with its reason.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -14,7 +15,7 @@
 
 #include "moe/backend.h"
 #include "moe/block.h"
-#include "moe/check.h"
+#include "moe/conditioned_check.h"
 #include "moe/gemm.h"
 #include "moe/inputs.h"
 #include "moe/null_routing.h"
@@ -79,8 +80,11 @@ BlockRun run_block(Backend& be, const MoeConfig& c, const MoeInputs& host_in, co
   return run;
 }
 
-CheckResult check_run(const MoeConfig& c, const MoeInputs& in, const Routing& routing, const BlockRun& run) {
-  return check_against_reference(c, in, routing, run.out, run.grads ? &*run.grads : nullptr);
+// --check's rule: the dtype's floor, raised where the problem is ill-conditioned (moe/conditioned_check.h:
+// at T = 1 in bf16 a gradient can cancel so that one rounding moves it 4 %, past the fixed 2e-2).
+ConditionedCheck check_run(const MoeConfig& c, const MoeInputs& in, const Routing& routing,
+                           const BlockRun& run) {
+  return check_conditioned(c, in, routing, run.out, run.grads ? &*run.grads : nullptr);
 }
 
 class BlockOnBackend : public ::testing::TestWithParam<std::string> {
@@ -96,9 +100,9 @@ class BlockOnBackend : public ::testing::TestWithParam<std::string> {
       return false;
     }
     const MoeInputs in = make_inputs(c);
-    const CheckResult r = check_run(c, in, routing, run_block(backend(), c, in, routing, k, call));
+    const ConditionedCheck r = check_run(c, in, routing, run_block(backend(), c, in, routing, k, call));
     EXPECT_TRUE(r.pass) << describe(c) << " out_err=" << r.out_rel_err << " grad_err=" << r.grad_rel_err
-                        << " tol=" << r.tol;
+                        << " worst=" << r.worst.name << " err=" << r.worst.rel_err << " tol=" << r.worst.tol;
     ++ran_;
     return true;
   }
@@ -131,7 +135,8 @@ TEST_P(BlockOnBackend, EveryCombinationMatchesReference) {
               c.capacity_factor = cap == CapacityPolicy::none ? 0.0 : 0.8;
               c.shared_expert_dim = (int(impl) + int(cap)) % 2 ? 12 : 0;
               c.shared_fused = int(remat) % 2 == 0;
-              c.matmul_precision = int(cap) == 1 ? MatmulPrecision::highest : MatmulPrecision::default_precision;
+              c.matmul_precision =
+                  int(cap) == 1 ? MatmulPrecision::highest : MatmulPrecision::default_precision;
               run_and_check(c, make_routing(c));
             }
   skip_if_nothing_ran();
@@ -330,7 +335,7 @@ TEST(BlockCpu, EveryGemmVariantRunsTheBlock) {
         c.bench_pass = BenchPass::forward_backward;
         const MoeInputs in = make_inputs(c);
         const Routing routing = make_routing(c);
-        const CheckResult r = check_run(c, in, routing, run_block(cpu, c, in, routing));
+        const ConditionedCheck r = check_run(c, in, routing, run_block(cpu, c, in, routing));
         EXPECT_TRUE(r.pass) << v.name << " " << describe(c) << " grad_err=" << r.grad_rel_err;
       }
   }
