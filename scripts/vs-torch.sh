@@ -7,7 +7,7 @@
 # wheels PyPI's torch depends on), never a dependency of moe-bench or its tests.
 # Prints a Markdown table: per shape and pass the median time of each and torch / moe-bench (> 1: we
 # are faster). Usage: scripts/vs-torch.sh [extra moe-bench flags]; THREADS (default 2), SHAPES
-# (names below), REPEATS (default 2) narrow or widen it.
+# (names in issue10-shapes.sh), REPEATS (default 2) narrow or widen it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${TORCH_VENV:-.venv-torch}
@@ -16,15 +16,8 @@ if [[ ! -x $venv/bin/python ]] || ! "$venv/bin/python" -c 'import torch' 2>/dev/
   "$venv/bin/pip" install -q "torch==${TORCH_VERSION:-2.15.0}" numpy >&2
 fi
 threads=${THREADS:-2}
-declare -A shapes=(
-  [reference]="8192 1024 1024 16 2 0"
-  [seed_baseline]="32768 2048 1408 60 2 5632"
-  [seed_t4096]="4096 2048 1408 60 2 0"
-  [seed_t4096_shared]="4096 2048 1408 60 2 5632"
-  [seed_t4096_k8]="4096 2048 1408 60 8 0"
-  [fine_e64]="4096 1024 512 64 8 0"
-  [fine_e128]="2048 2048 768 128 8 0"
-)
+source scripts/issue10-shapes.sh
+# seed_routed (the baseline without its shared expert) is left out by default: minutes of torch.
 order=(reference seed_baseline seed_t4096 seed_t4096_shared seed_t4096_k8 fine_e64 fine_e128)
 # shellcheck disable=SC2206
 selected=(${SHAPES:-${order[*]}})
@@ -77,7 +70,7 @@ for _ in range(iters):
 print(statistics.median(times))
 PY
 for name in "${selected[@]}"; do
-  read -r T H M E K S <<<"${shapes[$name]}"
+  read -r T H M E K S <<<"${issue10_shapes[$name]}"
   for pass in forward forward_backward; do
     for rep in $(seq "${REPEATS:-2}"); do
       ours=$(build/moe-bench --tokens "$T" --hidden "$H" --mlp-dim "$M" --experts "$E" --topk "$K" \

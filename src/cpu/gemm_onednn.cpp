@@ -201,17 +201,12 @@ const Plan& get_plan(const PlanKey& key) {
   if (it == cache.end()) {
     try {
       // brgemm sizes its work split by the OpenMP thread count when it is created.
-      const int threads = omp_get_max_threads();
+      struct ThreadCount {
+        int saved = omp_get_max_threads();
+        ~ThreadCount() { omp_set_num_threads(saved); }
+      } restore;
       omp_set_num_threads(key.threads);
-      Plan plan;
-      try {
-        plan = make_plan(key);
-      } catch (...) {
-        omp_set_num_threads(threads);
-        throw;
-      }
-      omp_set_num_threads(threads);
-      it = cache.emplace(key, std::move(plan)).first;
+      it = cache.emplace(key, make_plan(key)).first;
     } catch (const dnnl::error& e) {
       MOE_CHECK(false, std::string("oneDNN matmul setup failed: ") + e.what());
     }
@@ -269,10 +264,11 @@ void matmul(void* c, Dtype c_dtype, const void* a, Dtype a_dtype, const void* b,
 //    below 512, where gemm:jit takes over.
 //  - nt, bf16: +5 to +26 % from 200 to 546 rows, +11 to +16 % from 1024 to 3600 (0.81 -> 0.94 TF/s
 //    at 1092 x 2048 x 2816), up to the rows where b^T is packed per call; 3-7 % slower at 128-137
-//    rows, where the multi-thread brgemm's strided read of b^T wins. f32: +7 % at 350 rows. An nt that adds into out (two weight
-//    parts, accumulate) takes the slices at every row count: a thread's rows of out are still in its
-//    cache when its second product reads them back (137 x 2048 x [1408 | 1408]: 0.66 -> 0.75 TF/s;
-//    the per-group 2-thread matmul with a sum post-op loses 15 % to the single product).
+//    rows, where the multi-thread brgemm's strided read of b^T wins. f32: +7 % at 350 rows. An nt
+//    that adds into out (two weight parts, accumulate) takes the slices at every row count: a
+//    thread's rows of out are still in its cache when its second product reads them back (137 x 2048
+//    x [1408 | 1408]: 0.66 -> 0.75 TF/s; the per-group 2-thread matmul with a sum post-op loses 15 %
+//    to the single product).
 //  - tn: the slices lose or tie at every size tried; it keeps one matmul per group.
 enum class Form { nn, nt };
 constexpr int64_t kColumnSliceMaxRowsNnBf16 = 1536;
@@ -425,8 +421,8 @@ void grouped_gemm_nn(void* out, Dtype out_dtype, const void* lhs, ExpertWeights 
   for (int64_t e = 0; e < groups.experts; ++e) {
     const GroupRows g = group_rows(groups, e);
     const bool slice = g.live > 0 && Kd > 0 && column_slices_pay(Form::nn, g.live, in_dtype, out_dtype);
+    const void* a = at(lhs, g.row0 * Kd, in_dtype);
     for (int p = 0; p < rhs.parts(); ++p) {
-      const void* a = at(lhs, g.row0 * Kd, in_dtype);
       const void* b = at(rhs.part(p), e * Kd * part_cols, in_dtype);
       if (slice) {
         sliced.push_back({a, b, at(out, g.row0 * N, out_dtype), g.live, Kd, part_cols, p * part_cols, false});
@@ -450,10 +446,10 @@ void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, ExpertWeights
     const bool slice =
         g.live > 0 && N > 0 &&
         column_slices_pay(Form::nt, g.live, in_dtype, out_dtype, accumulate || rhs.parts() > 1);
+    void* c = at(out, g.row0 * Kd, out_dtype);
     for (int p = 0; p < rhs.parts(); ++p) {
       const void* a = at(dout, g.row0 * N + p * part_cols, in_dtype);
       const void* b = at(rhs.part(p), e * Kd * part_cols, in_dtype);
-      void* c = at(out, g.row0 * Kd, out_dtype);
       if (slice) {
         sliced.push_back({a, b, c, g.live, part_cols, Kd, 0, accumulate || p > 0});
       } else {
