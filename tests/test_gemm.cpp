@@ -86,7 +86,10 @@ struct GroupCase {
 // cross those thresholds in nn/nt, Kd = 520 does in tn (M = Kd there). In bands of rows (bf16 nn
 // below 1536, nt from 192 to 4096; f32 below 512) nn and nt split the output columns between
 // threads in slices of 64: "column_slices" and "wide_slices" have outputs of 130 and 200 columns, so
-// that two threads get a full and a ragged slice, below and above 1024 rows.
+// that two threads get a full and a ragged slice, below and above 1024 rows. The dpbf16 variant packs
+// weights in panels of 1024 reduction elements x 128 columns: "deep_kd" needs two panels along nn's
+// reduction and "deep_n" along nt's in each of its two weight parts (N / 2 = 1031, odd); both have
+// several along the columns, so partial sums carry between panels (in the output, or in scratch).
 const GroupCase kGroupCases[] = {
     {"odd_sizes_with_empty", {3, 0, 17, 1, 63, 65}, 17, 63},
     {"all_rows_in_one_group", {0, 0, 37, 0}, 65, 3},
@@ -98,6 +101,8 @@ const GroupCase kGroupCases[] = {
     {"wide_kd", {5, 0, 30}, 520, 7},
     {"column_slices", {300, 0, 290, 3}, 200, 130},
     {"wide_slices", {1100, 5}, 130, 40},
+    {"deep_kd", {5, 2}, 1030, 200},
+    {"deep_n", {5, 2}, 200, 2062},
 };
 
 // with_padding: each group's last third of rows (rounded down) is layout padding, which nn and nt

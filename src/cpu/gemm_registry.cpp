@@ -17,6 +17,12 @@ const GemmVariant* active = nullptr;
 
 const std::vector<GemmVariant>& gemm_variants() {
   static const std::vector<GemmVariant> variants = {
+#ifdef MOE_HAVE_DPBF16
+      MOE_GEMM_VARIANT(
+          dpbf16,
+          "AVX-512 BF16 micro-kernel (vdpbf16ps) for bf16 groups up to 1536 rows, weights packed "
+          "panel by panel while the next panel streams in; oneDNN for the rest"),
+#endif
 #ifdef MOE_HAVE_ONEDNN
       MOE_GEMM_VARIANT(
           onednn,

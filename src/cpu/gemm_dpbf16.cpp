@@ -1,0 +1,656 @@
+// moe/gemm.h's bfloat16 grouped forms on our own AVX-512 BF16 micro-kernel (vdpbf16ps), for the small
+// expert groups of fine-grained MoE. Everything else (float32, groups above kMaxGroupRows, dense GEMMs)
+// goes to the oneDNN variant, so this variant is "ours where it measures faster, oneDNN elsewhere".
+//
+// Why not oneDNN at small groups: brgemm copies each expert's weights into its blocked layout in a
+// pass of its own before it multiplies, so the DRAM stream of the weights (which change every step in
+// training and may not be packed once outside the timed call) does not overlap the arithmetic; at 137
+// rows per expert that costs ~15 % (2-core Zen 5: prepacked weights 0.93 TF/s, packed per call 0.80).
+// Here:
+//  - weights are packed one panel (up to kPanelDepth reduction elements x kPanelCols columns) at a time
+//    into the pair layout vdpbf16ps reads: by the first row block on the way (weights with the
+//    reduction along rows: nn), or in a pass of its own (read transposed: nt);
+//  - while a panel is multiplied, the other row blocks prefetch the raw lines of the next panel into
+//    L2, one per reduction step, so the weight stream overlaps the arithmetic;
+//  - activations are read where they lie: a bf16 pair (k, k+1) of a row is one 32-bit broadcast;
+//  - each thread owns a fixed slice of the output columns across every group: no barriers, and each
+//    weight byte is read by one thread (oneDNN's threads split the few rows and both read it).
+// tn (weight gradients) packs both of its small operands (the group's rows are its reduction) and
+// writes each row block of the gradient across the thread's columns.
+//
+// Packed panel layout: per 32-column tile, per reduction pair p, two vectors of 16 dwords in "lane
+// order" (see interleave_pair); a dword holds (b[2p][col], b[2p + 1][col]), the even element in the
+// low half. An odd reduction length packs a zero second element. Register tile: 12 rows x 32 columns.
+// Accumulation is float32 in registers, and across panels in float32 (the output itself when it is
+// float32, a per-thread scratch otherwise); a bf16 output is rounded once, to nearest even.
+#include "cpu/gemm_variants.h"
+
+#ifdef MOE_HAVE_DPBF16
+
+// GCC 12's AVX-512 intrinsics pass a self-initialised "undefined" vector as the unused merge operand,
+// which -Wmaybe-uninitialized reports wherever they inline.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+namespace moe::dpbf16 {
+namespace {
+
+using namespace gemm_detail;  // at, check_groups, group_rows, zero_padding_rows
+
+constexpr int kTileRows = 12;  // 24 accumulators + 2 weight vectors + 1 broadcast of 32 registers
+constexpr int64_t kTileCols = 32;
+constexpr int64_t kPanelDepth = 1024;  // even: panels split the reduction at pair boundaries
+constexpr int64_t kPanelCols = 128;
+// Above this many rows in a group oneDNN's brgemm, which also blocks the rows, is as fast or faster
+// (docs/kernels.md); the largest group decides for the whole call.
+constexpr int64_t kMaxGroupRows = 1536;
+
+// The operand the kernel broadcasts: pair p of row m (elements 2p, 2p+1) starts at
+// base + m * row_ld + p * pair_ld (bf16 elements; any alignment).
+struct PairRows {
+  const bf16_t* base;
+  int64_t row_ld, pair_ld;
+};
+
+// Lines of the next panel's raw source to pull into L2 while this tile multiplies: `count` lines
+// starting at line `line` of row `row` (rows are `ld_bytes` apart, `lines_per_row` lines each).
+struct Prefetch {
+  const char* row = nullptr;
+  int64_t ld_bytes = 0;
+  int64_t lines_per_row = 1;
+  int64_t line = 0;
+  int64_t count = 0;
+};
+
+// Issues the next `count` prefetches of `all` (into L2), advancing it.
+void prefetch_lines(Prefetch& all, int64_t count) {
+  for (count = std::min(count, all.count); count > 0; --count, --all.count) {
+    _mm_prefetch(all.row + all.line * 64, _MM_HINT_T1);
+    if (++all.line == all.lines_per_row) {
+      all.line = 0;
+      all.row += all.ld_bytes;
+    }
+  }
+}
+
+// The next `count` lines of `all` as a Prefetch of their own; `all` moves past them.
+Prefetch take_lines(Prefetch& all, int64_t count) {
+  Prefetch part = all;
+  part.count = std::min(count, all.count);
+  const int64_t end = all.line + part.count;
+  all.row += end / all.lines_per_row * all.ld_bytes;
+  all.line = end % all.lines_per_row;
+  all.count -= part.count;
+  return part;
+}
+
+struct TileJob {
+  PairRows a;
+  __m512i* panel;  // (pairs + odd, 2) vectors of this tile; written first when packing
+  // Packing on the way (the panel's first row block, weights as stored with the reduction along rows):
+  // the tile's weight rows, ld apart, and which of its 32 columns exist.
+  const bf16_t* raw;
+  int64_t raw_ld;
+  __mmask32 raw_cols;
+  Prefetch ahead;  // lines of the next panel to pull into L2, one per reduction step
+  int64_t pairs;
+  bool odd;         // one more reduction element, a's second of that pair not read
+  int64_t cols;     // valid columns of the tile, 1..32
+  const float* in;  // (rows, cols) float32 partial sums to add to, or nullptr
+  int64_t in_ld;
+  void* out;  // (rows, cols)
+  int64_t out_ld;
+  bool out_bf16;
+};
+
+// A plain 16 x int32 vector: unlike __m512i (declared may_alias), a store of it cannot alias the
+// kernel's float accumulators, which GCC would otherwise keep in memory across the packing stores.
+using PairVector = int32_t __attribute__((vector_size(64)));
+// The same for the accumulators (__m512 is may_alias as well).
+using SumVector = float __attribute__((vector_size(64)));
+
+// Two rows of 32 bf16 (r1 zero past the reduction) -> the two pair vectors of a tile in "lane order":
+// unpack interleaves within 128-bit lanes, so dword i of vector v is column (i / 4) * 8 + v * 4 + i % 4.
+// Panels keep that order (no permute, and no permute indices to hold in registers while packing);
+// the kernel puts columns in order when it loads or stores sums.
+inline void interleave_pair(__m512i r0, __m512i r1, __m512i* dst) {
+  auto* out = reinterpret_cast<PairVector*>(dst);
+  out[0] = PairVector(_mm512_unpacklo_epi16(r0, r1));
+  out[1] = PairVector(_mm512_unpackhi_epi16(r0, r1));
+}
+
+// Lane order <-> column order of a tile's two vectors (index into the concatenation of both).
+inline __m512i lanes_from_columns(int v) {
+  return v == 0 ? _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27)
+                : _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+}
+inline __m512i columns_from_lanes(int half) {
+  return half == 0 ? _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23)
+                   : _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+}
+inline int64_t column_of_lane(int v, int i) {
+  return (i / 4) * 8 + v * 4 + i % 4;
+}
+
+// Row m's pair in a broadcast operand, from three row pointers (p: row 0, q: row 5, r: row 10) and
+// one and three rows' strides: 12 rows cost 5 registers, so nothing spills from the loop.
+template <int M>
+inline const char* row_address(const char* p, const char* q, const char* r, int64_t rb, int64_t rb3) {
+  if constexpr (M < 5) {
+    if constexpr (M == 3) return p + rb3;
+    return p + M * rb;  // 0, 1, 2, 4: base + index * scale
+  } else if constexpr (M < 10) {
+    if constexpr (M == 8) return q + rb3;
+    return q + (M - 5) * rb;
+  } else {
+    return r + (M - 10) * rb;
+  }
+}
+
+template <int M>
+inline void multiply_row(SumVector (&acc)[2], __m512bh b0, __m512bh b1, const char* row) {
+  int32_t pair;
+  std::memcpy(&pair, row, 4);
+  const __m512bh av = __m512bh(_mm512_set1_epi32(pair));
+  acc[0] = SumVector(_mm512_dpbf16_ps(__m512(acc[0]), b0, av));
+  acc[1] = SumVector(_mm512_dpbf16_ps(__m512(acc[1]), b1, av));
+}
+
+template <int Rows, bool Pack>
+void tile_kernel(const TileJob& j) {
+  const __mmask16 mask0 = j.cols >= 16 ? __mmask16(0xffff) : __mmask16((1u << j.cols) - 1);
+  const __mmask16 mask1 = j.cols >= 32  ? __mmask16(0xffff)
+                          : j.cols > 16 ? __mmask16((1u << (j.cols - 16)) - 1)
+                                        : 0;
+  SumVector acc[Rows][2];
+#pragma GCC unroll 16
+  for (int m = 0; m < Rows; ++m) {
+    if (j.in) {
+      const __m512 c0 = _mm512_maskz_loadu_ps(mask0, j.in + m * j.in_ld);
+      const __m512 c1 = _mm512_maskz_loadu_ps(mask1, j.in + m * j.in_ld + 16);
+      acc[m][0] = SumVector(_mm512_permutex2var_ps(c0, lanes_from_columns(0), c1));
+      acc[m][1] = SumVector(_mm512_permutex2var_ps(c0, lanes_from_columns(1), c1));
+    } else {
+      acc[m][0] = SumVector{};
+      acc[m][1] = SumVector{};
+    }
+  }
+  // Locals, not j's fields: the packing stores would otherwise make GCC reload them every step.
+  const int64_t rb = j.a.row_ld * 2, rb3 = 3 * rb, pair_bytes = j.a.pair_ld * 2;
+  const char* p = reinterpret_cast<const char*>(j.a.base);
+  const char* q = p + 5 * rb;
+  const char* r = p + 10 * rb;
+  __m512i* b = j.panel;
+  const bf16_t* raw = j.raw;
+  const int64_t raw_ld = j.raw_ld;
+  const __mmask32 raw_cols = j.raw_cols;
+  Prefetch ahead = j.ahead;
+  for (const __m512i* end = b + 2 * j.pairs; b != end; b += 2) {
+    if (ahead.count > 0) prefetch_lines(ahead, 1);
+    if constexpr (Pack) {
+      // The next tile's rows, for the next call (the lines after these are not a sequential stream).
+      _mm_prefetch(reinterpret_cast<const char*>(raw + kTileCols), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(raw + raw_ld + kTileCols), _MM_HINT_T0);
+      // Masked loads only for a ragged last tile: they measured slower on the weight stream.
+      if (raw_cols == __mmask32(0xffffffffu))
+        interleave_pair(_mm512_loadu_si512(raw), _mm512_loadu_si512(raw + raw_ld), b);
+      else
+        interleave_pair(_mm512_maskz_loadu_epi16(raw_cols, raw),
+                        _mm512_maskz_loadu_epi16(raw_cols, raw + raw_ld), b);
+      raw += 2 * raw_ld;
+    }
+    const __m512bh b0 = __m512bh(_mm512_load_si512(b)), b1 = __m512bh(_mm512_load_si512(b + 1));
+    [&]<int... M>(std::integer_sequence<int, M...>) {
+      (multiply_row<M>(acc[M], b0, b1, row_address<M>(p, q, r, rb, rb3)), ...);
+    }
+    (std::make_integer_sequence<int, Rows>{});
+    p += pair_bytes;
+    q += pair_bytes;
+    r += pair_bytes;
+  }
+  prefetch_lines(ahead, ahead.count);
+  if (j.odd) {
+    if constexpr (Pack) interleave_pair(_mm512_maskz_loadu_epi16(raw_cols, raw), _mm512_setzero_si512(), b);
+    const __m512bh b0 = __m512bh(_mm512_load_si512(b)), b1 = __m512bh(_mm512_load_si512(b + 1));
+#pragma GCC unroll 16
+    for (int m = 0; m < Rows; ++m) {
+      bf16_t last;
+      std::memcpy(&last, p + m * rb, 2);
+      const __m512bh av = __m512bh(_mm512_set1_epi32(int32_t(last)));
+      acc[m][0] = SumVector(_mm512_dpbf16_ps(__m512(acc[m][0]), b0, av));
+      acc[m][1] = SumVector(_mm512_dpbf16_ps(__m512(acc[m][1]), b1, av));
+    }
+  }
+#pragma GCC unroll 16
+  for (int m = 0; m < Rows; ++m) {
+    const __m512 c0 = _mm512_permutex2var_ps(__m512(acc[m][0]), columns_from_lanes(0), __m512(acc[m][1]));
+    const __m512 c1 = _mm512_permutex2var_ps(__m512(acc[m][0]), columns_from_lanes(1), __m512(acc[m][1]));
+    if (j.out_bf16) {
+      const __m512i both = _mm512_inserti64x4(_mm512_zextsi256_si512(__m256i(_mm512_cvtneps_pbh(c0))),
+                                              __m256i(_mm512_cvtneps_pbh(c1)), 1);
+      const __mmask32 mask = j.cols >= 32 ? __mmask32(0xffffffffu) : __mmask32((1u << j.cols) - 1);
+      _mm512_mask_storeu_epi16(static_cast<bf16_t*>(j.out) + m * j.out_ld, mask, both);
+    } else {
+      float* o = static_cast<float*>(j.out) + m * j.out_ld;
+      _mm512_mask_storeu_ps(o, mask0, c0);
+      _mm512_mask_storeu_ps(o + 16, mask1, c1);
+    }
+  }
+}
+
+template <bool Pack, int... R>
+constexpr std::array<void (*)(const TileJob&), sizeof...(R)> kernels_by_rows(
+    std::integer_sequence<int, R...>) {
+  return {&tile_kernel<R + 1, Pack>...};
+}
+// kTileKernels[pack][r - 1] multiplies r rows.
+constexpr std::array<void (*)(const TileJob&), kTileRows> kTileKernels[2] = {
+    kernels_by_rows<false>(std::make_integer_sequence<int, kTileRows>{}),
+    kernels_by_rows<true>(std::make_integer_sequence<int, kTileRows>{})};
+
+inline __mmask32 first_elements(int64_t n) {
+  return n >= 32 ? __mmask32(0xffffffffu) : __mmask32((1u << n) - 1);
+}
+
+int64_t tiles_of(int64_t cols) {
+  return (cols + kTileCols - 1) / kTileCols;
+}
+int64_t pair_slots(int64_t depth) {
+  return (depth + 1) / 2;
+}
+
+// src (depth, cols) row-major, ld apart, reduction along rows -> panel (tiles, pair_slots, 2).
+void pack_row_pairs(const bf16_t* src, int64_t ld, int64_t depth, int64_t cols, __m512i* panel) {
+  const int64_t slots = pair_slots(depth);
+  for (int64_t t = 0; t < tiles_of(cols); ++t) {
+    const __mmask32 mask = first_elements(cols - t * kTileCols);
+    const bf16_t* s = src + t * kTileCols;
+    __m512i* dst = panel + t * slots * 2;
+    for (int64_t p = 0; p < slots; ++p) {
+      const __m512i r0 = _mm512_maskz_loadu_epi16(mask, s + 2 * p * ld);
+      const __m512i r1 =
+          2 * p + 1 < depth ? _mm512_maskz_loadu_epi16(mask, s + (2 * p + 1) * ld) : _mm512_setzero_si512();
+      interleave_pair(r0, r1, dst + 2 * p);
+    }
+  }
+}
+
+// r[i] dword c -> r[c] dword i.
+inline void transpose_16x16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  // Now lane l of r[4i + j] holds dword 4l + j of rows 4i .. 4i + 3.
+  for (int j = 0; j < 4; ++j) {
+    const __m512i u0 = _mm512_shuffle_i32x4(r[j], r[4 + j], 0x88),
+                  u1 = _mm512_shuffle_i32x4(r[j], r[4 + j], 0xdd);
+    const __m512i u2 = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0x88);
+    const __m512i u3 = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0xdd);
+    t[j] = _mm512_shuffle_i32x4(u0, u2, 0x88);
+    t[8 + j] = _mm512_shuffle_i32x4(u0, u2, 0xdd);
+    t[4 + j] = _mm512_shuffle_i32x4(u1, u3, 0x88);
+    t[12 + j] = _mm512_shuffle_i32x4(u1, u3, 0xdd);
+  }
+  for (int i = 0; i < 16; ++i) r[i] = t[i];
+}
+
+// src (cols, depth) row-major, ld apart, reduction along each row (a weight read transposed)
+// -> panel (tiles, pair_slots, 2).
+void pack_transposed(const bf16_t* src, int64_t ld, int64_t depth, int64_t cols, __m512i* panel) {
+  const int64_t slots = pair_slots(depth);
+  for (int64_t t = 0; t < tiles_of(cols); ++t) {
+    __m512i* dst = panel + t * slots * 2;
+    for (int64_t p0 = 0; p0 < slots; p0 += 16) {
+      const __mmask32 mask = first_elements(depth - 2 * p0);
+      const int64_t block_pairs = std::min<int64_t>(16, slots - p0);
+      for (int half = 0; half < 2; ++half) {
+        __m512i r[16];
+        for (int i = 0; i < 16; ++i) {
+          const int64_t col = t * kTileCols + column_of_lane(half, i);
+          r[i] =
+              col < cols ? _mm512_maskz_loadu_epi16(mask, src + col * ld + 2 * p0) : _mm512_setzero_si512();
+        }
+        transpose_16x16(r);
+        for (int64_t q = 0; q < block_pairs; ++q) _mm512_store_si512(dst + 2 * (p0 + q) + half, r[q]);
+      }
+    }
+  }
+}
+
+// A rectangle of a row-major bf16 operand.
+struct Rect {
+  const bf16_t* origin;
+  int64_t rows, cols, ld;
+};
+
+Prefetch whole_rect(const Rect& r) {
+  if (!r.origin || r.rows <= 0 || r.cols <= 0) return {};
+  const int64_t lines = (r.cols * 2 + 63) / 64;
+  return {reinterpret_cast<const char*>(r.origin), r.ld * 2, lines, 0, r.rows * lines};
+}
+
+template <class T>
+T* grown(std::vector<T>& v, int64_t n) {
+  if (int64_t(v.size()) < n) v.resize(size_t(n));
+  return v.data();
+}
+
+// One 64-byte vector's storage (std::vector<__m512i> would drop the type's alignment attribute).
+struct alignas(64) VectorSlot {
+  std::byte bytes[64];
+};
+__m512i* grown(std::vector<VectorSlot>& v, int64_t n) {
+  if (int64_t(v.size()) < n) v.resize(size_t(n));
+  return reinterpret_cast<__m512i*>(v.data());
+}
+
+struct ThreadBuffers {
+  std::vector<VectorSlot> panel;
+  std::vector<float> partial;
+  std::vector<bf16_t> tn_lhs;
+  std::vector<VectorSlot> row_pair;
+};
+ThreadBuffers& thread_buffers() {
+  static thread_local ThreadBuffers buffers;
+  return buffers;
+}
+
+// Columns [begin, end) of `cols` for thread t of n, in whole tiles.
+std::pair<int64_t, int64_t> column_slice(int64_t cols, int t, int n) {
+  const int64_t tiles = tiles_of(cols);
+  return {std::min(cols, tiles * t / n * kTileCols), std::min(cols, tiles * (t + 1) / n * kTileCols)};
+}
+
+// One (column panel x reduction block) of a group: the weights to pack and where its products go.
+struct Panel {
+  int64_t e;
+  Rect raw;         // the weights as stored
+  bool transposed;  // raw is (cols, depth) instead of (depth, cols)
+  PairRows a;       // the activations' pairs for this block's reduction
+  int64_t depth;
+  int64_t cols;
+  bool first, last;  // first / last reduction block of its column panel
+  int64_t out_col;   // first output column
+};
+
+// Multiplies one panel over the group's live rows, packing it first: a weight read transposed in a
+// pass of its own, one with the reduction along its rows by the first row block on the way (its
+// loads and shuffles then hide under the arithmetic). `next` is prefetched meanwhile.
+void multiply_panel(const Panel& pn, int64_t rows, __m512i* packed, void* out, int64_t out_ld, bool out_bf16,
+                    bool accumulate, float* partial, Prefetch next) {
+  if (pn.transposed) pack_transposed(pn.raw.origin, pn.raw.ld, pn.depth, pn.cols, packed);
+  const int64_t slots = pair_slots(pn.depth), tiles = tiles_of(pn.cols);
+  const int64_t row_blocks = (rows + kTileRows - 1) / kTileRows;
+  // The first row block packs (its demand loads need the fill buffers): the others prefetch.
+  const int64_t prefetching =
+      pn.transposed || row_blocks == 1 ? row_blocks * tiles : (row_blocks - 1) * tiles;
+  const int64_t per_tile = (next.count + prefetching - 1) / prefetching;
+  const bool out_f32_direct = !out_bf16;
+  for (int64_t r0 = 0; r0 < rows; r0 += kTileRows) {
+    const int64_t r = std::min<int64_t>(kTileRows, rows - r0);
+    for (int64_t t = 0; t < tiles; ++t) {
+      const int64_t c0 = t * kTileCols;
+      TileJob j;
+      j.a = {pn.a.base + r0 * pn.a.row_ld, pn.a.row_ld, pn.a.pair_ld};
+      j.panel = packed + t * slots * 2;
+      j.pairs = pn.depth / 2;
+      j.odd = pn.depth % 2 != 0;
+      j.cols = std::min(kTileCols, pn.cols - c0);
+      const bool pack = r0 == 0 && !pn.transposed;
+      j.raw = pn.raw.origin + c0;
+      j.raw_ld = pn.raw.ld;
+      j.raw_cols = first_elements(j.cols);
+      // Partial sums live in the output when it is float32, else in `partial` (rows, kPanelCols).
+      float* sums = out_f32_direct ? static_cast<float*>(out) + r0 * out_ld + pn.out_col + c0
+                                   : partial + r0 * kPanelCols + c0;
+      const int64_t sums_ld = out_f32_direct ? out_ld : kPanelCols;
+      j.in = pn.first
+                 ? (accumulate ? static_cast<const float*>(out) + r0 * out_ld + pn.out_col + c0 : nullptr)
+                 : sums;
+      j.in_ld = pn.first ? out_ld : sums_ld;
+      if (pn.last) {
+        j.out = out_bf16 ? static_cast<void*>(static_cast<bf16_t*>(out) + r0 * out_ld + pn.out_col + c0)
+                         : static_cast<void*>(static_cast<float*>(out) + r0 * out_ld + pn.out_col + c0);
+        j.out_ld = out_ld;
+        j.out_bf16 = out_bf16;
+      } else {
+        j.out = sums;
+        j.out_ld = sums_ld;
+        j.out_bf16 = false;
+      }
+      j.ahead = pack && row_blocks > 1 ? Prefetch{} : take_lines(next, per_tile);
+      kTileKernels[pack][r - 1](j);
+    }
+  }
+}
+
+// The panels thread t of n computes for group e, in order. nn: out columns are the weight parts side
+// by side, reduction Kd. nt: out columns Kd, reduction over the parts' columns.
+template <class Emit>
+void for_each_panel_nn(int64_t e, int64_t row0, const bf16_t* lhs, ExpertWeights rhs, int64_t Kd, int64_t N,
+                       int t, int n, Emit emit) {
+  const int64_t part_cols = N / rhs.parts();
+  const auto [c_begin, c_end] = column_slice(part_cols, t, n);
+  for (int p = 0; p < rhs.parts(); ++p) {
+    const bf16_t* w = static_cast<const bf16_t*>(rhs.part(p)) + e * Kd * part_cols;  // (Kd, part_cols)
+    for (int64_t c = c_begin; c < c_end; c += kPanelCols) {
+      const int64_t cols = std::min(kPanelCols, c_end - c);
+      for (int64_t k = 0; k < Kd; k += kPanelDepth) {
+        const int64_t depth = std::min(kPanelDepth, Kd - k);
+        emit(Panel{e,
+                   {w + k * part_cols + c, depth, cols, part_cols},
+                   false,
+                   {lhs + row0 * Kd + k, Kd, 2},
+                   depth,
+                   cols,
+                   k == 0,
+                   k + depth == Kd,
+                   p * part_cols + c});
+      }
+    }
+  }
+}
+
+template <class Emit>
+void for_each_panel_nt(int64_t e, int64_t row0, const bf16_t* dout, ExpertWeights rhs, int64_t Kd, int64_t N,
+                       int t, int n, Emit emit) {
+  const int64_t part_cols = N / rhs.parts();
+  const auto [c_begin, c_end] = column_slice(Kd, t, n);
+  for (int64_t c = c_begin; c < c_end; c += kPanelCols) {
+    const int64_t cols = std::min(kPanelCols, c_end - c);
+    for (int p = 0; p < rhs.parts(); ++p) {
+      const bf16_t* w = static_cast<const bf16_t*>(rhs.part(p)) + e * Kd * part_cols;  // (Kd, part_cols)
+      for (int64_t k = 0; k < part_cols; k += kPanelDepth) {
+        const int64_t depth = std::min(kPanelDepth, part_cols - k);
+        emit(Panel{e,
+                   {w + c * part_cols + k, cols, depth, part_cols},
+                   true,
+                   {dout + row0 * N + p * part_cols + k, N, 2},
+                   depth,
+                   cols,
+                   p == 0 && k == 0,
+                   p + 1 == rhs.parts() && k + depth == part_cols,
+                   c});
+      }
+    }
+  }
+}
+
+int64_t largest_live_group(GroupedShape groups) {
+  int64_t most = 0;
+  for (int64_t e = 0; e < groups.experts; ++e) most = std::max(most, group_rows(groups, e).live);
+  return most;
+}
+
+// nn and nt: every thread walks its panels of every group, packing each and multiplying it while the
+// next one's raw lines stream in.
+template <class ForEachPanel>
+void grouped_by_panels(void* out, Dtype out_dtype, const bf16_t* lhs, ExpertWeights rhs, GroupedShape groups,
+                       int64_t Kd, int64_t N, int64_t out_cols, bool accumulate,
+                       ForEachPanel for_each_panel) {
+  const int threads = omp_get_max_threads();
+  const bool out_bf16 = out_dtype == Dtype::bf16;
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), n = omp_get_num_threads();
+    ThreadBuffers& buf = thread_buffers();
+    __m512i* packed = grown(buf.panel, kPanelCols / kTileCols * pair_slots(kPanelDepth) * 2);
+    float* partial = grown(buf.partial, kMaxGroupRows * kPanelCols);
+    std::vector<Panel> panels;
+    std::vector<int64_t> live;
+    for (int64_t e = 0; e < groups.experts; ++e) {
+      const GroupRows g = group_rows(groups, e);
+      if (g.live == 0) continue;
+      for_each_panel(e, g.row0, lhs, rhs, Kd, N, t, n, [&](const Panel& p) {
+        panels.push_back(p);
+        live.push_back(g.live);
+      });
+    }
+    for (size_t i = 0; i < panels.size(); ++i) {
+      const Panel& pn = panels[i];
+      const GroupRows g = group_rows(groups, pn.e);
+      const Prefetch next = i + 1 < panels.size() ? whole_rect(panels[i + 1].raw) : Prefetch{};
+      multiply_panel(pn, live[i], packed, at(out, g.row0 * out_cols, out_dtype), out_cols, out_bf16,
+                     accumulate, partial, next);
+    }
+  }
+  // Padding rows (all rows of an empty group) are written as zeros, accumulating or not.
+  for (int64_t e = 0; e < groups.experts; ++e)
+    zero_padding_rows(out, out_dtype, group_rows(groups, e), out_cols);
+}
+
+bool ours(Dtype in_dtype, Dtype out_dtype, GroupedShape groups) {
+  return in_dtype == Dtype::bf16 && (out_dtype == Dtype::bf16 || out_dtype == Dtype::f32) &&
+         largest_live_group(groups) <= kMaxGroupRows;
+}
+
+// lhs rows [0, live) of a group (live, Kd) -> (pair_slots(live), Kd) dwords in blocks of kTileRows
+// columns: block b holds, for each pair p, dwords of columns [b * kTileRows, ...) contiguously, so a
+// row block of tn's output reads one short run per pair.
+void pack_lhs_transposed(const bf16_t* lhs, int64_t live, int64_t Kd, bf16_t* dst,
+                         std::vector<VectorSlot>& row_pair) {
+  const int64_t slots = pair_slots(live), row_tiles = tiles_of(Kd);
+  __m512i* pairs = grown(row_pair, row_tiles * 2);
+  for (int64_t p = 0; p < slots; ++p) {
+    for (int64_t t = 0; t < row_tiles; ++t) {
+      const __mmask32 mask = first_elements(Kd - t * kTileCols);
+      const bf16_t* s = lhs + 2 * p * Kd + t * kTileCols;
+      const __m512i r0 = _mm512_maskz_loadu_epi16(mask, s);
+      const __m512i r1 = 2 * p + 1 < live ? _mm512_maskz_loadu_epi16(mask, s + Kd) : _mm512_setzero_si512();
+      interleave_pair(r0, r1, pairs + 2 * t);
+      const __m512i v0 = _mm512_load_si512(pairs + 2 * t), v1 = _mm512_load_si512(pairs + 2 * t + 1);
+      _mm512_store_si512(pairs + 2 * t, _mm512_permutex2var_epi32(v0, columns_from_lanes(0), v1));
+      _mm512_store_si512(pairs + 2 * t + 1, _mm512_permutex2var_epi32(v0, columns_from_lanes(1), v1));
+    }
+    const uint32_t* row = reinterpret_cast<const uint32_t*>(pairs);  // Kd dwords of pair p, in order
+    for (int64_t b = 0; b * kTileRows < Kd; ++b) {
+      const int64_t width = std::min<int64_t>(kTileRows, Kd - b * kTileRows);
+      std::memcpy(dst + 2 * (b * slots * kTileRows + p * kTileRows), row + b * kTileRows, size_t(width) * 4);
+    }
+  }
+}
+
+}  // namespace
+
+void grouped_gemm_nn(void* out, Dtype out_dtype, const void* lhs, ExpertWeights rhs, Dtype in_dtype,
+                     GroupedShape groups, int64_t Kd, int64_t N) {
+  check_groups(groups, Kd, N);
+  if (!ours(in_dtype, out_dtype, groups) || Kd == 0)
+    return onednn::grouped_gemm_nn(out, out_dtype, lhs, rhs, in_dtype, groups, Kd, N);
+  grouped_by_panels(out, out_dtype, static_cast<const bf16_t*>(lhs), rhs, groups, Kd, N, N, false,
+                    [](auto&&... args) { for_each_panel_nn(args...); });
+}
+
+void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, ExpertWeights rhs, Dtype in_dtype,
+                     GroupedShape groups, int64_t Kd, int64_t N, bool accumulate) {
+  check_groups(groups, Kd, N);
+  if (!ours(in_dtype, out_dtype, groups) || N == 0)
+    return onednn::grouped_gemm_nt(out, out_dtype, dout, rhs, in_dtype, groups, Kd, N, accumulate);
+  grouped_by_panels(out, out_dtype, static_cast<const bf16_t*>(dout), rhs, groups, Kd, N, Kd, accumulate,
+                    [](auto&&... args) { for_each_panel_nt(args...); });
+}
+
+void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* dout, Dtype in_dtype,
+                     GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout) {
+  check_groups(groups, Kd, N);
+  if (!ours(in_dtype, out_dtype, groups))
+    return onednn::grouped_gemm_tn(drhs, out_dtype, lhs, dout, in_dtype, groups, Kd, N, ld_dout);
+  const bool out_bf16 = out_dtype == Dtype::bf16;
+  const auto* x = static_cast<const bf16_t*>(lhs);
+  const auto* dy = static_cast<const bf16_t*>(dout);
+#pragma omp parallel
+  {
+    const int t = omp_get_thread_num(), n = omp_get_num_threads();
+    ThreadBuffers& buf = thread_buffers();
+    const auto [c_begin, c_end] = column_slice(N, t, n);
+    for (int64_t e = 0; e < groups.experts; ++e) {
+      const GroupRows g = group_rows(groups, e);
+      void* dw = at(drhs, e * Kd * N, out_dtype);  // (Kd, N)
+      if (g.live == 0) {
+        // An expert no row reached has a zero gradient.
+        for (int64_t r = 0; r < Kd && c_end > c_begin; ++r)
+          std::memset(at(dw, r * N + c_begin, out_dtype), 0, size_t(c_end - c_begin) * dtype_size(out_dtype));
+        continue;
+      }
+      if (c_end == c_begin) continue;
+      const int64_t slots = pair_slots(g.live);
+      bf16_t* xt = grown(buf.tn_lhs, 2 * slots * ((Kd + kTileRows - 1) / kTileRows * kTileRows));
+      pack_lhs_transposed(x + g.row0 * Kd, g.live, Kd, xt, buf.row_pair);
+      // All of this thread's columns of dout packed at once, then each row block of the gradient
+      // written across them: whole row runs, where panel by panel wrote short runs a power-of-two
+      // stride apart (N = 2048: 0.5 TF/s against 0.85).
+      const int64_t cols = c_end - c_begin;
+      __m512i* packed = grown(buf.panel, tiles_of(cols) * slots * 2);
+      pack_row_pairs(dy + g.row0 * ld_dout + c_begin, ld_dout, g.live, cols, packed);
+      for (int64_t r0 = 0; r0 < Kd; r0 += kTileRows) {
+        const int64_t r = std::min<int64_t>(kTileRows, Kd - r0);
+        for (int64_t t0 = 0; t0 < tiles_of(cols); ++t0) {
+          TileJob j;
+          j.a = {xt + 2 * r0 * slots, 2, 2 * kTileRows};
+          j.panel = packed + t0 * slots * 2;
+          j.pairs = slots;  // the odd row's pair holds a zero second element on both sides
+          j.odd = false;
+          j.cols = std::min(kTileCols, cols - t0 * kTileCols);
+          j.in = nullptr;
+          j.in_ld = 0;
+          j.raw = nullptr;
+          j.ahead = {};
+          j.out = at(dw, r0 * N + c_begin + t0 * kTileCols, out_dtype);
+          j.out_ld = N;
+          j.out_bf16 = out_bf16;
+          kTileKernels[false][r - 1](j);
+        }
+      }
+    }
+  }
+}
+
+void dense_gemm(void* out, Dtype out_dtype, const void* a, Dtype a_dtype, const void* b, Dtype b_dtype,
+                int64_t R, int64_t Kd, int64_t N, bool trans_a, bool trans_b) {
+  onednn::dense_gemm(out, out_dtype, a, a_dtype, b, b_dtype, R, Kd, N, trans_a, trans_b);
+}
+
+std::string gemm_library_version() {
+  return "AVX-512 BF16 micro-kernel for bf16 groups up to " + std::to_string(kMaxGroupRows) + " rows; " +
+         onednn::gemm_library_version();
+}
+
+}  // namespace moe::dpbf16
+
+#endif
