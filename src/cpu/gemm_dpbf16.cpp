@@ -363,8 +363,7 @@ __m512i* grown(std::vector<VectorSlot>& v, int64_t n) {
 struct ThreadBuffers {
   std::vector<VectorSlot> panel;
   std::vector<float> partial;
-  std::vector<bf16_t> tn_lhs;
-  std::vector<VectorSlot> row_pair;
+  std::vector<VectorSlot> tn_lhs;
 };
 ThreadBuffers& thread_buffers() {
   static thread_local ThreadBuffers buffers;
@@ -540,28 +539,25 @@ bool ours(Dtype in_dtype, Dtype out_dtype, GroupedShape groups) {
          largest_live_group(groups) <= kMaxGroupRows;
 }
 
-// lhs rows [0, live) of a group (live, Kd) -> (pair_slots(live), Kd) dwords in blocks of kTileRows
-// columns: block b holds, for each pair p, dwords of columns [b * kTileRows, ...) contiguously, so a
-// row block of tn's output reads one short run per pair.
-void pack_lhs_transposed(const bf16_t* lhs, int64_t live, int64_t Kd, bf16_t* dst,
-                         std::vector<VectorSlot>& row_pair) {
-  const int64_t slots = pair_slots(live), row_tiles = tiles_of(Kd);
-  __m512i* pairs = grown(row_pair, row_tiles * 2);
+// tn reads its broadcast operand, lhs^T, in row blocks of kTnRows out of blocks of 16 of its rows.
+constexpr int kTnRows = 8;
+constexpr int64_t kTnBlock = 16;
+
+// lhs rows [0, live) of a group (live, Kd) -> pairs of rows as dwords, in blocks of 16 columns: dword
+// (p, k) at (k / 16 * pair_slots(live) + p) * 16 + k % 16, so a row block of tn's output reads one
+// short run per pair, and packing stores whole vectors.
+void pack_lhs_transposed(const bf16_t* lhs, int64_t live, int64_t Kd, bf16_t* dst) {
+  const int64_t slots = pair_slots(live);
+  auto* out = reinterpret_cast<PairVector*>(dst);
   for (int64_t p = 0; p < slots; ++p) {
-    for (int64_t t = 0; t < row_tiles; ++t) {
+    for (int64_t t = 0; t < tiles_of(Kd); ++t) {
       const __mmask32 mask = first_elements(Kd - t * kTileCols);
       const bf16_t* s = lhs + 2 * p * Kd + t * kTileCols;
       const __m512i r0 = _mm512_maskz_loadu_epi16(mask, s);
       const __m512i r1 = 2 * p + 1 < live ? _mm512_maskz_loadu_epi16(mask, s + Kd) : _mm512_setzero_si512();
-      interleave_pair(r0, r1, pairs + 2 * t);
-      const __m512i v0 = _mm512_load_si512(pairs + 2 * t), v1 = _mm512_load_si512(pairs + 2 * t + 1);
-      _mm512_store_si512(pairs + 2 * t, _mm512_permutex2var_epi32(v0, columns_from_lanes(0), v1));
-      _mm512_store_si512(pairs + 2 * t + 1, _mm512_permutex2var_epi32(v0, columns_from_lanes(1), v1));
-    }
-    const uint32_t* row = reinterpret_cast<const uint32_t*>(pairs);  // Kd dwords of pair p, in order
-    for (int64_t b = 0; b * kTileRows < Kd; ++b) {
-      const int64_t width = std::min<int64_t>(kTileRows, Kd - b * kTileRows);
-      std::memcpy(dst + 2 * (b * slots * kTileRows + p * kTileRows), row + b * kTileRows, size_t(width) * 4);
+      const __m512i lo = _mm512_unpacklo_epi16(r0, r1), hi = _mm512_unpackhi_epi16(r0, r1);
+      out[(2 * t * slots + p)] = PairVector(_mm512_permutex2var_epi32(lo, columns_from_lanes(0), hi));
+      out[((2 * t + 1) * slots + p)] = PairVector(_mm512_permutex2var_epi32(lo, columns_from_lanes(1), hi));
     }
   }
 }
@@ -610,19 +606,20 @@ void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* d
       }
       if (c_end == c_begin) continue;
       const int64_t slots = pair_slots(g.live);
-      bf16_t* xt = grown(buf.tn_lhs, 2 * slots * ((Kd + kTileRows - 1) / kTileRows * kTileRows));
-      pack_lhs_transposed(x + g.row0 * Kd, g.live, Kd, xt, buf.row_pair);
+      // (2 x tiles, slots, 16) dwords, 64-byte aligned
+      bf16_t* xt = reinterpret_cast<bf16_t*>(grown(buf.tn_lhs, 2 * tiles_of(Kd) * slots));
+      pack_lhs_transposed(x + g.row0 * Kd, g.live, Kd, xt);
       // All of this thread's columns of dout packed at once, then each row block of the gradient
       // written across them: whole row runs, where panel by panel wrote short runs a power-of-two
       // stride apart (N = 2048: 0.5 TF/s against 0.85).
       const int64_t cols = c_end - c_begin;
       __m512i* packed = grown(buf.panel, tiles_of(cols) * slots * 2);
       pack_row_pairs(dy + g.row0 * ld_dout + c_begin, ld_dout, g.live, cols, packed);
-      for (int64_t r0 = 0; r0 < Kd; r0 += kTileRows) {
-        const int64_t r = std::min<int64_t>(kTileRows, Kd - r0);
+      for (int64_t r0 = 0; r0 < Kd; r0 += kTnRows) {
+        const int64_t r = std::min<int64_t>(kTnRows, Kd - r0);
         for (int64_t t0 = 0; t0 < tiles_of(cols); ++t0) {
           TileJob j;
-          j.a = {xt + 2 * r0 * slots, 2, 2 * kTileRows};
+          j.a = {xt + 2 * (r0 / kTnBlock * slots * kTnBlock + r0 % kTnBlock), 2, 2 * kTnBlock};
           j.panel = packed + t0 * slots * 2;
           j.pairs = slots;  // the odd row's pair holds a zero second element on both sides
           j.odd = false;
