@@ -186,6 +186,56 @@ TEST_P(EveryGemmVariant, NnMatchesReference) {
     }
 }
 
+// The fused up projection + SwiGLU: h against the plain sums, g against SwiGLU applied (in double) to
+// the h the call stored, since g is defined from h's rounded values. Padded cases read [w1 | w3] as two
+// parts and scale g by routing weights; keep_h = false must give the same g bit for bit.
+TEST_P(EveryGemmVariant, NnSwigluMatchesReference) {
+  ScopedVariant variant(GetParam());
+  Inputs inputs(testing::test_seed());
+  for (const GroupCase& c : kGroupCases)
+    for (bool padded : {false, true}) {
+      const Groups g(c.sizes, padded);
+      for (Dtype dt : kDtypes) {
+        const int64_t M = c.N;
+        const Weights rhs = padded ? random_weights(inputs, dt, 2, g.experts(), c.Kd, M)
+                                   : random_weights(inputs, dt, 1, g.experts(), c.Kd, 2 * M);
+        SCOPED_TRACE(std::string(c.name) + (padded ? " padded, two weight parts, routing weights" : "") +
+                     ", " + trace(dt, dt));
+        const Tensor lhs = inputs.random(dt, {g.rows(), c.Kd});       // (rows, Kd)
+        const Tensor weight = inputs.random(Dtype::f32, {g.rows()});  // (rows)
+        const float* row_weight = padded ? static_cast<const float*>(weight.raw()) : nullptr;
+        Tensor h = nan_filled(dt, {g.rows(), 2 * M}),
+               out = nan_filled(dt, {g.rows(), M});  // (rows, 2M), (rows, M)
+        grouped_gemm_nn_swiglu(h.raw(), out.raw(), dt, lhs.raw(), rhs.view(), dt, g.shape(), c.Kd, M,
+                               row_weight,
+                               /*keep_h=*/true);
+        Expected want_h(h.numel()), want_g(out.numel());
+        for (int64_t e = 0; e < g.experts(); ++e)
+          for (int64_t r = g.offset[size_t(e)]; r < g.live_end(e); ++r) {
+            for (int64_t j = 0; j < 2 * M; ++j)
+              for (int64_t k = 0; k < c.Kd; ++k)
+                want_h.add(r * 2 * M + j, lhs.get(r * c.Kd + k), rhs.get(e, c.Kd, k, j));
+            for (int64_t j = 0; j < M; ++j) {
+              const double a = h.get(r * 2 * M + j), b = h.get(r * 2 * M + M + j),
+                           w = row_weight ? row_weight[r] : 1.0;
+              want_g.add(r * M + j, a / (1.0 + std::exp(-a)) * b, w);
+              // The kernels' sigmoid is an approximation: absolute error ~1e-7, which is large against a
+              // tiny silu(a) at very negative a; allow 1e-5 |a b w| on top of the rounding of g.
+              want_g.scale[size_t(r * M + j)] += std::fabs(a * b * w);
+            }
+          }
+        expect_close(h, want_h);
+        expect_close(out, want_g);
+        Tensor again = nan_filled(dt, {g.rows(), M});
+        grouped_gemm_nn_swiglu(h.raw(), again.raw(), dt, lhs.raw(), rhs.view(), dt, g.shape(), c.Kd, M,
+                               row_weight,
+                               /*keep_h=*/false);
+        EXPECT_EQ(std::memcmp(again.raw(), out.raw(), size_t(out.numel()) * dtype_size(dt)), 0)
+            << "keep_h = false changed g";
+      }
+    }
+}
+
 // Padded cases with a float32 out read the weights as two parts (dh @ [w1 | w3]^T) and accumulate
 // into out (out += product on live rows, as the non-fused impls sum dgate @ w1^T and dup @ w3^T).
 TEST_P(EveryGemmVariant, NtMatchesReference) {

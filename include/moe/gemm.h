@@ -46,6 +46,17 @@ struct ExpertWeights {
 void grouped_gemm_nn(void* out, Dtype out_dtype, const void* lhs, ExpertWeights rhs, Dtype in_dtype,
                      GroupedShape groups, int64_t Kd, int64_t N);
 
+// The fused up projection and SwiGLU: h (rows, 2M) = lhs (rows, Kd) @ rhs[e] (Kd, 2M) with h's columns
+// [gate | up] (rhs one w13 tensor or the two parts [w1 | w3]), then g (rows, M) = silu(gate) * up, times
+// row_weight[r] when given, computed from h's values as stored in out_dtype (so it equals nn followed by
+// SwiGLU over the stored h). keep_h = false lets a variant skip writing h (a forward no backward
+// follows); h must be a buffer of that size either way. Padding rows of g (and of h, when kept) are
+// zeros.
+void grouped_gemm_nn_swiglu(void* h, void* g, Dtype out_dtype, const void* lhs, ExpertWeights rhs,
+                            Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t M,
+                            const float* row_weight, bool keep_h);
+// row_weight (rows) or nullptr
+
 // out (rows, Kd) = dout (rows, N) @ rhs[e]^T, rhs[e] (Kd, N)   [backward data: dh @ w13^T, dy @ w2^T]
 // accumulate: out's live rows += the product instead of = (float32 out only). Two weight parts are
 // two sums (over dout's halves) added in out, so they too need a float32 out.
@@ -68,13 +79,14 @@ void dense_gemm(void* out, Dtype out_dtype, const void* a, Dtype a_dtype, const 
 // avx512_core_bf16").
 std::string gemm_library_version();
 
-// The kernel registry for GEMMs: every variant implements the five entry points above. The functions
+// The kernel registry for GEMMs: every variant implements the six entry points above. The functions
 // above call the process-wide active variant (default: the first registered, the fastest). Tests and
 // `--list` walk the registry; `--gemm-variant` selects one.
 struct GemmVariant {
   const char* name;
   const char* description;
   decltype(&grouped_gemm_nn) nn;
+  decltype(&grouped_gemm_nn_swiglu) nn_swiglu;
   decltype(&grouped_gemm_nt) nt;
   decltype(&grouped_gemm_tn) tn;
   void (*dense)(void*, Dtype, const void*, Dtype, const void*, Dtype, int64_t, int64_t, int64_t, bool, bool);

@@ -20,6 +20,7 @@ class FloatExpertFfn final : public ExpertFfnOp {
         traits_(impl_traits(ctx.cfg.impl)),
         remat_(ctx.cfg.bench_pass == BenchPass::forward_backward &&
                ctx.cfg.remat_mode == RematMode::expert_mlp),
+        backward_reads_forward_h_(ctx.cfg.bench_pass == BenchPass::forward_backward && !remat_),
         H_(ctx.cfg.hidden),
         M_(ctx.cfg.mlp_dim),
         E_(ctx.cfg.experts),
@@ -36,7 +37,7 @@ class FloatExpertFfn final : public ExpertFfnOp {
   // expert_mlp remat: the forward writes its up projection and SwiGLU output into the backward's
   // gradient scratch, which the backward overwrites, so the backward must and does recompute them.
   void up(const Tensor& x_rows, const FfnWeights& w, const DispatchPlan& plan) override {
-    compute_up(remat_ ? dh_ : h_, remat_ ? dg_ : g_, x_rows, w, host_view(plan));
+    compute_up(remat_ ? dh_ : h_, remat_ ? dg_ : g_, x_rows, w, host_view(plan), backward_reads_forward_h_);
   }
 
   void down(Tensor& y_rows, const FfnWeights& w, const DispatchPlan& plan) override {
@@ -50,7 +51,7 @@ class FloatExpertFfn final : public ExpertFfnOp {
     const HostPlan p = host_view(plan);
     const int64_t rows = p.rows, H = H_, M = M_;
     const GroupedShape groups{p.group_offset, E_, p.group_live, /*zero_padding=*/true};
-    if (remat_) tracer_("remat_up", [&] { compute_up(h_, g_, x_rows, w, p); });
+    if (remat_) tracer_("remat_up", [&] { compute_up(h_, g_, x_rows, w, p, /*keep_h=*/true); });
 
     tracer_("down_backward", [&] {
       grouped_gemm_tn(dw.dw2.raw(), dt_, g_.raw(), dy_rows.raw(), dt_, groups, M, H, H);
@@ -98,22 +99,27 @@ class FloatExpertFfn final : public ExpertFfnOp {
   static ExpertWeights w13_of(const FfnWeights& w) {
     return w.w13.empty() ? ExpertWeights(w.w1.raw(), w.w3.raw()) : ExpertWeights(w.w13.raw());
   }
-  void compute_up(Tensor& h, Tensor& g, const Tensor& x_rows, const FfnWeights& w, const HostPlan& p) {
+  // keep_h: a backward will read h (else the fused GEMM may skip storing it: SwiGLU happens in its
+  // epilogue, so h is never read back).
+  void compute_up(Tensor& h, Tensor& g, const Tensor& x_rows, const FfnWeights& w, const HostPlan& p,
+                  bool keep_h) {
     const GroupedShape groups{p.group_offset, E_, p.group_live, /*zero_padding=*/true};
-    const GateUp gu = gate_up(h, p.rows);
+    const float* row_weight = traits_.preweight ? p.row_weight : nullptr;
     if (traits_.fuse_w13) {
-      grouped_gemm_nn(h.raw(), dt_, x_rows.raw(), w13_of(w), dt_, groups, H_, 2 * M_);
-    } else {
-      grouped_gemm_nn(h.raw(), dt_, x_rows.raw(), w.w1.raw(), dt_, groups, H_, M_);
-      grouped_gemm_nn(at(h, p.rows * M_), dt_, x_rows.raw(), w.w3.raw(), dt_, groups, H_, M_);
+      grouped_gemm_nn_swiglu(h.raw(), g.raw(), dt_, x_rows.raw(), w13_of(w), dt_, groups, H_, M_, row_weight,
+                             keep_h);
+      return;
     }
-    swiglu_forward(g.raw(), dt_, gu, dt_, p.rows, M_, traits_.preweight ? p.row_weight : nullptr);
+    grouped_gemm_nn(h.raw(), dt_, x_rows.raw(), w.w1.raw(), dt_, groups, H_, M_);
+    grouped_gemm_nn(at(h, p.rows * M_), dt_, x_rows.raw(), w.w3.raw(), dt_, groups, H_, M_);
+    swiglu_forward(g.raw(), dt_, gate_up(h, p.rows), dt_, p.rows, M_, row_weight);
   }
 
   const StageTracer& tracer_;
   Dtype dt_;
   ImplTraits traits_;
   bool remat_;
+  bool backward_reads_forward_h_;
   int64_t H_, M_, E_, max_rows_;
   Tensor h_;   // h    (max_rows, 2M)  [gate | up] rows, or gate and up planes of (rows, M)
   Tensor g_;   // g    (max_rows, M)   SwiGLU output (pre-weighted for preweight impls)

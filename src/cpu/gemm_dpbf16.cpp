@@ -24,6 +24,7 @@
 // Accumulation is float32 in registers, and across panels in float32 (the output itself when it is
 // float32, a per-thread scratch otherwise); a bf16 output is rounded once, to nearest even.
 #include "cpu/gemm_variants.h"
+#include "cpu/vec_math.h"
 
 #ifdef MOE_HAVE_DPBF16
 
@@ -109,6 +110,15 @@ struct TileJob {
   void* out;  // (rows, cols)
   int64_t out_ld;
   bool out_bf16;
+  // A SwiGLU tile (nn_swiglu): 16 gate columns (vector 0, raw) and the same 16 up columns (vector 1,
+  // raw_up), `cols` of them valid. At the last panel h's gate goes to out, its up to out + up_offset
+  // (when keep_h), and g = silu(gate) * up * row_weight[m] to g.
+  const bf16_t* raw_up = nullptr;
+  bf16_t* g = nullptr;
+  int64_t g_ld = 0;
+  int64_t up_offset = 0;
+  const float* row_weight = nullptr;  // (Rows) or nullptr
+  bool keep_h = true;
 };
 
 // A plain 16 x int32 vector: unlike __m512i (declared may_alias), a store of it cannot alias the
@@ -164,12 +174,41 @@ inline void multiply_row(SumVector (&acc)[2], __m512bh b0, __m512bh b1, const ch
   acc[1] = SumVector(_mm512_dpbf16_ps(__m512(acc[1]), b1, av));
 }
 
-template <int Rows, bool Pack>
+// What a tile kernel does besides multiplying: pack its panel on the way, and / or SwiGLU at the end.
+enum TileMode { kMultiply, kPack, kSwiglu, kSwigluPack, kTileModes };
+
+inline __m512i two_halves(const bf16_t* gate, const bf16_t* up, __mmask16 cols) {
+  if (cols == __mmask16(0xffff))
+    return _mm512_inserti64x4(
+        _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(gate))),
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(up)), 1);
+  return _mm512_inserti64x4(_mm512_zextsi256_si512(_mm256_maskz_loadu_epi16(cols, gate)),
+                            _mm256_maskz_loadu_epi16(cols, up), 1);
+}
+
+inline __m512 bf16_to_f32(__m256i v) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
+}
+
+// g = silu(gate) * up * w from h's rounded values, as swiglu_forward computes it from stored h.
+inline __m256i swiglu_row(__m256i gate, __m256i up, float w) {
+  alignas(64) float a[16], b[16], g[16];
+  _mm512_store_ps(a, bf16_to_f32(gate));
+  _mm512_store_ps(b, bf16_to_f32(up));
+#pragma omp simd
+  for (int i = 0; i < 16; ++i) g[i] = a[i] * cpu::sigmoid_approx(a[i]) * b[i] * w;
+  return __m256i(_mm512_cvtneps_pbh(_mm512_load_ps(g)));
+}
+
+template <int Rows, TileMode Mode>
 void tile_kernel(const TileJob& j) {
-  const __mmask16 mask0 = j.cols >= 16 ? __mmask16(0xffff) : __mmask16((1u << j.cols) - 1);
-  const __mmask16 mask1 = j.cols >= 32  ? __mmask16(0xffff)
-                          : j.cols > 16 ? __mmask16((1u << (j.cols - 16)) - 1)
-                                        : 0;
+  constexpr bool Pack = Mode == kPack || Mode == kSwigluPack;
+  constexpr bool Swiglu = Mode == kSwiglu || Mode == kSwigluPack;
+  // A SwiGLU tile's two vectors hold the same `cols` columns of gate and up.
+  const int64_t cols0 = Swiglu ? j.cols : std::min<int64_t>(j.cols, 16),
+                cols1 = Swiglu ? j.cols : j.cols - 16;
+  const __mmask16 mask0 = cols0 >= 16 ? __mmask16(0xffff) : __mmask16((1u << cols0) - 1);
+  const __mmask16 mask1 = cols1 >= 16 ? __mmask16(0xffff) : cols1 > 0 ? __mmask16((1u << cols1) - 1) : 0;
   SumVector acc[Rows][2];
 #pragma GCC unroll 16
   for (int m = 0; m < Rows; ++m) {
@@ -190,12 +229,17 @@ void tile_kernel(const TileJob& j) {
   const char* r = p + 10 * rb;
   __m512i* b = j.panel;
   const bf16_t* raw = j.raw;
+  const bf16_t* raw_up = j.raw_up;
   const int64_t raw_ld = j.raw_ld;
   const __mmask32 raw_cols = j.raw_cols;
   Prefetch ahead = j.ahead;
   for (const __m512i* end = b + 2 * j.pairs; b != end; b += 2) {
     if (ahead.count > 0) prefetch_lines(ahead, 1);
-    if constexpr (Pack) {
+    if constexpr (Pack && Swiglu) {
+      interleave_pair(two_halves(raw, raw_up, mask0), two_halves(raw + raw_ld, raw_up + raw_ld, mask0), b);
+      raw += 2 * raw_ld;
+      raw_up += 2 * raw_ld;
+    } else if constexpr (Pack) {
       // The next tile's rows, for the next call (the lines after these are not a sequential stream).
       _mm_prefetch(reinterpret_cast<const char*>(raw + kTileCols), _MM_HINT_T0);
       _mm_prefetch(reinterpret_cast<const char*>(raw + raw_ld + kTileCols), _MM_HINT_T0);
@@ -218,7 +262,10 @@ void tile_kernel(const TileJob& j) {
   }
   prefetch_lines(ahead, ahead.count);
   if (j.odd) {
-    if constexpr (Pack) interleave_pair(_mm512_maskz_loadu_epi16(raw_cols, raw), _mm512_setzero_si512(), b);
+    if constexpr (Pack && Swiglu)
+      interleave_pair(two_halves(raw, raw_up, mask0), _mm512_setzero_si512(), b);
+    else if constexpr (Pack)
+      interleave_pair(_mm512_maskz_loadu_epi16(raw_cols, raw), _mm512_setzero_si512(), b);
     const __m512bh b0 = __m512bh(_mm512_load_si512(b)), b1 = __m512bh(_mm512_load_si512(b + 1));
 #pragma GCC unroll 16
     for (int m = 0; m < Rows; ++m) {
@@ -233,7 +280,16 @@ void tile_kernel(const TileJob& j) {
   for (int m = 0; m < Rows; ++m) {
     const __m512 c0 = _mm512_permutex2var_ps(__m512(acc[m][0]), columns_from_lanes(0), __m512(acc[m][1]));
     const __m512 c1 = _mm512_permutex2var_ps(__m512(acc[m][0]), columns_from_lanes(1), __m512(acc[m][1]));
-    if (j.out_bf16) {
+    if (Swiglu && j.g) {
+      const __m256i gate = __m256i(_mm512_cvtneps_pbh(c0)), up = __m256i(_mm512_cvtneps_pbh(c1));
+      bf16_t* h = static_cast<bf16_t*>(j.out) + m * j.out_ld;
+      if (j.keep_h) {
+        _mm256_mask_storeu_epi16(h, mask0, gate);
+        _mm256_mask_storeu_epi16(h + j.up_offset, mask0, up);
+      }
+      _mm256_mask_storeu_epi16(j.g + m * j.g_ld, mask0,
+                               swiglu_row(gate, up, j.row_weight ? j.row_weight[m] : 1.0f));
+    } else if (j.out_bf16) {
       const __m512i both = _mm512_inserti64x4(_mm512_zextsi256_si512(__m256i(_mm512_cvtneps_pbh(c0))),
                                               __m256i(_mm512_cvtneps_pbh(c1)), 1);
       const __mmask32 mask = j.cols >= 32 ? __mmask32(0xffffffffu) : __mmask32((1u << j.cols) - 1);
@@ -246,15 +302,17 @@ void tile_kernel(const TileJob& j) {
   }
 }
 
-template <bool Pack, int... R>
+template <TileMode Mode, int... R>
 constexpr std::array<void (*)(const TileJob&), sizeof...(R)> kernels_by_rows(
     std::integer_sequence<int, R...>) {
-  return {&tile_kernel<R + 1, Pack>...};
+  return {&tile_kernel<R + 1, Mode>...};
 }
-// kTileKernels[pack][r - 1] multiplies r rows.
-constexpr std::array<void (*)(const TileJob&), kTileRows> kTileKernels[2] = {
-    kernels_by_rows<false>(std::make_integer_sequence<int, kTileRows>{}),
-    kernels_by_rows<true>(std::make_integer_sequence<int, kTileRows>{})};
+// kTileKernels[mode][r - 1] multiplies r rows.
+constexpr std::array<void (*)(const TileJob&), kTileRows> kTileKernels[kTileModes] = {
+    kernels_by_rows<kMultiply>(std::make_integer_sequence<int, kTileRows>{}),
+    kernels_by_rows<kPack>(std::make_integer_sequence<int, kTileRows>{}),
+    kernels_by_rows<kSwiglu>(std::make_integer_sequence<int, kTileRows>{}),
+    kernels_by_rows<kSwigluPack>(std::make_integer_sequence<int, kTileRows>{})};
 
 inline __mmask32 first_elements(int64_t n) {
   return n >= 32 ? __mmask32(0xffffffffu) : __mmask32((1u << n) - 1);
@@ -370,16 +428,17 @@ ThreadBuffers& thread_buffers() {
   return buffers;
 }
 
-// Columns [begin, end) of `cols` for thread t of n, in whole tiles.
-std::pair<int64_t, int64_t> column_slice(int64_t cols, int t, int n) {
-  const int64_t tiles = tiles_of(cols);
-  return {std::min(cols, tiles * t / n * kTileCols), std::min(cols, tiles * (t + 1) / n * kTileCols)};
+// Columns [begin, end) of `cols` for thread t of n, in whole units (tiles of 32, or SwiGLU's 16).
+std::pair<int64_t, int64_t> column_slice(int64_t cols, int t, int n, int64_t unit = kTileCols) {
+  const int64_t units = (cols + unit - 1) / unit;
+  return {std::min(cols, units * t / n * unit), std::min(cols, units * (t + 1) / n * unit)};
 }
 
 // One (column panel x reduction block) of a group: the weights to pack and where its products go.
 struct Panel {
   int64_t e;
-  Rect raw;         // the weights as stored
+  Rect raw;         // the weights as stored (SwiGLU: the gate's)
+  Rect raw_up;      // SwiGLU: the up projection's weights (same shape), else origin nullptr
   bool transposed;  // raw is (cols, depth) instead of (depth, cols)
   PairRows a;       // the activations' pairs for this block's reduction
   int64_t depth;
@@ -388,55 +447,90 @@ struct Panel {
   int64_t out_col;   // first output column
 };
 
+// nn_swiglu's epilogue: g (rows, M) of the group, the routing weights of its rows, whether h is kept.
+struct SwigluOut {
+  bf16_t* g = nullptr;
+  int64_t M = 0;
+  const float* row_weight = nullptr;
+  bool keep_h = true;
+};
+
 // Multiplies one panel over the group's live rows, packing it first: a weight read transposed in a
 // pass of its own, one with the reduction along its rows by the first row block on the way (its
-// loads and shuffles then hide under the arithmetic). `next` is prefetched meanwhile.
+// loads and shuffles then hide under the arithmetic). `next` (and `next_up`) are prefetched meanwhile.
+// A SwiGLU panel's tiles hold 16 output columns each, gate and up side by side.
 void multiply_panel(const Panel& pn, int64_t rows, __m512i* packed, void* out, int64_t out_ld, bool out_bf16,
-                    bool accumulate, float* partial, Prefetch next) {
+                    bool accumulate, float* partial, Prefetch next, Prefetch next_up,
+                    const SwigluOut& swiglu) {
+  const bool split = pn.raw_up.origin != nullptr;
+  const int64_t tile_out_cols = split ? kTileCols / 2 : kTileCols;
+  const int64_t tiles = (pn.cols + tile_out_cols - 1) / tile_out_cols;
   if (pn.transposed) pack_transposed(pn.raw.origin, pn.raw.ld, pn.depth, pn.cols, packed);
-  const int64_t slots = pair_slots(pn.depth), tiles = tiles_of(pn.cols);
+  const int64_t slots = pair_slots(pn.depth);
   const int64_t row_blocks = (rows + kTileRows - 1) / kTileRows;
-  // The first row block packs (its demand loads need the fill buffers): the others prefetch.
-  const int64_t prefetching =
-      pn.transposed || row_blocks == 1 ? row_blocks * tiles : (row_blocks - 1) * tiles;
-  const int64_t per_tile = (next.count + prefetching - 1) / prefetching;
+  // The first row block packs (its demand loads need the fill buffers): the others prefetch, each
+  // stream on every tile (one stream) or every other (two).
+  const int64_t prefetching = (pn.transposed || row_blocks == 1 ? row_blocks : row_blocks - 1) * tiles;
+  const int64_t per_stream_tiles = split ? std::max<int64_t>(1, prefetching / 2) : prefetching;
+  const int64_t per_tile = (next.count + per_stream_tiles - 1) / per_stream_tiles;
+  const int64_t per_tile_up = (next_up.count + per_stream_tiles - 1) / per_stream_tiles;
   const bool out_f32_direct = !out_bf16;
+  int64_t call = 0;
   for (int64_t r0 = 0; r0 < rows; r0 += kTileRows) {
     const int64_t r = std::min<int64_t>(kTileRows, rows - r0);
     for (int64_t t = 0; t < tiles; ++t) {
-      const int64_t c0 = t * kTileCols;
+      const int64_t c0 = t * kTileCols;                   // in the packed panel and the partial sums
+      const int64_t oc = pn.out_col + t * tile_out_cols;  // in the output
       TileJob j;
       j.a = {pn.a.base + r0 * pn.a.row_ld, pn.a.row_ld, pn.a.pair_ld};
       j.panel = packed + t * slots * 2;
       j.pairs = pn.depth / 2;
       j.odd = pn.depth % 2 != 0;
-      j.cols = std::min(kTileCols, pn.cols - c0);
+      j.cols = std::min(tile_out_cols, pn.cols - t * tile_out_cols);
       const bool pack = r0 == 0 && !pn.transposed;
-      j.raw = pn.raw.origin + c0;
+      j.raw = pn.raw.origin + t * tile_out_cols;
+      j.raw_up = split ? pn.raw_up.origin + t * tile_out_cols : nullptr;
       j.raw_ld = pn.raw.ld;
       j.raw_cols = first_elements(j.cols);
       // Partial sums live in the output when it is float32, else in `partial` (rows, kPanelCols).
-      float* sums = out_f32_direct ? static_cast<float*>(out) + r0 * out_ld + pn.out_col + c0
-                                   : partial + r0 * kPanelCols + c0;
+      float* sums =
+          out_f32_direct ? static_cast<float*>(out) + r0 * out_ld + oc : partial + r0 * kPanelCols + c0;
       const int64_t sums_ld = out_f32_direct ? out_ld : kPanelCols;
-      j.in = pn.first
-                 ? (accumulate ? static_cast<const float*>(out) + r0 * out_ld + pn.out_col + c0 : nullptr)
-                 : sums;
+      j.in = pn.first ? (accumulate ? static_cast<const float*>(out) + r0 * out_ld + oc : nullptr) : sums;
       j.in_ld = pn.first ? out_ld : sums_ld;
       if (pn.last) {
-        j.out = out_bf16 ? static_cast<void*>(static_cast<bf16_t*>(out) + r0 * out_ld + pn.out_col + c0)
-                         : static_cast<void*>(static_cast<float*>(out) + r0 * out_ld + pn.out_col + c0);
+        j.out = out_bf16 ? static_cast<void*>(static_cast<bf16_t*>(out) + r0 * out_ld + oc)
+                         : static_cast<void*>(static_cast<float*>(out) + r0 * out_ld + oc);
         j.out_ld = out_ld;
         j.out_bf16 = out_bf16;
+        if (split) {
+          j.g = swiglu.g + r0 * swiglu.M + oc;
+          j.g_ld = swiglu.M;
+          j.up_offset = swiglu.M;
+          j.row_weight = swiglu.row_weight ? swiglu.row_weight + r0 : nullptr;
+          j.keep_h = swiglu.keep_h;
+        }
       } else {
         j.out = sums;
         j.out_ld = sums_ld;
         j.out_bf16 = false;
       }
-      j.ahead = pack && row_blocks > 1 ? Prefetch{} : take_lines(next, per_tile);
-      kTileKernels[pack][r - 1](j);
+      if (!(pack && row_blocks > 1))
+        j.ahead = split && call++ % 2 == 1 ? take_lines(next_up, per_tile_up) : take_lines(next, per_tile);
+      const TileMode mode = split ? (pack ? kSwigluPack : kSwiglu) : (pack ? kPack : kMultiply);
+      kTileKernels[mode][r - 1](j);
     }
   }
+  prefetch_lines(next, next.count);
+  prefetch_lines(next_up, next_up.count);
+}
+
+// A panel whose weights hold the reduction along their rows (`raw` is depth x cols): reduction block
+// [k, k + depth) of Kd, activations lhs_rows (rows, Kd).
+Panel row_panel(int64_t e, Rect raw, Rect raw_up, const bf16_t* lhs_rows, int64_t Kd, int64_t k,
+                int64_t out_col) {
+  return {e,      raw, raw_up, false, {lhs_rows + k, Kd, 2}, raw.rows, raw.cols, k == 0, k + raw.rows == Kd,
+          out_col};
 }
 
 // The panels thread t of n computes for group e, in order. nn: out columns are the weight parts side
@@ -452,15 +546,8 @@ void for_each_panel_nn(int64_t e, int64_t row0, const bf16_t* lhs, ExpertWeights
       const int64_t cols = std::min(kPanelCols, c_end - c);
       for (int64_t k = 0; k < Kd; k += kPanelDepth) {
         const int64_t depth = std::min(kPanelDepth, Kd - k);
-        emit(Panel{e,
-                   {w + k * part_cols + c, depth, cols, part_cols},
-                   false,
-                   {lhs + row0 * Kd + k, Kd, 2},
-                   depth,
-                   cols,
-                   k == 0,
-                   k + depth == Kd,
-                   p * part_cols + c});
+        emit(row_panel(e, {w + k * part_cols + c, depth, cols, part_cols}, {}, lhs + row0 * Kd, Kd, k,
+                       p * part_cols + c));
       }
     }
   }
@@ -479,6 +566,7 @@ void for_each_panel_nt(int64_t e, int64_t row0, const bf16_t* dout, ExpertWeight
         const int64_t depth = std::min(kPanelDepth, part_cols - k);
         emit(Panel{e,
                    {w + c * part_cols + k, cols, depth, part_cols},
+                   {},
                    true,
                    {dout + row0 * N + p * part_cols + k, N, 2},
                    depth,
@@ -487,6 +575,24 @@ void for_each_panel_nt(int64_t e, int64_t row0, const bf16_t* dout, ExpertWeight
                    p + 1 == rhs.parts() && k + depth == part_cols,
                    c});
       }
+    }
+  }
+}
+
+// nn_swiglu: out columns are h's gate columns [0, M) (each with its up column M apart), reduction Kd.
+template <class Emit>
+void for_each_panel_swiglu(int64_t e, int64_t row0, const bf16_t* lhs, ExpertWeights rhs, int64_t Kd,
+                           int64_t N, int t, int n, Emit emit) {
+  const int64_t M = N / 2, ld = rhs.parts() == 2 ? M : N;
+  const bf16_t* gate = static_cast<const bf16_t*>(rhs.part(0)) + e * Kd * ld;  // (Kd, ld)
+  const bf16_t* up = rhs.parts() == 2 ? static_cast<const bf16_t*>(rhs.part(1)) + e * Kd * ld : gate + M;
+  const auto [c_begin, c_end] = column_slice(M, t, n, kTileCols / 2);
+  for (int64_t c = c_begin; c < c_end; c += kPanelCols / 2) {
+    const int64_t cols = std::min(kPanelCols / 2, c_end - c);
+    for (int64_t k = 0; k < Kd; k += kPanelDepth) {
+      const int64_t depth = std::min(kPanelDepth, Kd - k);
+      emit(row_panel(e, {gate + k * ld + c, depth, cols, ld}, {up + k * ld + c, depth, cols, ld},
+                     lhs + row0 * Kd, Kd, k, c));
     }
   }
 }
@@ -501,8 +607,8 @@ int64_t largest_live_group(GroupedShape groups) {
 // next one's raw lines stream in.
 template <class ForEachPanel>
 void grouped_by_panels(void* out, Dtype out_dtype, const bf16_t* lhs, ExpertWeights rhs, GroupedShape groups,
-                       int64_t Kd, int64_t N, int64_t out_cols, bool accumulate,
-                       ForEachPanel for_each_panel) {
+                       int64_t Kd, int64_t N, int64_t out_cols, bool accumulate, ForEachPanel for_each_panel,
+                       SwigluOut swiglu = {}) {
   const int threads = omp_get_max_threads();
   const bool out_bf16 = out_dtype == Dtype::bf16;
 #pragma omp parallel num_threads(threads)
@@ -525,13 +631,21 @@ void grouped_by_panels(void* out, Dtype out_dtype, const bf16_t* lhs, ExpertWeig
       const Panel& pn = panels[i];
       const GroupRows g = group_rows(groups, pn.e);
       const Prefetch next = i + 1 < panels.size() ? whole_rect(panels[i + 1].raw) : Prefetch{};
+      const Prefetch next_up = i + 1 < panels.size() ? whole_rect(panels[i + 1].raw_up) : Prefetch{};
+      SwigluOut group_swiglu = swiglu;
+      if (swiglu.g) {
+        group_swiglu.g = swiglu.g + g.row0 * swiglu.M;
+        group_swiglu.row_weight = swiglu.row_weight ? swiglu.row_weight + g.row0 : nullptr;
+      }
       multiply_panel(pn, live[i], packed, at(out, g.row0 * out_cols, out_dtype), out_cols, out_bf16,
-                     accumulate, partial, next);
+                     accumulate, partial, next, next_up, group_swiglu);
     }
   }
   // Padding rows (all rows of an empty group) are written as zeros, accumulating or not.
-  for (int64_t e = 0; e < groups.experts; ++e)
-    zero_padding_rows(out, out_dtype, group_rows(groups, e), out_cols);
+  for (int64_t e = 0; e < groups.experts; ++e) {
+    if (!swiglu.g || swiglu.keep_h) zero_padding_rows(out, out_dtype, group_rows(groups, e), out_cols);
+    if (swiglu.g) zero_padding_rows(swiglu.g, out_dtype, group_rows(groups, e), swiglu.M);
+  }
 }
 
 bool ours(Dtype in_dtype, Dtype out_dtype, GroupedShape groups) {
@@ -571,6 +685,19 @@ void grouped_gemm_nn(void* out, Dtype out_dtype, const void* lhs, ExpertWeights 
     return onednn::grouped_gemm_nn(out, out_dtype, lhs, rhs, in_dtype, groups, Kd, N);
   grouped_by_panels(out, out_dtype, static_cast<const bf16_t*>(lhs), rhs, groups, Kd, N, N, false,
                     [](auto&&... args) { for_each_panel_nn(args...); });
+}
+
+void grouped_gemm_nn_swiglu(void* h, void* g, Dtype out_dtype, const void* lhs, ExpertWeights rhs,
+                            Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t M,
+                            const float* row_weight, bool keep_h) {
+  check_groups(groups, Kd, 2 * M);
+  if (out_dtype != Dtype::bf16 || !ours(in_dtype, out_dtype, groups) || Kd == 0)
+    return gemm_detail::nn_then_swiglu(&onednn::grouped_gemm_nn, h, g, out_dtype, lhs, rhs, in_dtype, groups,
+                                       Kd, M, row_weight);
+  grouped_by_panels(
+      h, out_dtype, static_cast<const bf16_t*>(lhs), rhs, groups, Kd, 2 * M, 2 * M, false,
+      [](auto&&... args) { for_each_panel_swiglu(args...); },
+      SwigluOut{static_cast<bf16_t*>(g), M, row_weight, keep_h});
 }
 
 void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, ExpertWeights rhs, Dtype in_dtype,
@@ -631,7 +758,7 @@ void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* d
           j.out = at(dw, r0 * N + c_begin + t0 * kTileCols, out_dtype);
           j.out_ld = N;
           j.out_bf16 = out_bf16;
-          kTileKernels[false][r - 1](j);
+          kTileKernels[kMultiply][r - 1](j);
         }
       }
     }

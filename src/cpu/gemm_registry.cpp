@@ -5,10 +5,10 @@
 namespace moe {
 namespace {
 
-#define MOE_GEMM_VARIANT(ns, description)                                                                \
-  GemmVariant {                                                                                          \
-#ns, description, &ns::grouped_gemm_nn, &ns::grouped_gemm_nt, &ns::grouped_gemm_tn, &ns::dense_gemm, \
-        &ns::gemm_library_version                                                                        \
+#define MOE_GEMM_VARIANT(ns, description)                                                      \
+  GemmVariant {                                                                                \
+#ns, description, &ns::grouped_gemm_nn, &ns::grouped_gemm_nn_swiglu, &ns::grouped_gemm_nt, \
+        &ns::grouped_gemm_tn, &ns::dense_gemm, &ns::gemm_library_version                       \
   }
 
 const GemmVariant* active = nullptr;
@@ -54,6 +54,12 @@ void grouped_gemm_nn(void* out, Dtype out_dtype, const void* lhs, ExpertWeights 
                      GroupedShape groups, int64_t Kd, int64_t N) {
   MOE_CHECK(N % rhs.parts() == 0, "grouped_gemm_nn: two weight parts split N in halves");
   active_gemm_variant().nn(out, out_dtype, lhs, rhs, in_dtype, groups, Kd, N);
+}
+
+void grouped_gemm_nn_swiglu(void* h, void* g, Dtype out_dtype, const void* lhs, ExpertWeights rhs,
+                            Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t M,
+                            const float* row_weight, bool keep_h) {
+  active_gemm_variant().nn_swiglu(h, g, out_dtype, lhs, rhs, in_dtype, groups, Kd, M, row_weight, keep_h);
 }
 
 void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, ExpertWeights rhs, Dtype in_dtype,

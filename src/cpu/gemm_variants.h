@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "cpu/swiglu.h"
 #include "moe/gemm.h"
 #include "moe/status.h"
 
@@ -14,6 +15,9 @@
   namespace moe::ns {                                                                                     \
   void grouped_gemm_nn(void* out, Dtype out_dtype, const void* lhs, ExpertWeights rhs, Dtype in_dtype,    \
                        GroupedShape groups, int64_t Kd, int64_t N);                                       \
+  void grouped_gemm_nn_swiglu(void* h, void* g, Dtype out_dtype, const void* lhs, ExpertWeights rhs,      \
+                              Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t M,                 \
+                              const float* row_weight, bool keep_h);                                      \
   void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, ExpertWeights rhs, Dtype in_dtype,   \
                        GroupedShape groups, int64_t Kd, int64_t N, bool accumulate);                      \
   void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* dout, Dtype in_dtype,    \
@@ -67,6 +71,15 @@ inline void zero_padding_rows(void* out, Dtype dt, GroupRows g, int64_t width) {
   if (g.rows > g.live)
     std::memset(at(out, (g.row0 + g.live) * width, dt), 0,
                 size_t((g.rows - g.live) * width) * dtype_size(dt));
+}
+
+// grouped_gemm_nn_swiglu as a variant's nn followed by SwiGLU over the h it stored (h always kept).
+inline void nn_then_swiglu(decltype(&grouped_gemm_nn) nn, void* h, void* g, Dtype out_dtype, const void* lhs,
+                           ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t M,
+                           const float* row_weight) {
+  nn(h, out_dtype, lhs, rhs, in_dtype, groups, Kd, 2 * M);
+  const int64_t rows = groups.experts > 0 ? groups.group_offset[groups.experts] : 0;
+  cpu::swiglu_forward(g, out_dtype, {h, at(h, M, out_dtype), 2 * M}, out_dtype, rows, M, row_weight);
 }
 
 }  // namespace moe::gemm_detail
