@@ -16,7 +16,10 @@
 //  - each thread owns a fixed slice of the output columns across every group: no barriers, and each
 //    weight byte is read by one thread (oneDNN's threads split the few rows and both read it).
 // tn (weight gradients) packs both of its small operands (the group's rows are its reduction) and
-// writes each row block of the gradient across the thread's columns.
+// writes each row block of the gradient across the thread's columns. nn_swiglu's tiles hold 16 gate and
+// the same 16 up columns, so SwiGLU runs on the tile's sums before anything is stored.
+// Known weakness: weights whose rows are a power of two bytes apart (4 KiB at N = 2048) cost ~10 %, as
+// the next panel's lines then use 1/16 of L2's sets (docs/kernels.md).
 //
 // Packed panel layout: per 32-column tile, per reduction pair p, two vectors of 16 dwords in "lane
 // order" (see interleave_pair); a dword holds (b[2p][col], b[2p + 1][col]), the even element in the
