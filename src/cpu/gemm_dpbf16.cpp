@@ -440,14 +440,14 @@ std::pair<int64_t, int64_t> column_slice(int64_t cols, int t, int n, int64_t uni
 // One (column panel x reduction block) of a group: the weights to pack and where its products go.
 struct Panel {
   int64_t e;
-  Rect raw;         // the weights as stored (SwiGLU: the gate's)
-  Rect raw_up;      // SwiGLU: the up projection's weights (same shape), else origin nullptr
-  bool transposed;  // raw is (cols, depth) instead of (depth, cols)
-  PairRows a;       // the activations' pairs for this block's reduction
-  int64_t depth;
-  int64_t cols;
+  Rect raw;          // the weights as stored (SwiGLU: the gate's)
+  Rect raw_up;       // SwiGLU: the up projection's weights (same shape), else origin nullptr
+  bool transposed;   // raw is (cols, depth) instead of (depth, cols)
+  PairRows a;        // the activations' pairs for this block's reduction
   bool first, last;  // first / last reduction block of its column panel
   int64_t out_col;   // first output column
+  int64_t depth() const { return transposed ? raw.cols : raw.rows; }
+  int64_t cols() const { return transposed ? raw.rows : raw.cols; }
 };
 
 // nn_swiglu's epilogue: g (rows, M) of the group, the routing weights of its rows, whether h is kept.
@@ -467,9 +467,9 @@ void multiply_panel(const Panel& pn, int64_t rows, __m512i* packed, void* out, i
                     const SwigluOut& swiglu) {
   const bool split = pn.raw_up.origin != nullptr;
   const int64_t tile_out_cols = split ? kTileCols / 2 : kTileCols;
-  const int64_t tiles = (pn.cols + tile_out_cols - 1) / tile_out_cols;
-  if (pn.transposed) pack_transposed(pn.raw.origin, pn.raw.ld, pn.depth, pn.cols, packed);
-  const int64_t slots = pair_slots(pn.depth);
+  const int64_t tiles = (pn.cols() + tile_out_cols - 1) / tile_out_cols;
+  if (pn.transposed) pack_transposed(pn.raw.origin, pn.raw.ld, pn.depth(), pn.cols(), packed);
+  const int64_t slots = pair_slots(pn.depth());
   const int64_t row_blocks = (rows + kTileRows - 1) / kTileRows;
   // The first row block packs (its demand loads need the fill buffers): the others prefetch, each
   // stream on every tile (one stream) or every other (two).
@@ -487,9 +487,9 @@ void multiply_panel(const Panel& pn, int64_t rows, __m512i* packed, void* out, i
       TileJob j;
       j.a = {pn.a.base + r0 * pn.a.row_ld, pn.a.row_ld, pn.a.pair_ld};
       j.panel = packed + t * slots * 2;
-      j.pairs = pn.depth / 2;
-      j.odd = pn.depth % 2 != 0;
-      j.cols = std::min(tile_out_cols, pn.cols - t * tile_out_cols);
+      j.pairs = pn.depth() / 2;
+      j.odd = pn.depth() % 2 != 0;
+      j.cols = std::min(tile_out_cols, pn.cols() - t * tile_out_cols);
       const bool pack = r0 == 0 && !pn.transposed;
       j.raw = pn.raw.origin + t * tile_out_cols;
       j.raw_up = split ? pn.raw_up.origin + t * tile_out_cols : nullptr;
@@ -532,8 +532,7 @@ void multiply_panel(const Panel& pn, int64_t rows, __m512i* packed, void* out, i
 // [k, k + depth) of Kd, activations lhs_rows (rows, Kd).
 Panel row_panel(int64_t e, Rect raw, Rect raw_up, const bf16_t* lhs_rows, int64_t Kd, int64_t k,
                 int64_t out_col) {
-  return {e,      raw, raw_up, false, {lhs_rows + k, Kd, 2}, raw.rows, raw.cols, k == 0, k + raw.rows == Kd,
-          out_col};
+  return {e, raw, raw_up, false, {lhs_rows + k, Kd, 2}, k == 0, k + raw.rows == Kd, out_col};
 }
 
 // The panels thread t of n computes for group e, in order. nn: out columns are the weight parts side
@@ -572,8 +571,6 @@ void for_each_panel_nt(int64_t e, int64_t row0, const bf16_t* dout, ExpertWeight
                    {},
                    true,
                    {dout + row0 * N + p * part_cols + k, N, 2},
-                   depth,
-                   cols,
                    p == 0 && k == 0,
                    p + 1 == rhs.parts() && k + depth == part_cols,
                    c});
@@ -621,14 +618,10 @@ void grouped_by_panels(void* out, Dtype out_dtype, const bf16_t* lhs, ExpertWeig
     __m512i* packed = grown(buf.panel, kPanelCols / kTileCols * pair_slots(kPanelDepth) * 2);
     float* partial = grown(buf.partial, kMaxGroupRows * kPanelCols);
     std::vector<Panel> panels;
-    std::vector<int64_t> live;
     for (int64_t e = 0; e < groups.experts; ++e) {
       const GroupRows g = group_rows(groups, e);
-      if (g.live == 0) continue;
-      for_each_panel(e, g.row0, lhs, rhs, Kd, N, t, n, [&](const Panel& p) {
-        panels.push_back(p);
-        live.push_back(g.live);
-      });
+      if (g.live > 0)
+        for_each_panel(e, g.row0, lhs, rhs, Kd, N, t, n, [&](const Panel& p) { panels.push_back(p); });
     }
     for (size_t i = 0; i < panels.size(); ++i) {
       const Panel& pn = panels[i];
@@ -640,7 +633,7 @@ void grouped_by_panels(void* out, Dtype out_dtype, const bf16_t* lhs, ExpertWeig
         group_swiglu.g = swiglu.g + g.row0 * swiglu.M;
         group_swiglu.row_weight = swiglu.row_weight ? swiglu.row_weight + g.row0 : nullptr;
       }
-      multiply_panel(pn, live[i], packed, at(out, g.row0 * out_cols, out_dtype), out_cols, out_bf16,
+      multiply_panel(pn, g.live, packed, at(out, g.row0 * out_cols, out_dtype), out_cols, out_bf16,
                      accumulate, partial, next, next_up, group_swiglu);
     }
   }
@@ -695,8 +688,8 @@ void grouped_gemm_nn_swiglu(void* h, void* g, Dtype out_dtype, const void* lhs, 
                             const float* row_weight, bool keep_h) {
   check_groups(groups, Kd, 2 * M);
   if (out_dtype != Dtype::bf16 || !ours(in_dtype, out_dtype, groups) || Kd == 0)
-    return gemm_detail::nn_then_swiglu(&onednn::grouped_gemm_nn, h, g, out_dtype, lhs, rhs, in_dtype, groups,
-                                       Kd, M, row_weight);
+    return nn_then_swiglu<&onednn::grouped_gemm_nn>(h, g, out_dtype, lhs, rhs, in_dtype, groups, Kd, M,
+                                                    row_weight, keep_h);
   grouped_by_panels(
       h, out_dtype, static_cast<const bf16_t*>(lhs), rhs, groups, Kd, 2 * M, 2 * M, false,
       [](auto&&... args) { for_each_panel_swiglu(args...); },

@@ -148,13 +148,6 @@ void grouped_gemm_nn(void* out, Dtype out_dtype, const void* lhs, ExpertWeights 
   }
 }
 
-void grouped_gemm_nn_swiglu(void* h, void* g, Dtype out_dtype, const void* lhs, ExpertWeights rhs,
-                            Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t M,
-                            const float* row_weight, bool /*keep_h: h is the SwiGLU's input here*/) {
-  gemm_detail::nn_then_swiglu(&grouped_gemm_nn, h, g, out_dtype, lhs, rhs, in_dtype, groups, Kd, M,
-                              row_weight);
-}
-
 void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, ExpertWeights rhs, Dtype in_dtype,
                      GroupedShape groups, int64_t Kd, int64_t N, bool accumulate) {
   check_groups(groups, Kd, N);

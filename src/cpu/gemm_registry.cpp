@@ -5,10 +5,11 @@
 namespace moe {
 namespace {
 
-#define MOE_GEMM_VARIANT(ns, description)                                                      \
-  GemmVariant {                                                                                \
-#ns, description, &ns::grouped_gemm_nn, &ns::grouped_gemm_nn_swiglu, &ns::grouped_gemm_nt, \
-        &ns::grouped_gemm_tn, &ns::dense_gemm, &ns::gemm_library_version                       \
+// nn_swiglu: the variant's fused up projection + SwiGLU, or gemm_detail::nn_then_swiglu over its nn.
+#define MOE_GEMM_VARIANT(ns, nn_swiglu, description)                                               \
+  GemmVariant {                                                                                    \
+#ns, description, &ns::grouped_gemm_nn, nn_swiglu, &ns::grouped_gemm_nt, &ns::grouped_gemm_tn, \
+        &ns::dense_gemm, &ns::gemm_library_version                                                 \
   }
 
 const GemmVariant* active = nullptr;
@@ -19,16 +20,17 @@ const std::vector<GemmVariant>& gemm_variants() {
   static const std::vector<GemmVariant> variants = {
 #ifdef MOE_HAVE_DPBF16
       MOE_GEMM_VARIANT(
-          dpbf16,
+          dpbf16, &dpbf16::grouped_gemm_nn_swiglu,
           "AVX-512 BF16 micro-kernel (vdpbf16ps) for bf16 groups up to 1536 rows, weights packed "
           "panel by panel while the next panel streams in; oneDNN for the rest"),
 #endif
 #ifdef MOE_HAVE_ONEDNN
       MOE_GEMM_VARIANT(
-          onednn,
+          onednn, &gemm_detail::nn_then_swiglu<&onednn::grouped_gemm_nn>,
           "oneDNN 2.6 matmul per group, cached primitives; brgemm (bf16) or gemm:jit (f32, M >= 512)"),
 #endif
-      MOE_GEMM_VARIANT(portable, "cache-blocked OpenMP f32 GEMM (bf16 widened on the fly); the fallback"),
+      MOE_GEMM_VARIANT(portable, &gemm_detail::nn_then_swiglu<&portable::grouped_gemm_nn>,
+                       "cache-blocked OpenMP f32 GEMM (bf16 widened on the fly); the fallback"),
   };
   return variants;
 }

@@ -15,9 +15,6 @@
   namespace moe::ns {                                                                                     \
   void grouped_gemm_nn(void* out, Dtype out_dtype, const void* lhs, ExpertWeights rhs, Dtype in_dtype,    \
                        GroupedShape groups, int64_t Kd, int64_t N);                                       \
-  void grouped_gemm_nn_swiglu(void* h, void* g, Dtype out_dtype, const void* lhs, ExpertWeights rhs,      \
-                              Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t M,                 \
-                              const float* row_weight, bool keep_h);                                      \
   void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, ExpertWeights rhs, Dtype in_dtype,   \
                        GroupedShape groups, int64_t Kd, int64_t N, bool accumulate);                      \
   void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* dout, Dtype in_dtype,    \
@@ -32,6 +29,11 @@ MOE_DECLARE_GEMM_VARIANT(onednn)
 #ifdef __AVX512BF16__
 #define MOE_HAVE_DPBF16 1
 MOE_DECLARE_GEMM_VARIANT(dpbf16)
+namespace moe::dpbf16 {
+void grouped_gemm_nn_swiglu(void* h, void* g, Dtype out_dtype, const void* lhs, ExpertWeights rhs,
+                            Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t M,
+                            const float* row_weight, bool keep_h);
+}
 #endif
 #endif
 MOE_DECLARE_GEMM_VARIANT(portable)
@@ -73,11 +75,12 @@ inline void zero_padding_rows(void* out, Dtype dt, GroupRows g, int64_t width) {
                 size_t((g.rows - g.live) * width) * dtype_size(dt));
 }
 
-// grouped_gemm_nn_swiglu as a variant's nn followed by SwiGLU over the h it stored (h always kept).
-inline void nn_then_swiglu(decltype(&grouped_gemm_nn) nn, void* h, void* g, Dtype out_dtype, const void* lhs,
-                           ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t M,
-                           const float* row_weight) {
-  nn(h, out_dtype, lhs, rhs, in_dtype, groups, Kd, 2 * M);
+// grouped_gemm_nn_swiglu for a variant without a fused one: its nn, then SwiGLU over the h it stored
+// (so h is always kept).
+template <decltype(&grouped_gemm_nn) Nn>
+void nn_then_swiglu(void* h, void* g, Dtype out_dtype, const void* lhs, ExpertWeights rhs, Dtype in_dtype,
+                    GroupedShape groups, int64_t Kd, int64_t M, const float* row_weight, bool /*keep_h*/) {
+  Nn(h, out_dtype, lhs, rhs, in_dtype, groups, Kd, 2 * M);
   const int64_t rows = groups.experts > 0 ? groups.group_offset[groups.experts] : 0;
   cpu::swiglu_forward(g, out_dtype, {h, at(h, M, out_dtype), 2 * M}, out_dtype, rows, M, row_weight);
 }
