@@ -42,6 +42,13 @@ class Inputs {
   uint64_t next_ = 0;
 };
 
+// A tensor's elements as doubles, read once: the reference loops index these, not the tensor.
+std::vector<double> values(const Tensor& t) {
+  std::vector<double> v(size_t(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i) v[size_t(i)] = t.get(i);
+  return v;
+}
+
 Tensor nan_filled(Dtype dt, std::vector<int64_t> shape) {
   Tensor t(dt, std::move(shape));
   for (int64_t i = 0; i < t.numel(); ++i) t.set(i, std::numeric_limits<float>::quiet_NaN());
@@ -90,6 +97,9 @@ struct GroupCase {
 // weights in panels of 1024 reduction elements x 128 columns: "deep_kd" needs two panels along nn's
 // reduction and "deep_n" along nt's in each of its two weight parts (N / 2 = 1031, odd); both have
 // several along the columns, so partial sums carry between panels (in the output, or in scratch).
+// Outputs of 2 MiB or more go out with non-temporal stores in dpbf16: "streamed_output" crosses that
+// in nn and nn_swiglu (rows 4120 bytes apart, so some start on a 64-byte line and most do not),
+// "streamed_wgrad" in tn, "streamed_dgrad" in nt's float32 output.
 const GroupCase kGroupCases[] = {
     {"odd_sizes_with_empty", {3, 0, 17, 1, 63, 65}, 17, 63},
     {"all_rows_in_one_group", {0, 0, 37, 0}, 65, 3},
@@ -103,6 +113,9 @@ const GroupCase kGroupCases[] = {
     {"wide_slices", {1100, 5}, 130, 40},
     {"deep_kd", {5, 2}, 1030, 200},
     {"deep_n", {5, 2}, 200, 2062},
+    {"streamed_output", {520, 37}, 24, 2060},
+    {"streamed_wgrad", {9, 4}, 740, 740},
+    {"streamed_dgrad", {550, 3}, 1000, 24},
 };
 
 // with_padding: each group's last third of rows (rounded down) is layout padding, which nn and nt
@@ -147,9 +160,13 @@ struct Weights {
     return parts.size() == 1 ? ExpertWeights(parts[0].raw()) : ExpertWeights(parts[0].raw(), parts[1].raw());
   }
   int64_t cols() const { return part_cols * int64_t(parts.size()); }
-  // Element (e, k, j) of the concatenation.
-  double get(int64_t e, int64_t Kd, int64_t k, int64_t j) const {
-    return parts[size_t(j / part_cols)].get((e * Kd + k) * part_cols + j % part_cols);
+  // The concatenation (E, Kd, cols) as doubles.
+  std::vector<double> values(int64_t E, int64_t Kd) const {
+    std::vector<double> v(size_t(E * Kd * cols()));
+    for (int64_t ek = 0; ek < E * Kd; ++ek)
+      for (int64_t j = 0; j < cols(); ++j)
+        v[size_t(ek * cols() + j)] = parts[size_t(j / part_cols)].get(ek * part_cols + j % part_cols);
+    return v;
   }
 };
 
@@ -175,11 +192,12 @@ TEST_P(EveryGemmVariant, NnMatchesReference) {
           Tensor out = nan_filled(out_dt, {g.rows(), N});          // (rows, N)
           grouped_gemm_nn(out.raw(), out_dt, lhs.raw(), rhs.view(), in, g.shape(), c.Kd, N);
           Expected want(out.numel());
+          const std::vector<double> x = values(lhs), w = rhs.values(g.experts(), c.Kd);
           for (int64_t e = 0; e < g.experts(); ++e)
             for (int64_t r = g.offset[size_t(e)]; r < g.live_end(e); ++r)
-              for (int64_t j = 0; j < N; ++j)
-                for (int64_t k = 0; k < c.Kd; ++k)
-                  want.add(r * N + j, lhs.get(r * c.Kd + k), rhs.get(e, c.Kd, k, j));
+              for (int64_t k = 0; k < c.Kd; ++k)
+                for (int64_t j = 0; j < N; ++j)
+                  want.add(r * N + j, x[size_t(r * c.Kd + k)], w[size_t((e * c.Kd + k) * N + j)]);
           expect_close(out, want);
         }
       }
@@ -210,11 +228,12 @@ TEST_P(EveryGemmVariant, NnSwigluMatchesReference) {
                                row_weight,
                                /*keep_h=*/true);
         Expected want_h(h.numel()), want_g(out.numel());
+        const std::vector<double> x = values(lhs), w = rhs.values(g.experts(), c.Kd);
         for (int64_t e = 0; e < g.experts(); ++e)
           for (int64_t r = g.offset[size_t(e)]; r < g.live_end(e); ++r) {
-            for (int64_t j = 0; j < 2 * M; ++j)
-              for (int64_t k = 0; k < c.Kd; ++k)
-                want_h.add(r * 2 * M + j, lhs.get(r * c.Kd + k), rhs.get(e, c.Kd, k, j));
+            for (int64_t k = 0; k < c.Kd; ++k)
+              for (int64_t j = 0; j < 2 * M; ++j)
+                want_h.add(r * 2 * M + j, x[size_t(r * c.Kd + k)], w[size_t((e * c.Kd + k) * 2 * M + j)]);
             for (int64_t j = 0; j < M; ++j) {
               const double a = h.get(r * 2 * M + j), b = h.get(r * 2 * M + M + j),
                            w = row_weight ? row_weight[r] : 1.0;
@@ -255,12 +274,13 @@ TEST_P(EveryGemmVariant, NtMatchesReference) {
           Tensor out = accumulate ? inputs.random(out_dt, {g.rows(), c.Kd})
                                   : nan_filled(out_dt, {g.rows(), c.Kd});  // (rows, Kd)
           Expected want(out.numel());
+          const std::vector<double> dy = values(dout), w = rhs.values(g.experts(), c.Kd);
           for (int64_t e = 0; e < g.experts(); ++e)
             for (int64_t r = g.offset[size_t(e)]; r < g.live_end(e); ++r)
               for (int64_t k = 0; k < c.Kd; ++k) {
                 if (accumulate) want.add(r * c.Kd + k, out.get(r * c.Kd + k), 1.0);
                 for (int64_t j = 0; j < N; ++j)
-                  want.add(r * c.Kd + k, dout.get(r * N + j), rhs.get(e, c.Kd, k, j));
+                  want.add(r * c.Kd + k, dy[size_t(r * N + j)], w[size_t((e * c.Kd + k) * N + j)]);
               }
           grouped_gemm_nt(out.raw(), out_dt, dout.raw(), rhs.view(), in, g.shape(), c.Kd, N, accumulate);
           expect_close(out, want);
@@ -286,11 +306,12 @@ TEST_P(EveryGemmVariant, TnMatchesReferenceAndZeroesEmptyExperts) {
           Tensor drhs = nan_filled(out_dt, {g.experts(), c.Kd, c.N});  // (E, Kd, N)
           grouped_gemm_tn(drhs.raw(), out_dt, lhs.raw(), dout.raw(), in, g.shape(), c.Kd, c.N, ld);
           Expected want(drhs.numel());  // empty experts stay all-zero
+          const std::vector<double> x = values(lhs), dy = values(dout);
           for (int64_t e = 0; e < g.experts(); ++e)
             for (int64_t r = g.offset[size_t(e)]; r < g.live_end(e); ++r)
               for (int64_t k = 0; k < c.Kd; ++k)
                 for (int64_t j = 0; j < c.N; ++j)
-                  want.add((e * c.Kd + k) * c.N + j, lhs.get(r * c.Kd + k), dout.get(r * ld + j));
+                  want.add((e * c.Kd + k) * c.N + j, x[size_t(r * c.Kd + k)], dy[size_t(r * ld + j)]);
           expect_close(drhs, want);
           if (!padded) continue;
           // With zeros in the padding rows the caller may say so, and the form may sum over some of them.

@@ -18,8 +18,10 @@
 // tn (weight gradients) packs both of its small operands (the group's rows are its reduction) and
 // writes each row block of the gradient across the thread's columns. nn_swiglu's tiles hold 16 gate and
 // the same 16 up columns, so SwiGLU runs on the tile's sums before anything is stored.
-// Known weakness: weights whose rows are a power of two bytes apart (4 KiB at N = 2048) cost ~10 %, as
-// the next panel's lines then use 1/16 of L2's sets (docs/kernels.md).
+// Outputs of kStreamBytes or more leave with non-temporal stores (SwiGLU's through a staging row block).
+// Known weakness: the packing row block is slower on weights whose rows are a power of two bytes apart
+// (4 KiB at N = 2048): its 64-byte reads are 4 KiB apart, and the next panel's prefetched lines use
+// 1/16 of L2's sets (docs/kernels.md).
 //
 // Packed panel layout: per 32-column tile, per reduction pair p, two vectors of 16 dwords in "lane
 // order" (see interleave_pair); a dword holds (b[2p][col], b[2p + 1][col]), the even element in the
@@ -56,6 +58,11 @@ constexpr int64_t kPanelCols = 128;
 // Above this many rows in a group oneDNN's brgemm, which also blocks the rows, is as fast or faster
 // (docs/kernels.md); the largest group decides for the whole call.
 constexpr int64_t kMaxGroupRows = 1536;
+// Outputs from this many bytes (more than the L2 caches of a couple of cores hold, so they leave the
+// caches before anything reads them) are written with non-temporal stores: no line is fetched before it
+// is overwritten, and rows a power of two bytes apart (hidden size 2048 in bf16) no longer pile a
+// tile's rows into one L1 set (1024 x 1024 x 2048 nn on 2-core Zen 5: 0.90 -> 0.97-1.00 TF/s).
+constexpr int64_t kStreamBytes = int64_t(2) << 20;
 
 // The operand the kernel broadcasts: pair p of row m (elements 2p, 2p+1) starts at
 // base + m * row_ld + p * pair_ld (bf16 elements; any alignment).
@@ -104,6 +111,9 @@ struct TileJob {
   const bf16_t* raw;
   int64_t raw_ld;
   __mmask32 raw_cols;
+  // SwiGLU packing reads whole lines, 32 columns of gate and of up: this tile's 16 and the next tile's,
+  // whose vectors go `next_tile` vectors further (0: there is none).
+  int64_t next_tile = 0;
   Prefetch ahead;  // lines of the next panel to pull into L2, one per reduction step
   int64_t pairs;
   bool odd;         // one more reduction element, a's second of that pair not read
@@ -113,6 +123,7 @@ struct TileJob {
   void* out;  // (rows, cols)
   int64_t out_ld;
   bool out_bf16;
+  bool stream = false;  // out is final: whole 64-byte lines go out with non-temporal stores
   // A SwiGLU tile (nn_swiglu): 16 gate columns (vector 0, raw) and the same 16 up columns (vector 1,
   // raw_up), `cols` of them valid. At the last panel h's gate goes to out, its up to out + up_offset
   // (when keep_h), and g = silu(gate) * up * row_weight[m] to g.
@@ -180,15 +191,6 @@ inline void multiply_row(SumVector (&acc)[2], __m512bh b0, __m512bh b1, const ch
 // What a tile kernel does besides multiplying: pack its panel on the way, and / or SwiGLU at the end.
 enum TileMode { kMultiply, kPack, kSwiglu, kSwigluPack, kTileModes };
 
-inline __m512i two_halves(const bf16_t* gate, const bf16_t* up, __mmask16 cols) {
-  if (cols == __mmask16(0xffff))
-    return _mm512_inserti64x4(
-        _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(gate))),
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(up)), 1);
-  return _mm512_inserti64x4(_mm512_zextsi256_si512(_mm256_maskz_loadu_epi16(cols, gate)),
-                            _mm256_maskz_loadu_epi16(cols, up), 1);
-}
-
 inline __m512 bf16_to_f32(__m256i v) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
 }
@@ -201,6 +203,25 @@ inline __m256i swiglu_row(__m256i gate, __m256i up, float w) {
 #pragma omp simd
   for (int i = 0; i < 16; ++i) g[i] = a[i] * cpu::sigmoid_approx(a[i]) * b[i] * w;
   return __m256i(_mm512_cvtneps_pbh(_mm512_load_ps(g)));
+}
+
+inline bool whole_line(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 63) == 0;
+}
+
+inline __m512i whole_or_masked(const bf16_t* p, __mmask32 cols) {
+  return cols == __mmask32(0xffffffffu) ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi16(cols, p);
+}
+
+// Rows 2p and 2p + 1 of 32 gate and 32 up columns -> pair p of this SwiGLU tile (the low 16 columns of
+// each) at b and, with next_tile, of the next tile (the high 16) at b + next_tile. Reading whole lines
+// once: tile by tile, each 64-byte line was read twice, a whole tile call apart (3x the packing time).
+inline void pack_swiglu_pair(__m512i gate0, __m512i up0, __m512i gate1, __m512i up1, __m512i* b,
+                             int64_t next_tile) {
+  interleave_pair(_mm512_shuffle_i64x2(gate0, up0, 0x44), _mm512_shuffle_i64x2(gate1, up1, 0x44), b);
+  if (next_tile)
+    interleave_pair(_mm512_shuffle_i64x2(gate0, up0, 0xee), _mm512_shuffle_i64x2(gate1, up1, 0xee),
+                    b + next_tile);
 }
 
 template <int Rows, TileMode Mode>
@@ -235,11 +256,14 @@ void tile_kernel(const TileJob& j) {
   const bf16_t* raw_up = j.raw_up;
   const int64_t raw_ld = j.raw_ld;
   const __mmask32 raw_cols = j.raw_cols;
+  const int64_t next_tile = j.next_tile;
   Prefetch ahead = j.ahead;
   for (const __m512i* end = b + 2 * j.pairs; b != end; b += 2) {
     if (ahead.count > 0) prefetch_lines(ahead, 1);
     if constexpr (Pack && Swiglu) {
-      interleave_pair(two_halves(raw, raw_up, mask0), two_halves(raw + raw_ld, raw_up + raw_ld, mask0), b);
+      pack_swiglu_pair(whole_or_masked(raw, raw_cols), whole_or_masked(raw_up, raw_cols),
+                       whole_or_masked(raw + raw_ld, raw_cols), whole_or_masked(raw_up + raw_ld, raw_cols), b,
+                       next_tile);
       raw += 2 * raw_ld;
       raw_up += 2 * raw_ld;
     } else if constexpr (Pack) {
@@ -266,7 +290,8 @@ void tile_kernel(const TileJob& j) {
   prefetch_lines(ahead, ahead.count);
   if (j.odd) {
     if constexpr (Pack && Swiglu)
-      interleave_pair(two_halves(raw, raw_up, mask0), _mm512_setzero_si512(), b);
+      pack_swiglu_pair(whole_or_masked(raw, raw_cols), whole_or_masked(raw_up, raw_cols),
+                       _mm512_setzero_si512(), _mm512_setzero_si512(), b, next_tile);
     else if constexpr (Pack)
       interleave_pair(_mm512_maskz_loadu_epi16(raw_cols, raw), _mm512_setzero_si512(), b);
     const __m512bh b0 = __m512bh(_mm512_load_si512(b)), b1 = __m512bh(_mm512_load_si512(b + 1));
@@ -296,11 +321,20 @@ void tile_kernel(const TileJob& j) {
       const __m512i both = _mm512_inserti64x4(_mm512_zextsi256_si512(__m256i(_mm512_cvtneps_pbh(c0))),
                                               __m256i(_mm512_cvtneps_pbh(c1)), 1);
       const __mmask32 mask = j.cols >= 32 ? __mmask32(0xffffffffu) : __mmask32((1u << j.cols) - 1);
-      _mm512_mask_storeu_epi16(static_cast<bf16_t*>(j.out) + m * j.out_ld, mask, both);
+      bf16_t* o = static_cast<bf16_t*>(j.out) + m * j.out_ld;
+      if (j.stream && j.cols == kTileCols && whole_line(o))
+        _mm512_stream_si512(reinterpret_cast<__m512i*>(o), both);
+      else
+        _mm512_mask_storeu_epi16(o, mask, both);
     } else {
       float* o = static_cast<float*>(j.out) + m * j.out_ld;
-      _mm512_mask_storeu_ps(o, mask0, c0);
-      _mm512_mask_storeu_ps(o + 16, mask1, c1);
+      if (j.stream && j.cols == kTileCols && whole_line(o)) {
+        _mm512_stream_ps(o, c0);
+        _mm512_stream_ps(o + 16, c1);
+      } else {
+        _mm512_mask_storeu_ps(o, mask0, c0);
+        _mm512_mask_storeu_ps(o + 16, mask1, c1);
+      }
     }
   }
 }
@@ -425,6 +459,7 @@ struct ThreadBuffers {
   std::vector<VectorSlot> panel;
   std::vector<float> partial;
   std::vector<VectorSlot> tn_lhs;
+  std::vector<bf16_t> swiglu_stage;
 };
 ThreadBuffers& thread_buffers() {
   static thread_local ThreadBuffers buffers;
@@ -451,19 +486,50 @@ struct Panel {
 };
 
 // nn_swiglu's epilogue: g (rows, M) of the group, the routing weights of its rows, whether h is kept.
+// With `stage` (a stream), the tiles of a row block write h and g there, (kTileRows, kStageLd) as
+// [gate | up | g] of kStageCols each, and whole lines of them go out after the row block.
 struct SwigluOut {
   bf16_t* g = nullptr;
   int64_t M = 0;
   const float* row_weight = nullptr;
   bool keep_h = true;
+  bf16_t* stage = nullptr;
 };
+constexpr int64_t kStageCols = kPanelCols / 2, kStageLd = 3 * kStageCols;
+
+// n bf16 from src to dst: whole aligned 64-byte lines with non-temporal stores, the ends masked.
+void stream_row(bf16_t* dst, const bf16_t* src, int64_t n) {
+  for (int64_t i = 0; i < n;) {
+    const int64_t len = std::min<int64_t>(n - i, (64 - (reinterpret_cast<uintptr_t>(dst + i) & 63)) / 2);
+    if (len == 32)
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + i), _mm512_loadu_si512(src + i));
+    else
+      _mm512_mask_storeu_epi16(dst + i, first_elements(len),
+                               _mm512_maskz_loadu_epi16(first_elements(len), src + i));
+    i += len;
+  }
+}
+
+// A row block's staged SwiGLU outputs (`rows` rows, `cols` gate columns) -> h (ld apart, up M columns
+// after gate) and g (M apart).
+void flush_swiglu_stage(const bf16_t* stage, int64_t rows, int64_t cols, bf16_t* h, int64_t ld, bf16_t* g,
+                        int64_t M, bool keep_h) {
+  for (int64_t m = 0; m < rows; ++m) {
+    const bf16_t* row = stage + m * kStageLd;
+    if (keep_h) {
+      stream_row(h + m * ld, row, cols);
+      stream_row(h + m * ld + M, row + kStageCols, cols);
+    }
+    stream_row(g + m * M, row + 2 * kStageCols, cols);
+  }
+}
 
 // Multiplies one panel over the group's live rows, packing it first: a weight read transposed in a
 // pass of its own, one with the reduction along its rows by the first row block on the way (its
 // loads and shuffles then hide under the arithmetic). `next` (and `next_up`) are prefetched meanwhile.
 // A SwiGLU panel's tiles hold 16 output columns each, gate and up side by side.
 void multiply_panel(const Panel& pn, int64_t rows, __m512i* packed, void* out, int64_t out_ld, bool out_bf16,
-                    bool accumulate, float* partial, Prefetch next, Prefetch next_up,
+                    bool accumulate, bool stream, float* partial, Prefetch next, Prefetch next_up,
                     const SwigluOut& swiglu) {
   const bool split = pn.raw_up.origin != nullptr;
   const int64_t tile_out_cols = split ? kTileCols / 2 : kTileCols;
@@ -490,11 +556,13 @@ void multiply_panel(const Panel& pn, int64_t rows, __m512i* packed, void* out, i
       j.pairs = pn.depth() / 2;
       j.odd = pn.depth() % 2 != 0;
       j.cols = std::min(tile_out_cols, pn.cols() - t * tile_out_cols);
-      const bool pack = r0 == 0 && !pn.transposed;
+      // A SwiGLU tile of even index packs the next one too (whole lines).
+      const bool pack = r0 == 0 && !pn.transposed && (!split || t % 2 == 0);
       j.raw = pn.raw.origin + t * tile_out_cols;
       j.raw_up = split ? pn.raw_up.origin + t * tile_out_cols : nullptr;
       j.raw_ld = pn.raw.ld;
-      j.raw_cols = first_elements(j.cols);
+      j.raw_cols = first_elements(split ? std::min(kTileCols, pn.cols() - t * tile_out_cols) : j.cols);
+      j.next_tile = split && t + 1 < tiles ? slots * 2 : 0;
       // Partial sums live in the output when it is float32, else in `partial` (rows, kPanelCols).
       float* sums =
           out_f32_direct ? static_cast<float*>(out) + r0 * out_ld + oc : partial + r0 * kPanelCols + c0;
@@ -506,12 +574,20 @@ void multiply_panel(const Panel& pn, int64_t rows, __m512i* packed, void* out, i
                          : static_cast<void*>(static_cast<float*>(out) + r0 * out_ld + oc);
         j.out_ld = out_ld;
         j.out_bf16 = out_bf16;
+        j.stream = stream && !split;
         if (split) {
           j.g = swiglu.g + r0 * swiglu.M + oc;
           j.g_ld = swiglu.M;
           j.up_offset = swiglu.M;
           j.row_weight = swiglu.row_weight ? swiglu.row_weight + r0 : nullptr;
           j.keep_h = swiglu.keep_h;
+          if (swiglu.stage) {
+            j.out = swiglu.stage + t * tile_out_cols;
+            j.out_ld = kStageLd;
+            j.up_offset = kStageCols;
+            j.g = swiglu.stage + 2 * kStageCols + t * tile_out_cols;
+            j.g_ld = kStageLd;
+          }
         }
       } else {
         j.out = sums;
@@ -523,6 +599,9 @@ void multiply_panel(const Panel& pn, int64_t rows, __m512i* packed, void* out, i
       const TileMode mode = split ? (pack ? kSwigluPack : kSwiglu) : (pack ? kPack : kMultiply);
       kTileKernels[mode][r - 1](j);
     }
+    if (split && pn.last && swiglu.stage)
+      flush_swiglu_stage(swiglu.stage, r, pn.cols(), static_cast<bf16_t*>(out) + r0 * out_ld + pn.out_col,
+                         out_ld, swiglu.g + r0 * swiglu.M + pn.out_col, swiglu.M, swiglu.keep_h);
   }
   prefetch_lines(next, next.count);
   prefetch_lines(next_up, next_up.count);
@@ -611,12 +690,15 @@ void grouped_by_panels(void* out, Dtype out_dtype, const bf16_t* lhs, ExpertWeig
                        SwigluOut swiglu = {}) {
   const int threads = omp_get_max_threads();
   const bool out_bf16 = out_dtype == Dtype::bf16;
+  const int64_t rows = groups.experts > 0 ? groups.group_offset[groups.experts] : 0;
+  const bool stream = rows * out_cols * dtype_size(out_dtype) >= kStreamBytes;
 #pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num(), n = omp_get_num_threads();
     ThreadBuffers& buf = thread_buffers();
     __m512i* packed = grown(buf.panel, kPanelCols / kTileCols * pair_slots(kPanelDepth) * 2);
     float* partial = grown(buf.partial, kMaxGroupRows * kPanelCols);
+    bf16_t* stage = grown(buf.swiglu_stage, kTileRows * kStageLd);
     std::vector<Panel> panels;
     for (int64_t e = 0; e < groups.experts; ++e) {
       const GroupRows g = group_rows(groups, e);
@@ -629,13 +711,15 @@ void grouped_by_panels(void* out, Dtype out_dtype, const bf16_t* lhs, ExpertWeig
       const Prefetch next = i + 1 < panels.size() ? whole_rect(panels[i + 1].raw) : Prefetch{};
       const Prefetch next_up = i + 1 < panels.size() ? whole_rect(panels[i + 1].raw_up) : Prefetch{};
       SwigluOut group_swiglu = swiglu;
+      if (swiglu.g && stream) group_swiglu.stage = stage;
       if (swiglu.g) {
         group_swiglu.g = swiglu.g + g.row0 * swiglu.M;
         group_swiglu.row_weight = swiglu.row_weight ? swiglu.row_weight + g.row0 : nullptr;
       }
       multiply_panel(pn, g.live, packed, at(out, g.row0 * out_cols, out_dtype), out_cols, out_bf16,
-                     accumulate, partial, next, next_up, group_swiglu);
+                     accumulate, stream, partial, next, next_up, group_swiglu);
     }
+    _mm_sfence();  // the non-temporal stores are seen by every thread after the region's barrier
   }
   // Padding rows (all rows of an empty group) are written as zeros, accumulating or not.
   for (int64_t e = 0; e < groups.experts; ++e) {
@@ -713,6 +797,7 @@ void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* d
   const bool out_bf16 = out_dtype == Dtype::bf16;
   const auto* x = static_cast<const bf16_t*>(lhs);
   const auto* dy = static_cast<const bf16_t*>(dout);
+  const bool stream = groups.experts * Kd * N * dtype_size(out_dtype) >= kStreamBytes;
 #pragma omp parallel
   {
     const int t = omp_get_thread_num(), n = omp_get_num_threads();
@@ -754,10 +839,12 @@ void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* d
           j.out = at(dw, r0 * N + c_begin + t0 * kTileCols, out_dtype);
           j.out_ld = N;
           j.out_bf16 = out_bf16;
+          j.stream = stream;
           kTileKernels[kMultiply][r - 1](j);
         }
       }
     }
+    _mm_sfence();
   }
 }
 
