@@ -75,14 +75,27 @@ inline void zero_padding_rows(void* out, Dtype dt, GroupRows g, int64_t width) {
                 size_t((g.rows - g.live) * width) * dtype_size(dt));
 }
 
-// grouped_gemm_nn_swiglu for a variant without a fused one: its nn, then SwiGLU over the h it stored
-// (so h is always kept).
+// grouped_gemm_nn_swiglu for a variant without a fused one: group by group, its nn and then SwiGLU over
+// the h it stored (so h is always kept), which a group's SwiGLU reads back from the caches rather than
+// from memory (a float32 h of a 1024-row group is 8 MiB, of all of them 128 MiB at the reference shape).
 template <decltype(&grouped_gemm_nn) Nn>
 void nn_then_swiglu(void* h, void* g, Dtype out_dtype, const void* lhs, ExpertWeights rhs, Dtype in_dtype,
                     GroupedShape groups, int64_t Kd, int64_t M, const float* row_weight, bool /*keep_h*/) {
-  Nn(h, out_dtype, lhs, rhs, in_dtype, groups, Kd, 2 * M);
-  const int64_t rows = groups.experts > 0 ? groups.group_offset[groups.experts] : 0;
-  cpu::swiglu_forward(g, out_dtype, {h, at(h, M, out_dtype), 2 * M}, out_dtype, rows, M, row_weight);
+  const int64_t part_cols = 2 * M / rhs.parts();
+  for (int64_t e = 0; e < groups.experts; ++e) {
+    const GroupRows rows = group_rows(groups, e);
+    if (rows.rows == 0) continue;
+    const GroupedShape one{groups.group_offset + e, 1, groups.live_rows ? groups.live_rows + e : nullptr,
+                           groups.zero_padding};
+    const int64_t w_offset = e * Kd * part_cols;  // expert e's weights in each part
+    const ExpertWeights w = rhs.parts() == 1 ? ExpertWeights(at(rhs.first, w_offset, in_dtype))
+                                             : ExpertWeights(at(rhs.first, w_offset, in_dtype),
+                                                             at(rhs.second, w_offset, in_dtype));
+    Nn(h, out_dtype, lhs, w, in_dtype, one, Kd, 2 * M);
+    void* h0 = at(h, rows.row0 * 2 * M, out_dtype);
+    cpu::swiglu_forward(at(g, rows.row0 * M, out_dtype), out_dtype, {h0, at(h0, M, out_dtype), 2 * M},
+                        out_dtype, rows.rows, M, row_weight ? row_weight + rows.row0 : nullptr);
+  }
 }
 
 }  // namespace moe::gemm_detail
