@@ -458,7 +458,6 @@ __m512i* grown(std::vector<VectorSlot>& v, int64_t n) {
 struct ThreadBuffers {
   std::vector<VectorSlot> panel;
   std::vector<float> partial;
-  std::vector<VectorSlot> tn_lhs;
   std::vector<bf16_t> swiglu_stage;
 };
 ThreadBuffers& thread_buffers() {
@@ -737,14 +736,14 @@ bool ours(Dtype in_dtype, Dtype out_dtype, GroupedShape groups) {
 constexpr int kTnRows = 8;
 constexpr int64_t kTnBlock = 16;
 
-// lhs rows [0, live) of a group (live, Kd) -> pairs of rows as dwords, in blocks of 16 columns: dword
-// (p, k) at (k / 16 * pair_slots(live) + p) * 16 + k % 16, so a row block of tn's output reads one
-// short run per pair, and packing stores whole vectors.
-void pack_lhs_transposed(const bf16_t* lhs, int64_t live, int64_t Kd, bf16_t* dst) {
+// Columns [32 t0, 32 t1) of lhs rows [0, live) of a group (live, Kd) -> pairs of rows as dwords, in
+// blocks of 16 columns: dword (p, k) at (k / 16 * pair_slots(live) + p) * 16 + k % 16, so a row block of
+// tn's output reads one short run per pair, and packing stores whole vectors.
+void pack_lhs_transposed(const bf16_t* lhs, int64_t live, int64_t Kd, int64_t t0, int64_t t1, bf16_t* dst) {
   const int64_t slots = pair_slots(live);
   auto* out = reinterpret_cast<PairVector*>(dst);
   for (int64_t p = 0; p < slots; ++p) {
-    for (int64_t t = 0; t < tiles_of(Kd); ++t) {
+    for (int64_t t = t0; t < t1; ++t) {
       const __mmask32 mask = first_elements(Kd - t * kTileCols);
       const bf16_t* s = lhs + 2 * p * Kd + t * kTileCols;
       const __m512i r0 = _mm512_maskz_loadu_epi16(mask, s);
@@ -798,11 +797,19 @@ void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* d
   const auto* x = static_cast<const bf16_t*>(lhs);
   const auto* dy = static_cast<const bf16_t*>(dout);
   const bool stream = groups.experts * Kd * N * dtype_size(out_dtype) >= kStreamBytes;
+  // Every thread reads all of a group's lhs^T (threads split the gradient's columns), so they pack it
+  // once, each a share of its tiles, into one of two shared buffers, alternating by group: a thread may
+  // pack the next group's while another still reads this one's, with one barrier per group (each
+  // thread packing all of it cost 10-15 % at 1024 rows).
+  const int64_t xt_vectors = 2 * tiles_of(Kd) * pair_slots(largest_live_group(groups));  // (2 x tiles, slots)
+  static thread_local std::vector<VectorSlot> shared_lhs;  // the calling thread's, shared by the team
+  __m512i* const xt_buffers = grown(shared_lhs, 2 * xt_vectors);
 #pragma omp parallel
   {
     const int t = omp_get_thread_num(), n = omp_get_num_threads();
     ThreadBuffers& buf = thread_buffers();
     const auto [c_begin, c_end] = column_slice(N, t, n);
+    int64_t live_groups = 0;
     for (int64_t e = 0; e < groups.experts; ++e) {
       const GroupRows g = group_rows(groups, e);
       void* dw = at(drhs, e * Kd * N, out_dtype);  // (Kd, N)
@@ -812,11 +819,12 @@ void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* d
           std::memset(at(dw, r * N + c_begin, out_dtype), 0, size_t(c_end - c_begin) * dtype_size(out_dtype));
         continue;
       }
-      if (c_end == c_begin) continue;
       const int64_t slots = pair_slots(g.live);
       // (2 x tiles, slots, 16) dwords, 64-byte aligned
-      bf16_t* xt = reinterpret_cast<bf16_t*>(grown(buf.tn_lhs, 2 * tiles_of(Kd) * slots));
-      pack_lhs_transposed(x + g.row0 * Kd, g.live, Kd, xt);
+      bf16_t* xt = reinterpret_cast<bf16_t*>(xt_buffers + live_groups++ % 2 * xt_vectors);
+      pack_lhs_transposed(x + g.row0 * Kd, g.live, Kd, tiles_of(Kd) * t / n, tiles_of(Kd) * (t + 1) / n, xt);
+#pragma omp barrier
+      if (c_end == c_begin) continue;
       // All of this thread's columns of dout packed at once, then each row block of the gradient
       // written across them: whole row runs, where panel by panel wrote short runs a power-of-two
       // stride apart (N = 2048: 0.5 TF/s against 0.85).
