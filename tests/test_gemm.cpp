@@ -99,7 +99,8 @@ struct GroupCase {
 // several along the columns, so partial sums carry between panels (in the output, or in scratch).
 // Outputs of 2 MiB or more go out with non-temporal stores in dpbf16: "streamed_output" crosses that
 // in nn and nn_swiglu (rows 4120 bytes apart, so some start on a 64-byte line and most do not),
-// "streamed_wgrad" in tn, "streamed_dgrad" in nt's float32 output.
+// "streamed_wgrad" in tn, "streamed_dgrad" in nt's float32 output. dpbf16's tn packs dout pair by pair
+// when its rows are a multiple of 4 KiB apart: "rows_4k_apart" (unpadded, ld = N = 2048).
 const GroupCase kGroupCases[] = {
     {"odd_sizes_with_empty", {3, 0, 17, 1, 63, 65}, 17, 63},
     {"all_rows_in_one_group", {0, 0, 37, 0}, 65, 3},
@@ -116,6 +117,7 @@ const GroupCase kGroupCases[] = {
     {"streamed_output", {520, 37}, 24, 2060},
     {"streamed_wgrad", {9, 4}, 740, 740},
     {"streamed_dgrad", {550, 3}, 1000, 24},
+    {"rows_4k_apart", {7, 3}, 40, 2048},
 };
 
 // with_padding: each group's last third of rows (rounded down) is layout padding, which nn and nt

@@ -363,18 +363,24 @@ int64_t pair_slots(int64_t depth) {
 }
 
 // src (depth, cols) row-major, ld apart, reduction along rows -> panel (tiles, pair_slots, 2).
+// Tile by tile, down each tile's column; but rows a multiple of 4 KiB apart (dout as half of a 2048-wide
+// h gradient) defeat the hardware prefetcher that way, so those go pair by pair, each row read whole
+// (tn 1024 x 1024 x 1024 with dout 4 KiB apart: 0.82 -> 0.85 TF/s; 2 KiB apart tile by tile is 3 % faster).
 void pack_row_pairs(const bf16_t* src, int64_t ld, int64_t depth, int64_t cols, __m512i* panel) {
-  const int64_t slots = pair_slots(depth);
-  for (int64_t t = 0; t < tiles_of(cols); ++t) {
+  const int64_t slots = pair_slots(depth), tiles = tiles_of(cols);
+  const auto pack_one = [&](int64_t p, int64_t t) {
     const __mmask32 mask = first_elements(cols - t * kTileCols);
-    const bf16_t* s = src + t * kTileCols;
-    __m512i* dst = panel + t * slots * 2;
-    for (int64_t p = 0; p < slots; ++p) {
-      const __m512i r0 = _mm512_maskz_loadu_epi16(mask, s + 2 * p * ld);
-      const __m512i r1 =
-          2 * p + 1 < depth ? _mm512_maskz_loadu_epi16(mask, s + (2 * p + 1) * ld) : _mm512_setzero_si512();
-      interleave_pair(r0, r1, dst + 2 * p);
-    }
+    const bf16_t* s = src + 2 * p * ld + t * kTileCols;
+    const __m512i r0 = _mm512_maskz_loadu_epi16(mask, s);
+    const __m512i r1 = 2 * p + 1 < depth ? _mm512_maskz_loadu_epi16(mask, s + ld) : _mm512_setzero_si512();
+    interleave_pair(r0, r1, panel + (t * slots + p) * 2);
+  };
+  if (ld * int64_t(sizeof(bf16_t)) % 4096 == 0) {
+    for (int64_t p = 0; p < slots; ++p)
+      for (int64_t t = 0; t < tiles; ++t) pack_one(p, t);
+  } else {
+    for (int64_t t = 0; t < tiles; ++t)
+      for (int64_t p = 0; p < slots; ++p) pack_one(p, t);
   }
 }
 
