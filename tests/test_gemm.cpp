@@ -178,6 +178,19 @@ Weights random_weights(Inputs& inputs, Dtype dt, int parts, int64_t E, int64_t K
   return w;
 }
 
+// The nn product lhs (rows, Kd) @ rhs[e] (Kd, N) on each group's live rows; padding rows stay zero.
+Expected nn_reference(const Groups& g, const Tensor& lhs, const Weights& rhs, int64_t Kd) {
+  const int64_t N = rhs.cols();
+  Expected want(g.rows() * N);
+  const std::vector<double> x = values(lhs), w = rhs.values(g.experts(), Kd);
+  for (int64_t e = 0; e < g.experts(); ++e)
+    for (int64_t r = g.offset[size_t(e)]; r < g.live_end(e); ++r)
+      for (int64_t k = 0; k < Kd; ++k)
+        for (int64_t j = 0; j < N; ++j)
+          want.add(r * N + j, x[size_t(r * Kd + k)], w[size_t((e * Kd + k) * N + j)]);
+  return want;
+}
+
 TEST_P(EveryGemmVariant, NnMatchesReference) {
   ScopedVariant variant(GetParam());
   Inputs inputs(testing::test_seed());
@@ -193,14 +206,7 @@ TEST_P(EveryGemmVariant, NnMatchesReference) {
           const Tensor lhs = inputs.random(in, {g.rows(), c.Kd});  // (rows, Kd)
           Tensor out = nan_filled(out_dt, {g.rows(), N});          // (rows, N)
           grouped_gemm_nn(out.raw(), out_dt, lhs.raw(), rhs.view(), in, g.shape(), c.Kd, N);
-          Expected want(out.numel());
-          const std::vector<double> x = values(lhs), w = rhs.values(g.experts(), c.Kd);
-          for (int64_t e = 0; e < g.experts(); ++e)
-            for (int64_t r = g.offset[size_t(e)]; r < g.live_end(e); ++r)
-              for (int64_t k = 0; k < c.Kd; ++k)
-                for (int64_t j = 0; j < N; ++j)
-                  want.add(r * N + j, x[size_t(r * c.Kd + k)], w[size_t((e * c.Kd + k) * N + j)]);
-          expect_close(out, want);
+          expect_close(out, nn_reference(g, lhs, rhs, c.Kd));
         }
       }
     }
@@ -229,13 +235,10 @@ TEST_P(EveryGemmVariant, NnSwigluMatchesReference) {
         grouped_gemm_nn_swiglu(h.raw(), out.raw(), dt, lhs.raw(), rhs.view(), dt, g.shape(), c.Kd, M,
                                row_weight,
                                /*keep_h=*/true);
-        Expected want_h(h.numel()), want_g(out.numel());
-        const std::vector<double> x = values(lhs), w = rhs.values(g.experts(), c.Kd);
+        const Expected want_h = nn_reference(g, lhs, rhs, c.Kd);
+        Expected want_g(out.numel());
         for (int64_t e = 0; e < g.experts(); ++e)
           for (int64_t r = g.offset[size_t(e)]; r < g.live_end(e); ++r) {
-            for (int64_t k = 0; k < c.Kd; ++k)
-              for (int64_t j = 0; j < 2 * M; ++j)
-                want_h.add(r * 2 * M + j, x[size_t(r * c.Kd + k)], w[size_t((e * c.Kd + k) * 2 * M + j)]);
             for (int64_t j = 0; j < M; ++j) {
               const double a = h.get(r * 2 * M + j), b = h.get(r * 2 * M + M + j),
                            w = row_weight ? row_weight[r] : 1.0;

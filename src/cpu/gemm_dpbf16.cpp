@@ -205,10 +205,15 @@ inline __m256i swiglu_row(__m256i gate, __m256i up, float w) {
   return __m256i(_mm512_cvtneps_pbh(_mm512_load_ps(g)));
 }
 
+inline __mmask32 first_elements(int64_t n) {
+  return n >= 32 ? __mmask32(0xffffffffu) : __mmask32((1u << n) - 1);
+}
+
 inline bool whole_line(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 63) == 0;
 }
 
+// Masked loads only for a ragged last tile: they measured slower on the weight stream.
 inline __m512i whole_or_masked(const bf16_t* p, __mmask32 cols) {
   return cols == __mmask32(0xffffffffu) ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi16(cols, p);
 }
@@ -270,12 +275,7 @@ void tile_kernel(const TileJob& j) {
       // The next tile's rows, for the next call (the lines after these are not a sequential stream).
       _mm_prefetch(reinterpret_cast<const char*>(raw + kTileCols), _MM_HINT_T0);
       _mm_prefetch(reinterpret_cast<const char*>(raw + raw_ld + kTileCols), _MM_HINT_T0);
-      // Masked loads only for a ragged last tile: they measured slower on the weight stream.
-      if (raw_cols == __mmask32(0xffffffffu))
-        interleave_pair(_mm512_loadu_si512(raw), _mm512_loadu_si512(raw + raw_ld), b);
-      else
-        interleave_pair(_mm512_maskz_loadu_epi16(raw_cols, raw),
-                        _mm512_maskz_loadu_epi16(raw_cols, raw + raw_ld), b);
+      interleave_pair(whole_or_masked(raw, raw_cols), whole_or_masked(raw + raw_ld, raw_cols), b);
       raw += 2 * raw_ld;
     }
     const __m512bh b0 = __m512bh(_mm512_load_si512(b)), b1 = __m512bh(_mm512_load_si512(b + 1));
@@ -320,12 +320,11 @@ void tile_kernel(const TileJob& j) {
     } else if (j.out_bf16) {
       const __m512i both = _mm512_inserti64x4(_mm512_zextsi256_si512(__m256i(_mm512_cvtneps_pbh(c0))),
                                               __m256i(_mm512_cvtneps_pbh(c1)), 1);
-      const __mmask32 mask = j.cols >= 32 ? __mmask32(0xffffffffu) : __mmask32((1u << j.cols) - 1);
       bf16_t* o = static_cast<bf16_t*>(j.out) + m * j.out_ld;
       if (j.stream && j.cols == kTileCols && whole_line(o))
         _mm512_stream_si512(reinterpret_cast<__m512i*>(o), both);
       else
-        _mm512_mask_storeu_epi16(o, mask, both);
+        _mm512_mask_storeu_epi16(o, first_elements(j.cols), both);
     } else {
       float* o = static_cast<float*>(j.out) + m * j.out_ld;
       if (j.stream && j.cols == kTileCols && whole_line(o)) {
@@ -350,10 +349,6 @@ constexpr std::array<void (*)(const TileJob&), kTileRows> kTileKernels[kTileMode
     kernels_by_rows<kPack>(std::make_integer_sequence<int, kTileRows>{}),
     kernels_by_rows<kSwiglu>(std::make_integer_sequence<int, kTileRows>{}),
     kernels_by_rows<kSwigluPack>(std::make_integer_sequence<int, kTileRows>{})};
-
-inline __mmask32 first_elements(int64_t n) {
-  return n >= 32 ? __mmask32(0xffffffffu) : __mmask32((1u << n) - 1);
-}
 
 int64_t tiles_of(int64_t cols) {
   return (cols + kTileCols - 1) / kTileCols;
@@ -703,7 +698,7 @@ void grouped_by_panels(void* out, Dtype out_dtype, const bf16_t* lhs, ExpertWeig
     ThreadBuffers& buf = thread_buffers();
     __m512i* packed = grown(buf.panel, kPanelCols / kTileCols * pair_slots(kPanelDepth) * 2);
     float* partial = grown(buf.partial, kMaxGroupRows * kPanelCols);
-    bf16_t* stage = grown(buf.swiglu_stage, kTileRows * kStageLd);
+    bf16_t* stage = swiglu.g && stream ? grown(buf.swiglu_stage, kTileRows * kStageLd) : nullptr;
     std::vector<Panel> panels;
     for (int64_t e = 0; e < groups.experts; ++e) {
       const GroupRows g = group_rows(groups, e);
@@ -716,8 +711,8 @@ void grouped_by_panels(void* out, Dtype out_dtype, const bf16_t* lhs, ExpertWeig
       const Prefetch next = i + 1 < panels.size() ? whole_rect(panels[i + 1].raw) : Prefetch{};
       const Prefetch next_up = i + 1 < panels.size() ? whole_rect(panels[i + 1].raw_up) : Prefetch{};
       SwigluOut group_swiglu = swiglu;
-      if (swiglu.g && stream) group_swiglu.stage = stage;
       if (swiglu.g) {
+        group_swiglu.stage = stage;
         group_swiglu.g = swiglu.g + g.row0 * swiglu.M;
         group_swiglu.row_weight = swiglu.row_weight ? swiglu.row_weight + g.row0 : nullptr;
       }
