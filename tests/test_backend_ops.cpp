@@ -84,7 +84,7 @@ std::vector<Case> edge_grid(uint64_t seed) {
         for (Impl impl : {Impl::baseline, Impl::fused_w13_preweight, Impl::fast}) {
           Case c;
           c.cfg.tokens = s.T;
-          c.cfg.hidden = 24;
+          c.cfg.hidden = (variant / 3) % 2 ? 64 : 24;  // 64: rows of whole cache lines (streamed stores)
           c.cfg.mlp_dim = 20;
           c.cfg.experts = s.E;
           c.cfg.topk = s.K;
@@ -97,7 +97,8 @@ std::vector<Case> edge_grid(uint64_t seed) {
           c.cfg.remat_mode = variant % 3 == 0 ? RematMode::expert_mlp : RematMode::none;
           c.cfg.permute_mode = variant % 4 == 1 ? PermuteMode::repeat_sort : PermuteMode::direct_take;
           c.cfg.use_custom_sort_vjp = variant % 8 == 1;
-          c.cfg.matmul_precision = variant % 5 == 2 ? MatmulPrecision::highest : MatmulPrecision::default_precision;
+          c.cfg.matmul_precision =
+              variant % 5 == 2 ? MatmulPrecision::highest : MatmulPrecision::default_precision;
           c.cfg.seed = seed + uint64_t(variant);
           if (s.tweak) s.tweak(c.cfg);
           c.kernel.gmm_tile_rows = 8;
@@ -137,6 +138,11 @@ double run_tolerance(Dtype run_dtype) {
   MOE_CHECK(false, "no op tolerance for this run dtype");
 }
 
+// A float32 sum stored once in dt: half an ulp of bfloat16 is 2^-9 of the value.
+double stored_sum_tolerance(Dtype dt) {
+  return dt == Dtype::bf16 ? 1.0 / 256 : 1e-6;
+}
+
 // The first n elements of `got` (any memory) against `want` (host): |g - w| <= tol * (|w| + rms(w)).
 ::testing::AssertionResult close(const char* what, const Tensor& got_any, const Tensor& want, int64_t n,
                                  double tol) {
@@ -151,6 +157,33 @@ double run_tolerance(Dtype run_dtype) {
              << what << "[" << i << "] = " << g << ", ref " << w << " (tol " << tol << ", rms " << rms << ")";
   }
   return ::testing::AssertionSuccess();
+}
+
+// The three ways the block asks an op for token sums (TokenSums): in place into the float32
+// accumulator that holds the start (the sums are then reduced across ranks), and straight into the
+// run dtype from zero or from a start held in the accumulator (one rank). The accumulator is poisoned
+// where it holds no start, so an op that reads it there fails. ref_sums(want) and be_sums(got) run
+// the reference and the backend op.
+template <class RefSums, class BeSums>
+void expect_token_sums(const char* what, Backend& ref_be, Backend& be, Dtype run_dtype, int64_t T, int64_t H,
+                       uint64_t seed, RefSums ref_sums, BeSums be_sums) {
+  struct Mode {
+    const char* label;
+    bool in_place, start;
+  };
+  for (const Mode m : {Mode{"f32 in place", true, true}, Mode{"run dtype from zero", false, false},
+                       Mode{"run dtype from a start", false, true}}) {
+    SCOPED_TRACE(std::string(what) + ", " + m.label);
+    const Tensor start = random_host(Dtype::f32, {T, H}, seed);
+    Tensor want(Dtype::f64, {T, H});
+    Tensor want_acc = m.start ? start.clone() : poisoned(ref_be, Dtype::f32, {T, H});
+    ref_sums(TokenSums{want, want_acc, m.start});
+    Tensor acc = m.start ? be.to_device(start).clone() : poisoned(be, Dtype::f32, {T, H});
+    Tensor separate = poisoned(be, run_dtype, {T, H});
+    Tensor& out = m.in_place ? acc : separate;
+    be_sums(TokenSums{out, acc, m.start});
+    EXPECT_TRUE(close(what, out, want, T * H, stored_sum_tolerance(out.dtype())));
+  }
 }
 
 class OpsOnBackend : public ::testing::TestWithParam<std::string> {
@@ -232,11 +265,11 @@ TEST_P(OpsOnBackend, DispatchForwardAndBackward) {
     EXPECT_TRUE(close("x_rows", got, want, rows * H, 0.0));
 
     const Tensor dx_rows = random_host(Dtype::f32, {plan.max_rows, H}, seed_ + 2);
-    const Tensor dx0 = random_host(Dtype::f32, {T, H}, seed_ + 3);
-    Tensor dx_want = dx0.clone(), dx_got = be().to_device(dx0).clone();
-    ref().make_dispatch(context(c, ref()))->backward(dx_want, dx_rows, plan);
-    op->backward(dx_got, be().to_device(dx_rows), be_plan);
-    EXPECT_TRUE(close("dx", dx_got, dx_want, T * H, 1e-6));
+    const Tensor be_dx_rows = be().to_device(dx_rows);
+    expect_token_sums(
+        "dx", ref(), be(), c.cfg.dtype, T, H, seed_ + 3,
+        [&](const TokenSums& dx) { ref().make_dispatch(context(c, ref()))->backward(dx, dx_rows, plan); },
+        [&](const TokenSums& dx) { op->backward(dx, be_dx_rows, be_plan); });
   }
   skip_if_nothing_ran();
 }
@@ -295,12 +328,14 @@ TEST_P(OpsOnBackend, CombineForwardAndBackward) {
     const RoutingTensors routing = to_memory(c.routing, ref().memory()),
                          be_routing = to_memory(c.routing, be().memory());
     const Tensor y_rows = random_host(c.cfg.dtype, {plan.max_rows, H}, seed_ + 9);
-    const Tensor out0 = random_host(Dtype::f32, {T, H}, seed_ + 10);
-    Tensor out_want = out0.clone(), out_got = be().to_device(out0).clone();
+    const Tensor be_y_rows = be().to_device(y_rows);
     auto op = be().make_combine(context(c, be()));
-    ref().make_combine(context(c, ref()))->forward(out_want, y_rows, plan, routing);
-    op->forward(out_got, be().to_device(y_rows), be_plan, be_routing);
-    EXPECT_TRUE(close("out", out_got, out_want, T * H, 1e-6));
+    expect_token_sums(
+        "out", ref(), be(), c.cfg.dtype, T, H, seed_ + 10,
+        [&](const TokenSums& out) {
+          ref().make_combine(context(c, ref()))->forward(out, y_rows, plan, routing);
+        },
+        [&](const TokenSums& out) { op->forward(out, be_y_rows, be_plan, be_routing); });
 
     const Tensor dy = random_host(Dtype::f32, {T, H}, seed_ + 11);
     Tensor dy_rows_want = poisoned(ref(), c.cfg.dtype, {plan.max_rows, H}),

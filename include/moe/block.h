@@ -48,12 +48,12 @@ class MoeBlock {
   // The loss of the last forward_backward (a copy to the host).
   double loss() const;
 
-  // Stages, for --stage-timing: each reads the previous stage's buffers. stage_combine starts from
-  // zeros.
+  // Stages, for --stage-timing: each reads the previous stage's buffers. stage_combine writes out
+  // (T, H) run dtype from zeros (the shared expert is in no stage), as a one-rank forward does.
   void stage_pack_dispatch(const MoeInputs& in, const RoutingTensors& routing);
   void stage_up(const MoeInputs& in);
   void stage_down(const MoeInputs& in);
-  void stage_combine(const RoutingTensors& routing);
+  void stage_combine(Tensor& out, const RoutingTensors& routing);
 
   // The plan of the last call (a copy to the host).
   PlanStats plan_stats() const;

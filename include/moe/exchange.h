@@ -28,12 +28,16 @@ class Exchange {
   // outputs come back into y_rows.
   virtual Status before_expert_ffn(Tensor& x_rows, const DispatchPlan& plan) = 0;
   virtual Status after_expert_ffn(Tensor& y_rows, const DispatchPlan& plan) = 0;
-  // After combine: out (T, H) f32 partial sums become the block's output.
+  // After combine: out (T, H) f32 partial sums become the block's output. Called only where
+  // sums_combined_output(); elsewhere the combine writes the output directly (TokenSums).
+  virtual bool sums_combined_output() const = 0;
   virtual Status after_combine(Tensor& out) = 0;
   // Backward: row gradients travel like the rows, the other way round.
   virtual Status before_expert_ffn_backward(Tensor& dy_rows, const DispatchPlan& plan) = 0;
   virtual Status after_expert_ffn_backward(Tensor& dx_rows, const DispatchPlan& plan) = 0;
-  // dx (T, H) f32 of a rank's tokens; the weight gradients (run dtype) of the weights a rank holds.
+  // dx (T, H) f32 of a rank's tokens (called only where sums_input_grad()); the weight gradients (run
+  // dtype) of the weights a rank holds.
+  virtual bool sums_input_grad() const = 0;
   virtual Status reduce_input_grad(Tensor& dx) = 0;
   virtual Status reduce_weight_grads(const std::vector<Tensor*>& grads) = 0;
 };

@@ -84,14 +84,26 @@ class PackOp {
   virtual void forward(DispatchPlan& plan, const RoutingTensors& routing) = 0;
 };
 
+// Where an op that sums rows into their tokens (combine, the dispatch's backward) writes:
+// out (T, H), float32 or the run dtype, = start + the op's sums. start is acc (T, H) f32 where
+// acc_holds_start (the shared expert's part), else zero; otherwise acc is the op's float32 scratch.
+// out may be acc itself. The block sums into acc and converts only where the Exchange reduces the
+// f32 sums across ranks; on one rank the op writes the block's output directly (one pass over
+// (T, H) instead of three: zeroing, summing, converting).
+struct TokenSums {
+  Tensor& out;
+  Tensor& acc;
+  bool acc_holds_start;
+};
+
 // Gather token rows into the expert-major buffer, and the backward sum back to tokens.
 class DispatchOp {
  public:
   virtual ~DispatchOp() = default;
   // x_rows (max_rows, H) run dtype: row r = x[token(r)], padding rows zero. x (T, H).
   virtual void forward(Tensor& x_rows, const Tensor& x, const DispatchPlan& plan) = 0;
-  // dx (T, H) f32 += the sum of the rows of each token in dx_rows (max_rows, H) f32.
-  virtual void backward(Tensor& dx, const Tensor& dx_rows, const DispatchPlan& plan) = 0;
+  // dx.out = start + the sum of the rows of each token in dx_rows (max_rows, H) f32.
+  virtual void backward(const TokenSums& dx, const Tensor& dx_rows, const DispatchPlan& plan) = 0;
 };
 
 // The routed experts' SwiGLU MLP on the row buffer: one op per quant mode (moe/backend.h).
@@ -119,8 +131,8 @@ class ExpertFfnOp {
 class CombineOp {
  public:
   virtual ~CombineOp() = default;
-  // out (T, H) f32 += sum over the token's live rows of weight * y_rows[r]; y_rows (max_rows, H).
-  virtual void forward(Tensor& out, const Tensor& y_rows, const DispatchPlan& plan,
+  // out.out = start + sum over the token's live rows of weight * y_rows[r]; y_rows (max_rows, H).
+  virtual void forward(const TokenSums& out, const Tensor& y_rows, const DispatchPlan& plan,
                        const RoutingTensors& routing) = 0;
   // dy_rows (max_rows, H) run dtype = weight * dy[token(r)], padding rows zero; dy (T, H) f32.
   virtual void backward(Tensor& dy_rows, const Tensor& dy, const DispatchPlan& plan,

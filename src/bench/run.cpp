@@ -23,7 +23,7 @@ namespace {
 // Spec §9.4: each stage timed on its own (same warmup/iters); inputs of a stage come from one extra
 // call of the previous stage. The shared expert is in no stage.
 void print_stage_timing(const BenchOptions& o, const MoeConfig& c, const MoeInputs& in,
-                        const RoutingTensors& routing, MoeBlock& block, Backend& backend) {
+                        const RoutingTensors& routing, MoeBlock& block, Backend& backend, Tensor& out) {
   if (c.bench_pass != BenchPass::forward) {
     fmt::print(stderr, "moe-bench: --stage-timing is forward only; skipped for forward_backward\n");
     return;
@@ -32,7 +32,7 @@ void print_stage_timing(const BenchOptions& o, const MoeConfig& c, const MoeInpu
   double pack = time_fn([&] { block.stage_pack_dispatch(in, routing); }, o.warmup, o.iters, sync).mean;
   double up = time_fn([&] { block.stage_up(in); }, o.warmup, o.iters, sync).mean;
   double down = time_fn([&] { block.stage_down(in); }, o.warmup, o.iters, sync).mean;
-  double combine = time_fn([&] { block.stage_combine(routing); }, o.warmup, o.iters, sync).mean;
+  double combine = time_fn([&] { block.stage_combine(out, routing); }, o.warmup, o.iters, sync).mean;
   fmt::print("{}", stage_lines(c, pack, up, down, combine));
 }
 
@@ -126,7 +126,7 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, 
     if (!outcome.output_status) return outcome;
   }
 
-  if (o.stage_timing && text_stdout) print_stage_timing(o, c, in, routing, block, backend);
+  if (o.stage_timing && text_stdout) print_stage_timing(o, c, in, routing, block, backend, out);
   if (!text_stdout) {
     static bool csv_header_printed = false;
     if (o.format == OutputFormat::csv && !csv_header_printed && !outcome.rows.empty()) {

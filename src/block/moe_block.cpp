@@ -62,11 +62,13 @@ Status MoeBlock::experts_and_combine(Tensor& out, const MoeInputs& in, const Rou
   tracer_("up", [&] { expert_ffn_->up(x_rows_, w, plan_); });
   tracer_("down", [&] { expert_ffn_->down(y_rows_, w, plan_); });
   MOE_RETURN_IF_ERROR(exchange_->after_expert_ffn(y_rows_, plan_));
-  if (shared_)
-    tracer_("shared", [&] { shared_->forward(out_acc_, in.x, shared_weights(in, prebuilt_w13)); });
-  else
-    out_acc_.fill_zero();
-  tracer_("combine", [&] { combine_->forward(out_acc_, y_rows_, plan_, routing); });
+  if (shared_) tracer_("shared", [&] { shared_->forward(out_acc_, in.x, shared_weights(in, prebuilt_w13)); });
+  const bool summed_across_ranks = exchange_->sums_combined_output();
+  Tensor& combined = summed_across_ranks ? out_acc_ : out;
+  tracer_("combine", [&] {
+    combine_->forward({combined, out_acc_, shared_ != nullptr}, y_rows_, plan_, routing);
+  });
+  if (!summed_across_ranks) return Status::ok();
   MOE_RETURN_IF_ERROR(exchange_->after_combine(out_acc_));
   tracer_("output", [&] { backend_.convert(out, out_acc_); });
   return Status::ok();
@@ -96,8 +98,6 @@ Status MoeBlock::forward_backward(Tensor& out, MoeGrads& grads, const MoeInputs&
   if (shared_)
     tracer_("shared_backward",
             [&] { shared_->backward(dx_acc_, shared_grads, dy_, in.x, shared_weights(in, false)); });
-  else
-    dx_acc_.fill_zero();
   tracer_("combine_backward", [&] { combine_->backward(dy_rows_, dy_, plan_, routing); });
   MOE_RETURN_IF_ERROR(exchange_->before_expert_ffn_backward(dy_rows_, plan_));
   FfnWeightGrads routed_grads{grads.dw1, grads.dw3, grads.dw2};
@@ -105,9 +105,15 @@ Status MoeBlock::forward_backward(Tensor& out, MoeGrads& grads, const MoeInputs&
     expert_ffn_->backward(dx_rows_, routed_grads, dy_rows_, x_rows_, routed_weights(in, false), plan_);
   });
   MOE_RETURN_IF_ERROR(exchange_->after_expert_ffn_backward(dx_rows_, plan_));
-  tracer_("dispatch_backward", [&] { dispatch_->backward(dx_acc_, dx_rows_, plan_); });
-  MOE_RETURN_IF_ERROR(exchange_->reduce_input_grad(dx_acc_));
-  tracer_("dx", [&] { backend_.convert(grads.dx, dx_acc_); });
+  const bool dx_summed_across_ranks = exchange_->sums_input_grad();
+  Tensor& dx = dx_summed_across_ranks ? dx_acc_ : grads.dx;
+  tracer_("dispatch_backward", [&] {
+    dispatch_->backward({dx, dx_acc_, shared_ != nullptr}, dx_rows_, plan_);
+  });
+  if (dx_summed_across_ranks) {
+    MOE_RETURN_IF_ERROR(exchange_->reduce_input_grad(dx_acc_));
+    tracer_("dx", [&] { backend_.convert(grads.dx, dx_acc_); });
+  }
   std::vector<Tensor*> weight_grads = {&grads.dw1, &grads.dw3, &grads.dw2};
   if (shared_) weight_grads.insert(weight_grads.end(), {&grads.dsw1, &grads.dsw3, &grads.dsw2});
   return exchange_->reduce_weight_grads(weight_grads);
@@ -130,9 +136,8 @@ void MoeBlock::stage_down(const MoeInputs& in) {
   expert_ffn_->down(y_rows_, routed_weights(in, true), plan_);
 }
 
-void MoeBlock::stage_combine(const RoutingTensors& routing) {
-  out_acc_.fill_zero();
-  combine_->forward(out_acc_, y_rows_, plan_, routing);
+void MoeBlock::stage_combine(Tensor& out, const RoutingTensors& routing) {
+  combine_->forward({out, out_acc_, /*acc_holds_start=*/false}, y_rows_, plan_, routing);
 }
 
 PlanStats MoeBlock::plan_stats() const {

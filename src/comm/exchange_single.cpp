@@ -16,6 +16,7 @@ class SingleRankExchange final : public Exchange {
   Status before_expert_ffn(Tensor& x_rows, const DispatchPlan&) override { return rows_in_place(x_rows); }
   Status after_expert_ffn(Tensor& y_rows, const DispatchPlan&) override { return rows_in_place(y_rows); }
   // One expert group of one rank holds every expert: the combined output is already complete.
+  bool sums_combined_output() const override { return false; }
   Status after_combine(Tensor&) override { return Status::ok(); }
   Status before_expert_ffn_backward(Tensor& dy_rows, const DispatchPlan&) override {
     return rows_in_place(dy_rows);
@@ -24,6 +25,7 @@ class SingleRankExchange final : public Exchange {
     return rows_in_place(dx_rows);
   }
   // Tokens are not replicated across ranks, so dx needs no reduction.
+  bool sums_input_grad() const override { return false; }
   Status reduce_input_grad(Tensor&) override { return Status::ok(); }
   // Data parallelism: every data rank holds the same weights, so their gradients are summed.
   Status reduce_weight_grads(const std::vector<Tensor*>& grads) override {

@@ -14,18 +14,22 @@ CombineKind combine_kind(const MoeConfig& cfg) {
   return cfg.uses_scatter_combine() ? CombineKind::scatter : CombineKind::unsort;
 }
 
-void add_rows_to_tokens(float* out, const void* rows_in, Dtype dt, const HostPlan& plan, int64_t H,
+void add_rows_to_tokens(const TokenSums& sums, const void* rows_in, Dtype dt, const HostPlan& plan, int64_t H,
                         const float* row_weight) {
   const size_t elem = dtype_size(dt);
   auto* rows = static_cast<const char*>(rows_in);
+  float* acc = sums.acc.data<float>();  // (T, H)
 #pragma omp parallel
   {
-    // Column slices are multiples of 16 floats so threads never share a cache line of `out`.
+    // Column slices are multiples of 16 floats so threads never share a cache line of `acc`.
     const int n_threads = omp_get_num_threads();
     const int64_t slice = (H / n_threads + 15) / 16 * 16;
     const int64_t c0 = std::min<int64_t>(H, slice * omp_get_thread_num());
     const int64_t c1 = omp_get_thread_num() == n_threads - 1 ? H : std::min<int64_t>(H, c0 + slice);
     const int64_t width = c1 - c0;
+    if (!sums.acc_holds_start && width > 0)
+      for (int64_t t = 0; t < plan.tokens; ++t)
+        std::memset(acc + t * H + c0, 0, size_t(width) * sizeof(float));
     std::vector<float> scratch(static_cast<size_t>(std::max<int64_t>(width, 1)));
     for (int64_t r = 0; r < plan.rows && width > 0; ++r) {
       int32_t a = plan.row_assignment[r];
@@ -33,33 +37,89 @@ void add_rows_to_tokens(float* out, const void* rows_in, Dtype dt, const HostPla
       const float w = row_weight ? row_weight[r] : 1.0f;
       const float* src =
           load_row_f32(scratch.data(), rows + (size_t(r) * size_t(H) + size_t(c0)) * elem, dt, width);
-      float* dst = out + int64_t(a / plan.topk) * H + c0;
+      float* dst = acc + int64_t(a / plan.topk) * H + c0;
 #pragma omp simd
       for (int64_t h = 0; h < width; ++h) dst[h] += w * src[h];
     }
   }
+  if (!sums.out.same_storage(sums.acc))
+    convert_elements(sums.out.raw(), sums.out.dtype(), acc, Dtype::f32, plan.tokens * H);
 }
 
-void gather_rows_to_tokens(float* out, const void* rows_in, Dtype dt, const HostPlan& plan, int64_t H,
-                           const float* weight) {
+namespace {
+
+#if defined(__AVX512BF16__)
+constexpr bool kCanStreamBf16 = true;
+#else
+constexpr bool kCanStreamBf16 = false;
+#endif
+
+// dst (n) bf16, 64-byte aligned, n a multiple of 32 = src (n) f32 rounded to nearest even.
+void stream_row_bf16(bf16_t* dst, const float* src, int64_t n) {
+#if defined(__AVX512BF16__)
+  for (int64_t i = 0; i < n; i += 32) {
+    const __m256bh lo = _mm512_cvtneps_pbh(_mm512_loadu_ps(src + i)),
+                   hi = _mm512_cvtneps_pbh(_mm512_loadu_ps(src + i + 16));
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + i),
+                        _mm512_inserti64x4(_mm512_castsi256_si512(reinterpret_cast<const __m256i&>(lo)),
+                                           reinterpret_cast<const __m256i&>(hi), 1));
+  }
+#else
+  MOE_CHECK(false, "stream_row_bf16 without AVX-512 BF16");
+#endif
+}
+
+// Orders a thread's non-temporal stores before the region's closing barrier.
+void end_streams() {
+#if defined(__AVX512BF16__)
+  _mm_sfence();
+#endif
+}
+
+}  // namespace
+
+void gather_rows_to_tokens(const TokenSums& sums, const void* rows_in, Dtype dt, const HostPlan& plan,
+                           int64_t H, const float* weight) {
   const int64_t K = plan.topk;
-  const size_t elem = dtype_size(dt);
+  const size_t elem = dtype_size(dt), out_elem = dtype_size(sums.out.dtype());
   auto* rows = static_cast<const char*>(rows_in);
+  auto* out = static_cast<char*>(sums.out.raw());                                // (T, H)
+  const float* start = sums.acc_holds_start ? sums.acc.data<float>() : nullptr;  // (T, H) or none
+  // A bf16 output of whole 64-byte lines per row leaves with non-temporal stores: no line of it is
+  // read before it is overwritten.
+  const bool stream = kCanStreamBf16 && sums.out.dtype() == Dtype::bf16 && H % 32 == 0 &&
+                      reinterpret_cast<uintptr_t>(out) % 64 == 0;
 #pragma omp parallel
   {
-    std::vector<float> scratch(static_cast<size_t>(H));
+    std::vector<float> scratch(static_cast<size_t>(H)), sum(static_cast<size_t>(H));
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < plan.tokens; ++t) {
-      float* dst = out + t * H;
+      // The next token's rows lie anywhere in the buffer: start fetching them now.
+      for (int64_t k = 0; t + 1 < plan.tokens && k < K; ++k) {
+        const int32_t r = plan.assignment_row[(t + 1) * K + k];
+        if (r < 0) continue;
+        const char* next = rows + size_t(r) * size_t(H) * elem;
+        for (size_t b = 0; b < size_t(H) * elem; b += 64) __builtin_prefetch(next + b);
+      }
+      if (start)
+        std::memcpy(sum.data(), start + t * H, size_t(H) * sizeof(float));
+      else
+        std::fill(sum.begin(), sum.end(), 0.0f);
       for (int64_t k = 0; k < K; ++k) {
         int32_t r = plan.assignment_row[t * K + k];
         if (r < 0) continue;
         const float w = weight ? weight[t * K + k] : 1.0f;
         const float* src = load_row_f32(scratch.data(), rows + size_t(r) * size_t(H) * elem, dt, H);
 #pragma omp simd
-        for (int64_t h = 0; h < H; ++h) dst[h] += w * src[h];
+        for (int64_t h = 0; h < H; ++h) sum[size_t(h)] += w * src[h];
       }
+      char* dst = out + size_t(t) * size_t(H) * out_elem;
+      if (stream)
+        stream_row_bf16(reinterpret_cast<bf16_t*>(dst), sum.data(), H);
+      else
+        store_row(dst, sums.out.dtype(), sum.data(), H);
     }
+    if (stream) end_streams();
   }
 }
 
@@ -95,17 +155,16 @@ class CpuCombine final : public CombineOp {
   explicit CpuCombine(const OpContext& ctx)
       : kind_(combine_kind(ctx.cfg)), preweighted_(impl_traits(ctx.cfg.impl).preweight) {}
 
-  void forward(Tensor& out, const Tensor& y_rows, const DispatchPlan& plan,
+  void forward(const TokenSums& out, const Tensor& y_rows, const DispatchPlan& plan,
                const RoutingTensors& routing) override {
     const HostPlan p = host_view(plan);
-    const int64_t H = out.dim(1);
+    const int64_t H = out.out.dim(1);
     switch (kind_) {
       case CombineKind::scatter:
-        add_rows_to_tokens(out.data<float>(), y_rows.raw(), y_rows.dtype(), p, H,
-                           preweighted_ ? nullptr : p.row_weight);
+        add_rows_to_tokens(out, y_rows.raw(), y_rows.dtype(), p, H, preweighted_ ? nullptr : p.row_weight);
         return;
       case CombineKind::unsort:
-        gather_rows_to_tokens(out.data<float>(), y_rows.raw(), y_rows.dtype(), p, H,
+        gather_rows_to_tokens(out, y_rows.raw(), y_rows.dtype(), p, H,
                               preweighted_ ? nullptr : routing.weights.data<float>());
         return;
     }

@@ -21,17 +21,19 @@ namespace moe::cpu {
 enum class CombineKind { scatter, unsort };
 CombineKind combine_kind(const MoeConfig& cfg);
 
-// out[token(r)] += (row_weight ? row_weight[r] : 1) * rows[r] over the live rows, in buffer order.
+// sums.out = start + (row_weight ? row_weight[r] : 1) * rows[r] added into token(r) over the live rows,
+// in buffer order, accumulating in sums.acc (then converted into sums.out unless it is acc).
 // Shared by the scatter combine and the dispatch's scatter-add backward.
-void add_rows_to_tokens(float* out, const void* rows, Dtype dt, const HostPlan& plan, int64_t H,
+void add_rows_to_tokens(const TokenSums& sums, const void* rows, Dtype dt, const HostPlan& plan, int64_t H,
                         const float* row_weight);
-// out (T, H) f32 accumulated in place, rows (rows, H), row_weight (rows) or nullptr
+// rows (rows, H), row_weight (rows) or nullptr
 
-// out[t] += sum over k of (weight ? weight[t*K+k] : 1) * rows[assignment_row[t*K+k]] (live rows only).
+// sums.out[t] = start[t] + sum over k of (weight ? weight[t*K+k] : 1) * rows[assignment_row[t*K+k]]
+// (live rows only), summed per token in registers and written once in sums.out's dtype.
 // Shared by the unsort combine and the dispatch's gather backward.
-void gather_rows_to_tokens(float* out, const void* rows, Dtype dt, const HostPlan& plan, int64_t H,
+void gather_rows_to_tokens(const TokenSums& sums, const void* rows, Dtype dt, const HostPlan& plan, int64_t H,
                            const float* weight);
-// out (T, H) f32 accumulated in place, rows (rows, H), weight (T, K) or nullptr
+// rows (rows, H), weight (T, K) or nullptr
 
 // dy_rows[r] = weight(r) * dy[token(r)] (weight 1 when preweighted); padding rows get zeros.
 // The backward of both algorithms is this gather (the transpose of a scatter-add is a gather).

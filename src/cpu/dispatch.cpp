@@ -46,7 +46,7 @@ DispatchBackwardKind dispatch_backward_kind(const MoeConfig& cfg) {
   return gather ? DispatchBackwardKind::gather : DispatchBackwardKind::scatter;
 }
 
-void dispatch_backward(float* dx, const void* dx_rows, Dtype dt, const HostPlan& plan, int64_t H,
+void dispatch_backward(const TokenSums& dx, const void* dx_rows, Dtype dt, const HostPlan& plan, int64_t H,
                        DispatchBackwardKind kind) {
   // Both are the combine's algorithms with unit weights.
   switch (kind) {
@@ -82,9 +82,8 @@ class CpuDispatch final : public DispatchOp {
     }
   }
 
-  void backward(Tensor& dx, const Tensor& dx_rows, const DispatchPlan& plan) override {
-    dispatch_backward(dx.data<float>(), dx_rows.raw(), dx_rows.dtype(), host_view(plan), dx.dim(1),
-                      backward_kind_);
+  void backward(const TokenSums& dx, const Tensor& dx_rows, const DispatchPlan& plan) override {
+    dispatch_backward(dx, dx_rows.raw(), dx_rows.dtype(), host_view(plan), dx.out.dim(1), backward_kind_);
   }
 
  private:

@@ -28,9 +28,9 @@ void dispatch_gather_repeat(void* x_rows, void* x_rep, const void* x, Dtype dt, 
 //  gather:  per token, gather its K rows through assignment_row (the inverse permutation).
 enum class DispatchBackwardKind { scatter, gather };
 DispatchBackwardKind dispatch_backward_kind(const MoeConfig& cfg);
-void dispatch_backward(float* dx, const void* dx_rows, Dtype dt, const HostPlan& plan, int64_t H,
+void dispatch_backward(const TokenSums& dx, const void* dx_rows, Dtype dt, const HostPlan& plan, int64_t H,
                        DispatchBackwardKind kind);
-// dx (T, H) f32 accumulated in place, dx_rows (rows, H)
+// dx.out (T, H) = start + each token's rows, dx_rows (rows, H)
 
 std::unique_ptr<DispatchOp> make_dispatch_op(const OpContext& ctx);
 

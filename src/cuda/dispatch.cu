@@ -53,17 +53,26 @@ __global__ void scatter_add_rows(float* __restrict__ dx, const float* __restrict
   for (int64_t h = threadIdx.x; h < H; h += blockDim.x) atomicAdd(dst + h, dx_rows[r * H + h]);
 }
 
-// dx[t] += sum over k of dx_rows[assignment_row[t*K + k]] (live rows only), one block per token.
-__global__ void gather_add_rows(float* __restrict__ dx, const float* __restrict__ dx_rows,
+__device__ void store_as(float* dst, float v) {
+  *dst = v;
+}
+__device__ void store_as(__nv_bfloat16* dst, float v) {
+  *dst = __float2bfloat16_rn(v);
+}
+
+// dx[t] = start[t] (or 0) + sum over k of dx_rows[assignment_row[t*K + k]] (live rows only), summed in
+// f32 and stored once in dx's dtype; one block per token. start may be dx itself.
+template <typename Out>
+__global__ void gather_sum_rows(Out* __restrict__ dx, const float* start, const float* __restrict__ dx_rows,
                                 const int32_t* __restrict__ assignment_row, int64_t topk, int64_t H) {
   const int64_t t = blockIdx.x;
   for (int64_t h = threadIdx.x; h < H; h += blockDim.x) {
-    float sum = dx[t * H + h];
+    float sum = start ? start[t * H + h] : 0.0f;
     for (int64_t k = 0; k < topk; ++k) {
       const int32_t r = assignment_row[t * topk + k];
       if (r >= 0) sum += dx_rows[int64_t(r) * H + h];
     }
-    dx[t * H + h] = sum;
+    store_as(dx + t * H + h, sum);
   }
 }
 
@@ -117,23 +126,35 @@ class CudaDispatch final : public DispatchOp {
     MOE_CHECK(false, "cuda dispatch: run dtype is float32 or bfloat16 (supports() refuses others)");
   }
 
-  void backward(Tensor& dx, const Tensor& dx_rows, const DispatchPlan& plan) override {
-    MOE_CHECK(dx.dtype() == Dtype::f32 && dx_rows.dtype() == Dtype::f32,
+  void backward(const TokenSums& dx, const Tensor& dx_rows, const DispatchPlan& plan) override {
+    MOE_CHECK(dx.acc.dtype() == Dtype::f32 && dx_rows.dtype() == Dtype::f32,
               "cuda dispatch backward sums f32 rows");
-    const int64_t H = dx.dim(1);
+    const int64_t H = dx.out.dim(1);
     const cudaStream_t stream = device().stream;
+    const float* start = dx.acc_holds_start ? static_cast<const float*>(dx.acc.raw()) : nullptr;
     if (gather_backward_) {
-      if (plan.tokens > 0)
-        gather_add_rows<<<unsigned(plan.tokens), kThreads, 0, stream>>>(
-            static_cast<float*>(dx.raw()), static_cast<const float*>(dx_rows.raw()),
-            static_cast<const int32_t*>(plan.assignment_row.raw()), plan.topk, H);
-    } else if (plan.max_rows > 0) {
+      if (plan.tokens == 0) return;
+      const auto* rows = static_cast<const float*>(dx_rows.raw());
+      const auto* assignment_row = static_cast<const int32_t*>(plan.assignment_row.raw());
+      if (dx.out.dtype() == Dtype::f32)
+        gather_sum_rows<<<unsigned(plan.tokens), kThreads, 0, stream>>>(
+            static_cast<float*>(dx.out.raw()), start, rows, assignment_row, plan.topk, H);
+      else
+        gather_sum_rows<<<unsigned(plan.tokens), kThreads, 0, stream>>>(
+            static_cast<__nv_bfloat16*>(dx.out.raw()), start, rows, assignment_row, plan.topk, H);
+      CUDA_CHECK(cudaGetLastError());
+      return;
+    }
+    // The scatter adds into the f32 accumulator, then converts (atomics need f32 targets).
+    if (!start) dx.acc.fill_zero();
+    if (plan.max_rows > 0) {
       scatter_add_rows<<<unsigned(plan.max_rows), kThreads, 0, stream>>>(
-          static_cast<float*>(dx.raw()), static_cast<const float*>(dx_rows.raw()),
+          static_cast<float*>(dx.acc.raw()), static_cast<const float*>(dx_rows.raw()),
           static_cast<const int32_t*>(plan.row_assignment.raw()),
           static_cast<const int64_t*>(plan.group_offset.raw()), plan.experts, plan.topk, H);
+      CUDA_CHECK(cudaGetLastError());
     }
-    CUDA_CHECK(cudaGetLastError());
+    if (!dx.out.same_storage(dx.acc)) convert(dx.out, dx.acc);
   }
 
  private:

@@ -1,6 +1,6 @@
-// Combine from its definition (spec §3.5): out[t] += sum over the token's live rows of weight * y_row,
-// summed in float64. The weight is 1 for preweight impls (the rows carry it), the plan's run-dtype
-// row weight for the scatter algorithm and the f32 routing weight for unsort, as on the CPU.
+// Combine from its definition (spec §3.5): out[t] = start[t] + sum over the token's live rows of weight *
+// y_row, summed in float64. The weight is 1 for preweight impls (the rows carry it), the plan's run-dtype row
+// weight for the scatter algorithm and the f32 routing weight for unsort, as on the CPU.
 #include "moe/backend.h"
 #include "ref/ref.h"
 
@@ -12,18 +12,18 @@ class RefCombine final : public CombineOp {
   explicit RefCombine(const OpContext& ctx)
       : scatter_(ctx.cfg.uses_scatter_combine()), preweighted_(impl_traits(ctx.cfg.impl).preweight) {}
 
-  void forward(Tensor& out, const Tensor& y_rows, const DispatchPlan& plan,
+  void forward(const TokenSums& out, const Tensor& y_rows, const DispatchPlan& plan,
                const RoutingTensors& routing) override {
     const HostPlan p = host_view(plan);
-    const int64_t H = out.dim(1), K = p.topk;
+    const int64_t H = out.out.dim(1), K = p.topk;
     for (int64_t t = 0; t < p.tokens; ++t)
       for (int64_t h = 0; h < H; ++h) {
-        double sum = out.get(t * H + h);
+        double sum = out.acc_holds_start ? out.acc.get(t * H + h) : 0.0;
         for (int64_t k = 0; k < K; ++k) {
           const int32_t r = p.assignment_row[t * K + k];
           if (r >= 0) sum += weight(p, routing, r) * y_rows.get(r * H + h);
         }
-        out.set(t * H + h, sum);
+        out.out.set(t * H + h, sum);
       }
   }
 
