@@ -99,8 +99,10 @@ struct GroupCase {
 // several along the columns, so partial sums carry between panels (in the output, or in scratch).
 // Outputs of 2 MiB or more go out with non-temporal stores in dpbf16: "streamed_output" crosses that
 // in nn and nn_swiglu (rows 4120 bytes apart, so some start on a 64-byte line and most do not),
-// "streamed_wgrad" in tn, "streamed_dgrad" in nt's float32 output. dpbf16's tn packs dout pair by pair
-// when its rows are a multiple of 4 KiB apart: "rows_4k_apart" (unpadded, ld = N = 2048).
+// "streamed_wgrad" in tn, "streamed_dgrad" in nt's float32 output. "rows_4k_apart": tn's dout rows a
+// multiple of 4 KiB apart (unpadded, ld = N = 2048), as the reference shape's. dpbf16's tn packs dout
+// on the way in groups of tiles of 512 KiB: "tn_tile_groups" (1030 rows: 66 KiB a tile) has 2-5
+// groups per thread, the last ragged, and an odd group.
 const GroupCase kGroupCases[] = {
     {"odd_sizes_with_empty", {3, 0, 17, 1, 63, 65}, 17, 63},
     {"all_rows_in_one_group", {0, 0, 37, 0}, 65, 3},
@@ -118,6 +120,7 @@ const GroupCase kGroupCases[] = {
     {"streamed_wgrad", {9, 4}, 740, 740},
     {"streamed_dgrad", {550, 3}, 1000, 24},
     {"rows_4k_apart", {7, 3}, 40, 2048},
+    {"tn_tile_groups", {1030, 3}, 24, 1000},
 };
 
 // with_padding: each group's last third of rows (rounded down) is layout padding, which nn and nt

@@ -15,13 +15,14 @@
 //  - activations are read where they lie: a bf16 pair (k, k+1) of a row is one 32-bit broadcast;
 //  - each thread owns a fixed slice of the output columns across every group: no barriers, and each
 //    weight byte is read by one thread (oneDNN's threads split the few rows and both read it).
-// tn (weight gradients) packs both of its small operands (the group's rows are its reduction) and
-// writes each row block of the gradient across the thread's columns. nn_swiglu's tiles hold 16 gate and
-// the same 16 up columns, so SwiGLU runs on the tile's sums before anything is stored.
-// Outputs of kStreamBytes or more leave with non-temporal stores (SwiGLU's through a staging row block).
-// Known weakness: the packing row block is slower on weights whose rows are a power of two bytes apart
-// (4 KiB at N = 2048): its 64-byte reads are 4 KiB apart, and the next panel's prefetched lines use
-// 1/16 of L2's sets (docs/kernels.md).
+// tn (weight gradients) packs both of its small operands (the group's rows are its reduction): lhs^T
+// shared by the team in a pass, dout by the first row block of the gradient on the way; each row
+// block is written across a group of the thread's tiles whose packed dout stays in L2. nn_swiglu's tiles hold
+// 16 gate and the same 16 up columns, so SwiGLU runs on the tile's sums before anything is stored. Outputs of
+// kStreamBytes or more leave with non-temporal stores (SwiGLU's through a staging row block). Known weakness:
+// the packing row block is slower on weights whose rows are a power of two bytes apart (4 KiB at N = 2048):
+// its 64-byte reads are 4 KiB apart, and the next panel's prefetched lines use 1/16 of L2's sets
+// (docs/kernels.md).
 //
 // Packed panel layout: per 32-column tile, per reduction pair p, two vectors of 16 dwords in "lane
 // order" (see interleave_pair); a dword holds (b[2p][col], b[2p + 1][col]), the even element in the
@@ -355,28 +356,6 @@ int64_t tiles_of(int64_t cols) {
 }
 int64_t pair_slots(int64_t depth) {
   return (depth + 1) / 2;
-}
-
-// src (depth, cols) row-major, ld apart, reduction along rows -> panel (tiles, pair_slots, 2).
-// Tile by tile, down each tile's column; but rows a multiple of 4 KiB apart (dout as half of a 2048-wide
-// h gradient) defeat the hardware prefetcher that way, so those go pair by pair, each row read whole
-// (tn 1024 x 1024 x 1024 with dout 4 KiB apart: 0.82 -> 0.85 TF/s; 2 KiB apart tile by tile is 3 % faster).
-void pack_row_pairs(const bf16_t* src, int64_t ld, int64_t depth, int64_t cols, __m512i* panel) {
-  const int64_t slots = pair_slots(depth), tiles = tiles_of(cols);
-  const auto pack_one = [&](int64_t p, int64_t t) {
-    const __mmask32 mask = first_elements(cols - t * kTileCols);
-    const bf16_t* s = src + 2 * p * ld + t * kTileCols;
-    const __m512i r0 = _mm512_maskz_loadu_epi16(mask, s);
-    const __m512i r1 = 2 * p + 1 < depth ? _mm512_maskz_loadu_epi16(mask, s + ld) : _mm512_setzero_si512();
-    interleave_pair(r0, r1, panel + (t * slots + p) * 2);
-  };
-  if (ld * int64_t(sizeof(bf16_t)) % 4096 == 0) {
-    for (int64_t p = 0; p < slots; ++p)
-      for (int64_t t = 0; t < tiles; ++t) pack_one(p, t);
-  } else {
-    for (int64_t t = 0; t < tiles; ++t)
-      for (int64_t p = 0; p < slots; ++p) pack_one(p, t);
-  }
 }
 
 // r[i] dword c -> r[c] dword i.
@@ -736,6 +715,9 @@ bool ours(Dtype in_dtype, Dtype out_dtype, GroupedShape groups) {
 // tn reads its broadcast operand, lhs^T, in row blocks of kTnRows out of blocks of 16 of its rows.
 constexpr int kTnRows = 8;
 constexpr int64_t kTnBlock = 16;
+// Packed dout per tile group, half a Zen 4/5 L2 (1024 x 1024 x 1024: groups of 1 MiB, 512 KiB, 256 KiB
+// measured 0.97-0.99, 1.00-1.01 and 1.00-1.01 of oneDNN, against 0.98 without groups).
+constexpr int64_t kTnGroupBytes = int64_t(512) << 10;
 
 // Columns [32 t0, 32 t1) of lhs rows [0, live) of a group (live, Kd) -> pairs of rows as dwords, in
 // blocks of 16 columns: dword (p, k) at (k / 16 * pair_slots(live) + p) * 16 + k % 16, so a row block of
@@ -826,30 +808,38 @@ void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* d
       pack_lhs_transposed(x + g.row0 * Kd, g.live, Kd, tiles_of(Kd) * t / n, tiles_of(Kd) * (t + 1) / n, xt);
 #pragma omp barrier
       if (c_end == c_begin) continue;
-      // All of this thread's columns of dout packed at once, then each row block of the gradient
-      // written across them: whole row runs, where panel by panel wrote short runs a power-of-two
-      // stride apart (N = 2048: 0.5 TF/s against 0.85).
-      const int64_t cols = c_end - c_begin;
-      __m512i* packed = grown(buf.panel, tiles_of(cols) * slots * 2);
-      pack_row_pairs(dy + g.row0 * ld_dout + c_begin, ld_dout, g.live, cols, packed);
-      for (int64_t r0 = 0; r0 < Kd; r0 += kTnRows) {
-        const int64_t r = std::min<int64_t>(kTnRows, Kd - r0);
-        for (int64_t t0 = 0; t0 < tiles_of(cols); ++t0) {
-          TileJob j;
-          j.a = {xt + 2 * (r0 / kTnBlock * slots * kTnBlock + r0 % kTnBlock), 2, 2 * kTnBlock};
-          j.panel = packed + t0 * slots * 2;
-          j.pairs = slots;  // the odd row's pair holds a zero second element on both sides
-          j.odd = false;
-          j.cols = std::min(kTileCols, cols - t0 * kTileCols);
-          j.in = nullptr;
-          j.in_ld = 0;
-          j.raw = nullptr;
-          j.ahead = {};
-          j.out = at(dw, r0 * N + c_begin + t0 * kTileCols, out_dtype);
-          j.out_ld = N;
-          j.out_bf16 = out_bf16;
-          j.stream = stream;
-          kTileKernels[kMultiply][r - 1](j);
+      // This thread's columns of dout, packed tile by tile by the first row block of the gradient on
+      // the way (its loads and shuffles hide under the arithmetic), then every row block written
+      // across them: whole row runs, where panel by panel wrote short runs a power-of-two stride
+      // apart (N = 2048: 0.5 TF/s against 0.85). Tiles go in groups whose packed dout stays in L2
+      // while all row blocks read it (1024 rows: a tile's is 64 KiB; all of a thread's, 1 MiB, came
+      // from L3 for every row block).
+      const int64_t cols = c_end - c_begin, tiles = tiles_of(cols);
+      __m512i* packed = grown(buf.panel, tiles * slots * 2);
+      const int64_t group_tiles = std::max<int64_t>(1, kTnGroupBytes / (slots * 2 * 64));
+      for (int64_t g0 = 0; g0 < tiles; g0 += group_tiles) {
+        const int64_t g1 = std::min(tiles, g0 + group_tiles);
+        for (int64_t r0 = 0; r0 < Kd; r0 += kTnRows) {
+          const int64_t r = std::min<int64_t>(kTnRows, Kd - r0);
+          for (int64_t t0 = g0; t0 < g1; ++t0) {
+            TileJob j;
+            j.a = {xt + 2 * (r0 / kTnBlock * slots * kTnBlock + r0 % kTnBlock), 2, 2 * kTnBlock};
+            j.panel = packed + t0 * slots * 2;
+            j.pairs = g.live / 2;
+            j.odd = g.live % 2 != 0;  // lhs^T's last pair holds a zero second element, not read
+            j.cols = std::min(kTileCols, cols - t0 * kTileCols);
+            j.in = nullptr;
+            j.in_ld = 0;
+            j.raw = dy + g.row0 * ld_dout + c_begin + t0 * kTileCols;  // (live, cols) ld_dout apart
+            j.raw_ld = ld_dout;
+            j.raw_cols = first_elements(j.cols);
+            j.ahead = {};
+            j.out = at(dw, r0 * N + c_begin + t0 * kTileCols, out_dtype);
+            j.out_ld = N;
+            j.out_bf16 = out_bf16;
+            j.stream = stream;
+            kTileKernels[r0 == 0 ? kPack : kMultiply][r - 1](j);
+          }
         }
       }
     }
