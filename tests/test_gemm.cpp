@@ -94,9 +94,10 @@ struct GroupCase {
 // below 1536, nt from 192 to 4096; f32 below 512) nn and nt split the output columns between
 // threads in slices of 64: "column_slices" and "wide_slices" have outputs of 130 and 200 columns, so
 // that two threads get a full and a ragged slice, below and above 1024 rows. The dpbf16 variant packs
-// weights in panels of 1024 reduction elements x 128 columns: "deep_kd" needs two panels along nn's
-// reduction and "deep_n" along nt's in each of its two weight parts (N / 2 = 1031, odd); both have
-// several along the columns, so partial sums carry between panels (in the output, or in scratch).
+// weights in panels of 1024 reduction elements x 256 columns (nn) or 128 (nt, nn_swiglu): "deep_kd"
+// needs two panels along nn's reduction and "deep_n" along nt's in each of its two weight parts
+// (N / 2 = 1031, odd); both have several along the columns (deep_kd: 300 a thread on two threads),
+// so partial sums carry between panels (in the output, or in scratch).
 // Outputs of 2 MiB or more go out with non-temporal stores in dpbf16: "streamed_output" crosses that
 // in nn and nn_swiglu (rows 4120 bytes apart, so some start on a 64-byte line and most do not),
 // "streamed_wgrad" in tn, "streamed_dgrad" in nt's float32 output. "rows_4k_apart": tn's dout rows a
@@ -114,7 +115,7 @@ const GroupCase kGroupCases[] = {
     {"wide_kd", {5, 0, 30}, 520, 7},
     {"column_slices", {300, 0, 290, 3}, 200, 130},
     {"wide_slices", {1100, 5}, 130, 40},
-    {"deep_kd", {5, 2}, 1030, 200},
+    {"deep_kd", {5, 2}, 1030, 600},
     {"deep_n", {5, 2}, 200, 2062},
     {"streamed_output", {520, 37}, 24, 2060},
     {"streamed_wgrad", {9, 4}, 740, 740},

@@ -7,7 +7,7 @@
 // training and may not be packed once outside the timed call) does not overlap the arithmetic; at 137
 // rows per expert that costs ~15 % (2-core Zen 5: prepacked weights 0.93 TF/s, packed per call 0.80).
 // Here:
-//  - weights are packed one panel (up to kPanelDepth reduction elements x kPanelCols columns) at a time
+//  - weights are packed one panel (up to kPanelDepth reduction elements x 128 or 256 columns) at a time
 //    into the pair layout vdpbf16ps reads: by the first row block on the way (weights with the
 //    reduction along rows: nn), or in a pass of its own (read transposed: nt);
 //  - while a panel is multiplied, the other row blocks prefetch the raw lines of the next panel into
@@ -55,7 +55,13 @@ using namespace gemm_detail;  // at, check_groups, group_rows, zero_padding_rows
 constexpr int kTileRows = 12;  // 24 accumulators + 2 weight vectors + 1 broadcast of 32 registers
 constexpr int64_t kTileCols = 32;
 constexpr int64_t kPanelDepth = 1024;  // even: panels split the reduction at pair boundaries
-constexpr int64_t kPanelCols = 128;
+constexpr int64_t kPanelCols = 128;    // nt's, and nn_swiglu's (64 gate + 64 up)
+// nn's panels are twice as wide: a panel's rows are then 512 bytes, so its prefetched and packed lines
+// spread over 4x the L2 sets where the weights' rows are a multiple of 4 KiB apart (137 x 1408 x 2048:
+// 0.86-0.87 -> 0.91-0.96 TF/s, 128 x 768 x 2048 +3-6 %; 1024-row groups level; nn_swiglu and nt
+// measured level to 2 % slower with 256, so they keep 128).
+constexpr int64_t kNnPanelCols = 256;
+constexpr int64_t kMaxPanelCols = std::max(kPanelCols, kNnPanelCols);
 // Above this many rows in a group oneDNN's brgemm, which also blocks the rows, is as fast or faster
 // (docs/kernels.md); the largest group decides for the whole call.
 constexpr int64_t kMaxGroupRows = 1536;
@@ -542,10 +548,10 @@ void multiply_panel(const Panel& pn, int64_t rows, __m512i* packed, void* out, i
       j.raw_ld = pn.raw.ld;
       j.raw_cols = first_elements(split ? std::min(kTileCols, pn.cols() - t * tile_out_cols) : j.cols);
       j.next_tile = split && t + 1 < tiles ? slots * 2 : 0;
-      // Partial sums live in the output when it is float32, else in `partial` (rows, kPanelCols).
+      // Partial sums live in the output when it is float32, else in `partial` (rows, kMaxPanelCols).
       float* sums =
-          out_f32_direct ? static_cast<float*>(out) + r0 * out_ld + oc : partial + r0 * kPanelCols + c0;
-      const int64_t sums_ld = out_f32_direct ? out_ld : kPanelCols;
+          out_f32_direct ? static_cast<float*>(out) + r0 * out_ld + oc : partial + r0 * kMaxPanelCols + c0;
+      const int64_t sums_ld = out_f32_direct ? out_ld : kMaxPanelCols;
       j.in = pn.first ? (accumulate ? static_cast<const float*>(out) + r0 * out_ld + oc : nullptr) : sums;
       j.in_ld = pn.first ? out_ld : sums_ld;
       if (pn.last) {
@@ -602,8 +608,8 @@ void for_each_panel_nn(int64_t e, int64_t row0, const bf16_t* lhs, ExpertWeights
   const auto [c_begin, c_end] = column_slice(part_cols, t, n);
   for (int p = 0; p < rhs.parts(); ++p) {
     const bf16_t* w = static_cast<const bf16_t*>(rhs.part(p)) + e * Kd * part_cols;  // (Kd, part_cols)
-    for (int64_t c = c_begin; c < c_end; c += kPanelCols) {
-      const int64_t cols = std::min(kPanelCols, c_end - c);
+    for (int64_t c = c_begin; c < c_end; c += kNnPanelCols) {
+      const int64_t cols = std::min(kNnPanelCols, c_end - c);
       for (int64_t k = 0; k < Kd; k += kPanelDepth) {
         const int64_t depth = std::min(kPanelDepth, Kd - k);
         emit(row_panel(e, {w + k * part_cols + c, depth, cols, part_cols}, {}, lhs + row0 * Kd, Kd, k,
@@ -675,8 +681,8 @@ void grouped_by_panels(void* out, Dtype out_dtype, const bf16_t* lhs, ExpertWeig
   {
     const int t = omp_get_thread_num(), n = omp_get_num_threads();
     ThreadBuffers& buf = thread_buffers();
-    __m512i* packed = grown(buf.panel, kPanelCols / kTileCols * pair_slots(kPanelDepth) * 2);
-    float* partial = grown(buf.partial, kMaxGroupRows * kPanelCols);
+    __m512i* packed = grown(buf.panel, kMaxPanelCols / kTileCols * pair_slots(kPanelDepth) * 2);
+    float* partial = grown(buf.partial, kMaxGroupRows * kMaxPanelCols);
     bf16_t* stage = swiglu.g && stream ? grown(buf.swiglu_stage, kTileRows * kStageLd) : nullptr;
     std::vector<Panel> panels;
     for (int64_t e = 0; e < groups.experts; ++e) {
