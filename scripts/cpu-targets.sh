@@ -7,7 +7,7 @@
 # previous shape's huge pages, skew all of that shape's rows). Takes 20-40 minutes on 2 cores: run it on
 # a quiet machine. SHAPES (names in issue10-shapes.sh), DTYPES and
 # BACKENDS (comma lists) narrow it; extra args go to moe-bench after ours (a later flag wins). STORE
-# keeps the rows.
+# keeps the rows; SETTLE_S (default 15) is the pause between shapes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/issue10-shapes.sh
@@ -15,7 +15,12 @@ source scripts/issue10-shapes.sh
 selected=(${SHAPES:-${issue10_order[*]}})
 rows=${STORE:-$(mktemp --suffix=.jsonl)}
 [[ -n ${STORE:-} ]] || trap 'rm -f "$rows"' EXIT
+first=1
 for name in "${selected[@]}"; do
+  # A shape's first dense ceiling, measured right after a big shape's process exits, read 20-30 % low
+  # in sweeps (the host reclaiming that process's memory): let it settle first.
+  [[ $first == 1 ]] || sleep "${SETTLE_S:-15}"
+  first=0
   echo "cpu-targets: $name" >&2
   # shellcheck disable=SC2046  # the flags split into words on purpose
   build/moe-bench $(issue10_flags "$name") --impl fused_w13 --distribution random --backend "${BACKENDS:-gmm,ragged_dot}" \
