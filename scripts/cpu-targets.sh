@@ -7,8 +7,7 @@
 # previous shape's huge pages, skew all of that shape's rows). Takes 20-40 minutes on 2 cores: run it on
 # a quiet machine. SHAPES (names in issue10-shapes.sh), DTYPES and
 # BACKENDS (comma lists) narrow it; extra args go to moe-bench after ours (a later flag wins). STORE
-# keeps the rows; SETTLE_S (default 15) is the pause between shapes. Two warmup calls (the seed's
-# default): with one, a run right after a float32 forward_backward had one slow call in three.
+# keeps the rows; SETTLE_S (default 15) is the pause between shapes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/issue10-shapes.sh
@@ -25,7 +24,7 @@ for name in "${selected[@]}"; do
   echo "cpu-targets: $name" >&2
   # shellcheck disable=SC2046  # the flags split into words on purpose
   build/moe-bench $(issue10_flags "$name") --impl fused_w13 --distribution random --backend "${BACKENDS:-gmm,ragged_dot}" \
-    --dtype "${DTYPES:-bfloat16,float32}" --bench-pass forward,forward_backward --iters 3 --warmup 2 --ceiling every-run "$@" \
+    --dtype "${DTYPES:-bfloat16,float32}" --bench-pass forward,forward_backward --iters 3 --warmup 1 --ceiling every-run "$@" \
     --format jsonl --out "$rows" >/dev/null
 done
 build/moe-bench table "$rows" --columns tokens,hidden,mlp_dim,experts,topk,shared_expert_dim,dtype,backend,pass,\
