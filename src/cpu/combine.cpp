@@ -58,11 +58,9 @@ constexpr bool kCanStreamBf16 = false;
 void stream_row_bf16(bf16_t* dst, const float* src, int64_t n) {
 #if defined(__AVX512BF16__)
   for (int64_t i = 0; i < n; i += 32) {
-    const __m256bh lo = _mm512_cvtneps_pbh(_mm512_loadu_ps(src + i)),
-                   hi = _mm512_cvtneps_pbh(_mm512_loadu_ps(src + i + 16));
-    _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + i),
-                        _mm512_inserti64x4(_mm512_castsi256_si512(reinterpret_cast<const __m256i&>(lo)),
-                                           reinterpret_cast<const __m256i&>(hi), 1));
+    // Elements [i, i + 16) from the second operand, [i + 16, i + 32) from the first.
+    const __m512bh both = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + i + 16), _mm512_loadu_ps(src + i));
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + i), reinterpret_cast<const __m512i&>(both));
   }
 #else
   MOE_CHECK(false, "stream_row_bf16 without AVX-512 BF16");
@@ -127,6 +125,9 @@ void combine_backward(void* dy_rows, Dtype dt, const float* dy, const HostPlan& 
                       const RoutingView& routing, int64_t H, CombineKind kind, bool preweighted) {
   const size_t elem = dtype_size(dt);
   auto* dst_rows = static_cast<char*>(dy_rows);
+  // As the gather's output: bf16 rows of whole lines leave with non-temporal stores.
+  const bool stream =
+      kCanStreamBf16 && dt == Dtype::bf16 && H % 32 == 0 && reinterpret_cast<uintptr_t>(dst_rows) % 64 == 0;
 #pragma omp parallel
   {
     std::vector<float> row(static_cast<size_t>(H));
@@ -143,8 +144,12 @@ void combine_backward(void* dy_rows, Dtype dt, const float* dy, const HostPlan& 
       const float* src = dy + int64_t(a / plan.topk) * H;
 #pragma omp simd
       for (int64_t h = 0; h < H; ++h) row[size_t(h)] = w * src[h];
-      store_row(dst, dt, row.data(), H);
+      if (stream)
+        stream_row_bf16(reinterpret_cast<bf16_t*>(dst), row.data(), H);
+      else
+        store_row(dst, dt, row.data(), H);
     }
+    if (stream) end_streams();
   }
 }
 
