@@ -46,36 +46,6 @@ void add_rows_to_tokens(const TokenSums& sums, const void* rows_in, Dtype dt, co
     convert_elements(sums.out.raw(), sums.out.dtype(), acc, Dtype::f32, plan.tokens * H);
 }
 
-namespace {
-
-#if defined(__AVX512BF16__)
-constexpr bool kCanStreamBf16 = true;
-#else
-constexpr bool kCanStreamBf16 = false;
-#endif
-
-// dst (n) bf16, 64-byte aligned, n a multiple of 32 = src (n) f32 rounded to nearest even.
-void stream_row_bf16(bf16_t* dst, const float* src, int64_t n) {
-#if defined(__AVX512BF16__)
-  for (int64_t i = 0; i < n; i += 32) {
-    // Elements [i, i + 16) from the second operand, [i + 16, i + 32) from the first.
-    const __m512bh both = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + i + 16), _mm512_loadu_ps(src + i));
-    _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + i), reinterpret_cast<const __m512i&>(both));
-  }
-#else
-  MOE_CHECK(false, "stream_row_bf16 without AVX-512 BF16");
-#endif
-}
-
-// Orders a thread's non-temporal stores before the region's closing barrier.
-void end_streams() {
-#if defined(__AVX512BF16__)
-  _mm_sfence();
-#endif
-}
-
-}  // namespace
-
 void gather_rows_to_tokens(const TokenSums& sums, const void* rows_in, Dtype dt, const HostPlan& plan,
                            int64_t H, const float* weight) {
   const int64_t K = plan.topk;
@@ -83,10 +53,8 @@ void gather_rows_to_tokens(const TokenSums& sums, const void* rows_in, Dtype dt,
   auto* rows = static_cast<const char*>(rows_in);
   auto* out = static_cast<char*>(sums.out.raw());                                // (T, H)
   const float* start = sums.acc_holds_start ? sums.acc.data<float>() : nullptr;  // (T, H) or none
-  // A bf16 output of whole 64-byte lines per row leaves with non-temporal stores: no line of it is
-  // read before it is overwritten.
-  const bool stream = kCanStreamBf16 && sums.out.dtype() == Dtype::bf16 && H % 32 == 0 &&
-                      reinterpret_cast<uintptr_t>(out) % 64 == 0;
+  // No line of the output is read before it is overwritten.
+  const bool stream = streams_bf16_rows(sums.out.dtype(), H, out);
 #pragma omp parallel
   {
     std::vector<float> scratch(static_cast<size_t>(H)), sum(static_cast<size_t>(H));
@@ -125,9 +93,7 @@ void combine_backward(void* dy_rows, Dtype dt, const float* dy, const HostPlan& 
                       const RoutingView& routing, int64_t H, CombineKind kind, bool preweighted) {
   const size_t elem = dtype_size(dt);
   auto* dst_rows = static_cast<char*>(dy_rows);
-  // As the gather's output: bf16 rows of whole lines leave with non-temporal stores.
-  const bool stream =
-      kCanStreamBf16 && dt == Dtype::bf16 && H % 32 == 0 && reinterpret_cast<uintptr_t>(dst_rows) % 64 == 0;
+  const bool stream = streams_bf16_rows(dt, H, dst_rows);
 #pragma omp parallel
   {
     std::vector<float> row(static_cast<size_t>(H));

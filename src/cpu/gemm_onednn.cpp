@@ -100,6 +100,17 @@ void* scratch(ScratchSlot slot, size_t bytes) {
   return buf.data();
 }
 
+// src (rows, cols) float32, rows ld apart -> the same rows packed densely in a scratch buffer. Below
+// gemm:jit's row count oneDNN's float32 matmul does not pack an operand whose rows are further apart
+// than its width (grouped_gemm_nt's weight parts, grouped_gemm_tn's dout halves).
+const float* contiguous_f32(const void* src, int64_t rows, int64_t cols, int64_t ld) {
+  auto* dst = static_cast<float*>(scratch(kScratchPart, size_t(rows * cols) * sizeof(float)));
+  const auto* s = static_cast<const float*>(src);
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * cols, s + r * ld, size_t(cols) * sizeof(float));
+  return dst;
+}
+
 // Row strides in elements; 0 is the dense one. lda applies to a stored (m, k), ldb to b stored (k, n):
 // a transposed operand is dense.
 struct Strides {
@@ -459,13 +470,8 @@ void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, ExpertWeights
       if (slice) {
         sliced.push_back({a, b, c, g.live, part_cols, Kd, 0, accumulate || p > 0});
       } else if (contiguous_parts) {
-        auto* part = static_cast<float*>(scratch(kScratchPart, size_t(g.live * part_cols) * sizeof(float)));
-        const auto* rows = static_cast<const float*>(a);
-#pragma omp parallel for schedule(static)
-        for (int64_t r = 0; r < g.live; ++r)
-          std::memcpy(part + r * part_cols, rows + r * N, size_t(part_cols) * sizeof(float));
-        matmul(c, out_dtype, part, in_dtype, b, in_dtype, g.live, part_cols, Kd, false, true, {},
-               accumulate || p > 0);
+        matmul(c, out_dtype, contiguous_f32(a, g.live, part_cols, N), in_dtype, b, in_dtype, g.live,
+               part_cols, Kd, false, true, {}, accumulate || p > 0);
       } else {
         matmul(c, out_dtype, a, in_dtype, b, in_dtype, g.live, part_cols, Kd, false, true, {.lda = N},
                accumulate || p > 0);
@@ -490,11 +496,7 @@ void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* d
     // The same float32 path as nt's strided parts (grouped_gemm_nt): 137 x 2048 x 1408 with dout 2816
     // apart (dw1 / dw3 from dh's halves) 0.92 of a dense GEMM in place.
     if (in_dtype == Dtype::f32 && ld_dout != N && k > 0 && g.live < kGemmJitMinRows) {
-      auto* rows = static_cast<float*>(scratch(kScratchPart, size_t(k * N) * sizeof(float)));
-      const auto* src = static_cast<const float*>(b);
-#pragma omp parallel for schedule(static)
-      for (int64_t r = 0; r < k; ++r) std::memcpy(rows + r * N, src + r * ld_dout, size_t(N) * sizeof(float));
-      b = rows;
+      b = contiguous_f32(b, k, N, ld_dout);
       ldb = N;
     }
     // No live row reaches matmul as k == 0, which zeroes the expert's gradient.

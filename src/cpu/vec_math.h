@@ -63,6 +63,37 @@ inline void f32_to_bf16_row(bf16_t* dst, const float* src, int64_t n) {
   for (; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
 }
 
+// Whether rows of n elements of dt starting at base can leave through stream_row_bf16: bf16 rows of
+// whole 64-byte lines, for outputs nothing reads before they leave the caches (the store then fetches
+// no line it overwrites).
+inline bool streams_bf16_rows(Dtype dt, int64_t n, const void* base) {
+#if defined(__AVX512BF16__)
+  return dt == Dtype::bf16 && n % 32 == 0 && reinterpret_cast<uintptr_t>(base) % 64 == 0;
+#else
+  return false;
+#endif
+}
+
+// f32_to_bf16_row with non-temporal stores. REQUIRES: streams_bf16_rows(bf16, n, dst).
+inline void stream_row_bf16(bf16_t* dst, const float* src, int64_t n) {
+#if defined(__AVX512BF16__)
+  for (int64_t i = 0; i < n; i += 32) {
+    // Elements [i, i + 16) from the second operand, [i + 16, i + 32) from the first.
+    const __m512bh both = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + i + 16), _mm512_loadu_ps(src + i));
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + i), reinterpret_cast<const __m512i&>(both));
+  }
+#else
+  MOE_CHECK(false, "stream_row_bf16 without AVX-512 BF16");
+#endif
+}
+
+// Orders a thread's non-temporal stores before the parallel region's closing barrier.
+inline void end_streams() {
+#if defined(__AVX512BF16__)
+  _mm_sfence();
+#endif
+}
+
 // Loads a row of f32 or bf16 as float (copying only when it is bf16). Returns the float view.
 inline const float* load_row_f32(float* scratch, const void* src, Dtype dt, int64_t n) {
   switch (dt) {
