@@ -3,6 +3,8 @@
 // test), so nothing reads a device tensor without copying it to the host first.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "moe/backend.h"
 #include "moe/rng.h"
 #include "test_util.h"
@@ -63,6 +65,31 @@ TEST(Allocation, TooLargeIsAnAllocationErrorWithTheSize) {
     EXPECT_EQ(e.bytes(), size_t(1) << 48);
     EXPECT_NE(std::string(e.what()).find("281474976710656 bytes"), std::string::npos) << e.what();
   }
+}
+
+// Large host blocks are cached when freed (a run's buffers serve the next run, so the kernel never
+// reclaims them between runs): the next allocation of about the same size takes a freed block, a live
+// block is never handed out twice, and a request never gets a block smaller than itself or one more
+// than 5/4 its size.
+TEST(Allocation, AFreedLargeBlockServesTheNextAllocationOfAboutItsSize) {
+  MemorySpace& host = host_memory();
+  constexpr size_t kMiB = size_t(1) << 20;
+  void* a = host.allocate(38 * kMiB);
+  host.deallocate(a);
+  void* b = host.allocate(34 * kMiB);
+  EXPECT_EQ(b, a);
+  void* c = host.allocate(38 * kMiB);
+  EXPECT_NE(c, a);
+  std::memset(b, 1, 34 * kMiB);
+  std::memset(c, 2, 38 * kMiB);
+  EXPECT_EQ(static_cast<unsigned char*>(b)[34 * kMiB - 1], 1);
+  host.deallocate(b);
+  void* small = host.allocate(22 * kMiB);  // a (38 MiB) is more than 5/4 of it
+  EXPECT_NE(small, a);
+  void* large = host.allocate(40 * kMiB);  // a is smaller
+  EXPECT_NE(large, a);
+  std::memset(large, 3, 40 * kMiB);
+  for (void* p : {c, small, large}) host.deallocate(p);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, MemoryOfBackend, ::testing::ValuesIn(testing::backend_names()),

@@ -51,11 +51,12 @@ class MemorySpace {
 // Plain process memory (aligned_alloc), what the cpu and ref backends compute in.
 MemorySpace& host_memory();
 
-// 64-byte aligned host allocation for scratch; throws AllocationError.
+// 64-byte aligned host allocation for scratch; throws AllocationError. free_bytes gives it back.
 void* aligned_alloc_bytes(size_t bytes);
+void free_bytes(void* p);
 
 struct AlignedFree {
-  void operator()(void* p) const { std::free(p); }
+  void operator()(void* p) const { free_bytes(p); }
 };
 
 // A typed, aligned, uninitialised host array (no per-element construction: these are hot-path scratch).

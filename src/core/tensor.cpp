@@ -2,11 +2,15 @@
 
 #include <fmt/format.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <mutex>
+#include <unordered_map>
 
 namespace moe {
 namespace {
@@ -14,24 +18,96 @@ namespace {
 constexpr size_t kHugePage = size_t(2) << 20;
 constexpr size_t kHugePageMinBytes = size_t(4) << 20;
 
+size_t physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? size_t(pages) * size_t(page) : size_t(0);
+}
+
+// Large blocks are kept when freed and handed to the next allocation that fits them, instead of going
+// back to the kernel between runs. On a VM with free page reporting (KVM/firecracker guests, such as
+// this project's CI machines), the guest reports memory freed at the end of one run (and by the dense
+// ceiling's buffers) to the hypervisor about 2 s later: that work runs on one of the run's own vCPUs
+// during the next run's timed calls (one call in three 30-60 % slow in sweeps; docs/kernels.md), and
+// the hypervisor faults the pages in again. A process-level cache is what every framework's allocator
+// does; it never changes what a timed call computes. It holds at most half the machine's memory
+// beside what is live: a miss that would pass that frees cached blocks first.
+class LargeBlocks {
+ public:
+  explicit LargeBlocks(size_t limit) : limit_(limit) {}
+  ~LargeBlocks() {
+    for (auto& [size, p] : cached_) std::free(p);
+  }
+
+  // A block of at least `bytes` (a multiple of kHugePage) and at most 5/4 of it, or nullptr.
+  void* allocate(size_t bytes) {
+    std::lock_guard lock(mutex_);
+    auto it = cached_.lower_bound(bytes);
+    if (it != cached_.end() && it->first <= bytes + bytes / 4) {
+      void* p = it->second;
+      live_[p] = it->first;
+      live_bytes_ += it->first;
+      cached_bytes_ -= it->first;
+      cached_.erase(it);
+      return p;
+    }
+    release_largest_while([&] { return live_bytes_ + cached_bytes_ + bytes > limit_; });
+    void* p = std::aligned_alloc(kHugePage, bytes);
+    if (!p && !cached_.empty()) {
+      release_largest_while([] { return true; });
+      p = std::aligned_alloc(kHugePage, bytes);
+    }
+    if (!p) return nullptr;
+    // Weights and activation buffers are read with strides (a GEMM's b rows, kilobytes apart): on
+    // 4 KiB pages every row is a TLB miss. Where transparent huge pages are opt-in (madvise), ask
+    // for them; elsewhere the advice is a no-op and failure is harmless.
+    madvise(p, bytes, MADV_HUGEPAGE);
+    live_[p] = bytes;
+    live_bytes_ += bytes;
+    return p;
+  }
+
+  // Takes `p` into the cache if it is one of ours; false (nothing done) otherwise.
+  bool deallocate(void* p) {
+    std::lock_guard lock(mutex_);
+    auto it = live_.find(p);
+    if (it == live_.end()) return false;
+    cached_.emplace(it->second, p);
+    cached_bytes_ += it->second;
+    live_bytes_ -= it->second;
+    live_.erase(it);
+    return true;
+  }
+
+ private:
+  template <typename Pred>
+  void release_largest_while(Pred keep_going) {
+    while (!cached_.empty() && keep_going()) {
+      auto last = std::prev(cached_.end());
+      std::free(last->second);
+      cached_bytes_ -= last->first;
+      cached_.erase(last);
+    }
+  }
+
+  const size_t limit_;
+  std::mutex mutex_;
+  std::multimap<size_t, void*> cached_;  // size -> block
+  std::unordered_map<void*, size_t> live_;
+  size_t live_bytes_ = 0, cached_bytes_ = 0;
+};
+
 class HostMemory final : public MemorySpace {
  public:
   std::string name() const override { return "host"; }
   bool host_accessible() const override { return true; }
   void* allocate(size_t bytes) override {
-    if (bytes >= kHugePageMinBytes) {
-      // Weights and activation buffers are read with strides (a GEMM's b rows, kilobytes apart):
-      // on 4 KiB pages every row is a TLB miss. Where transparent huge pages are opt-in (madvise),
-      // ask for them; elsewhere the advice is a no-op and failure is harmless.
-      const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
-      void* p = std::aligned_alloc(kHugePage, rounded);
-      if (p) madvise(p, rounded, MADV_HUGEPAGE);
-      return p;
-    }
+    if (bytes >= kHugePageMinBytes) return large_.allocate((bytes + kHugePage - 1) / kHugePage * kHugePage);
     const size_t rounded = (bytes + 63) / 64 * 64;
     return std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
   }
-  void deallocate(void* p) override { std::free(p); }
+  void deallocate(void* p) override {
+    if (!large_.deallocate(p)) std::free(p);
+  }
   void copy_from_host(void* dst, const void* src, size_t bytes) override { copy(dst, src, bytes); }
   void copy_to_host(void* dst, const void* src, size_t bytes) override { copy(dst, src, bytes); }
   void copy(void* dst, const void* src, size_t bytes) override {
@@ -40,6 +116,9 @@ class HostMemory final : public MemorySpace {
   void fill_zero(void* dst, size_t bytes) override {
     if (bytes > 0) std::memset(dst, 0, bytes);
   }
+
+ private:
+  LargeBlocks large_{physical_memory_bytes() / 2};
 };
 
 template <typename I>
@@ -59,6 +138,10 @@ AllocationError::AllocationError(size_t bytes, const std::string& memory)
 MemorySpace& host_memory() {
   static HostMemory memory;
   return memory;
+}
+
+void free_bytes(void* p) {
+  host_memory().deallocate(p);
 }
 
 void* aligned_alloc_bytes(size_t bytes) {
