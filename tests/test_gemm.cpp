@@ -103,7 +103,8 @@ struct GroupCase {
 // "streamed_wgrad" in tn, "streamed_dgrad" in nt's float32 output. "rows_4k_apart": tn's dout rows a
 // multiple of 4 KiB apart (unpadded, ld = N = 2048), as the reference shape's. dpbf16's tn packs dout
 // on the way in groups of tiles of 512 KiB: "tn_tile_groups" (1030 rows: 66 KiB a tile) has 2-5
-// groups per thread, the last ragged, and an odd group.
+// groups per thread, the last ragged, and an odd group. dpbf16's float32 nn and nn_swiglu run only
+// on groups of 768 rows or more: "deep_kd_large_group" has two panels along their reduction there.
 const GroupCase kGroupCases[] = {
     {"odd_sizes_with_empty", {3, 0, 17, 1, 63, 65}, 17, 63},
     {"all_rows_in_one_group", {0, 0, 37, 0}, 65, 3},
@@ -122,6 +123,7 @@ const GroupCase kGroupCases[] = {
     {"streamed_dgrad", {550, 3}, 1000, 24},
     {"rows_4k_apart", {7, 3}, 40, 2048},
     {"tn_tile_groups", {1030, 3}, 24, 1000},
+    {"deep_kd_large_group", {800, 3}, 1030, 40},
 };
 
 // with_padding: each group's last third of rows (rounded down) is layout padding, which nn and nt

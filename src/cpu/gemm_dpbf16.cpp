@@ -1,18 +1,20 @@
-// moe/gemm.h's bfloat16 grouped forms on our own AVX-512 BF16 micro-kernel (vdpbf16ps), for the small
-// expert groups of fine-grained MoE. Everything else (float32, groups above kMaxGroupRows, dense GEMMs)
-// goes to the oneDNN variant, so this variant is "ours where it measures faster, oneDNN elsewhere".
+// moe/gemm.h's grouped forms on our own AVX-512 micro-kernel, for the expert groups of MoE: bfloat16
+// with vdpbf16ps (a pair of reduction elements per 32-bit broadcast), float32 with vfmadd231ps (one
+// element per broadcast), the same tiles, packing and epilogues. Everything else (groups above
+// kMaxGroupRows, dense GEMMs, bf16 inputs with a float32 SwiGLU output) goes to the oneDNN variant, so
+// this variant is "ours where it measures faster, oneDNN elsewhere"; its name stays dpbf16.
 //
 // Why not oneDNN at small groups: brgemm copies each expert's weights into its blocked layout in a
 // pass of its own before it multiplies, so the DRAM stream of the weights (which change every step in
 // training and may not be packed once outside the timed call) does not overlap the arithmetic; at 137
 // rows per expert that costs ~15 % (2-core Zen 5: prepacked weights 0.93 TF/s, packed per call 0.80).
 // Here:
-//  - weights are packed one panel (up to kPanelDepth reduction elements x 128 or 256 columns) at a time
-//    into the pair layout vdpbf16ps reads: by the first row block on the way (weights with the
-//    reduction along rows: nn), or in a pass of its own (read transposed: nt);
+//  - weights are packed one panel (up to kPanelSteps reduction steps x 128 or 256 columns) at a time
+//    into the layout the kernel reads: by the first row block on the way (weights with the reduction
+//    along rows: nn), or in a pass of its own (read transposed: nt);
 //  - while a panel is multiplied, the other row blocks prefetch the raw lines of the next panel into
 //    L2, one per reduction step, so the weight stream overlaps the arithmetic;
-//  - activations are read where they lie: a bf16 pair (k, k+1) of a row is one 32-bit broadcast;
+//  - activations are read where they lie: a bf16 pair (k, k+1) of a row, or a float, is one broadcast;
 //  - each thread owns a fixed slice of the output columns across every group: no barriers, and each
 //    weight byte is read by one thread (oneDNN's threads split the few rows and both read it).
 // tn (weight gradients) packs both of its small operands (the group's rows are its reduction): lhs^T
@@ -24,11 +26,13 @@
 // its 64-byte reads are 4 KiB apart, and the next panel's prefetched lines use 1/16 of L2's sets
 // (docs/kernels.md).
 //
-// Packed panel layout: per 32-column tile, per reduction pair p, two vectors of 16 dwords in "lane
-// order" (see interleave_pair); a dword holds (b[2p][col], b[2p + 1][col]), the even element in the
-// low half. An odd reduction length packs a zero second element. Register tile: 12 rows x 32 columns.
+// Packed panel layout: per 32-column tile, per reduction step s, two vectors of 16 dwords. bf16: in
+// "lane order" (see interleave_pair), a dword holds (b[2s][col], b[2s + 1][col]), the even element in
+// the low half, and an odd reduction length packs a zero second element; float32: b[s][col], columns
+// in order. Register tile: 12 rows x 32 columns.
 // Accumulation is float32 in registers, and across panels in float32 (the output itself when it is
-// float32, a per-thread scratch otherwise); a bf16 output is rounded once, to nearest even.
+// float32 and not SwiGLU's, a per-thread scratch otherwise); a bf16 output is rounded once, to nearest
+// even. float32 SwiGLU tiles keep h and compute g unrounded, as swiglu_forward does from float32 h.
 #include "cpu/gemm_variants.h"
 #include "cpu/vec_math.h"
 
@@ -54,28 +58,44 @@ using namespace gemm_detail;  // at, check_groups, group_rows, zero_padding_rows
 
 constexpr int kTileRows = 12;  // 24 accumulators + 2 weight vectors + 1 broadcast of 32 registers
 constexpr int64_t kTileCols = 32;
-constexpr int64_t kPanelDepth = 1024;  // even: panels split the reduction at pair boundaries
-constexpr int64_t kPanelCols = 128;    // nt's, and nn_swiglu's (64 gate + 64 up)
-// nn's panels are twice as wide: a panel's rows are then 512 bytes, so its prefetched and packed lines
-// spread over 4x the L2 sets where the weights' rows are a multiple of 4 KiB apart (137 x 1408 x 2048:
-// 0.86-0.87 -> 0.91-0.96 TF/s, 128 x 768 x 2048 +3-6 %; 1024-row groups level; nn_swiglu and nt
-// measured level to 2 % slower with 256, so they keep 128).
-constexpr int64_t kNnPanelCols = 256;
-constexpr int64_t kMaxPanelCols = std::max(kPanelCols, kNnPanelCols);
+// Reduction elements one 32-bit broadcast holds: a bf16 pair (vdpbf16ps), one float (vfmadd231ps).
+template <class T>
+constexpr int64_t kPerStep = int64_t(sizeof(int32_t) / sizeof(T));
+// A panel's reduction depth: 1024 elements, so a reduction of up to 1024 (the hidden sizes of most
+// models' up projections) is one panel and its partial sums never leave the registers.
+constexpr int64_t kPanelDepth = 1024;  // even: panels split the reduction at steps
+template <class T>
+constexpr int64_t kPanelSteps = kPanelDepth / kPerStep<T>;
+constexpr int64_t kPanelCols = 128;  // nt's, and nn_swiglu's (64 gate + 64 up)
+// bf16 nn's panels are twice as wide: a panel's rows are then 512 bytes, so its prefetched and packed
+// lines spread over 4x the L2 sets where the weights' rows are a multiple of 4 KiB apart (137 x 1408 x
+// 2048: 0.86-0.87 -> 0.91-0.96 TF/s, 128 x 768 x 2048 +3-6 %; 1024-row groups level; nn_swiglu and nt
+// measured level to 2 % slower with 256, so they keep 128). A float32 panel of 1024 x 128 is as many
+// bytes (512 KiB) as a bf16 one of 1024 x 256.
+template <class T>
+constexpr int64_t kNnPanelCols = std::is_same_v<T, bf16_t> ? 256 : 128;
+constexpr int64_t kMaxPanelBytes = kPanelDepth / 2 * 256 * 4;  // a packed panel, either type
+constexpr int64_t kMaxPanelCols = 256;
 // Above this many rows in a group oneDNN's brgemm, which also blocks the rows, is as fast or faster
 // (docs/kernels.md); the largest group decides for the whole call.
 constexpr int64_t kMaxGroupRows = 1536;
+// float32 (probe against oneDNN's float32 matmul, 2-core Zen 5, docs/kernels.md): nt is ours at every
+// group size up to kMaxGroupRows (137 rows +3 %, 1024 +3-5 %); nn and nn_swiglu only from this many
+// rows (1024 x 1024 x 2048: +4 % / +3-5 %, SwiGLU fused; 512 rows -1 % / -4 %, 137 rows -3 % / -13 %);
+// tn stays oneDNN's (ours 0.96-1.00 of it at 1024 rows, 0.90 at 1092 x 2048 x 2816).
+constexpr int64_t kMinF32NnGroupRows = 768;
 // Outputs from this many bytes (more than the L2 caches of a couple of cores hold, so they leave the
 // caches before anything reads them) are written with non-temporal stores: no line is fetched before it
 // is overwritten, and rows a power of two bytes apart (hidden size 2048 in bf16) no longer pile a
 // tile's rows into one L1 set (1024 x 1024 x 2048 nn on 2-core Zen 5: 0.90 -> 0.97-1.00 TF/s).
 constexpr int64_t kStreamBytes = int64_t(2) << 20;
 
-// The operand the kernel broadcasts: pair p of row m (elements 2p, 2p+1) starts at
-// base + m * row_ld + p * pair_ld (bf16 elements; any alignment).
-struct PairRows {
-  const bf16_t* base;
-  int64_t row_ld, pair_ld;
+// The operand the kernel broadcasts: step s of row m (a bf16 pair, elements 2s and 2s + 1, or one
+// float) starts at base + m * row_ld + s * step_ld (elements; any alignment).
+template <class T>
+struct StepRows {
+  const T* base;
+  int64_t row_ld, step_ld;
 };
 
 // Lines of the next panel's raw source to pull into L2 while this tile multiplies: `count` lines
@@ -110,20 +130,21 @@ Prefetch take_lines(Prefetch& all, int64_t count) {
   return part;
 }
 
+template <class T>
 struct TileJob {
-  PairRows a;
-  __m512i* panel;  // (pairs + odd, 2) vectors of this tile; written first when packing
+  StepRows<T> a;
+  __m512i* panel;  // (steps + odd, 2) vectors of this tile; written first when packing
   // Packing on the way (the panel's first row block, weights as stored with the reduction along rows):
   // the tile's weight rows, ld apart, and which of its 32 columns exist.
-  const bf16_t* raw;
+  const T* raw;
   int64_t raw_ld;
-  __mmask32 raw_cols;
+  __mmask32 raw_cols;  // float32: the first vector's 16 columns in the low half, the second's above
   // SwiGLU packing reads whole lines, 32 columns of gate and of up: this tile's 16 and the next tile's,
   // whose vectors go `next_tile` vectors further (0: there is none).
   int64_t next_tile = 0;
   Prefetch ahead;  // lines of the next panel to pull into L2, one per reduction step
-  int64_t pairs;
-  bool odd;         // one more reduction element, a's second of that pair not read
+  int64_t steps;
+  bool odd;         // bf16: one more reduction element, a's second of that pair not read
   int64_t cols;     // valid columns of the tile, 1..32
   const float* in;  // (rows, cols) float32 partial sums to add to, or nullptr
   int64_t in_ld;
@@ -134,8 +155,8 @@ struct TileJob {
   // A SwiGLU tile (nn_swiglu): 16 gate columns (vector 0, raw) and the same 16 up columns (vector 1,
   // raw_up), `cols` of them valid. At the last panel h's gate goes to out, its up to out + up_offset
   // (when keep_h), and g = silu(gate) * up * row_weight[m] to g.
-  const bf16_t* raw_up = nullptr;
-  bf16_t* g = nullptr;
+  const T* raw_up = nullptr;
+  T* g = nullptr;
   int64_t g_ld = 0;
   int64_t up_offset = 0;
   const float* row_weight = nullptr;  // (Rows) or nullptr
@@ -186,13 +207,21 @@ inline const char* row_address(const char* p, const char* q, const char* r, int6
   }
 }
 
-template <int M>
-inline void multiply_row(SumVector (&acc)[2], __m512bh b0, __m512bh b1, const char* row) {
-  int32_t pair;
-  std::memcpy(&pair, row, 4);
-  const __m512bh av = __m512bh(_mm512_set1_epi32(pair));
-  acc[0] = SumVector(_mm512_dpbf16_ps(__m512(acc[0]), b0, av));
-  acc[1] = SumVector(_mm512_dpbf16_ps(__m512(acc[1]), b1, av));
+template <class T, int M>
+inline void multiply_row(SumVector (&acc)[2], __m512i b0, __m512i b1, const char* row) {
+  if constexpr (std::is_same_v<T, bf16_t>) {
+    int32_t pair;
+    std::memcpy(&pair, row, 4);
+    const __m512bh av = __m512bh(_mm512_set1_epi32(pair));
+    acc[0] = SumVector(_mm512_dpbf16_ps(__m512(acc[0]), __m512bh(b0), av));
+    acc[1] = SumVector(_mm512_dpbf16_ps(__m512(acc[1]), __m512bh(b1), av));
+  } else {
+    float value;
+    std::memcpy(&value, row, 4);
+    const __m512 av = _mm512_set1_ps(value);
+    acc[0] = SumVector(_mm512_fmadd_ps(_mm512_castsi512_ps(b0), av, __m512(acc[0])));
+    acc[1] = SumVector(_mm512_fmadd_ps(_mm512_castsi512_ps(b1), av, __m512(acc[1])));
+  }
 }
 
 // What a tile kernel does besides multiplying: pack its panel on the way, and / or SwiGLU at the end.
@@ -202,14 +231,14 @@ inline __m512 bf16_to_f32(__m256i v) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
 }
 
-// g = silu(gate) * up * w from h's rounded values, as swiglu_forward computes it from stored h.
-inline __m256i swiglu_row(__m256i gate, __m256i up, float w) {
+// g = silu(gate) * up * w, as swiglu_forward computes it from stored h (bf16: h's rounded values).
+inline __m512 swiglu_row(__m512 gate, __m512 up, float w) {
   alignas(64) float a[16], b[16], g[16];
-  _mm512_store_ps(a, bf16_to_f32(gate));
-  _mm512_store_ps(b, bf16_to_f32(up));
+  _mm512_store_ps(a, gate);
+  _mm512_store_ps(b, up);
 #pragma omp simd
   for (int i = 0; i < 16; ++i) g[i] = a[i] * cpu::sigmoid_approx(a[i]) * b[i] * w;
-  return __m256i(_mm512_cvtneps_pbh(_mm512_load_ps(g)));
+  return _mm512_load_ps(g);
 }
 
 inline __mmask32 first_elements(int64_t n) {
@@ -224,6 +253,10 @@ inline bool whole_line(const void* p) {
 inline __m512i whole_or_masked(const bf16_t* p, __mmask32 cols) {
   return cols == __mmask32(0xffffffffu) ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi16(cols, p);
 }
+inline __m512i whole_or_masked(const float* p, __mmask16 cols) {
+  return cols == __mmask16(0xffff) ? _mm512_loadu_si512(p)
+                                   : _mm512_castps_si512(_mm512_maskz_loadu_ps(cols, p));
+}
 
 // Rows 2p and 2p + 1 of 32 gate and 32 up columns -> pair p of this SwiGLU tile (the low 16 columns of
 // each) at b and, with next_tile, of the next tile (the high 16) at b + next_tile. Reading whole lines
@@ -236,10 +269,34 @@ inline void pack_swiglu_pair(__m512i gate0, __m512i up0, __m512i gate1, __m512i 
                     b + next_tile);
 }
 
-template <int Rows, TileMode Mode>
-void tile_kernel(const TileJob& j) {
+// Two vectors to b as they are (float32 panels keep columns in order).
+inline void store_pair(__m512i v0, __m512i v1, __m512i* b) {
+  auto* out = reinterpret_cast<PairVector*>(b);
+  out[0] = PairVector(v0);
+  out[1] = PairVector(v1);
+}
+
+inline __mmask16 low16(__mmask32 m) {
+  return __mmask16(m & 0xffffu);
+}
+inline __mmask16 high16(__mmask32 m) {
+  return __mmask16(m >> 16);
+}
+
+// A tile's outputs, in column order: to 16 columns at o (masked) or, streaming, whole lines.
+inline void store_f32(float* o, __m512 v, __mmask16 mask, bool stream) {
+  if (stream)
+    _mm512_stream_ps(o, v);
+  else
+    _mm512_mask_storeu_ps(o, mask, v);
+}
+
+template <class T, int Rows, TileMode Mode>
+void tile_kernel(const TileJob<T>& j) {
   constexpr bool Pack = Mode == kPack || Mode == kSwigluPack;
   constexpr bool Swiglu = Mode == kSwiglu || Mode == kSwigluPack;
+  // bf16 panels hold columns in lane order (interleave_pair); float32 panels in column order.
+  constexpr bool kLaneOrder = std::is_same_v<T, bf16_t>;
   // A SwiGLU tile's two vectors hold the same `cols` columns of gate and up.
   const int64_t cols0 = Swiglu ? j.cols : std::min<int64_t>(j.cols, 16),
                 cols1 = Swiglu ? j.cols : j.cols - 16;
@@ -251,79 +308,110 @@ void tile_kernel(const TileJob& j) {
     if (j.in) {
       const __m512 c0 = _mm512_maskz_loadu_ps(mask0, j.in + m * j.in_ld);
       const __m512 c1 = _mm512_maskz_loadu_ps(mask1, j.in + m * j.in_ld + 16);
-      acc[m][0] = SumVector(_mm512_permutex2var_ps(c0, lanes_from_columns(0), c1));
-      acc[m][1] = SumVector(_mm512_permutex2var_ps(c0, lanes_from_columns(1), c1));
+      if constexpr (kLaneOrder) {
+        acc[m][0] = SumVector(_mm512_permutex2var_ps(c0, lanes_from_columns(0), c1));
+        acc[m][1] = SumVector(_mm512_permutex2var_ps(c0, lanes_from_columns(1), c1));
+      } else {
+        acc[m][0] = SumVector(c0);
+        acc[m][1] = SumVector(c1);
+      }
     } else {
       acc[m][0] = SumVector{};
       acc[m][1] = SumVector{};
     }
   }
   // Locals, not j's fields: the packing stores would otherwise make GCC reload them every step.
-  const int64_t rb = j.a.row_ld * 2, rb3 = 3 * rb, pair_bytes = j.a.pair_ld * 2;
+  const int64_t rb = j.a.row_ld * int64_t(sizeof(T)), rb3 = 3 * rb,
+                step_bytes = j.a.step_ld * int64_t(sizeof(T));
   const char* p = reinterpret_cast<const char*>(j.a.base);
   const char* q = p + 5 * rb;
   const char* r = p + 10 * rb;
   __m512i* b = j.panel;
-  const bf16_t* raw = j.raw;
-  const bf16_t* raw_up = j.raw_up;
+  const T* raw = j.raw;
+  const T* raw_up = j.raw_up;
   const int64_t raw_ld = j.raw_ld;
   const __mmask32 raw_cols = j.raw_cols;
   const int64_t next_tile = j.next_tile;
   Prefetch ahead = j.ahead;
-  for (const __m512i* end = b + 2 * j.pairs; b != end; b += 2) {
+  for (const __m512i* end = b + 2 * j.steps; b != end; b += 2) {
     if (ahead.count > 0) prefetch_lines(ahead, 1);
-    if constexpr (Pack && Swiglu) {
+    if constexpr (Pack && Swiglu && kLaneOrder) {
       pack_swiglu_pair(whole_or_masked(raw, raw_cols), whole_or_masked(raw_up, raw_cols),
                        whole_or_masked(raw + raw_ld, raw_cols), whole_or_masked(raw_up + raw_ld, raw_cols), b,
                        next_tile);
       raw += 2 * raw_ld;
       raw_up += 2 * raw_ld;
-    } else if constexpr (Pack) {
+    } else if constexpr (Pack && Swiglu) {
+      // 16 gate and 16 up columns: one whole line of each.
+      store_pair(whole_or_masked(raw, low16(raw_cols)), whole_or_masked(raw_up, low16(raw_cols)), b);
+      raw += raw_ld;
+      raw_up += raw_ld;
+    } else if constexpr (Pack && kLaneOrder) {
       // The next tile's rows, for the next call (the lines after these are not a sequential stream).
       _mm_prefetch(reinterpret_cast<const char*>(raw + kTileCols), _MM_HINT_T0);
       _mm_prefetch(reinterpret_cast<const char*>(raw + raw_ld + kTileCols), _MM_HINT_T0);
       interleave_pair(whole_or_masked(raw, raw_cols), whole_or_masked(raw + raw_ld, raw_cols), b);
       raw += 2 * raw_ld;
+    } else if constexpr (Pack) {
+      _mm_prefetch(reinterpret_cast<const char*>(raw + kTileCols), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(raw + kTileCols + 16), _MM_HINT_T0);
+      store_pair(whole_or_masked(raw, low16(raw_cols)), whole_or_masked(raw + 16, high16(raw_cols)), b);
+      raw += raw_ld;
     }
-    const __m512bh b0 = __m512bh(_mm512_load_si512(b)), b1 = __m512bh(_mm512_load_si512(b + 1));
+    const __m512i b0 = _mm512_load_si512(b), b1 = _mm512_load_si512(b + 1);
     [&]<int... M>(std::integer_sequence<int, M...>) {
-      (multiply_row<M>(acc[M], b0, b1, row_address<M>(p, q, r, rb, rb3)), ...);
+      (multiply_row<T, M>(acc[M], b0, b1, row_address<M>(p, q, r, rb, rb3)), ...);
     }
     (std::make_integer_sequence<int, Rows>{});
-    p += pair_bytes;
-    q += pair_bytes;
-    r += pair_bytes;
+    p += step_bytes;
+    q += step_bytes;
+    r += step_bytes;
   }
   prefetch_lines(ahead, ahead.count);
-  if (j.odd) {
-    if constexpr (Pack && Swiglu)
-      pack_swiglu_pair(whole_or_masked(raw, raw_cols), whole_or_masked(raw_up, raw_cols),
-                       _mm512_setzero_si512(), _mm512_setzero_si512(), b, next_tile);
-    else if constexpr (Pack)
-      interleave_pair(_mm512_maskz_loadu_epi16(raw_cols, raw), _mm512_setzero_si512(), b);
-    const __m512bh b0 = __m512bh(_mm512_load_si512(b)), b1 = __m512bh(_mm512_load_si512(b + 1));
+  if constexpr (kLaneOrder) {
+    if (j.odd) {
+      if constexpr (Pack && Swiglu)
+        pack_swiglu_pair(whole_or_masked(raw, raw_cols), whole_or_masked(raw_up, raw_cols),
+                         _mm512_setzero_si512(), _mm512_setzero_si512(), b, next_tile);
+      else if constexpr (Pack)
+        interleave_pair(_mm512_maskz_loadu_epi16(raw_cols, raw), _mm512_setzero_si512(), b);
+      const __m512bh b0 = __m512bh(_mm512_load_si512(b)), b1 = __m512bh(_mm512_load_si512(b + 1));
 #pragma GCC unroll 16
-    for (int m = 0; m < Rows; ++m) {
-      bf16_t last;
-      std::memcpy(&last, p + m * rb, 2);
-      const __m512bh av = __m512bh(_mm512_set1_epi32(int32_t(last)));
-      acc[m][0] = SumVector(_mm512_dpbf16_ps(__m512(acc[m][0]), b0, av));
-      acc[m][1] = SumVector(_mm512_dpbf16_ps(__m512(acc[m][1]), b1, av));
+      for (int m = 0; m < Rows; ++m) {
+        bf16_t last;
+        std::memcpy(&last, p + m * rb, 2);
+        const __m512bh av = __m512bh(_mm512_set1_epi32(int32_t(last)));
+        acc[m][0] = SumVector(_mm512_dpbf16_ps(__m512(acc[m][0]), b0, av));
+        acc[m][1] = SumVector(_mm512_dpbf16_ps(__m512(acc[m][1]), b1, av));
+      }
     }
   }
 #pragma GCC unroll 16
   for (int m = 0; m < Rows; ++m) {
-    const __m512 c0 = _mm512_permutex2var_ps(__m512(acc[m][0]), columns_from_lanes(0), __m512(acc[m][1]));
-    const __m512 c1 = _mm512_permutex2var_ps(__m512(acc[m][0]), columns_from_lanes(1), __m512(acc[m][1]));
+    __m512 c0 = __m512(acc[m][0]), c1 = __m512(acc[m][1]);
+    if constexpr (kLaneOrder) {
+      c0 = _mm512_permutex2var_ps(__m512(acc[m][0]), columns_from_lanes(0), __m512(acc[m][1]));
+      c1 = _mm512_permutex2var_ps(__m512(acc[m][0]), columns_from_lanes(1), __m512(acc[m][1]));
+    }
     if (Swiglu && j.g) {
-      const __m256i gate = __m256i(_mm512_cvtneps_pbh(c0)), up = __m256i(_mm512_cvtneps_pbh(c1));
-      bf16_t* h = static_cast<bf16_t*>(j.out) + m * j.out_ld;
-      if (j.keep_h) {
-        _mm256_mask_storeu_epi16(h, mask0, gate);
-        _mm256_mask_storeu_epi16(h + j.up_offset, mask0, up);
+      T* h = static_cast<T*>(j.out) + m * j.out_ld;
+      const float w = j.row_weight ? j.row_weight[m] : 1.0f;
+      if constexpr (kLaneOrder) {
+        const __m256i gate = __m256i(_mm512_cvtneps_pbh(c0)), up = __m256i(_mm512_cvtneps_pbh(c1));
+        if (j.keep_h) {
+          _mm256_mask_storeu_epi16(h, mask0, gate);
+          _mm256_mask_storeu_epi16(h + j.up_offset, mask0, up);
+        }
+        _mm256_mask_storeu_epi16(
+            j.g + m * j.g_ld, mask0,
+            __m256i(_mm512_cvtneps_pbh(swiglu_row(bf16_to_f32(gate), bf16_to_f32(up), w))));
+      } else {
+        if (j.keep_h) {
+          _mm512_mask_storeu_ps(h, mask0, c0);
+          _mm512_mask_storeu_ps(h + j.up_offset, mask0, c1);
+        }
+        _mm512_mask_storeu_ps(j.g + m * j.g_ld, mask0, swiglu_row(c0, c1, w));
       }
-      _mm256_mask_storeu_epi16(j.g + m * j.g_ld, mask0,
-                               swiglu_row(gate, up, j.row_weight ? j.row_weight[m] : 1.0f));
     } else if (j.out_bf16) {
       const __m512i both = _mm512_inserti64x4(_mm512_zextsi256_si512(__m256i(_mm512_cvtneps_pbh(c0))),
                                               __m256i(_mm512_cvtneps_pbh(c1)), 1);
@@ -334,34 +422,33 @@ void tile_kernel(const TileJob& j) {
         _mm512_mask_storeu_epi16(o, first_elements(j.cols), both);
     } else {
       float* o = static_cast<float*>(j.out) + m * j.out_ld;
-      if (j.stream && j.cols == kTileCols && whole_line(o)) {
-        _mm512_stream_ps(o, c0);
-        _mm512_stream_ps(o + 16, c1);
-      } else {
-        _mm512_mask_storeu_ps(o, mask0, c0);
-        _mm512_mask_storeu_ps(o + 16, mask1, c1);
-      }
+      const bool stream = j.stream && j.cols == kTileCols && whole_line(o);
+      store_f32(o, c0, mask0, stream);
+      store_f32(o + 16, c1, mask1, stream);
     }
   }
 }
 
-template <TileMode Mode, int... R>
-constexpr std::array<void (*)(const TileJob&), sizeof...(R)> kernels_by_rows(
+template <class T, TileMode Mode, int... R>
+constexpr std::array<void (*)(const TileJob<T>&), sizeof...(R)> kernels_by_rows(
     std::integer_sequence<int, R...>) {
-  return {&tile_kernel<R + 1, Mode>...};
+  return {&tile_kernel<T, R + 1, Mode>...};
 }
-// kTileKernels[mode][r - 1] multiplies r rows.
-constexpr std::array<void (*)(const TileJob&), kTileRows> kTileKernels[kTileModes] = {
-    kernels_by_rows<kMultiply>(std::make_integer_sequence<int, kTileRows>{}),
-    kernels_by_rows<kPack>(std::make_integer_sequence<int, kTileRows>{}),
-    kernels_by_rows<kSwiglu>(std::make_integer_sequence<int, kTileRows>{}),
-    kernels_by_rows<kSwigluPack>(std::make_integer_sequence<int, kTileRows>{})};
+// kTileKernels<T>[mode][r - 1] multiplies r rows.
+template <class T>
+constexpr std::array<void (*)(const TileJob<T>&), kTileRows> kTileKernels[kTileModes] = {
+    kernels_by_rows<T, kMultiply>(std::make_integer_sequence<int, kTileRows>{}),
+    kernels_by_rows<T, kPack>(std::make_integer_sequence<int, kTileRows>{}),
+    kernels_by_rows<T, kSwiglu>(std::make_integer_sequence<int, kTileRows>{}),
+    kernels_by_rows<T, kSwigluPack>(std::make_integer_sequence<int, kTileRows>{})};
 
 int64_t tiles_of(int64_t cols) {
   return (cols + kTileCols - 1) / kTileCols;
 }
-int64_t pair_slots(int64_t depth) {
-  return (depth + 1) / 2;
+// Packed steps for a reduction of `depth` (an odd bf16 depth packs a zero second element).
+template <class T>
+int64_t step_slots(int64_t depth) {
+  return (depth + kPerStep<T> - 1) / kPerStep<T>;
 }
 
 // r[i] dword c -> r[c] dword i.
@@ -392,38 +479,45 @@ inline void transpose_16x16(__m512i r[16]) {
 }
 
 // src (cols, depth) row-major, ld apart, reduction along each row (a weight read transposed)
-// -> panel (tiles, pair_slots, 2).
-void pack_transposed(const bf16_t* src, int64_t ld, int64_t depth, int64_t cols, __m512i* panel) {
-  const int64_t slots = pair_slots(depth);
+// -> panel (tiles, step_slots, 2): 16 steps of 16 columns are 16 dwords of 16 rows, transposed.
+template <class T>
+void pack_transposed(const T* src, int64_t ld, int64_t depth, int64_t cols, __m512i* panel) {
+  const int64_t slots = step_slots<T>(depth);
   for (int64_t t = 0; t < tiles_of(cols); ++t) {
     __m512i* dst = panel + t * slots * 2;
-    for (int64_t p0 = 0; p0 < slots; p0 += 16) {
-      const __mmask32 mask = first_elements(depth - 2 * p0);
-      const int64_t block_pairs = std::min<int64_t>(16, slots - p0);
+    for (int64_t s0 = 0; s0 < slots; s0 += 16) {
+      const int64_t block_steps = std::min<int64_t>(16, slots - s0);
       for (int half = 0; half < 2; ++half) {
         __m512i r[16];
         for (int i = 0; i < 16; ++i) {
-          const int64_t col = t * kTileCols + column_of_lane(half, i);
-          r[i] =
-              col < cols ? _mm512_maskz_loadu_epi16(mask, src + col * ld + 2 * p0) : _mm512_setzero_si512();
+          const int64_t col = t * kTileCols + (kPerStep<T> == 2 ? column_of_lane(half, i) : half * 16 + i);
+          const T* row = src + col * ld + kPerStep<T> * s0;
+          if (col >= cols)
+            r[i] = _mm512_setzero_si512();
+          else if constexpr (kPerStep<T> == 2)
+            r[i] = _mm512_maskz_loadu_epi16(first_elements(depth - 2 * s0), row);
+          else
+            r[i] = _mm512_castps_si512(_mm512_maskz_loadu_ps(low16(first_elements(depth - s0)), row));
         }
         transpose_16x16(r);
-        for (int64_t q = 0; q < block_pairs; ++q) _mm512_store_si512(dst + 2 * (p0 + q) + half, r[q]);
+        for (int64_t q = 0; q < block_steps; ++q) _mm512_store_si512(dst + 2 * (s0 + q) + half, r[q]);
       }
     }
   }
 }
 
-// A rectangle of a row-major bf16 operand.
+// A rectangle of a row-major operand.
+template <class T>
 struct Rect {
-  const bf16_t* origin;
+  const T* origin;
   int64_t rows, cols, ld;
 };
 
-Prefetch whole_rect(const Rect& r) {
+template <class T>
+Prefetch whole_rect(const Rect<T>& r) {
   if (!r.origin || r.rows <= 0 || r.cols <= 0) return {};
-  const int64_t lines = (r.cols * 2 + 63) / 64;
-  return {reinterpret_cast<const char*>(r.origin), r.ld * 2, lines, 0, r.rows * lines};
+  const int64_t bytes = int64_t(sizeof(T)), lines = (r.cols * bytes + 63) / 64;
+  return {reinterpret_cast<const char*>(r.origin), r.ld * bytes, lines, 0, r.rows * lines};
 }
 
 template <class T>
@@ -444,7 +538,7 @@ __m512i* grown(std::vector<VectorSlot>& v, int64_t n) {
 struct ThreadBuffers {
   std::vector<VectorSlot> panel;
   std::vector<float> partial;
-  std::vector<bf16_t> swiglu_stage;
+  std::vector<VectorSlot> swiglu_stage;
 };
 ThreadBuffers& thread_buffers() {
   static thread_local ThreadBuffers buffers;
@@ -458,12 +552,13 @@ std::pair<int64_t, int64_t> column_slice(int64_t cols, int t, int n, int64_t uni
 }
 
 // One (column panel x reduction block) of a group: the weights to pack and where its products go.
+template <class T>
 struct Panel {
   int64_t e;
-  Rect raw;          // the weights as stored (SwiGLU: the gate's)
-  Rect raw_up;       // SwiGLU: the up projection's weights (same shape), else origin nullptr
+  Rect<T> raw;       // the weights as stored (SwiGLU: the gate's)
+  Rect<T> raw_up;    // SwiGLU: the up projection's weights (same shape), else origin nullptr
   bool transposed;   // raw is (cols, depth) instead of (depth, cols)
-  PairRows a;        // the activations' pairs for this block's reduction
+  StepRows<T> a;     // the activations' steps for this block's reduction
   bool first, last;  // first / last reduction block of its column panel
   int64_t out_col;   // first output column
   int64_t depth() const { return transposed ? raw.cols : raw.rows; }
@@ -473,34 +568,42 @@ struct Panel {
 // nn_swiglu's epilogue: g (rows, M) of the group, the routing weights of its rows, whether h is kept.
 // With `stage` (a stream), the tiles of a row block write h and g there, (kTileRows, kStageLd) as
 // [gate | up | g] of kStageCols each, and whole lines of them go out after the row block.
+template <class T>
 struct SwigluOut {
-  bf16_t* g = nullptr;
+  T* g = nullptr;
   int64_t M = 0;
   const float* row_weight = nullptr;
   bool keep_h = true;
-  bf16_t* stage = nullptr;
+  T* stage = nullptr;
 };
 constexpr int64_t kStageCols = kPanelCols / 2, kStageLd = 3 * kStageCols;
 
-// n bf16 from src to dst: whole aligned 64-byte lines with non-temporal stores, the ends masked.
-void stream_row(bf16_t* dst, const bf16_t* src, int64_t n) {
+// n elements from src to dst: whole aligned 64-byte lines with non-temporal stores, the ends masked.
+template <class T>
+void stream_row(T* dst, const T* src, int64_t n) {
+  constexpr int64_t kLine = 64 / int64_t(sizeof(T));
   for (int64_t i = 0; i < n;) {
-    const int64_t len = std::min<int64_t>(n - i, (64 - (reinterpret_cast<uintptr_t>(dst + i) & 63)) / 2);
-    if (len == 32)
+    const int64_t len =
+        std::min<int64_t>(n - i, (64 - (reinterpret_cast<uintptr_t>(dst + i) & 63)) / int64_t(sizeof(T)));
+    if (len == kLine)
       _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + i), _mm512_loadu_si512(src + i));
-    else
+    else if constexpr (kLine == 32)
       _mm512_mask_storeu_epi16(dst + i, first_elements(len),
                                _mm512_maskz_loadu_epi16(first_elements(len), src + i));
+    else
+      _mm512_mask_storeu_ps(dst + i, low16(first_elements(len)),
+                            _mm512_maskz_loadu_ps(low16(first_elements(len)), src + i));
     i += len;
   }
 }
 
 // A row block's staged SwiGLU outputs (`rows` rows, `cols` gate columns) -> h (ld apart, up M columns
 // after gate) and g (M apart).
-void flush_swiglu_stage(const bf16_t* stage, int64_t rows, int64_t cols, bf16_t* h, int64_t ld, bf16_t* g,
-                        int64_t M, bool keep_h) {
+template <class T>
+void flush_swiglu_stage(const T* stage, int64_t rows, int64_t cols, T* h, int64_t ld, T* g, int64_t M,
+                        bool keep_h) {
   for (int64_t m = 0; m < rows; ++m) {
-    const bf16_t* row = stage + m * kStageLd;
+    const T* row = stage + m * kStageLd;
     if (keep_h) {
       stream_row(h + m * ld, row, cols);
       stream_row(h + m * ld + M, row + kStageCols, cols);
@@ -513,14 +616,18 @@ void flush_swiglu_stage(const bf16_t* stage, int64_t rows, int64_t cols, bf16_t*
 // pass of its own, one with the reduction along its rows by the first row block on the way (its
 // loads and shuffles then hide under the arithmetic). `next` (and `next_up`) are prefetched meanwhile.
 // A SwiGLU panel's tiles hold 16 output columns each, gate and up side by side.
-void multiply_panel(const Panel& pn, int64_t rows, __m512i* packed, void* out, int64_t out_ld, bool out_bf16,
-                    bool accumulate, bool stream, float* partial, Prefetch next, Prefetch next_up,
-                    const SwigluOut& swiglu) {
+// bf16 SwiGLU tiles pack whole lines of 32 gate and 32 up columns, their own and the next tile's;
+// float32 tiles' 16 columns are a whole line.
+template <class T>
+void multiply_panel(const Panel<T>& pn, int64_t rows, __m512i* packed, void* out, int64_t out_ld,
+                    bool out_bf16, bool accumulate, bool stream, float* partial, Prefetch next,
+                    Prefetch next_up, const SwigluOut<T>& swiglu) {
+  constexpr bool kPairs = kPerStep<T> == 2;
   const bool split = pn.raw_up.origin != nullptr;
   const int64_t tile_out_cols = split ? kTileCols / 2 : kTileCols;
   const int64_t tiles = (pn.cols() + tile_out_cols - 1) / tile_out_cols;
   if (pn.transposed) pack_transposed(pn.raw.origin, pn.raw.ld, pn.depth(), pn.cols(), packed);
-  const int64_t slots = pair_slots(pn.depth());
+  const int64_t slots = step_slots<T>(pn.depth());
   const int64_t row_blocks = (rows + kTileRows - 1) / kTileRows;
   // The first row block packs (its demand loads need the fill buffers): the others prefetch, each
   // stream on every tile (one stream) or every other (two).
@@ -528,26 +635,28 @@ void multiply_panel(const Panel& pn, int64_t rows, __m512i* packed, void* out, i
   const int64_t per_stream_tiles = split ? std::max<int64_t>(1, prefetching / 2) : prefetching;
   const int64_t per_tile = (next.count + per_stream_tiles - 1) / per_stream_tiles;
   const int64_t per_tile_up = (next_up.count + per_stream_tiles - 1) / per_stream_tiles;
-  const bool out_f32_direct = !out_bf16;
+  // A SwiGLU tile's gate and up columns are M apart in h: its partial sums go to `partial`.
+  const bool out_f32_direct = !out_bf16 && !split;
   int64_t call = 0;
   for (int64_t r0 = 0; r0 < rows; r0 += kTileRows) {
     const int64_t r = std::min<int64_t>(kTileRows, rows - r0);
     for (int64_t t = 0; t < tiles; ++t) {
       const int64_t c0 = t * kTileCols;                   // in the packed panel and the partial sums
       const int64_t oc = pn.out_col + t * tile_out_cols;  // in the output
-      TileJob j;
-      j.a = {pn.a.base + r0 * pn.a.row_ld, pn.a.row_ld, pn.a.pair_ld};
+      TileJob<T> j;
+      j.a = {pn.a.base + r0 * pn.a.row_ld, pn.a.row_ld, pn.a.step_ld};
       j.panel = packed + t * slots * 2;
-      j.pairs = pn.depth() / 2;
-      j.odd = pn.depth() % 2 != 0;
+      j.steps = pn.depth() / kPerStep<T>;
+      j.odd = pn.depth() % kPerStep<T> != 0;
       j.cols = std::min(tile_out_cols, pn.cols() - t * tile_out_cols);
       // A SwiGLU tile of even index packs the next one too (whole lines).
-      const bool pack = r0 == 0 && !pn.transposed && (!split || t % 2 == 0);
+      const bool pack = r0 == 0 && !pn.transposed && (!split || !kPairs || t % 2 == 0);
       j.raw = pn.raw.origin + t * tile_out_cols;
       j.raw_up = split ? pn.raw_up.origin + t * tile_out_cols : nullptr;
       j.raw_ld = pn.raw.ld;
-      j.raw_cols = first_elements(split ? std::min(kTileCols, pn.cols() - t * tile_out_cols) : j.cols);
-      j.next_tile = split && t + 1 < tiles ? slots * 2 : 0;
+      j.raw_cols =
+          first_elements(split && kPairs ? std::min(kTileCols, pn.cols() - t * tile_out_cols) : j.cols);
+      j.next_tile = split && kPairs && t + 1 < tiles ? slots * 2 : 0;
       // Partial sums live in the output when it is float32, else in `partial` (rows, kMaxPanelCols).
       float* sums =
           out_f32_direct ? static_cast<float*>(out) + r0 * out_ld + oc : partial + r0 * kMaxPanelCols + c0;
@@ -582,11 +691,11 @@ void multiply_panel(const Panel& pn, int64_t rows, __m512i* packed, void* out, i
       if (!(pack && row_blocks > 1))
         j.ahead = split && call++ % 2 == 1 ? take_lines(next_up, per_tile_up) : take_lines(next, per_tile);
       const TileMode mode = split ? (pack ? kSwigluPack : kSwiglu) : (pack ? kPack : kMultiply);
-      kTileKernels[mode][r - 1](j);
+      kTileKernels<T>[mode][r - 1](j);
     }
     if (split && pn.last && swiglu.stage)
-      flush_swiglu_stage(swiglu.stage, r, pn.cols(), static_cast<bf16_t*>(out) + r0 * out_ld + pn.out_col,
-                         out_ld, swiglu.g + r0 * swiglu.M + pn.out_col, swiglu.M, swiglu.keep_h);
+      flush_swiglu_stage(swiglu.stage, r, pn.cols(), static_cast<T*>(out) + r0 * out_ld + pn.out_col, out_ld,
+                         swiglu.g + r0 * swiglu.M + pn.out_col, swiglu.M, swiglu.keep_h);
   }
   prefetch_lines(next, next.count);
   prefetch_lines(next_up, next_up.count);
@@ -594,69 +703,70 @@ void multiply_panel(const Panel& pn, int64_t rows, __m512i* packed, void* out, i
 
 // A panel whose weights hold the reduction along their rows (`raw` is depth x cols): reduction block
 // [k, k + depth) of Kd, activations lhs_rows (rows, Kd).
-Panel row_panel(int64_t e, Rect raw, Rect raw_up, const bf16_t* lhs_rows, int64_t Kd, int64_t k,
-                int64_t out_col) {
-  return {e, raw, raw_up, false, {lhs_rows + k, Kd, 2}, k == 0, k + raw.rows == Kd, out_col};
+template <class T>
+Panel<T> row_panel(int64_t e, Rect<T> raw, Rect<T> raw_up, const T* lhs_rows, int64_t Kd, int64_t k,
+                   int64_t out_col) {
+  return {e, raw, raw_up, false, {lhs_rows + k, Kd, kPerStep<T>}, k == 0, k + raw.rows == Kd, out_col};
 }
 
 // The panels thread t of n computes for group e, in order. nn: out columns are the weight parts side
 // by side, reduction Kd. nt: out columns Kd, reduction over the parts' columns.
-template <class Emit>
-void for_each_panel_nn(int64_t e, int64_t row0, const bf16_t* lhs, ExpertWeights rhs, int64_t Kd, int64_t N,
-                       int t, int n, Emit emit) {
+template <class T, class Emit>
+void for_each_panel_nn(int64_t e, int64_t row0, const T* lhs, ExpertWeights rhs, int64_t Kd, int64_t N, int t,
+                       int n, Emit emit) {
   const int64_t part_cols = N / rhs.parts();
   const auto [c_begin, c_end] = column_slice(part_cols, t, n);
   for (int p = 0; p < rhs.parts(); ++p) {
-    const bf16_t* w = static_cast<const bf16_t*>(rhs.part(p)) + e * Kd * part_cols;  // (Kd, part_cols)
-    for (int64_t c = c_begin; c < c_end; c += kNnPanelCols) {
-      const int64_t cols = std::min(kNnPanelCols, c_end - c);
+    const T* w = static_cast<const T*>(rhs.part(p)) + e * Kd * part_cols;  // (Kd, part_cols)
+    for (int64_t c = c_begin; c < c_end; c += kNnPanelCols<T>) {
+      const int64_t cols = std::min(kNnPanelCols<T>, c_end - c);
       for (int64_t k = 0; k < Kd; k += kPanelDepth) {
         const int64_t depth = std::min(kPanelDepth, Kd - k);
-        emit(row_panel(e, {w + k * part_cols + c, depth, cols, part_cols}, {}, lhs + row0 * Kd, Kd, k,
-                       p * part_cols + c));
+        emit(row_panel<T>(e, {w + k * part_cols + c, depth, cols, part_cols}, {}, lhs + row0 * Kd, Kd, k,
+                          p * part_cols + c));
       }
     }
   }
 }
 
-template <class Emit>
-void for_each_panel_nt(int64_t e, int64_t row0, const bf16_t* dout, ExpertWeights rhs, int64_t Kd, int64_t N,
+template <class T, class Emit>
+void for_each_panel_nt(int64_t e, int64_t row0, const T* dout, ExpertWeights rhs, int64_t Kd, int64_t N,
                        int t, int n, Emit emit) {
   const int64_t part_cols = N / rhs.parts();
   const auto [c_begin, c_end] = column_slice(Kd, t, n);
   for (int64_t c = c_begin; c < c_end; c += kPanelCols) {
     const int64_t cols = std::min(kPanelCols, c_end - c);
     for (int p = 0; p < rhs.parts(); ++p) {
-      const bf16_t* w = static_cast<const bf16_t*>(rhs.part(p)) + e * Kd * part_cols;  // (Kd, part_cols)
+      const T* w = static_cast<const T*>(rhs.part(p)) + e * Kd * part_cols;  // (Kd, part_cols)
       for (int64_t k = 0; k < part_cols; k += kPanelDepth) {
         const int64_t depth = std::min(kPanelDepth, part_cols - k);
-        emit(Panel{e,
-                   {w + c * part_cols + k, cols, depth, part_cols},
-                   {},
-                   true,
-                   {dout + row0 * N + p * part_cols + k, N, 2},
-                   p == 0 && k == 0,
-                   p + 1 == rhs.parts() && k + depth == part_cols,
-                   c});
+        emit(Panel<T>{e,
+                      {w + c * part_cols + k, cols, depth, part_cols},
+                      {},
+                      true,
+                      {dout + row0 * N + p * part_cols + k, N, kPerStep<T>},
+                      p == 0 && k == 0,
+                      p + 1 == rhs.parts() && k + depth == part_cols,
+                      c});
       }
     }
   }
 }
 
 // nn_swiglu: out columns are h's gate columns [0, M) (each with its up column M apart), reduction Kd.
-template <class Emit>
-void for_each_panel_swiglu(int64_t e, int64_t row0, const bf16_t* lhs, ExpertWeights rhs, int64_t Kd,
-                           int64_t N, int t, int n, Emit emit) {
+template <class T, class Emit>
+void for_each_panel_swiglu(int64_t e, int64_t row0, const T* lhs, ExpertWeights rhs, int64_t Kd, int64_t N,
+                           int t, int n, Emit emit) {
   const int64_t M = N / 2, ld = rhs.parts() == 2 ? M : N;
-  const bf16_t* gate = static_cast<const bf16_t*>(rhs.part(0)) + e * Kd * ld;  // (Kd, ld)
-  const bf16_t* up = rhs.parts() == 2 ? static_cast<const bf16_t*>(rhs.part(1)) + e * Kd * ld : gate + M;
+  const T* gate = static_cast<const T*>(rhs.part(0)) + e * Kd * ld;  // (Kd, ld)
+  const T* up = rhs.parts() == 2 ? static_cast<const T*>(rhs.part(1)) + e * Kd * ld : gate + M;
   const auto [c_begin, c_end] = column_slice(M, t, n, kTileCols / 2);
   for (int64_t c = c_begin; c < c_end; c += kPanelCols / 2) {
     const int64_t cols = std::min(kPanelCols / 2, c_end - c);
     for (int64_t k = 0; k < Kd; k += kPanelDepth) {
       const int64_t depth = std::min(kPanelDepth, Kd - k);
-      emit(row_panel(e, {gate + k * ld + c, depth, cols, ld}, {up + k * ld + c, depth, cols, ld},
-                     lhs + row0 * Kd, Kd, k, c));
+      emit(row_panel<T>(e, {gate + k * ld + c, depth, cols, ld}, {up + k * ld + c, depth, cols, ld},
+                        lhs + row0 * Kd, Kd, k, c));
     }
   }
 }
@@ -669,10 +779,10 @@ int64_t largest_live_group(GroupedShape groups) {
 
 // nn and nt: every thread walks its panels of every group, packing each and multiplying it while the
 // next one's raw lines stream in.
-template <class ForEachPanel>
-void grouped_by_panels(void* out, Dtype out_dtype, const bf16_t* lhs, ExpertWeights rhs, GroupedShape groups,
+template <class T, class ForEachPanel>
+void grouped_by_panels(void* out, Dtype out_dtype, const T* lhs, ExpertWeights rhs, GroupedShape groups,
                        int64_t Kd, int64_t N, int64_t out_cols, bool accumulate, ForEachPanel for_each_panel,
-                       SwigluOut swiglu = {}) {
+                       SwigluOut<T> swiglu = {}) {
   const int threads = omp_get_max_threads();
   const bool out_bf16 = out_dtype == Dtype::bf16;
   const int64_t rows = groups.experts > 0 ? groups.group_offset[groups.experts] : 0;
@@ -681,21 +791,23 @@ void grouped_by_panels(void* out, Dtype out_dtype, const bf16_t* lhs, ExpertWeig
   {
     const int t = omp_get_thread_num(), n = omp_get_num_threads();
     ThreadBuffers& buf = thread_buffers();
-    __m512i* packed = grown(buf.panel, kMaxPanelCols / kTileCols * pair_slots(kPanelDepth) * 2);
+    __m512i* packed = grown(buf.panel, kMaxPanelBytes / 64);
     float* partial = grown(buf.partial, kMaxGroupRows * kMaxPanelCols);
-    bf16_t* stage = swiglu.g && stream ? grown(buf.swiglu_stage, kTileRows * kStageLd) : nullptr;
-    std::vector<Panel> panels;
+    T* stage = swiglu.g && stream ? reinterpret_cast<T*>(grown(
+                                        buf.swiglu_stage, kTileRows * kStageLd * int64_t(sizeof(T)) / 64 + 1))
+                                  : nullptr;
+    std::vector<Panel<T>> panels;
     for (int64_t e = 0; e < groups.experts; ++e) {
       const GroupRows g = group_rows(groups, e);
       if (g.live > 0)
-        for_each_panel(e, g.row0, lhs, rhs, Kd, N, t, n, [&](const Panel& p) { panels.push_back(p); });
+        for_each_panel(e, g.row0, lhs, rhs, Kd, N, t, n, [&](const Panel<T>& p) { panels.push_back(p); });
     }
     for (size_t i = 0; i < panels.size(); ++i) {
-      const Panel& pn = panels[i];
+      const Panel<T>& pn = panels[i];
       const GroupRows g = group_rows(groups, pn.e);
       const Prefetch next = i + 1 < panels.size() ? whole_rect(panels[i + 1].raw) : Prefetch{};
       const Prefetch next_up = i + 1 < panels.size() ? whole_rect(panels[i + 1].raw_up) : Prefetch{};
-      SwigluOut group_swiglu = swiglu;
+      SwigluOut<T> group_swiglu = swiglu;
       if (swiglu.g) {
         group_swiglu.stage = stage;
         group_swiglu.g = swiglu.g + g.row0 * swiglu.M;
@@ -713,9 +825,22 @@ void grouped_by_panels(void* out, Dtype out_dtype, const bf16_t* lhs, ExpertWeig
   }
 }
 
-bool ours(Dtype in_dtype, Dtype out_dtype, GroupedShape groups) {
-  return in_dtype == Dtype::bf16 && (out_dtype == Dtype::bf16 || out_dtype == Dtype::f32) &&
-         largest_live_group(groups) <= kMaxGroupRows;
+enum class Form { nn, nt, tn };
+
+bool ours(Form form, Dtype in_dtype, Dtype out_dtype, GroupedShape groups) {
+  const int64_t largest = largest_live_group(groups);
+  if (largest > kMaxGroupRows) return false;
+  if (in_dtype == Dtype::bf16) return out_dtype == Dtype::bf16 || out_dtype == Dtype::f32;
+  if (in_dtype != Dtype::f32 || out_dtype != Dtype::f32) return false;
+  switch (form) {
+    case Form::nn:
+      return largest >= kMinF32NnGroupRows;
+    case Form::nt:
+      return true;
+    case Form::tn:
+      return false;
+  }
+  return false;
 }
 
 // tn reads its broadcast operand, lhs^T, in row blocks of kTnRows out of blocks of 16 of its rows.
@@ -725,11 +850,11 @@ constexpr int64_t kTnBlock = 16;
 // measured 0.97-0.99, 1.00-1.01 and 1.00-1.01 of oneDNN, against 0.98 without groups).
 constexpr int64_t kTnGroupBytes = int64_t(512) << 10;
 
-// Columns [32 t0, 32 t1) of lhs rows [0, live) of a group (live, Kd) -> pairs of rows as dwords, in
-// blocks of 16 columns: dword (p, k) at (k / 16 * pair_slots(live) + p) * 16 + k % 16, so a row block of
-// tn's output reads one short run per pair, and packing stores whole vectors.
+// Columns [32 t0, 32 t1) of lhs rows [0, live) of a group (live, Kd) -> steps of rows (bf16: pairs of
+// rows) as dwords, in blocks of 16 columns: dword (s, k) at (k / 16 * step_slots(live) + s) * 16 + k % 16,
+// so a row block of tn's output reads one short run per step, and packing stores whole vectors.
 void pack_lhs_transposed(const bf16_t* lhs, int64_t live, int64_t Kd, int64_t t0, int64_t t1, bf16_t* dst) {
-  const int64_t slots = pair_slots(live);
+  const int64_t slots = step_slots<bf16_t>(live);
   auto* out = reinterpret_cast<PairVector*>(dst);
   for (int64_t p = 0; p < slots; ++p) {
     for (int64_t t = t0; t < t1; ++t) {
@@ -743,54 +868,18 @@ void pack_lhs_transposed(const bf16_t* lhs, int64_t live, int64_t Kd, int64_t t0
     }
   }
 }
-
-}  // namespace
-
-void grouped_gemm_nn(void* out, Dtype out_dtype, const void* lhs, ExpertWeights rhs, Dtype in_dtype,
-                     GroupedShape groups, int64_t Kd, int64_t N) {
-  check_groups(groups, Kd, N);
-  if (!ours(in_dtype, out_dtype, groups) || Kd == 0)
-    return onednn::grouped_gemm_nn(out, out_dtype, lhs, rhs, in_dtype, groups, Kd, N);
-  grouped_by_panels(out, out_dtype, static_cast<const bf16_t*>(lhs), rhs, groups, Kd, N, N, false,
-                    [](auto&&... args) { for_each_panel_nn(args...); });
-}
-
-void grouped_gemm_nn_swiglu(void* h, void* g, Dtype out_dtype, const void* lhs, ExpertWeights rhs,
-                            Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t M,
-                            const float* row_weight, bool keep_h) {
-  check_groups(groups, Kd, 2 * M);
-  if (out_dtype != Dtype::bf16 || !ours(in_dtype, out_dtype, groups) || Kd == 0)
-    return nn_then_swiglu<&onednn::grouped_gemm_nn>(h, g, out_dtype, lhs, rhs, in_dtype, groups, Kd, M,
-                                                    row_weight, keep_h);
-  grouped_by_panels(
-      h, out_dtype, static_cast<const bf16_t*>(lhs), rhs, groups, Kd, 2 * M, 2 * M, false,
-      [](auto&&... args) { for_each_panel_swiglu(args...); },
-      SwigluOut{static_cast<bf16_t*>(g), M, row_weight, keep_h});
-}
-
-void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, ExpertWeights rhs, Dtype in_dtype,
-                     GroupedShape groups, int64_t Kd, int64_t N, bool accumulate) {
-  check_groups(groups, Kd, N);
-  if (!ours(in_dtype, out_dtype, groups) || N == 0)
-    return onednn::grouped_gemm_nt(out, out_dtype, dout, rhs, in_dtype, groups, Kd, N, accumulate);
-  grouped_by_panels(out, out_dtype, static_cast<const bf16_t*>(dout), rhs, groups, Kd, N, Kd, accumulate,
-                    [](auto&&... args) { for_each_panel_nt(args...); });
-}
-
-void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* dout, Dtype in_dtype,
-                     GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout) {
-  check_groups(groups, Kd, N);
-  if (!ours(in_dtype, out_dtype, groups))
-    return onednn::grouped_gemm_tn(drhs, out_dtype, lhs, dout, in_dtype, groups, Kd, N, ld_dout);
+// bf16 only: float32's tn is oneDNN's (ours above).
+void tn_by_tiles(void* drhs, Dtype out_dtype, const bf16_t* x, const bf16_t* dy, GroupedShape groups,
+                 int64_t Kd, int64_t N, int64_t ld_dout) {
+  using T = bf16_t;
   const bool out_bf16 = out_dtype == Dtype::bf16;
-  const auto* x = static_cast<const bf16_t*>(lhs);
-  const auto* dy = static_cast<const bf16_t*>(dout);
   const bool stream = groups.experts * Kd * N * dtype_size(out_dtype) >= kStreamBytes;
   // Every thread reads all of a group's lhs^T (threads split the gradient's columns), so they pack it
   // once, each a share of its tiles, into one of two shared buffers, alternating by group: a thread may
   // pack the next group's while another still reads this one's, with one barrier per group (each
   // thread packing all of it cost 10-15 % at 1024 rows).
-  const int64_t xt_vectors = 2 * tiles_of(Kd) * pair_slots(largest_live_group(groups));  // (2 x tiles, slots)
+  const int64_t xt_vectors =
+      2 * tiles_of(Kd) * step_slots<T>(largest_live_group(groups));  // (2 x tiles, slots)
   static thread_local std::vector<VectorSlot> shared_lhs;  // the calling thread's, shared by the team
   __m512i* const xt_buffers = grown(shared_lhs, 2 * xt_vectors);
 #pragma omp parallel
@@ -808,9 +897,9 @@ void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* d
           std::memset(at(dw, r * N + c_begin, out_dtype), 0, size_t(c_end - c_begin) * dtype_size(out_dtype));
         continue;
       }
-      const int64_t slots = pair_slots(g.live);
+      const int64_t slots = step_slots<T>(g.live);
       // (2 x tiles, slots, 16) dwords, 64-byte aligned
-      bf16_t* xt = reinterpret_cast<bf16_t*>(xt_buffers + live_groups++ % 2 * xt_vectors);
+      T* xt = reinterpret_cast<T*>(xt_buffers + live_groups++ % 2 * xt_vectors);
       pack_lhs_transposed(x + g.row0 * Kd, g.live, Kd, tiles_of(Kd) * t / n, tiles_of(Kd) * (t + 1) / n, xt);
 #pragma omp barrier
       if (c_end == c_begin) continue;
@@ -828,11 +917,12 @@ void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* d
         for (int64_t r0 = 0; r0 < Kd; r0 += kTnRows) {
           const int64_t r = std::min<int64_t>(kTnRows, Kd - r0);
           for (int64_t t0 = g0; t0 < g1; ++t0) {
-            TileJob j;
-            j.a = {xt + 2 * (r0 / kTnBlock * slots * kTnBlock + r0 % kTnBlock), 2, 2 * kTnBlock};
+            TileJob<T> j;
+            j.a = {xt + kPerStep<T> * (r0 / kTnBlock * slots * kTnBlock + r0 % kTnBlock), kPerStep<T>,
+                   kPerStep<T> * kTnBlock};
             j.panel = packed + t0 * slots * 2;
-            j.pairs = g.live / 2;
-            j.odd = g.live % 2 != 0;  // lhs^T's last pair holds a zero second element, not read
+            j.steps = g.live / kPerStep<T>;
+            j.odd = g.live % kPerStep<T> != 0;  // lhs^T's last pair holds a zero second element, not read
             j.cols = std::min(kTileCols, cols - t0 * kTileCols);
             j.in = nullptr;
             j.in_ld = 0;
@@ -844,7 +934,7 @@ void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* d
             j.out_ld = N;
             j.out_bf16 = out_bf16;
             j.stream = stream;
-            kTileKernels[r0 == 0 ? kPack : kMultiply][r - 1](j);
+            kTileKernels<T>[r0 == 0 ? kPack : kMultiply][r - 1](j);
           }
         }
       }
@@ -853,13 +943,67 @@ void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* d
   }
 }
 
+}  // namespace
+
+void grouped_gemm_nn(void* out, Dtype out_dtype, const void* lhs, ExpertWeights rhs, Dtype in_dtype,
+                     GroupedShape groups, int64_t Kd, int64_t N) {
+  check_groups(groups, Kd, N);
+  if (!ours(Form::nn, in_dtype, out_dtype, groups) || Kd == 0)
+    return onednn::grouped_gemm_nn(out, out_dtype, lhs, rhs, in_dtype, groups, Kd, N);
+  if (in_dtype == Dtype::f32)
+    return grouped_by_panels(out, out_dtype, static_cast<const float*>(lhs), rhs, groups, Kd, N, N, false,
+                             [](auto&&... args) { for_each_panel_nn<float>(args...); });
+  grouped_by_panels(out, out_dtype, static_cast<const bf16_t*>(lhs), rhs, groups, Kd, N, N, false,
+                    [](auto&&... args) { for_each_panel_nn<bf16_t>(args...); });
+}
+
+void grouped_gemm_nn_swiglu(void* h, void* g, Dtype out_dtype, const void* lhs, ExpertWeights rhs,
+                            Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t M,
+                            const float* row_weight, bool keep_h) {
+  check_groups(groups, Kd, 2 * M);
+  if (out_dtype != in_dtype || !ours(Form::nn, in_dtype, out_dtype, groups) || Kd == 0)
+    return nn_then_swiglu<&onednn::grouped_gemm_nn>(h, g, out_dtype, lhs, rhs, in_dtype, groups, Kd, M,
+                                                    row_weight, keep_h);
+  if (in_dtype == Dtype::f32)
+    return grouped_by_panels(
+        h, out_dtype, static_cast<const float*>(lhs), rhs, groups, Kd, 2 * M, 2 * M, false,
+        [](auto&&... args) { for_each_panel_swiglu<float>(args...); },
+        SwigluOut<float>{static_cast<float*>(g), M, row_weight, keep_h});
+  grouped_by_panels(
+      h, out_dtype, static_cast<const bf16_t*>(lhs), rhs, groups, Kd, 2 * M, 2 * M, false,
+      [](auto&&... args) { for_each_panel_swiglu<bf16_t>(args...); },
+      SwigluOut<bf16_t>{static_cast<bf16_t*>(g), M, row_weight, keep_h});
+}
+
+void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, ExpertWeights rhs, Dtype in_dtype,
+                     GroupedShape groups, int64_t Kd, int64_t N, bool accumulate) {
+  check_groups(groups, Kd, N);
+  if (!ours(Form::nt, in_dtype, out_dtype, groups) || N == 0)
+    return onednn::grouped_gemm_nt(out, out_dtype, dout, rhs, in_dtype, groups, Kd, N, accumulate);
+  if (in_dtype == Dtype::f32)
+    return grouped_by_panels(out, out_dtype, static_cast<const float*>(dout), rhs, groups, Kd, N, Kd,
+                             accumulate, [](auto&&... args) { for_each_panel_nt<float>(args...); });
+  grouped_by_panels(out, out_dtype, static_cast<const bf16_t*>(dout), rhs, groups, Kd, N, Kd, accumulate,
+                    [](auto&&... args) { for_each_panel_nt<bf16_t>(args...); });
+}
+
+void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* dout, Dtype in_dtype,
+                     GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout) {
+  check_groups(groups, Kd, N);
+  if (!ours(Form::tn, in_dtype, out_dtype, groups))
+    return onednn::grouped_gemm_tn(drhs, out_dtype, lhs, dout, in_dtype, groups, Kd, N, ld_dout);
+  tn_by_tiles(drhs, out_dtype, static_cast<const bf16_t*>(lhs), static_cast<const bf16_t*>(dout), groups, Kd,
+              N, ld_dout);
+}
+
 void dense_gemm(void* out, Dtype out_dtype, const void* a, Dtype a_dtype, const void* b, Dtype b_dtype,
                 int64_t R, int64_t Kd, int64_t N, bool trans_a, bool trans_b) {
   onednn::dense_gemm(out, out_dtype, a, a_dtype, b, b_dtype, R, Kd, N, trans_a, trans_b);
 }
 
 std::string gemm_library_version() {
-  return "AVX-512 BF16 micro-kernel for bf16 groups up to " + std::to_string(kMaxGroupRows) + " rows; " +
+  return "AVX-512 micro-kernel for bf16 groups up to " + std::to_string(kMaxGroupRows) +
+         " rows (float32: nt, and nn from " + std::to_string(kMinF32NnGroupRows) + " rows); " +
          onednn::gemm_library_version();
 }
 

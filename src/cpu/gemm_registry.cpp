@@ -21,8 +21,9 @@ const std::vector<GemmVariant>& gemm_variants() {
 #ifdef MOE_HAVE_DPBF16
       MOE_GEMM_VARIANT(
           dpbf16, &dpbf16::grouped_gemm_nn_swiglu,
-          "AVX-512 BF16 micro-kernel (vdpbf16ps) for bf16 groups up to 1536 rows, weights packed "
-          "panel by panel while the next panel streams in; oneDNN for the rest"),
+          "AVX-512 micro-kernel for groups up to 1536 rows (bf16: vdpbf16ps; float32: vfmadd231ps for nt, "
+          "and nn from 768 rows), weights packed panel by panel while the next panel streams in; oneDNN "
+          "for the rest"),
 #endif
 #ifdef MOE_HAVE_ONEDNN
       MOE_GEMM_VARIANT(
