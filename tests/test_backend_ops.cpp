@@ -7,9 +7,10 @@
 // Tolerances follow the computation, not the storage: an op of a float32 run matches to 1e-5 of
 // (|ref| + rms(ref)) per element (f32 accumulation against float64); an op of a bfloat16 run to 2^-7
 // of the same, i.e. two bf16 rounding steps at the element's magnitude, because the op and its ref
-// round the same intermediates to bf16 and may land one step apart. Index ops (pack, dispatch
-// forward) must match exactly. A backend that cannot run an op for a case says why: the test reports
-// SKIPPED with those reasons when nothing ran.
+// round the same intermediates to bf16 and may land one step apart; the expert FFN's chain of GEMMs
+// adds, per element, how far its reference moves when its inputs move by a bf16 step (nudge_slack). Index ops
+// (pack, dispatch forward) must match exactly. A backend that cannot run an op for a case says why: the test
+// reports SKIPPED with those reasons when nothing ran.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -143,25 +144,63 @@ double stored_sum_tolerance(Dtype dt) {
   return dt == Dtype::bf16 ? 1.0 / 256 : 1e-6;
 }
 
-// The first n elements of `got` (any memory) against `want` (host): |g - w| <= tol * (|w| + rms(w)).
+// The first n elements of `got` (any memory) against `want` (host):
+// |g - w| <= tol * (|w| + rms(w)) + kSlackFactor * slack[i] (slack: see nudge_slack).
+constexpr double kSlackFactor = 4;
 ::testing::AssertionResult close(const char* what, const Tensor& got_any, const Tensor& want, int64_t n,
-                                 double tol) {
+                                 double tol, const std::vector<double>* slack = nullptr) {
   const Tensor got = got_any.to_host();
   double sum_sq = 0;
   for (int64_t i = 0; i < n; ++i) sum_sq += want.get(i) * want.get(i);
   const double rms = n ? std::sqrt(sum_sq / double(n)) : 0;
   for (int64_t i = 0; i < n; ++i) {
-    const double g = got.get(i), w = want.get(i);
-    if (!(std::fabs(g - w) <= tol * (std::fabs(w) + rms)))
-      return ::testing::AssertionFailure()
-             << what << "[" << i << "] = " << g << ", ref " << w << " (tol " << tol << ", rms " << rms << ")";
+    const double g = got.get(i), w = want.get(i), extra = slack ? kSlackFactor * (*slack)[size_t(i)] : 0;
+    if (!(std::fabs(g - w) <= tol * (std::fabs(w) + rms) + extra))
+      return ::testing::AssertionFailure() << what << "[" << i << "] = " << g << ", ref " << w << " (tol "
+                                           << tol << ", rms " << rms << ", slack " << extra << ")";
   }
   return ::testing::AssertionSuccess();
 }
 
+// A chain of GEMMs in bfloat16 rounds its intermediates (the expert FFN's h, g, dg, dh) to bf16 in the
+// op and in its reference alike, and the two may land one bf16 step apart (float32 against float64
+// sums, exp_approx against exp): rarely, but one such step of a large intermediate moves a small
+// output by more than a fixed share of its magnitude (3 % of random seeds failed 2^-7 at hidden 24).
+// How far one step moves an output is measured, element by element, as the reference's own movement
+// when every input moves by up to one bf16 step: the largest of kNudges draws, x * (1 + 2^-7 r) with r
+// uniform in [-1, 1], rounded back to bf16.
+constexpr int kNudges = 3;
+constexpr double kNudge = 1.0 / 128;
+
+Tensor nudged(const Tensor& x, uint64_t key) {
+  Tensor t(x.dtype(), x.shape());
+  for (int64_t i = 0; i < t.numel(); ++i)
+    t.set(i, x.get(i) * (1 + kNudge * (2 * random_uniform(key, uint64_t(i)) - 1)));
+  return t;
+}
+
+// slack[i] = max over draws |nudged_i - want_i|, for each output of `reference`, a function of the
+// inputs returning host tensors.
+template <class Reference>
+std::vector<std::vector<double>> nudge_slack(const std::vector<Tensor>& inputs, uint64_t seed,
+                                             Reference reference) {
+  const std::vector<Tensor> want = reference(inputs);
+  std::vector<std::vector<double>> slack;
+  for (const Tensor& t : want) slack.emplace_back(size_t(t.numel()), 0.0);
+  for (int d = 0; d < kNudges; ++d) {
+    std::vector<Tensor> moved;
+    for (size_t k = 0; k < inputs.size(); ++k)
+      moved.push_back(nudged(inputs[k], seed + 1000 * uint64_t(d) + k));
+    const std::vector<Tensor> got = reference(moved);
+    for (size_t o = 0; o < want.size(); ++o)
+      for (int64_t i = 0; i < want[o].numel(); ++i)
+        slack[o][size_t(i)] = std::max(slack[o][size_t(i)], std::fabs(got[o].get(i) - want[o].get(i)));
+  }
+  return slack;
+}
+
 // Token sums are checked 64 wide (an op takes widths from its tensors): bf16 rows of whole cache
-// lines, which the CPU gather (and combine's backward) streams out. The shared cases stay 24 wide: at 64 the
-// fixed bf16 tolerance of the expert FFN's weight gradients fails for some seeds (noted on issue 10).
+// lines, which the CPU gather (and combine's backward) streams out.
 constexpr int64_t kSumsWidth = 64;
 
 // The three ways the block asks an op for token sums (TokenSums): in place into the float32
@@ -298,26 +337,36 @@ TEST_P(OpsOnBackend, ExpertFfnForwardAndBackward) {
     const FfnWeights be_w{be().to_device(w.w1), be().to_device(w.w3), be().to_device(w.w2), Tensor()};
     auto ref_op = ref().make_expert_ffn(context(c, ref()));
     auto op = be().make_expert_ffn(context(c, be()));
-    Tensor y_want = poisoned(ref(), c.cfg.dtype, {plan.max_rows, H}),
-           y_got = poisoned(be(), c.cfg.dtype, {plan.max_rows, H});
-    const Tensor be_x_rows = be().to_device(x_rows);
-    ref_op->forward(y_want, x_rows, w, plan);
-    op->forward(y_got, be_x_rows, be_w, be_plan);
-    EXPECT_TRUE(close("y_rows", y_got, y_want, rows * H, tol));
-
     const Tensor dy_rows = random_host(c.cfg.dtype, {plan.max_rows, H}, seed_ + 8);
-    Tensor dx_want = poisoned(ref(), Dtype::f32, {plan.max_rows, H}),
-           dx_got = poisoned(be(), Dtype::f32, {plan.max_rows, H});
-    FfnWeightGrads dw_want{poisoned(ref(), c.cfg.dtype, {E, H, M}), poisoned(ref(), c.cfg.dtype, {E, H, M}),
-                           poisoned(ref(), c.cfg.dtype, {E, M, H})};
+    // inputs: x_rows, w1, w3, w2, dy_rows -> outputs: y_rows, dx_rows, dw1, dw3, dw2 (host).
+    auto reference = [&](const std::vector<Tensor>& in) {
+      const FfnWeights rw{in[1], in[2], in[3], Tensor()};
+      Tensor y = poisoned(ref(), c.cfg.dtype, {plan.max_rows, H});
+      ref_op->forward(y, in[0], rw, plan);
+      Tensor dx = poisoned(ref(), Dtype::f32, {plan.max_rows, H});
+      FfnWeightGrads dw{poisoned(ref(), c.cfg.dtype, {E, H, M}), poisoned(ref(), c.cfg.dtype, {E, H, M}),
+                        poisoned(ref(), c.cfg.dtype, {E, M, H})};
+      ref_op->backward(dx, dw, in[4], in[0], rw, plan);
+      return std::vector<Tensor>{y, dx, dw.dw1, dw.dw3, dw.dw2};
+    };
+    const std::vector<Tensor> inputs{x_rows, w.w1, w.w3, w.w2, dy_rows};
+    const std::vector<Tensor> want = reference(inputs);
+
+    Tensor y_got = poisoned(be(), c.cfg.dtype, {plan.max_rows, H});
+    const Tensor be_x_rows = be().to_device(x_rows);
+    op->forward(y_got, be_x_rows, be_w, be_plan);
+    Tensor dx_got = poisoned(be(), Dtype::f32, {plan.max_rows, H});
     FfnWeightGrads dw_got{poisoned(be(), c.cfg.dtype, {E, H, M}), poisoned(be(), c.cfg.dtype, {E, H, M}),
                           poisoned(be(), c.cfg.dtype, {E, M, H})};
-    ref_op->backward(dx_want, dw_want, dy_rows, x_rows, w, plan);
     op->backward(dx_got, dw_got, be().to_device(dy_rows), be_x_rows, be_w, be_plan);
-    EXPECT_TRUE(close("dx_rows", dx_got, dx_want, rows * H, tol));
-    EXPECT_TRUE(close("dw1", dw_got.dw1, dw_want.dw1, E * H * M, tol));
-    EXPECT_TRUE(close("dw3", dw_got.dw3, dw_want.dw3, E * H * M, tol));
-    EXPECT_TRUE(close("dw2", dw_got.dw2, dw_want.dw2, E * M * H, tol));
+    const Tensor* got[] = {&y_got, &dx_got, &dw_got.dw1, &dw_got.dw3, &dw_got.dw2};
+    const char* names[] = {"y_rows", "dx_rows", "dw1", "dw3", "dw2"};
+    const int64_t counts[] = {rows * H, rows * H, E * H * M, E * H * M, E * M * H};
+    const bool rounds = c.cfg.dtype == Dtype::bf16;
+    const std::vector<std::vector<double>> slack =
+        rounds ? nudge_slack(inputs, seed_ + 20, reference) : std::vector<std::vector<double>>{};
+    for (size_t o = 0; o < want.size(); ++o)
+      EXPECT_TRUE(close(names[o], *got[o], want[o], counts[o], tol, rounds ? &slack[o] : nullptr));
   }
   skip_if_nothing_ran();
 }
