@@ -40,9 +40,11 @@ std::string isa_list(const std::string& flags) {
   std::istringstream words(flags);
   std::vector<std::string> have{std::istream_iterator<std::string>(words), {}};
   std::string out;
-  for (const char* isa : kIsas)
-    if (std::find(have.begin(), have.end(), isa) != have.end())
-      out += (out.empty() ? "" : ",") + std::string(isa);
+  for (const char* isa : kIsas) {
+    if (std::find(have.begin(), have.end(), isa) == have.end()) continue;
+    if (!out.empty()) out += ',';
+    out += isa;
+  }
   return out.empty() ? "none" : out;
 }
 
