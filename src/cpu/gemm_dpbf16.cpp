@@ -74,8 +74,12 @@ constexpr int64_t kPanelCols = 128;  // nt's, and nn_swiglu's (64 gate + 64 up)
 // bytes (512 KiB) as a bf16 one of 1024 x 256.
 template <class T>
 constexpr int64_t kNnPanelCols = std::is_same_v<T, bf16_t> ? 256 : 128;
-constexpr int64_t kMaxPanelBytes = kPanelDepth / 2 * 256 * 4;  // a packed panel, either type
 constexpr int64_t kMaxPanelCols = 256;
+// A packed panel's bytes (a dword per step and column), the widest of either type.
+template <class T>
+constexpr int64_t kPanelBytes = kPanelSteps<T>* kNnPanelCols<T> * 4;
+constexpr int64_t kMaxPanelBytes = std::max(kPanelBytes<bf16_t>, kPanelBytes<float>);
+static_assert(kPanelCols <= kNnPanelCols<float> && kNnPanelCols<bf16_t> <= kMaxPanelCols);
 // Above this many rows in a group oneDNN's brgemm, which also blocks the rows, is as fast or faster
 // (docs/kernels.md); the largest group decides for the whole call.
 constexpr int64_t kMaxGroupRows = 1536;
@@ -657,7 +661,8 @@ void multiply_panel(const Panel<T>& pn, int64_t rows, __m512i* packed, void* out
       j.raw_cols =
           first_elements(split && kPairs ? std::min(kTileCols, pn.cols() - t * tile_out_cols) : j.cols);
       j.next_tile = split && kPairs && t + 1 < tiles ? slots * 2 : 0;
-      // Partial sums live in the output when it is float32, else in `partial` (rows, kMaxPanelCols).
+      // Partial sums live in the output when it is float32 (not SwiGLU's), else in `partial` (rows,
+      // kMaxPanelCols).
       float* sums =
           out_f32_direct ? static_cast<float*>(out) + r0 * out_ld + oc : partial + r0 * kMaxPanelCols + c0;
       const int64_t sums_ld = out_f32_direct ? out_ld : kMaxPanelCols;
