@@ -25,9 +25,9 @@ size_t physical_memory_bytes() {
 
 // Large blocks are kept when freed and handed to the next allocation that fits them, instead of going
 // back to the kernel between runs. On a VM with free page reporting (KVM/firecracker guests, such as
-// this project's CI machines), the guest reports memory freed at the end of one run (and by the dense
-// ceiling's buffers) to the hypervisor about 2 s later: that work runs on one of the run's own vCPUs
-// during the next run's timed calls (one call in three 30-60 % slow in sweeps; docs/kernels.md), and
+// the 2-core machines this project is measured on), the guest reports memory freed at the end of one run (and
+// by the dense ceiling's buffers) to the hypervisor about 2 s later: that work runs on one of the run's own
+// vCPUs during the next run's timed calls (one call in three 30-60 % slow in sweeps; docs/kernels.md), and
 // the hypervisor faults the pages in again. A process-level cache is what every framework's allocator
 // does; it never changes what a timed call computes. It holds at most half the machine's memory
 // beside what is live: a miss that would pass that frees cached blocks first.

@@ -79,6 +79,8 @@ constexpr int64_t kMaxPanelCols = 256;
 template <class T>
 constexpr int64_t kPanelBytes = kPanelSteps<T>* kNnPanelCols<T> * 4;
 constexpr int64_t kMaxPanelBytes = std::max(kPanelBytes<bf16_t>, kPanelBytes<float>);
+// nn's panels are each type's widest (so kMaxPanelBytes holds nt's and nn_swiglu's too), and every
+// panel's partial sums fit a row of `partial` (kMaxPanelCols).
 static_assert(kPanelCols <= kNnPanelCols<float> && kNnPanelCols<bf16_t> <= kMaxPanelCols);
 // Above this many rows in a group oneDNN's brgemm, which also blocks the rows, is as fast or faster
 // (docs/kernels.md); the largest group decides for the whole call.
