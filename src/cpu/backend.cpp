@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "cpu/combine.h"
 #include "cpu/dispatch.h"
@@ -61,32 +62,41 @@ class CpuBackend final : public Backend {
     const int64_t n = y.numel();
     float* d = dy.data<float>();
     const float scale = float(2.0 / double(n));
-    double sum_sq = 0;
     switch (y.dtype()) {
-      case Dtype::f32: {
-        const float* p = y.data<float>();
-#pragma omp parallel for simd reduction(+ : sum_sq) schedule(static)
-        for (int64_t i = 0; i < n; ++i) {
-          sum_sq += double(p[i]) * p[i];
-          d[i] = scale * p[i];
-        }
+      case Dtype::f32:
+      case Dtype::bf16:
         break;
-      }
-      case Dtype::bf16: {
-        const bf16_t* p = y.data<bf16_t>();
-#pragma omp parallel for reduction(+ : sum_sq) schedule(static)
-        for (int64_t i = 0; i < n; ++i) {
-          const float v = bf16_to_f32(p[i]);
-          sum_sq += double(v) * v;
-          d[i] = scale * v;
-        }
-        break;
-      }
       case Dtype::f64:
       case Dtype::s8:
       case Dtype::s32:
       case Dtype::s64:
         MOE_CHECK(false, std::string("loss_backward: no CPU kernel for ") + dtype_name(y.dtype()));
+    }
+    // dy (T, H) in f32 is tens of MiB at block sizes, read next by the combine's backward after it has
+    // left the caches: whole chunks go out with non-temporal stores.
+    constexpr int64_t kChunk = 1024;
+    const bool stream =
+        size_t(n) * sizeof(float) >= kStreamRowsBytes && streams_lines(d, kChunk * sizeof(float));
+    double sum_sq = 0;
+#pragma omp parallel reduction(+ : sum_sq)
+    {
+      alignas(64) float y_chunk[kChunk], dy_chunk[kChunk];
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < n; i += kChunk) {
+        const int64_t len = std::min(kChunk, n - i);
+        const float* v = load_row_f32(
+            y_chunk, static_cast<const char*>(y.raw()) + size_t(i) * dtype_size(y.dtype()), y.dtype(), len);
+#pragma omp simd reduction(+ : sum_sq)
+        for (int64_t k = 0; k < len; ++k) {
+          sum_sq += double(v[k]) * v[k];
+          dy_chunk[k] = scale * v[k];
+        }
+        if (stream && len == kChunk)
+          stream_copy(d + i, dy_chunk, kChunk * sizeof(float));
+        else
+          std::memcpy(d + i, dy_chunk, size_t(len) * sizeof(float));
+      }
+      if (stream) end_streams();
     }
     sum_sq_out.data<double>()[0] = sum_sq;
   }

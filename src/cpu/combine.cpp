@@ -19,6 +19,29 @@ void add_rows_to_tokens(const TokenSums& sums, const void* rows_in, Dtype dt, co
   const size_t elem = dtype_size(dt);
   auto* rows = static_cast<const char*>(rows_in);
   float* acc = sums.acc.data<float>();  // (T, H)
+  const bool separate_out = !sums.out.same_storage(sums.acc);
+  const Dtype out_dt = sums.out.dtype();
+  const size_t out_elem = dtype_size(out_dt);
+  auto* out = static_cast<char*>(sums.out.raw());  // (T, H)
+  // A token's first row (in buffer order) starts its sum instead of adding to a zeroed accumulator, and
+  // its last row stores the finished sum in the output's dtype: no pass to zero the accumulator and
+  // none to convert it (the same sums in the same order as zeroing, adding and converting).
+  enum : uint8_t { kFirst = 1, kLast = 2 };
+  std::vector<uint8_t> touch(size_t(plan.rows), 0);
+  std::vector<uint8_t> has_rows(size_t(plan.tokens), 0);
+  for (int64_t r = 0; r < plan.rows; ++r) {
+    const int32_t t = plan.row_token(r);
+    if (t < 0) continue;
+    if (!has_rows[size_t(t)]) touch[size_t(r)] |= kFirst;
+    has_rows[size_t(t)] = 1;
+  }
+  std::fill(has_rows.begin(), has_rows.end(), 0);
+  for (int64_t r = plan.rows - 1; r >= 0; --r) {
+    const int32_t t = plan.row_token(r);
+    if (t < 0) continue;
+    if (!has_rows[size_t(t)]) touch[size_t(r)] |= kLast;
+    has_rows[size_t(t)] = 1;
+  }
 #pragma omp parallel
   {
     // Column slices are multiples of 16 floats so threads never share a cache line of `acc`.
@@ -27,23 +50,37 @@ void add_rows_to_tokens(const TokenSums& sums, const void* rows_in, Dtype dt, co
     const int64_t c0 = std::min<int64_t>(H, slice * omp_get_thread_num());
     const int64_t c1 = omp_get_thread_num() == n_threads - 1 ? H : std::min<int64_t>(H, c0 + slice);
     const int64_t width = c1 - c0;
-    if (!sums.acc_holds_start && width > 0)
-      for (int64_t t = 0; t < plan.tokens; ++t)
-        std::memset(acc + t * H + c0, 0, size_t(width) * sizeof(float));
-    std::vector<float> scratch(static_cast<size_t>(std::max<int64_t>(width, 1)));
+    std::vector<float> scratch(static_cast<size_t>(std::max<int64_t>(width, 1))),
+        sum(static_cast<size_t>(std::max<int64_t>(width, 1)));
     for (int64_t r = 0; r < plan.rows && width > 0; ++r) {
-      int32_t a = plan.row_assignment[r];
-      if (a < 0) continue;
+      const int32_t t = plan.row_token(r);
+      if (t < 0) continue;
       const float w = row_weight ? row_weight[r] : 1.0f;
       const float* src =
           load_row_f32(scratch.data(), rows + (size_t(r) * size_t(H) + size_t(c0)) * elem, dt, width);
-      float* dst = acc + int64_t(a / plan.topk) * H + c0;
+      float* dst = acc + int64_t(t) * H + c0;
+      const bool starts = (touch[size_t(r)] & kFirst) && !sums.acc_holds_start;
+      if (separate_out && (touch[size_t(r)] & kLast)) {
+        float* s = sum.data();
 #pragma omp simd
-      for (int64_t h = 0; h < width; ++h) dst[h] += w * src[h];
+        for (int64_t h = 0; h < width; ++h) s[h] = (starts ? 0.0f : dst[h]) + w * src[h];
+        store_row(out + (size_t(t) * size_t(H) + size_t(c0)) * out_elem, out_dt, s, width);
+      } else if (starts) {
+#pragma omp simd
+        for (int64_t h = 0; h < width; ++h) dst[h] = 0.0f + w * src[h];
+      } else {
+#pragma omp simd
+        for (int64_t h = 0; h < width; ++h) dst[h] += w * src[h];
+      }
+    }
+    // Tokens no row reached: their start (or zero).
+    for (int64_t t = 0; t < plan.tokens && width > 0; ++t) {
+      if (has_rows[size_t(t)]) continue;
+      float* dst = acc + t * H + c0;
+      if (!sums.acc_holds_start) std::fill(dst, dst + width, 0.0f);
+      if (separate_out) store_row(out + (size_t(t) * size_t(H) + size_t(c0)) * out_elem, out_dt, dst, width);
     }
   }
-  if (!sums.out.same_storage(sums.acc))
-    convert_elements(sums.out.raw(), sums.out.dtype(), acc, Dtype::f32, plan.tokens * H);
 }
 
 void gather_rows_to_tokens(const TokenSums& sums, const void* rows_in, Dtype dt, const HostPlan& plan,

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "cpu/combine.h"
+#include "cpu/vec_math.h"
 #include "moe/backend.h"
 
 namespace moe::cpu {
@@ -11,13 +12,23 @@ void dispatch_gather_direct(void* x_rows, const void* x, Dtype dt, const HostPla
   const size_t row_bytes = size_t(H) * dtype_size(dt);
   auto* dst = static_cast<char*>(x_rows);
   auto* src = static_cast<const char*>(x);
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < plan.rows; ++r) {
-    int32_t t = plan.row_token(r);
-    if (t < 0)
-      std::memset(dst + size_t(r) * row_bytes, 0, row_bytes);
-    else
-      std::memcpy(dst + size_t(r) * row_bytes, src + size_t(t) * row_bytes, row_bytes);
+  // The row buffer is A x H (tens of MiB at block sizes): it leaves the caches before the up
+  // projection reads it, so its lines go out without being fetched first.
+  const bool stream = size_t(plan.rows) * row_bytes >= kStreamRowsBytes && streams_lines(dst, row_bytes);
+#pragma omp parallel
+  {
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < plan.rows; ++r) {
+      const int32_t t = plan.row_token(r);
+      char* row = dst + size_t(r) * row_bytes;
+      if (stream)
+        t < 0 ? stream_zero(row, row_bytes) : stream_copy(row, src + size_t(t) * row_bytes, row_bytes);
+      else if (t < 0)
+        std::memset(row, 0, row_bytes);
+      else
+        std::memcpy(row, src + size_t(t) * row_bytes, row_bytes);
+    }
+    if (stream) end_streams();
   }
 }
 

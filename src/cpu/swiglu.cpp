@@ -31,6 +31,10 @@ void swiglu_forward(void* g, Dtype g_dt, GateUp in, Dtype dt, int64_t rows, int6
 void swiglu_backward(GateUpGrad out, Dtype out_dt, const void* dg, GateUp in, Dtype dt, int64_t rows,
                      int64_t M, const float* row_weight) {
   const size_t elem = dtype_size(dt), out_elem = dtype_size(out_dt);
+  // dh (rows, 2M) is read next by GEMMs, after it has left the caches: its lines go out unfetched.
+  const bool stream = size_t(rows * M) * 2 * out_elem >= kStreamRowsBytes &&
+                      streams_bf16_rows(out_dt, M, out.da) && streams_bf16_rows(out_dt, M, out.db) &&
+                      streams_lines(out.da, size_t(out.ld) * out_elem);
 #pragma omp parallel
   {
     std::vector<float> a_buf(static_cast<size_t>(M)), b_buf(static_cast<size_t>(M)),
@@ -53,9 +57,17 @@ void swiglu_backward(GateUpGrad out, Dtype out_dt, const void* dg, GateUp in, Dt
         pa[m] = dgw * b[m] * s * (1.0f + a[m] * (1.0f - s));
         pb[m] = dgw * a[m] * s;
       }
-      store_row(static_cast<char*>(out.da) + size_t(r * out.ld) * out_elem, out_dt, pa, M);
-      store_row(static_cast<char*>(out.db) + size_t(r * out.ld) * out_elem, out_dt, pb, M);
+      char* da_row = static_cast<char*>(out.da) + size_t(r * out.ld) * out_elem;
+      char* db_row = static_cast<char*>(out.db) + size_t(r * out.ld) * out_elem;
+      if (stream) {
+        stream_row_bf16(reinterpret_cast<bf16_t*>(da_row), pa, M);
+        stream_row_bf16(reinterpret_cast<bf16_t*>(db_row), pb, M);
+      } else {
+        store_row(da_row, out_dt, pa, M);
+        store_row(db_row, out_dt, pb, M);
+      }
     }
+    if (stream) end_streams();
   }
 }
 

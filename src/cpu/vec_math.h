@@ -87,9 +87,45 @@ inline void stream_row_bf16(bf16_t* dst, const float* src, int64_t n) {
 #endif
 }
 
+// Outputs from this many bytes (beyond what the L2 caches of a couple of cores hold) leave the caches
+// before anything reads them back.
+constexpr size_t kStreamRowsBytes = size_t(2) << 20;
+
+// Whether rows of row_bytes starting at base are whole 64-byte lines, which stream_copy and
+// stream_row_f32 write with non-temporal stores: for outputs of many MiB that nothing reads before they
+// leave the caches, a plain store first fetches every line it overwrites (a third of the traffic).
+inline bool streams_lines(const void* base, size_t row_bytes) {
+#if defined(__AVX512F__)
+  return row_bytes % 64 == 0 && reinterpret_cast<uintptr_t>(base) % 64 == 0;
+#else
+  return false;
+#endif
+}
+
+// dst = src, bytes of whole lines, with non-temporal stores. REQUIRES: streams_lines(dst, bytes).
+inline void stream_copy(void* dst, const void* src, size_t bytes) {
+#if defined(__AVX512F__)
+  auto* d = static_cast<__m512i*>(dst);
+  auto* s = static_cast<const char*>(src);
+  for (size_t i = 0; i < bytes / 64; ++i) _mm512_stream_si512(d + i, _mm512_loadu_si512(s + 64 * i));
+#else
+  MOE_CHECK(false, "stream_copy without AVX-512");
+#endif
+}
+
+// dst = 0, bytes of whole lines, with non-temporal stores. REQUIRES: streams_lines(dst, bytes).
+inline void stream_zero(void* dst, size_t bytes) {
+#if defined(__AVX512F__)
+  auto* d = static_cast<__m512i*>(dst);
+  for (size_t i = 0; i < bytes / 64; ++i) _mm512_stream_si512(d + i, _mm512_setzero_si512());
+#else
+  MOE_CHECK(false, "stream_zero without AVX-512");
+#endif
+}
+
 // Orders a thread's non-temporal stores before the parallel region's closing barrier.
 inline void end_streams() {
-#if defined(__AVX512BF16__)
+#if defined(__AVX512F__)
   _mm_sfence();
 #endif
 }
