@@ -300,6 +300,57 @@ TEST_P(EveryGemmVariant, NtMatchesReference) {
     }
 }
 
+// The down projection's dgrad with SwiGLU's backward: dg = dout @ w2[e]^T (M = the case's Kd output
+// columns, reduction N), then dgate = dg w up silu'(gate) and dup = dg w silu(gate) from random h, with
+// routing weights in padded cases (whose padding rows of h are random: dh's must still be zeros).
+// The reference takes dg unrounded: a bf16 kernel rounds dg once (as a stored dg is) and dh once, two
+// half-ulps where expect_close allows one (4e-3 |want|), so the scale adds another 4e-3 |want| / 1e-5;
+// the sigmoid approximation's ~1e-7 goes in the scale too.
+TEST_P(EveryGemmVariant, NtSwigluGradMatchesReference) {
+  ScopedVariant variant(GetParam());
+  Inputs inputs(testing::test_seed());
+  for (const GroupCase& c : kGroupCases)
+    for (bool padded : {false, true}) {
+      const Groups g(c.sizes, padded);
+      for (Dtype dt : kDtypes) {
+        const int64_t M = c.Kd, N = c.N;
+        const Weights rhs = random_weights(inputs, dt, 1, g.experts(), M, N);  // (E, M, N)
+        SCOPED_TRACE(std::string(c.name) + (padded ? " padded, routing weights" : "") + ", " + trace(dt, dt));
+        const Tensor dout = inputs.random(dt, {g.rows(), N});         // (rows, N)
+        const Tensor h = inputs.random(dt, {g.rows(), 2 * M});        // (rows, 2M) [gate | up]
+        const Tensor weight = inputs.random(Dtype::f32, {g.rows()});  // (rows)
+        const float* row_weight = padded ? static_cast<const float*>(weight.raw()) : nullptr;
+        Tensor dh = nan_filled(dt, {g.rows(), 2 * M}), dg = nan_filled(dt, {g.rows(), M});
+        grouped_gemm_nt_swiglu_grad(dh.raw(), dg.raw(), dout.raw(), rhs.view(), h.raw(), dt, g.shape(), M, N,
+                                    row_weight);
+        Expected want(dh.numel());
+        const std::vector<double> dy = values(dout), w2 = rhs.values(g.experts(), M);
+        for (int64_t e = 0; e < g.experts(); ++e)
+          for (int64_t r = g.offset[size_t(e)]; r < g.live_end(e); ++r)
+            for (int64_t k = 0; k < M; ++k) {
+              double d = 0, d_scale = 0;
+              for (int64_t j = 0; j < N; ++j) {
+                d += dy[size_t(r * N + j)] * w2[size_t((e * M + k) * N + j)];
+                d_scale += std::fabs(dy[size_t(r * N + j)] * w2[size_t((e * M + k) * N + j)]);
+              }
+              const double a = h.get(r * 2 * M + k), b = h.get(r * 2 * M + M + k),
+                           wr = row_weight ? row_weight[r] : 1.0, s = 1.0 / (1.0 + std::exp(-a));
+              const double dgate = wr * b * s * (1.0 + a * (1.0 - s)), dup = wr * a * s;
+              const int64_t i_gate = r * 2 * M + k, i_up = i_gate + M;
+              want.value[size_t(i_gate)] = d * dgate;
+              want.value[size_t(i_up)] = d * dup;
+              want.scale[size_t(i_gate)] =
+                  d_scale * std::fabs(dgate) + std::fabs(d * wr) * (std::fabs(a * b) + 1);
+              want.scale[size_t(i_up)] = d_scale * std::fabs(dup) + std::fabs(d * wr) * (std::fabs(a) + 1);
+              if (dt == Dtype::bf16)
+                for (int64_t i : {i_gate, i_up})
+                  want.scale[size_t(i)] += 4e-3 / 1e-5 * std::fabs(want.value[size_t(i)]);
+            }
+        expect_close(dh, want);
+      }
+    }
+}
+
 // Padded cases also read dout as a column slice of a wider buffer (ld_dout = N + 5): the columns past N
 // hold random values that must not reach the result.
 TEST_P(EveryGemmVariant, TnMatchesReferenceAndZeroesEmptyExperts) {

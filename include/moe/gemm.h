@@ -57,6 +57,17 @@ void grouped_gemm_nn_swiglu(void* h, void* g, Dtype out_dtype, const void* lhs, 
                             const float* row_weight, bool keep_h);
 // row_weight (rows) or nullptr
 
+// The down projection's data gradient with SwiGLU's backward in its epilogue (nn_swiglu's twin):
+// dg (rows, M) = dout (rows, N) @ rhs[e]^T, rhs[e] (M, N), rounded to dtype as a stored dg is, then
+// dh (rows, 2M) = [dgate | dup] from h (rows, 2M) = [gate | up] and row_weight[r] when given, as
+// swiglu_backward computes them from that stored dg. dg (rows, M) is scratch a variant may use (one
+// without the fused form stores dg there and runs swiglu_backward over it). One dtype throughout, the
+// run's. Padding rows of dh are zeros.
+void grouped_gemm_nt_swiglu_grad(void* dh, void* dg, const void* dout, ExpertWeights rhs, const void* h,
+                                 Dtype dtype, GroupedShape groups, int64_t M, int64_t N,
+                                 const float* row_weight);
+// row_weight (rows) or nullptr
+
 // out (rows, Kd) = dout (rows, N) @ rhs[e]^T, rhs[e] (Kd, N)   [backward data: dh @ w13^T, dy @ w2^T]
 // accumulate: out's live rows += the product instead of = (float32 out only). Two weight parts are
 // two sums (over dout's halves) added in out, so they too need a float32 out.
@@ -79,7 +90,7 @@ void dense_gemm(void* out, Dtype out_dtype, const void* a, Dtype a_dtype, const 
 // avx512_core_bf16").
 std::string gemm_library_version();
 
-// The kernel registry for GEMMs: every variant implements the six entry points above. The functions
+// The kernel registry for GEMMs: every variant implements the seven entry points above. The functions
 // above call the process-wide active variant (default: the first registered, the fastest). Tests and
 // `--list` walk the registry; `--gemm-variant` selects one.
 struct GemmVariant {
@@ -88,6 +99,7 @@ struct GemmVariant {
   decltype(&grouped_gemm_nn) nn;
   decltype(&grouped_gemm_nn_swiglu) nn_swiglu;
   decltype(&grouped_gemm_nt) nt;
+  decltype(&grouped_gemm_nt_swiglu_grad) nt_swiglu_grad;
   decltype(&grouped_gemm_tn) tn;
   void (*dense)(void*, Dtype, const void*, Dtype, const void*, Dtype, int64_t, int64_t, int64_t, bool, bool);
   std::string (*version)();

@@ -53,15 +53,20 @@ class FloatExpertFfn final : public ExpertFfnOp {
     const GroupedShape groups{p.group_offset, E_, p.group_live, /*zero_padding=*/true};
     if (remat_) tracer_("remat_up", [&] { compute_up(h_, g_, x_rows, w, p, /*keep_h=*/true); });
 
+    const float* row_weight = traits_.preweight ? p.row_weight : nullptr;
     tracer_("down_backward", [&] {
       grouped_gemm_tn(dw.dw2.raw(), dt_, g_.raw(), dy_rows.raw(), dt_, groups, M, H, H);
-      grouped_gemm_nt(dg_.raw(), dt_, dy_rows.raw(), w.w2.raw(), dt_, groups, M, H);
+      // [gate | up] rows: SwiGLU's backward runs in the dgrad's epilogue (dg never goes to memory).
+      if (traits_.fuse_w13)
+        grouped_gemm_nt_swiglu_grad(dh_.raw(), dg_.raw(), dy_rows.raw(), w.w2.raw(), h_.raw(), dt_, groups, M,
+                                    H, row_weight);
+      else
+        grouped_gemm_nt(dg_.raw(), dt_, dy_rows.raw(), w.w2.raw(), dt_, groups, M, H);
     });
-    const GateUp gu = gate_up(h_, rows);
     const GateUpGrad dgu = gate_up_grad(dh_, rows);
-    tracer_("swiglu_backward", [&] {
-      swiglu_backward(dgu, dt_, dg_.raw(), gu, dt_, rows, M, traits_.preweight ? p.row_weight : nullptr);
-    });
+    if (!traits_.fuse_w13)
+      tracer_("swiglu_backward",
+              [&] { swiglu_backward(dgu, dt_, dg_.raw(), gate_up(h_, rows), dt_, rows, M, row_weight); });
     tracer_("up_backward", [&] {
       // dw13 = x^T @ dh split in two is dw1 = x^T @ dh[:, :M] and dw3 = x^T @ dh[:, M:]: the halves are
       // computed in place, with no dw13 to write and copy apart (a full pass over the weights).

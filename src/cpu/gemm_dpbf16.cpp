@@ -39,8 +39,9 @@
 #ifdef MOE_HAVE_DPBF16
 
 // GCC 12's AVX-512 intrinsics pass a self-initialised "undefined" vector as the unused merge operand,
-// which -Wmaybe-uninitialized reports wherever they inline.
+// which -Wmaybe-uninitialized (and, for some, -Wuninitialized) reports wherever they inline.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 #include <immintrin.h>
 #include <omp.h>
@@ -167,6 +168,10 @@ struct TileJob {
   int64_t up_offset = 0;
   const float* row_weight = nullptr;  // (Rows) or nullptr
   bool keep_h = true;
+  // A SwiGLU gradient tile (nt_swiglu_grad): its sums are dg; h's gate at these rows and columns (out_ld
+  // apart, up at up_offset further, as in out = dh), and row_weight, give dgate to out and dup to
+  // out + up_offset.
+  const T* h = nullptr;
 };
 
 // A plain 16 x int32 vector: unlike __m512i (declared may_alias), a store of it cannot alias the
@@ -230,8 +235,9 @@ inline void multiply_row(SumVector (&acc)[2], __m512i b0, __m512i b1, const char
   }
 }
 
-// What a tile kernel does besides multiplying: pack its panel on the way, and / or SwiGLU at the end.
-enum TileMode { kMultiply, kPack, kSwiglu, kSwigluPack, kTileModes };
+// What a tile kernel does besides multiplying: pack its panel on the way, and / or SwiGLU (or SwiGLU's
+// backward) at the end.
+enum TileMode { kMultiply, kPack, kSwiglu, kSwigluPack, kSwigluGrad, kTileModes };
 
 inline __m512 bf16_to_f32(__m256i v) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
@@ -245,6 +251,23 @@ inline __m512 swiglu_row(__m512 gate, __m512 up, float w) {
 #pragma omp simd
   for (int i = 0; i < 16; ++i) g[i] = a[i] * cpu::sigmoid_approx(a[i]) * b[i] * w;
   return _mm512_load_ps(g);
+}
+
+// dgate and dup from dg (as stored), gate, up and w, as swiglu_backward computes them.
+inline void swiglu_grad_row(__m512 dg, __m512 gate, __m512 up, float w, __m512& dgate, __m512& dup) {
+  alignas(64) float a[16], b[16], d[16], da[16], db[16];
+  _mm512_store_ps(a, gate);
+  _mm512_store_ps(b, up);
+  _mm512_store_ps(d, dg);
+#pragma omp simd
+  for (int i = 0; i < 16; ++i) {
+    const float s = cpu::sigmoid_approx(a[i]);
+    const float dgw = d[i] * w;
+    da[i] = dgw * b[i] * s * (1.0f + a[i] * (1.0f - s));
+    db[i] = dgw * a[i] * s;
+  }
+  dgate = _mm512_load_ps(da);
+  dup = _mm512_load_ps(db);
 }
 
 inline __mmask32 first_elements(int64_t n) {
@@ -326,6 +349,15 @@ void tile_kernel(const TileJob<T>& j) {
       acc[m][1] = SumVector{};
     }
   }
+  if constexpr (Mode == kSwigluGrad) {
+    // h's lines for the epilogue, into L2 while the tile multiplies (a float32 tile's 32 columns are
+    // two lines of gate and two of up).
+    for (int m = 0; m < Rows; ++m)
+      for (int64_t c = 0; c < j.cols; c += 64 / int64_t(sizeof(T))) {
+        _mm_prefetch(reinterpret_cast<const char*>(j.h + m * j.out_ld + c), _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(j.h + m * j.out_ld + j.up_offset + c), _MM_HINT_T1);
+      }
+  }
   // Locals, not j's fields: the packing stores would otherwise make GCC reload them every step.
   const int64_t rb = j.a.row_ld * int64_t(sizeof(T)), rb3 = 3 * rb,
                 step_bytes = j.a.step_ld * int64_t(sizeof(T));
@@ -399,7 +431,52 @@ void tile_kernel(const TileJob<T>& j) {
       c0 = _mm512_permutex2var_ps(__m512(acc[m][0]), columns_from_lanes(0), __m512(acc[m][1]));
       c1 = _mm512_permutex2var_ps(__m512(acc[m][0]), columns_from_lanes(1), __m512(acc[m][1]));
     }
-    if (Swiglu && j.g) {
+    if constexpr (Mode == kSwigluGrad) {
+      const T* h = j.h + m * j.out_ld;
+      T* o = static_cast<T*>(j.out) + m * j.out_ld;
+      const float w = j.row_weight ? j.row_weight[m] : 1.0f;
+      __m512 gate0, gate1, up0, up1, d0 = c0, d1 = c1;
+      if constexpr (kLaneOrder) {
+        const __mmask32 cols = first_elements(j.cols);
+        const __m512i gate = _mm512_maskz_loadu_epi16(cols, h),
+                      up = _mm512_maskz_loadu_epi16(cols, h + j.up_offset);
+        gate0 = bf16_to_f32(_mm512_castsi512_si256(gate));
+        gate1 = bf16_to_f32(_mm512_extracti64x4_epi64(gate, 1));
+        up0 = bf16_to_f32(_mm512_castsi512_si256(up));
+        up1 = bf16_to_f32(_mm512_extracti64x4_epi64(up, 1));
+        // dg as a stored bf16 dg holds it.
+        d0 = bf16_to_f32(__m256i(_mm512_cvtneps_pbh(c0)));
+        d1 = bf16_to_f32(__m256i(_mm512_cvtneps_pbh(c1)));
+      } else {
+        gate0 = _mm512_maskz_loadu_ps(mask0, h);
+        gate1 = _mm512_maskz_loadu_ps(mask1, h + 16);
+        up0 = _mm512_maskz_loadu_ps(mask0, h + j.up_offset);
+        up1 = _mm512_maskz_loadu_ps(mask1, h + j.up_offset + 16);
+      }
+      __m512 dgate0, dgate1, dup0, dup1;
+      swiglu_grad_row(d0, gate0, up0, w, dgate0, dup0);
+      swiglu_grad_row(d1, gate1, up1, w, dgate1, dup1);
+      T* o_up = o + j.up_offset;
+      if constexpr (kLaneOrder) {
+        const __m512i dgate = __m512i(_mm512_cvtne2ps_pbh(dgate1, dgate0)),
+                      dup = __m512i(_mm512_cvtne2ps_pbh(dup1, dup0));
+        const bool whole = j.stream && j.cols == kTileCols;
+        if (whole && whole_line(o))
+          _mm512_stream_si512(reinterpret_cast<__m512i*>(o), dgate);
+        else
+          _mm512_mask_storeu_epi16(o, first_elements(j.cols), dgate);
+        if (whole && whole_line(o_up))
+          _mm512_stream_si512(reinterpret_cast<__m512i*>(o_up), dup);
+        else
+          _mm512_mask_storeu_epi16(o_up, first_elements(j.cols), dup);
+      } else {
+        const bool whole = j.stream && j.cols == kTileCols;
+        store_f32(o, dgate0, mask0, whole && whole_line(o));
+        store_f32(o + 16, dgate1, mask1, whole && whole_line(o));
+        store_f32(o_up, dup0, mask0, whole && whole_line(o_up));
+        store_f32(o_up + 16, dup1, mask1, whole && whole_line(o_up));
+      }
+    } else if (Swiglu && j.g) {
       T* h = static_cast<T*>(j.out) + m * j.out_ld;
       const float w = j.row_weight ? j.row_weight[m] : 1.0f;
       if constexpr (kLaneOrder) {
@@ -446,7 +523,8 @@ constexpr std::array<void (*)(const TileJob<T>&), kTileRows> kTileKernels[kTileM
     kernels_by_rows<T, kMultiply>(std::make_integer_sequence<int, kTileRows>{}),
     kernels_by_rows<T, kPack>(std::make_integer_sequence<int, kTileRows>{}),
     kernels_by_rows<T, kSwiglu>(std::make_integer_sequence<int, kTileRows>{}),
-    kernels_by_rows<T, kSwigluPack>(std::make_integer_sequence<int, kTileRows>{})};
+    kernels_by_rows<T, kSwigluPack>(std::make_integer_sequence<int, kTileRows>{}),
+    kernels_by_rows<T, kSwigluGrad>(std::make_integer_sequence<int, kTileRows>{})};
 
 int64_t tiles_of(int64_t cols) {
   return (cols + kTileCols - 1) / kTileCols;
@@ -584,6 +662,14 @@ struct SwigluOut {
 };
 constexpr int64_t kStageCols = kPanelCols / 2, kStageLd = 3 * kStageCols;
 
+// nt_swiglu_grad's epilogue: h (rows, 2M) = [gate | up] of the group, laid out as the output dh, and
+// the routing weights of its rows.
+template <class T>
+struct SwigluGrad {
+  const T* h = nullptr;
+  const float* row_weight = nullptr;
+};
+
 // n elements from src to dst: whole aligned 64-byte lines with non-temporal stores, the ends masked.
 template <class T>
 void stream_row(T* dst, const T* src, int64_t n) {
@@ -627,7 +713,7 @@ void flush_swiglu_stage(const T* stage, int64_t rows, int64_t cols, T* h, int64_
 template <class T>
 void multiply_panel(const Panel<T>& pn, int64_t rows, __m512i* packed, void* out, int64_t out_ld,
                     bool out_bf16, bool accumulate, bool stream, float* partial, Prefetch next,
-                    Prefetch next_up, const SwigluOut<T>& swiglu) {
+                    Prefetch next_up, const SwigluOut<T>& swiglu, const SwigluGrad<T>& grad) {
   constexpr bool kPairs = kPerStep<T> == 2;
   const bool split = pn.raw_up.origin != nullptr;
   const int64_t tile_out_cols = split ? kTileCols / 2 : kTileCols;
@@ -641,8 +727,9 @@ void multiply_panel(const Panel<T>& pn, int64_t rows, __m512i* packed, void* out
   const int64_t per_stream_tiles = split ? std::max<int64_t>(1, prefetching / 2) : prefetching;
   const int64_t per_tile = (next.count + per_stream_tiles - 1) / per_stream_tiles;
   const int64_t per_tile_up = (next_up.count + per_stream_tiles - 1) / per_stream_tiles;
-  // A SwiGLU tile's gate and up columns are M apart in h: its partial sums go to `partial`.
-  const bool out_f32_direct = !out_bf16 && !split;
+  // A SwiGLU tile's gate and up columns are M apart in h, a SwiGLU gradient's output is not its sums:
+  // their partial sums go to `partial`.
+  const bool out_f32_direct = !out_bf16 && !split && !grad.h;
   int64_t call = 0;
   for (int64_t r0 = 0; r0 < rows; r0 += kTileRows) {
     const int64_t r = std::min<int64_t>(kTileRows, rows - r0);
@@ -690,6 +777,11 @@ void multiply_panel(const Panel<T>& pn, int64_t rows, __m512i* packed, void* out
             j.g_ld = kStageLd;
           }
         }
+        if (grad.h) {
+          j.h = grad.h + r0 * out_ld + oc;
+          j.up_offset = out_ld / 2;
+          j.row_weight = grad.row_weight ? grad.row_weight + r0 : nullptr;
+        }
       } else {
         j.out = sums;
         j.out_ld = sums_ld;
@@ -697,7 +789,10 @@ void multiply_panel(const Panel<T>& pn, int64_t rows, __m512i* packed, void* out
       }
       if (!(pack && row_blocks > 1))
         j.ahead = split && call++ % 2 == 1 ? take_lines(next_up, per_tile_up) : take_lines(next, per_tile);
-      const TileMode mode = split ? (pack ? kSwigluPack : kSwiglu) : (pack ? kPack : kMultiply);
+      const TileMode mode = split               ? (pack ? kSwigluPack : kSwiglu)
+                            : grad.h && pn.last ? kSwigluGrad
+                            : pack              ? kPack
+                                                : kMultiply;
       kTileKernels<T>[mode][r - 1](j);
     }
     if (split && pn.last && swiglu.stage)
@@ -789,7 +884,7 @@ int64_t largest_live_group(GroupedShape groups) {
 template <class T, class ForEachPanel>
 void grouped_by_panels(void* out, Dtype out_dtype, const T* lhs, ExpertWeights rhs, GroupedShape groups,
                        int64_t Kd, int64_t N, int64_t out_cols, bool accumulate, ForEachPanel for_each_panel,
-                       SwigluOut<T> swiglu = {}) {
+                       SwigluOut<T> swiglu = {}, SwigluGrad<T> grad = {}) {
   const int threads = omp_get_max_threads();
   const bool out_bf16 = out_dtype == Dtype::bf16;
   const int64_t rows = groups.experts > 0 ? groups.group_offset[groups.experts] : 0;
@@ -820,8 +915,13 @@ void grouped_by_panels(void* out, Dtype out_dtype, const T* lhs, ExpertWeights r
         group_swiglu.g = swiglu.g + g.row0 * swiglu.M;
         group_swiglu.row_weight = swiglu.row_weight ? swiglu.row_weight + g.row0 : nullptr;
       }
+      SwigluGrad<T> group_grad = grad;
+      if (grad.h) {
+        group_grad.h = grad.h + g.row0 * out_cols;
+        group_grad.row_weight = grad.row_weight ? grad.row_weight + g.row0 : nullptr;
+      }
       multiply_panel(pn, g.live, packed, at(out, g.row0 * out_cols, out_dtype), out_cols, out_bf16,
-                     accumulate, stream, partial, next, next_up, group_swiglu);
+                     accumulate, stream, partial, next, next_up, group_swiglu, group_grad);
     }
     _mm_sfence();  // the non-temporal stores are seen by every thread after the region's barrier
   }
@@ -992,6 +1092,23 @@ void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, ExpertWeights
                              accumulate, [](auto&&... args) { for_each_panel_nt<float>(args...); });
   grouped_by_panels(out, out_dtype, static_cast<const bf16_t*>(dout), rhs, groups, Kd, N, Kd, accumulate,
                     [](auto&&... args) { for_each_panel_nt<bf16_t>(args...); });
+}
+
+void grouped_gemm_nt_swiglu_grad(void* dh, void* dg, const void* dout, ExpertWeights rhs, const void* h,
+                                 Dtype dtype, GroupedShape groups, int64_t M, int64_t N,
+                                 const float* row_weight) {
+  check_groups(groups, M, N);
+  if (!ours(Form::nt, dtype, dtype, groups) || N == 0)
+    return nt_then_swiglu_grad<&grouped_gemm_nt>(dh, dg, dout, rhs, h, dtype, groups, M, N, row_weight);
+  if (dtype == Dtype::f32)
+    return grouped_by_panels(
+        dh, dtype, static_cast<const float*>(dout), rhs, groups, M, N, 2 * M, false,
+        [](auto&&... args) { for_each_panel_nt<float>(args...); }, SwigluOut<float>{},
+        SwigluGrad<float>{static_cast<const float*>(h), row_weight});
+  grouped_by_panels(
+      dh, dtype, static_cast<const bf16_t*>(dout), rhs, groups, M, N, 2 * M, false,
+      [](auto&&... args) { for_each_panel_nt<bf16_t>(args...); }, SwigluOut<bf16_t>{},
+      SwigluGrad<bf16_t>{static_cast<const bf16_t*>(h), row_weight});
 }
 
 void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* dout, Dtype in_dtype,

@@ -5,11 +5,12 @@
 namespace moe {
 namespace {
 
-// nn_swiglu: the variant's fused up projection + SwiGLU, or gemm_detail::nn_then_swiglu over its nn.
-#define MOE_GEMM_VARIANT(ns, nn_swiglu, description)                                               \
-  GemmVariant {                                                                                    \
-#ns, description, &ns::grouped_gemm_nn, nn_swiglu, &ns::grouped_gemm_nt, &ns::grouped_gemm_tn, \
-        &ns::dense_gemm, &ns::gemm_library_version                                                 \
+// nn_swiglu / nt_swiglu_grad: the variant's fused up projection + SwiGLU and down projection's dgrad +
+// SwiGLU's backward, or gemm_detail::nn_then_swiglu / nt_then_swiglu_grad over its nn / nt.
+#define MOE_GEMM_VARIANT(ns, nn_swiglu, nt_swiglu_grad, description)                         \
+  GemmVariant {                                                                              \
+#ns, description, &ns::grouped_gemm_nn, nn_swiglu, &ns::grouped_gemm_nt, nt_swiglu_grad, \
+        &ns::grouped_gemm_tn, &ns::dense_gemm, &ns::gemm_library_version                     \
   }
 
 const GemmVariant* active = nullptr;
@@ -20,7 +21,7 @@ const std::vector<GemmVariant>& gemm_variants() {
   static const std::vector<GemmVariant> variants = {
 #ifdef MOE_HAVE_DPBF16
       MOE_GEMM_VARIANT(
-          dpbf16, &dpbf16::grouped_gemm_nn_swiglu,
+          dpbf16, &dpbf16::grouped_gemm_nn_swiglu, &dpbf16::grouped_gemm_nt_swiglu_grad,
           "AVX-512 micro-kernel for groups up to 1536 rows (bf16: vdpbf16ps; float32: vfmadd231ps for nt, "
           "and nn from 768 rows), weights packed panel by panel while the next panel streams in; oneDNN "
           "for the rest"),
@@ -28,9 +29,11 @@ const std::vector<GemmVariant>& gemm_variants() {
 #ifdef MOE_HAVE_ONEDNN
       MOE_GEMM_VARIANT(
           onednn, &gemm_detail::nn_then_swiglu<&onednn::grouped_gemm_nn>,
+          &gemm_detail::nt_then_swiglu_grad<&onednn::grouped_gemm_nt>,
           "oneDNN 2.6 matmul per group, cached primitives; brgemm (bf16) or gemm:jit (f32, M >= 512)"),
 #endif
       MOE_GEMM_VARIANT(portable, &gemm_detail::nn_then_swiglu<&portable::grouped_gemm_nn>,
+                       &gemm_detail::nt_then_swiglu_grad<&portable::grouped_gemm_nt>,
                        "cache-blocked OpenMP f32 GEMM (bf16 widened on the fly); the fallback"),
   };
   return variants;
@@ -71,6 +74,13 @@ void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, ExpertWeights
   MOE_CHECK((!accumulate && rhs.parts() == 1) || out_dtype == Dtype::f32,
             "grouped_gemm_nt sums weight parts and accumulates in a float32 out only");
   active_gemm_variant().nt(out, out_dtype, dout, rhs, in_dtype, groups, Kd, N, accumulate);
+}
+
+void grouped_gemm_nt_swiglu_grad(void* dh, void* dg, const void* dout, ExpertWeights rhs, const void* h,
+                                 Dtype dtype, GroupedShape groups, int64_t M, int64_t N,
+                                 const float* row_weight) {
+  MOE_CHECK(rhs.parts() == 1, "grouped_gemm_nt_swiglu_grad: the down projection's weights are one tensor");
+  active_gemm_variant().nt_swiglu_grad(dh, dg, dout, rhs, h, dtype, groups, M, N, row_weight);
 }
 
 void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* dout, Dtype in_dtype,

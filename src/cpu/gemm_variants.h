@@ -33,7 +33,10 @@ namespace moe::dpbf16 {
 void grouped_gemm_nn_swiglu(void* h, void* g, Dtype out_dtype, const void* lhs, ExpertWeights rhs,
                             Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t M,
                             const float* row_weight, bool keep_h);
-}
+void grouped_gemm_nt_swiglu_grad(void* dh, void* dg, const void* dout, ExpertWeights rhs, const void* h,
+                                 Dtype dtype, GroupedShape groups, int64_t M, int64_t N,
+                                 const float* row_weight);
+}  // namespace moe::dpbf16
 #endif
 #endif
 MOE_DECLARE_GEMM_VARIANT(portable)
@@ -95,6 +98,27 @@ void nn_then_swiglu(void* h, void* g, Dtype out_dtype, const void* lhs, ExpertWe
     void* h0 = at(h, rows.row0 * 2 * M, out_dtype);
     cpu::swiglu_forward(at(g, rows.row0 * M, out_dtype), out_dtype, {h0, at(h0, M, out_dtype), 2 * M},
                         out_dtype, rows.rows, M, row_weight ? row_weight + rows.row0 : nullptr);
+  }
+}
+
+}  // namespace moe::gemm_detail
+
+namespace moe::gemm_detail {
+
+// grouped_gemm_nt_swiglu_grad for a variant without a fused one: its nt stores dg, then SwiGLU's
+// backward over each group's live rows (padding rows of dh are zeros whatever h holds there).
+template <decltype(&grouped_gemm_nt) Nt>
+void nt_then_swiglu_grad(void* dh, void* dg, const void* dout, ExpertWeights rhs, const void* h, Dtype dtype,
+                         GroupedShape groups, int64_t M, int64_t N, const float* row_weight) {
+  Nt(dg, dtype, dout, rhs, dtype, groups, M, N, /*accumulate=*/false);
+  for (int64_t e = 0; e < groups.experts; ++e) {
+    const GroupRows rows = group_rows(groups, e);
+    const void* h0 = at(h, rows.row0 * 2 * M, dtype);
+    void* dh0 = at(dh, rows.row0 * 2 * M, dtype);
+    cpu::swiglu_backward({dh0, at(dh0, M, dtype), 2 * M}, dtype, at(dg, rows.row0 * M, dtype),
+                         {h0, at(h0, M, dtype), 2 * M}, dtype, rows.live, M,
+                         row_weight ? row_weight + rows.row0 : nullptr);
+    zero_padding_rows(dh, dtype, rows, 2 * M);
   }
 }
 
