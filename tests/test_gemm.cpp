@@ -352,7 +352,7 @@ TEST_P(EveryGemmVariant, NtSwigluGradMatchesReference) {
 }
 
 // Padded cases also read dout as a column slice of a wider buffer (ld_dout = N + 5): the columns past N
-// hold random values that must not reach the result.
+// hold random values that must not reach the result. tn_pair must equal two tn calls.
 TEST_P(EveryGemmVariant, TnMatchesReferenceAndZeroesEmptyExperts) {
   ScopedVariant variant(GetParam());
   Inputs inputs(testing::test_seed());
@@ -375,6 +375,16 @@ TEST_P(EveryGemmVariant, TnMatchesReferenceAndZeroesEmptyExperts) {
                 for (int64_t j = 0; j < c.N; ++j)
                   want.add((e * c.Kd + k) * c.N + j, x[size_t(r * c.Kd + k)], dy[size_t(r * ld + j)]);
           expect_close(drhs, want);
+          // The pair (dw1 and dw3 from one lhs) is two tn calls, bit for bit.
+          const Tensor dout2 = inputs.random(in, {g.rows(), ld});
+          Tensor second = nan_filled(out_dt, {g.experts(), c.Kd, c.N}),
+                 pair_first = nan_filled(out_dt, {g.experts(), c.Kd, c.N}),
+                 pair_second = nan_filled(out_dt, {g.experts(), c.Kd, c.N});
+          grouped_gemm_tn(second.raw(), out_dt, lhs.raw(), dout2.raw(), in, g.shape(), c.Kd, c.N, ld);
+          grouped_gemm_tn_pair(pair_first.raw(), pair_second.raw(), out_dt, lhs.raw(), dout.raw(),
+                               dout2.raw(), in, g.shape(), c.Kd, c.N, ld);
+          EXPECT_EQ(std::memcmp(pair_first.raw(), drhs.raw(), drhs.bytes()), 0) << "tn_pair's first";
+          EXPECT_EQ(std::memcmp(pair_second.raw(), second.raw(), second.bytes()), 0) << "tn_pair's second";
           if (!padded) continue;
           // With zeros in the padding rows the caller may say so, and the form may sum over some of them.
           Tensor lhs0 = lhs.clone(), dout0 = dout.clone();

@@ -80,6 +80,13 @@ void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, ExpertWeights
 void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* dout, Dtype in_dtype,
                      GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout);
 
+// Two weight gradients of one lhs, as two grouped_gemm_tn calls (both douts ld_dout apart):
+// drhs_first[e] = lhs_e^T @ dout_first_e, drhs_second[e] = lhs_e^T @ dout_second_e
+// [dw1 and dw3 from x and dh's halves]. A variant may pack lhs^T once for both.
+void grouped_gemm_tn_pair(void* drhs_first, void* drhs_second, Dtype out_dtype, const void* lhs,
+                          const void* dout_first, const void* dout_second, Dtype in_dtype,
+                          GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout);
+
 // Dense: out (R, N) = a (R, Kd) @ b (Kd, N), with a and b possibly of different dtypes
 // (the shared expert's second GEMM takes f32 activations and run-dtype weights, spec §2.5).
 // trans_a / trans_b read a as (Kd, R) / b as (N, Kd) row-major.
@@ -90,7 +97,7 @@ void dense_gemm(void* out, Dtype out_dtype, const void* a, Dtype a_dtype, const 
 // avx512_core_bf16").
 std::string gemm_library_version();
 
-// The kernel registry for GEMMs: every variant implements the seven entry points above. The functions
+// The kernel registry for GEMMs: every variant implements the eight entry points above. The functions
 // above call the process-wide active variant (default: the first registered, the fastest). Tests and
 // `--list` walk the registry; `--gemm-variant` selects one.
 struct GemmVariant {
@@ -101,6 +108,7 @@ struct GemmVariant {
   decltype(&grouped_gemm_nt) nt;
   decltype(&grouped_gemm_nt_swiglu_grad) nt_swiglu_grad;
   decltype(&grouped_gemm_tn) tn;
+  decltype(&grouped_gemm_tn_pair) tn_pair;
   void (*dense)(void*, Dtype, const void*, Dtype, const void*, Dtype, int64_t, int64_t, int64_t, bool, bool);
   std::string (*version)();
 };

@@ -70,8 +70,8 @@ class FloatExpertFfn final : public ExpertFfnOp {
     tracer_("up_backward", [&] {
       // dw13 = x^T @ dh split in two is dw1 = x^T @ dh[:, :M] and dw3 = x^T @ dh[:, M:]: the halves are
       // computed in place, with no dw13 to write and copy apart (a full pass over the weights).
-      grouped_gemm_tn(dw.dw1.raw(), dt_, x_rows.raw(), dgu.da, dt_, groups, H, M, dgu.ld);
-      grouped_gemm_tn(dw.dw3.raw(), dt_, x_rows.raw(), dgu.db, dt_, groups, H, M, dgu.ld);
+      grouped_gemm_tn_pair(dw.dw1.raw(), dw.dw3.raw(), dt_, x_rows.raw(), dgu.da, dgu.db, dt_, groups, H, M,
+                           dgu.ld);
       if (traits_.fuse_w13) {
         grouped_gemm_nt(dx_rows.raw(), Dtype::f32, dh_.raw(), w13_of(w), dt_, groups, H, 2 * M);
       } else {

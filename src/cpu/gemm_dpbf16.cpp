@@ -975,12 +975,18 @@ void pack_lhs_transposed(const bf16_t* lhs, int64_t live, int64_t Kd, int64_t t0
     }
   }
 }
-// bf16 only: float32's tn is oneDNN's (ours above).
-void tn_by_tiles(void* drhs, Dtype out_dtype, const bf16_t* x, const bf16_t* dy, GroupedShape groups,
-                 int64_t Kd, int64_t N, int64_t ld_dout) {
+// One or two weight gradients of the same lhs (dw1 and dw3 from x and dh's halves: lhs^T is packed
+// once, with one barrier per group, for both). bf16 only: float32's tn is oneDNN's (ours above).
+struct TnOutputs {
+  int count;
+  void* drhs[2];
+  const bf16_t* dout[2];
+};
+void tn_by_tiles(const TnOutputs& outs, Dtype out_dtype, const bf16_t* x, GroupedShape groups, int64_t Kd,
+                 int64_t N, int64_t ld_dout) {
   using T = bf16_t;
   const bool out_bf16 = out_dtype == Dtype::bf16;
-  const bool stream = groups.experts * Kd * N * dtype_size(out_dtype) >= kStreamBytes;
+  const bool stream = outs.count * groups.experts * Kd * N * dtype_size(out_dtype) >= kStreamBytes;
   // Every thread reads all of a group's lhs^T (threads split the gradient's columns), so they pack it
   // once, each a share of its tiles, into one of two shared buffers, alternating by group: a thread may
   // pack the next group's while another still reads this one's, with one barrier per group (each
@@ -997,11 +1003,12 @@ void tn_by_tiles(void* drhs, Dtype out_dtype, const bf16_t* x, const bf16_t* dy,
     int64_t live_groups = 0;
     for (int64_t e = 0; e < groups.experts; ++e) {
       const GroupRows g = group_rows(groups, e);
-      void* dw = at(drhs, e * Kd * N, out_dtype);  // (Kd, N)
       if (g.live == 0) {
         // An expert no row reached has a zero gradient.
-        for (int64_t r = 0; r < Kd && c_end > c_begin; ++r)
-          std::memset(at(dw, r * N + c_begin, out_dtype), 0, size_t(c_end - c_begin) * dtype_size(out_dtype));
+        for (int q = 0; q < outs.count; ++q)
+          for (int64_t r = 0; r < Kd && c_end > c_begin; ++r)
+            std::memset(at(outs.drhs[q], (e * Kd + r) * N + c_begin, out_dtype), 0,
+                        size_t(c_end - c_begin) * dtype_size(out_dtype));
         continue;
       }
       const int64_t slots = step_slots<T>(g.live);
@@ -1019,32 +1026,35 @@ void tn_by_tiles(void* drhs, Dtype out_dtype, const bf16_t* x, const bf16_t* dy,
       const int64_t cols = c_end - c_begin, tiles = tiles_of(cols);
       __m512i* packed = grown(buf.panel, tiles * slots * 2);
       const int64_t group_tiles = std::max<int64_t>(1, kTnGroupBytes / (slots * 2 * 64));
-      for (int64_t g0 = 0; g0 < tiles; g0 += group_tiles) {
-        const int64_t g1 = std::min(tiles, g0 + group_tiles);
-        for (int64_t r0 = 0; r0 < Kd; r0 += kTnRows) {
-          const int64_t r = std::min<int64_t>(kTnRows, Kd - r0);
-          for (int64_t t0 = g0; t0 < g1; ++t0) {
-            TileJob<T> j;
-            j.a = {xt + kPerStep<T> * (r0 / kTnBlock * slots * kTnBlock + r0 % kTnBlock), kPerStep<T>,
-                   kPerStep<T> * kTnBlock};
-            j.panel = packed + t0 * slots * 2;
-            j.steps = g.live / kPerStep<T>;
-            j.odd = g.live % kPerStep<T> != 0;  // lhs^T's last pair holds a zero second element, not read
-            j.cols = std::min(kTileCols, cols - t0 * kTileCols);
-            j.in = nullptr;
-            j.in_ld = 0;
-            j.raw = dy + g.row0 * ld_dout + c_begin + t0 * kTileCols;  // (live, cols) ld_dout apart
-            j.raw_ld = ld_dout;
-            j.raw_cols = first_elements(j.cols);
-            j.ahead = {};
-            j.out = at(dw, r0 * N + c_begin + t0 * kTileCols, out_dtype);
-            j.out_ld = N;
-            j.out_bf16 = out_bf16;
-            j.stream = stream;
-            kTileKernels<T>[r0 == 0 ? kPack : kMultiply][r - 1](j);
+      for (int q = 0; q < outs.count; ++q)
+        for (int64_t g0 = 0; g0 < tiles; g0 += group_tiles) {
+          void* dw = at(outs.drhs[q], e * Kd * N, out_dtype);  // (Kd, N)
+          const bf16_t* dy = outs.dout[q];
+          const int64_t g1 = std::min(tiles, g0 + group_tiles);
+          for (int64_t r0 = 0; r0 < Kd; r0 += kTnRows) {
+            const int64_t r = std::min<int64_t>(kTnRows, Kd - r0);
+            for (int64_t t0 = g0; t0 < g1; ++t0) {
+              TileJob<T> j;
+              j.a = {xt + kPerStep<T> * (r0 / kTnBlock * slots * kTnBlock + r0 % kTnBlock), kPerStep<T>,
+                     kPerStep<T> * kTnBlock};
+              j.panel = packed + t0 * slots * 2;
+              j.steps = g.live / kPerStep<T>;
+              j.odd = g.live % kPerStep<T> != 0;  // lhs^T's last pair holds a zero second element, not read
+              j.cols = std::min(kTileCols, cols - t0 * kTileCols);
+              j.in = nullptr;
+              j.in_ld = 0;
+              j.raw = dy + g.row0 * ld_dout + c_begin + t0 * kTileCols;  // (live, cols) ld_dout apart
+              j.raw_ld = ld_dout;
+              j.raw_cols = first_elements(j.cols);
+              j.ahead = {};
+              j.out = at(dw, r0 * N + c_begin + t0 * kTileCols, out_dtype);
+              j.out_ld = N;
+              j.out_bf16 = out_bf16;
+              j.stream = stream;
+              kTileKernels<T>[r0 == 0 ? kPack : kMultiply][r - 1](j);
+            }
           }
         }
-      }
     }
     _mm_sfence();
   }
@@ -1116,8 +1126,21 @@ void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* d
   check_groups(groups, Kd, N);
   if (!ours(Form::tn, in_dtype, out_dtype, groups))
     return onednn::grouped_gemm_tn(drhs, out_dtype, lhs, dout, in_dtype, groups, Kd, N, ld_dout);
-  tn_by_tiles(drhs, out_dtype, static_cast<const bf16_t*>(lhs), static_cast<const bf16_t*>(dout), groups, Kd,
-              N, ld_dout);
+  tn_by_tiles({1, {drhs, nullptr}, {static_cast<const bf16_t*>(dout), nullptr}}, out_dtype,
+              static_cast<const bf16_t*>(lhs), groups, Kd, N, ld_dout);
+}
+
+void grouped_gemm_tn_pair(void* drhs_first, void* drhs_second, Dtype out_dtype, const void* lhs,
+                          const void* dout_first, const void* dout_second, Dtype in_dtype,
+                          GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout) {
+  check_groups(groups, Kd, N);
+  if (!ours(Form::tn, in_dtype, out_dtype, groups))
+    return tn_twice<&onednn::grouped_gemm_tn>(drhs_first, drhs_second, out_dtype, lhs, dout_first,
+                                              dout_second, in_dtype, groups, Kd, N, ld_dout);
+  tn_by_tiles({2,
+               {drhs_first, drhs_second},
+               {static_cast<const bf16_t*>(dout_first), static_cast<const bf16_t*>(dout_second)}},
+              out_dtype, static_cast<const bf16_t*>(lhs), groups, Kd, N, ld_dout);
 }
 
 void dense_gemm(void* out, Dtype out_dtype, const void* a, Dtype a_dtype, const void* b, Dtype b_dtype,

@@ -5,12 +5,13 @@
 namespace moe {
 namespace {
 
-// nn_swiglu / nt_swiglu_grad: the variant's fused up projection + SwiGLU and down projection's dgrad +
-// SwiGLU's backward, or gemm_detail::nn_then_swiglu / nt_then_swiglu_grad over its nn / nt.
-#define MOE_GEMM_VARIANT(ns, nn_swiglu, nt_swiglu_grad, description)                         \
+// nn_swiglu / nt_swiglu_grad / tn_pair: the variant's fused up projection + SwiGLU, down projection's
+// dgrad + SwiGLU's backward and paired wgrads, or gemm_detail::nn_then_swiglu / nt_then_swiglu_grad /
+// tn_twice over its nn / nt / tn.
+#define MOE_GEMM_VARIANT(ns, nn_swiglu, nt_swiglu_grad, tn_pair, description)                \
   GemmVariant {                                                                              \
 #ns, description, &ns::grouped_gemm_nn, nn_swiglu, &ns::grouped_gemm_nt, nt_swiglu_grad, \
-        &ns::grouped_gemm_tn, &ns::dense_gemm, &ns::gemm_library_version                     \
+        &ns::grouped_gemm_tn, tn_pair, &ns::dense_gemm, &ns::gemm_library_version            \
   }
 
 const GemmVariant* active = nullptr;
@@ -22,6 +23,7 @@ const std::vector<GemmVariant>& gemm_variants() {
 #ifdef MOE_HAVE_DPBF16
       MOE_GEMM_VARIANT(
           dpbf16, &dpbf16::grouped_gemm_nn_swiglu, &dpbf16::grouped_gemm_nt_swiglu_grad,
+          &dpbf16::grouped_gemm_tn_pair,
           "AVX-512 micro-kernel for groups up to 1536 rows (bf16: vdpbf16ps; float32: vfmadd231ps for nt, "
           "and nn from 768 rows), weights packed panel by panel while the next panel streams in; oneDNN "
           "for the rest"),
@@ -30,10 +32,12 @@ const std::vector<GemmVariant>& gemm_variants() {
       MOE_GEMM_VARIANT(
           onednn, &gemm_detail::nn_then_swiglu<&onednn::grouped_gemm_nn>,
           &gemm_detail::nt_then_swiglu_grad<&onednn::grouped_gemm_nt>,
+          &gemm_detail::tn_twice<&onednn::grouped_gemm_tn>,
           "oneDNN 2.6 matmul per group, cached primitives; brgemm (bf16) or gemm:jit (f32, M >= 512)"),
 #endif
       MOE_GEMM_VARIANT(portable, &gemm_detail::nn_then_swiglu<&portable::grouped_gemm_nn>,
                        &gemm_detail::nt_then_swiglu_grad<&portable::grouped_gemm_nt>,
+                       &gemm_detail::tn_twice<&portable::grouped_gemm_tn>,
                        "cache-blocked OpenMP f32 GEMM (bf16 widened on the fly); the fallback"),
   };
   return variants;
@@ -87,6 +91,14 @@ void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* d
                      GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout) {
   MOE_CHECK(ld_dout >= N, "grouped_gemm_tn: dout's row stride must cover its N columns");
   active_gemm_variant().tn(drhs, out_dtype, lhs, dout, in_dtype, groups, Kd, N, ld_dout);
+}
+
+void grouped_gemm_tn_pair(void* drhs_first, void* drhs_second, Dtype out_dtype, const void* lhs,
+                          const void* dout_first, const void* dout_second, Dtype in_dtype,
+                          GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout) {
+  MOE_CHECK(ld_dout >= N, "grouped_gemm_tn_pair: dout's row stride must cover its N columns");
+  active_gemm_variant().tn_pair(drhs_first, drhs_second, out_dtype, lhs, dout_first, dout_second, in_dtype,
+                                groups, Kd, N, ld_dout);
 }
 
 void dense_gemm(void* out, Dtype out_dtype, const void* a, Dtype a_dtype, const void* b, Dtype b_dtype,

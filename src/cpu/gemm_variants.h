@@ -36,6 +36,9 @@ void grouped_gemm_nn_swiglu(void* h, void* g, Dtype out_dtype, const void* lhs, 
 void grouped_gemm_nt_swiglu_grad(void* dh, void* dg, const void* dout, ExpertWeights rhs, const void* h,
                                  Dtype dtype, GroupedShape groups, int64_t M, int64_t N,
                                  const float* row_weight);
+void grouped_gemm_tn_pair(void* drhs_first, void* drhs_second, Dtype out_dtype, const void* lhs,
+                          const void* dout_first, const void* dout_second, Dtype in_dtype,
+                          GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout);
 }  // namespace moe::dpbf16
 #endif
 #endif
@@ -120,6 +123,15 @@ void nt_then_swiglu_grad(void* dh, void* dg, const void* dout, ExpertWeights rhs
                          row_weight ? row_weight + rows.row0 : nullptr);
     zero_padding_rows(dh, dtype, rows, 2 * M);
   }
+}
+
+// grouped_gemm_tn_pair for a variant without its own: two tn calls.
+template <decltype(&grouped_gemm_tn) Tn>
+void tn_twice(void* drhs_first, void* drhs_second, Dtype out_dtype, const void* lhs, const void* dout_first,
+              const void* dout_second, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N,
+              int64_t ld_dout) {
+  Tn(drhs_first, out_dtype, lhs, dout_first, in_dtype, groups, Kd, N, ld_dout);
+  Tn(drhs_second, out_dtype, lhs, dout_second, in_dtype, groups, Kd, N, ld_dout);
 }
 
 }  // namespace moe::gemm_detail
