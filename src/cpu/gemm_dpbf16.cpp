@@ -243,31 +243,20 @@ inline __m512 bf16_to_f32(__m256i v) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
 }
 
-// g = silu(gate) * up * w, as swiglu_forward computes it from stored h (bf16: h's rounded values).
+// g = silu(gate) * up * w, as swiglu_forward computes it from stored h (bf16: h's rounded values), with
+// the epilogues' sigmoid16.
 inline __m512 swiglu_row(__m512 gate, __m512 up, float w) {
-  alignas(64) float a[16], b[16], g[16];
-  _mm512_store_ps(a, gate);
-  _mm512_store_ps(b, up);
-#pragma omp simd
-  for (int i = 0; i < 16; ++i) g[i] = a[i] * cpu::sigmoid_approx(a[i]) * b[i] * w;
-  return _mm512_load_ps(g);
+  return _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(gate, cpu::sigmoid16(gate)), up), _mm512_set1_ps(w));
 }
 
 // dgate and dup from dg (as stored), gate, up and w, as swiglu_backward computes them.
 inline void swiglu_grad_row(__m512 dg, __m512 gate, __m512 up, float w, __m512& dgate, __m512& dup) {
-  alignas(64) float a[16], b[16], d[16], da[16], db[16];
-  _mm512_store_ps(a, gate);
-  _mm512_store_ps(b, up);
-  _mm512_store_ps(d, dg);
-#pragma omp simd
-  for (int i = 0; i < 16; ++i) {
-    const float s = cpu::sigmoid_approx(a[i]);
-    const float dgw = d[i] * w;
-    da[i] = dgw * b[i] * s * (1.0f + a[i] * (1.0f - s));
-    db[i] = dgw * a[i] * s;
-  }
-  dgate = _mm512_load_ps(da);
-  dup = _mm512_load_ps(db);
+  const __m512 s = cpu::sigmoid16(gate), dgw = _mm512_mul_ps(dg, _mm512_set1_ps(w));
+  const __m512 one = _mm512_set1_ps(1.0f);
+  // dgw * up * s * (1 + gate * (1 - s)), dgw * gate * s
+  dgate = _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(dgw, up), s),
+                        _mm512_fmadd_ps(gate, _mm512_sub_ps(one, s), one));
+  dup = _mm512_mul_ps(_mm512_mul_ps(dgw, gate), s);
 }
 
 inline __mmask32 first_elements(int64_t n) {
