@@ -97,12 +97,10 @@ void gather_rows_to_tokens(const TokenSums& sums, const void* rows_in, Dtype dt,
     std::vector<float> scratch(static_cast<size_t>(H)), sum(static_cast<size_t>(H));
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < plan.tokens; ++t) {
-      // The next token's rows lie anywhere in the buffer: start fetching them now.
-      for (int64_t k = 0; t + 1 < plan.tokens && k < K; ++k) {
-        const int32_t r = plan.assignment_row[(t + 1) * K + k];
-        if (r < 0) continue;
-        const char* next = rows + size_t(r) * size_t(H) * elem;
-        for (size_t b = 0; b < size_t(H) * elem; b += 64) __builtin_prefetch(next + b);
+      // A token's rows lie anywhere in the buffer: fetch those of a token kRowsAhead on now.
+      for (int64_t k = 0; t + kRowsAhead < plan.tokens && k < K; ++k) {
+        const int32_t r = plan.assignment_row[(t + kRowsAhead) * K + k];
+        if (r >= 0) prefetch_bytes(rows + size_t(r) * size_t(H) * elem, size_t(H) * elem);
       }
       if (start)
         std::memcpy(sum.data(), start + t * H, size_t(H) * sizeof(float));
@@ -136,6 +134,10 @@ void combine_backward(void* dy_rows, Dtype dt, const float* dy, const HostPlan& 
     std::vector<float> row(static_cast<size_t>(H));
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < plan.rows; ++r) {
+      // Rows read tokens anywhere in dy: fetch the one kRowsAhead rows on now.
+      if (r + kRowsAhead < plan.rows && plan.row_assignment[r + kRowsAhead] >= 0)
+        prefetch_bytes(dy + int64_t(plan.row_assignment[r + kRowsAhead] / plan.topk) * H,
+                       size_t(H) * sizeof(float));
       char* dst = dst_rows + size_t(r) * size_t(H) * elem;
       const int32_t a = plan.row_assignment[r];
       if (a < 0) {

@@ -19,6 +19,9 @@ void dispatch_gather_direct(void* x_rows, const void* x, Dtype dt, const HostPla
   {
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < plan.rows; ++r) {
+      // Rows copy tokens from anywhere in x: fetch the one kRowsAhead rows on now.
+      if (r + kRowsAhead < plan.rows && plan.row_token(r + kRowsAhead) >= 0)
+        prefetch_bytes(src + size_t(plan.row_token(r + kRowsAhead)) * row_bytes, row_bytes);
       const int32_t t = plan.row_token(r);
       char* row = dst + size_t(r) * row_bytes;
       if (stream)

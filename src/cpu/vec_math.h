@@ -114,6 +114,15 @@ inline void stream_row_bf16(bf16_t* dst, const float* src, int64_t n) {
 #endif
 }
 
+// The row passes that read rows at random places (dispatch, combine and their backwards) fetch a row
+// this many rows ahead of the one they work on, so that several rows' lines are in flight at once.
+constexpr int64_t kRowsAhead = 4;
+
+// Asks for the lines of [p, p + bytes) into the caches.
+inline void prefetch_bytes(const void* p, size_t bytes) {
+  for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(static_cast<const char*>(p) + b);
+}
+
 // Outputs from this many bytes (beyond what the L2 caches of a couple of cores hold) leave the caches
 // before anything reads them back.
 constexpr size_t kStreamRowsBytes = size_t(2) << 20;
