@@ -83,6 +83,43 @@ void add_rows_to_tokens(const TokenSums& sums, const void* rows_in, Dtype dt, co
   }
 }
 
+#if defined(__AVX512BF16__)
+// GCC 12's AVX-512 intrinsics pass a self-initialised "undefined" vector as the unused merge operand,
+// which -Wmaybe-uninitialized reports wherever they inline.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+namespace {
+
+// One token of gather_rows_to_tokens for bf16 rows and a streamed bf16 output: out (H) = start (or 0)
+// + the sum over k of weight[k] * rows[row_of[k]], the same sums in the same order as the general path,
+// in one pass that keeps each 32 columns' sum in registers (the general path converts each row to a
+// float scratch and adds it to a float sum, three passes over them in L1).
+void sum_bf16_rows_streamed(bf16_t* out, const float* start, const char* rows, const int32_t* row_of,
+                            const float* weight, int64_t K, int64_t H) {
+  for (int64_t h = 0; h < H; h += 32) {
+    __m512 lo = start ? _mm512_loadu_ps(start + h) : _mm512_setzero_ps();
+    __m512 hi = start ? _mm512_loadu_ps(start + h + 16) : _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; ++k) {
+      if (row_of[k] < 0) continue;
+      const __m512 w = _mm512_set1_ps(weight ? weight[k] : 1.0f);
+      const __m512i v =
+          _mm512_loadu_si512(rows + (size_t(row_of[k]) * size_t(H) + size_t(h)) * sizeof(bf16_t));
+      const __m512 v_lo =
+          _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(v)), 16));
+      const __m512 v_hi =
+          _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(v, 1)), 16));
+      lo = _mm512_add_ps(lo, _mm512_mul_ps(w, v_lo));
+      hi = _mm512_add_ps(hi, _mm512_mul_ps(w, v_hi));
+    }
+    const __m512bh both = _mm512_cvtne2ps_pbh(hi, lo);
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(out + h), reinterpret_cast<const __m512i&>(both));
+  }
+}
+
+}  // namespace
+#pragma GCC diagnostic pop
+#endif
+
 void gather_rows_to_tokens(const TokenSums& sums, const void* rows_in, Dtype dt, const HostPlan& plan,
                            int64_t H, const float* weight) {
   const int64_t K = plan.topk;
@@ -102,6 +139,14 @@ void gather_rows_to_tokens(const TokenSums& sums, const void* rows_in, Dtype dt,
         const int32_t r = plan.assignment_row[(t + kRowsAhead) * K + k];
         if (r >= 0) prefetch_bytes(rows + size_t(r) * size_t(H) * elem, size_t(H) * elem);
       }
+#if defined(__AVX512BF16__)
+      if (stream && dt == Dtype::bf16) {
+        sum_bf16_rows_streamed(reinterpret_cast<bf16_t*>(out + size_t(t) * size_t(H) * out_elem),
+                               start ? start + t * H : nullptr, rows, plan.assignment_row + t * K,
+                               weight ? weight + t * K : nullptr, K, H);
+        continue;
+      }
+#endif
       if (start)
         std::memcpy(sum.data(), start + t * H, size_t(H) * sizeof(float));
       else
