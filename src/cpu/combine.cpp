@@ -192,12 +192,13 @@ void combine_backward(void* dy_rows, Dtype dt, const float* dy, const HostPlan& 
       float w = 1.0f;
       if (!preweighted) w = kind == CombineKind::scatter ? plan.row_weight[r] : routing.weights[a];
       const float* src = dy + int64_t(a / plan.topk) * H;
+      if (stream) {
+        stream_scaled_row_bf16(reinterpret_cast<bf16_t*>(dst), src, w, H);
+        continue;
+      }
 #pragma omp simd
       for (int64_t h = 0; h < H; ++h) row[size_t(h)] = w * src[h];
-      if (stream)
-        stream_row_bf16(reinterpret_cast<bf16_t*>(dst), row.data(), H);
-      else
-        store_row(dst, dt, row.data(), H);
+      store_row(dst, dt, row.data(), H);
     }
     if (stream) end_streams();
   }

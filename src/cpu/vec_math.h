@@ -159,6 +159,20 @@ inline void stream_zero(void* dst, size_t bytes) {
 #endif
 }
 
+// stream_row_bf16 of w * src, in one pass. REQUIRES: streams_bf16_rows(bf16, n, dst).
+inline void stream_scaled_row_bf16(bf16_t* dst, const float* src, float w, int64_t n) {
+#if defined(__AVX512BF16__)
+  const __m512 scale = _mm512_set1_ps(w);
+  for (int64_t i = 0; i < n; i += 32) {
+    const __m512bh both = _mm512_cvtne2ps_pbh(_mm512_mul_ps(scale, _mm512_loadu_ps(src + i + 16)),
+                                              _mm512_mul_ps(scale, _mm512_loadu_ps(src + i)));
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + i), reinterpret_cast<const __m512i&>(both));
+  }
+#else
+  MOE_CHECK(false, "stream_scaled_row_bf16 without AVX-512 BF16");
+#endif
+}
+
 // Orders a thread's non-temporal stores before the parallel region's closing barrier.
 inline void end_streams() {
 #if defined(__AVX512F__)
