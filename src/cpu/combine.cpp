@@ -52,6 +52,7 @@ void add_rows_to_tokens(const TokenSums& sums, const void* rows_in, Dtype dt, co
     const int64_t width = c1 - c0;
     std::vector<float> scratch(static_cast<size_t>(std::max<int64_t>(width, 1))),
         sum(static_cast<size_t>(std::max<int64_t>(width, 1)));
+    bool streamed = false;
     for (int64_t r = 0; r < plan.rows && width > 0; ++r) {
       const int32_t t = plan.row_token(r);
       if (t < 0) continue;
@@ -64,7 +65,14 @@ void add_rows_to_tokens(const TokenSums& sums, const void* rows_in, Dtype dt, co
         float* s = sum.data();
 #pragma omp simd
         for (int64_t h = 0; h < width; ++h) s[h] = (starts ? 0.0f : dst[h]) + w * src[h];
-        store_row(out + (size_t(t) * size_t(H) + size_t(c0)) * out_elem, out_dt, s, width);
+        char* o = out + (size_t(t) * size_t(H) + size_t(c0)) * out_elem;
+        // Nothing reads the output in this pass: whole lines leave unfetched.
+        if (streams_bf16_rows(out_dt, width, o)) {
+          stream_row_bf16(reinterpret_cast<bf16_t*>(o), s, width);
+          streamed = true;
+        } else {
+          store_row(o, out_dt, s, width);
+        }
       } else if (starts) {
 #pragma omp simd
         for (int64_t h = 0; h < width; ++h) dst[h] = 0.0f + w * src[h];
@@ -80,6 +88,7 @@ void add_rows_to_tokens(const TokenSums& sums, const void* rows_in, Dtype dt, co
       if (!sums.acc_holds_start) std::fill(dst, dst + width, 0.0f);
       if (separate_out) store_row(out + (size_t(t) * size_t(H) + size_t(c0)) * out_elem, out_dt, dst, width);
     }
+    if (streamed) end_streams();
   }
 }
 
