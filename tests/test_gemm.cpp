@@ -97,14 +97,15 @@ struct GroupCase {
 // weights in panels of 1024 reduction elements x 256 columns (nn) or 128 (nt, nn_swiglu): "deep_kd"
 // needs two panels along nn's reduction and "deep_n" along nt's in each of its two weight parts
 // (N / 2 = 1031, odd); both have several along the columns (deep_kd: 300 a thread on two threads),
-// so partial sums carry between panels (in the output, or in scratch).
+// so partial sums carry between panels (in scratch).
 // Outputs of 2 MiB or more go out with non-temporal stores in dpbf16: "streamed_output" crosses that
 // in nn and nn_swiglu (rows 4120 bytes apart, so some start on a 64-byte line and most do not),
 // "streamed_wgrad" in tn, "streamed_dgrad" in nt's float32 output. "rows_4k_apart": tn's dout rows a
 // multiple of 4 KiB apart (unpadded, ld = N = 2048), as the reference shape's. dpbf16's tn packs dout
 // on the way in groups of tiles of 512 KiB: "tn_tile_groups" (1030 rows: 66 KiB a tile) has 2-5
-// groups per thread, the last ragged, and an odd group. dpbf16's float32 nn and nn_swiglu run only
-// on groups of 768 rows or more: "deep_kd_large_group" has two panels along their reduction there.
+// groups per thread, the last ragged, and an odd group. dpbf16's float32 nn_swiglu runs only on
+// groups of 384 rows or more ("large_group", "wide_slices", "streamed_output"; "column_slices" is
+// below): "deep_kd_large_group" has two panels along its reduction there.
 const GroupCase kGroupCases[] = {
     {"odd_sizes_with_empty", {3, 0, 17, 1, 63, 65}, 17, 63},
     {"all_rows_in_one_group", {0, 0, 37, 0}, 65, 3},

@@ -86,11 +86,12 @@ static_assert(kPanelCols <= kNnPanelCols<float> && kNnPanelCols<bf16_t> <= kMaxP
 // Above this many rows in a group oneDNN's brgemm, which also blocks the rows, is as fast or faster
 // (docs/kernels.md); the largest group decides for the whole call.
 constexpr int64_t kMaxGroupRows = 1536;
-// float32 (probe against oneDNN's float32 matmul, 2-core Zen 5, docs/kernels.md): nt is ours at every
-// group size up to kMaxGroupRows (137 rows +3 %, 1024 +3-5 %); nn and nn_swiglu only from this many
-// rows (1024 x 1024 x 2048: +4 % / +3-5 %, SwiGLU fused; 512 rows -1 % / -4 %, 137 rows -3 % / -13 %);
-// tn stays oneDNN's (ours 0.96-1.00 of it at 1024 rows, 0.90 at 1092 x 2048 x 2816).
-constexpr int64_t kMinF32NnGroupRows = 768;
+// float32 (probe against oneDNN's float32 matmul, 2-core Zen 5, docs/kernels.md): nt and nn are ours at
+// every group size up to kMaxGroupRows (nt: 137 rows +3 %, 1024 +3-5 %; nn: 137 to 546 rows x 1408 ->
+// 2048, the down projection of the seed's shapes, +10-17 %, x 2048 -> 2816 +1-4 %); nn_swiglu only from
+// this many rows (546 rows +5-9 %, 384 +2 %, 256 level, 137 -3 %); tn stays oneDNN's (ours 0.96-1.00 of
+// it at 1024 rows, 0.90 at 1092 x 2048 x 2816).
+constexpr int64_t kMinF32SwigluGroupRows = 384;
 // Outputs from this many bytes (more than the L2 caches of a couple of cores hold, so they leave the
 // caches before anything reads them) are written with non-temporal stores: no line is fetched before it
 // is overwritten, and rows a power of two bytes apart (hidden size 2048 in bf16) no longer pile a
@@ -920,7 +921,7 @@ void grouped_by_panels(void* out, Dtype out_dtype, const T* lhs, ExpertWeights r
   }
 }
 
-enum class Form { nn, nt, tn };
+enum class Form { nn, nn_swiglu, nt, tn };
 
 bool ours(Form form, Dtype in_dtype, Dtype out_dtype, GroupedShape groups) {
   const int64_t largest = largest_live_group(groups);
@@ -928,8 +929,9 @@ bool ours(Form form, Dtype in_dtype, Dtype out_dtype, GroupedShape groups) {
   if (in_dtype == Dtype::bf16) return out_dtype == Dtype::bf16 || out_dtype == Dtype::f32;
   if (in_dtype != Dtype::f32 || out_dtype != Dtype::f32) return false;
   switch (form) {
+    case Form::nn_swiglu:
+      return largest >= kMinF32SwigluGroupRows;
     case Form::nn:
-      return largest >= kMinF32NnGroupRows;
     case Form::nt:
       return true;
     case Form::tn:
@@ -1066,7 +1068,7 @@ void grouped_gemm_nn_swiglu(void* h, void* g, Dtype out_dtype, const void* lhs, 
                             Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t M,
                             const float* row_weight, bool keep_h) {
   check_groups(groups, Kd, 2 * M);
-  if (out_dtype != in_dtype || !ours(Form::nn, in_dtype, out_dtype, groups) || Kd == 0)
+  if (out_dtype != in_dtype || !ours(Form::nn_swiglu, in_dtype, out_dtype, groups) || Kd == 0)
     return nn_then_swiglu<&onednn::grouped_gemm_nn>(h, g, out_dtype, lhs, rhs, in_dtype, groups, Kd, M,
                                                     row_weight, keep_h);
   if (in_dtype == Dtype::f32)
@@ -1138,7 +1140,7 @@ void dense_gemm(void* out, Dtype out_dtype, const void* a, Dtype a_dtype, const 
 
 std::string gemm_library_version() {
   return "AVX-512 micro-kernel for bf16 groups up to " + std::to_string(kMaxGroupRows) +
-         " rows (float32: nt, and nn from " + std::to_string(kMinF32NnGroupRows) + " rows); " +
+         " rows (float32: nn, nt, and nn_swiglu from " + std::to_string(kMinF32SwigluGroupRows) + " rows); " +
          onednn::gemm_library_version();
 }
 

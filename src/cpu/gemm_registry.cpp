@@ -24,9 +24,9 @@ const std::vector<GemmVariant>& gemm_variants() {
       MOE_GEMM_VARIANT(
           dpbf16, &dpbf16::grouped_gemm_nn_swiglu, &dpbf16::grouped_gemm_nt_swiglu_grad,
           &dpbf16::grouped_gemm_tn_pair,
-          "AVX-512 micro-kernel for groups up to 1536 rows (bf16: vdpbf16ps; float32: vfmadd231ps for nt, "
-          "and nn from 768 rows), weights packed panel by panel while the next panel streams in; oneDNN "
-          "for the rest"),
+          "AVX-512 micro-kernel for groups up to 1536 rows (bf16: vdpbf16ps; float32: vfmadd231ps for nn, "
+          "nt, and nn_swiglu from 384 rows), weights packed panel by panel while the next panel streams in; "
+          "oneDNN for the rest"),
 #endif
 #ifdef MOE_HAVE_ONEDNN
       MOE_GEMM_VARIANT(
