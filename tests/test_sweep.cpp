@@ -280,8 +280,8 @@ TEST(Sweep, AnInterruptedSweepLosesAtMostTheRunInFlight) {
       std::string("sweep ") + kTiny + " --topk 1-4 --seed 1-6 --iters 400 --repeats 5 --out " + store;
   const pid_t pid = fork();
   if (pid == 0) {
-    std::freopen("/dev/null", "w", stdout);
-    std::freopen("/dev/null", "w", stderr);
+    // The child's output is not the test's; a child that cannot silence it exits before the exec.
+    if (!std::freopen("/dev/null", "w", stdout) || !std::freopen("/dev/null", "w", stderr)) _exit(126);
     execl("/bin/sh", "sh", "-c", ("exec " + std::string(MOE_BENCH_BINARY) + " " + args).c_str(), nullptr);
     _exit(127);
   }
