@@ -288,6 +288,17 @@ class OpsOnBackend : public ::testing::TestWithParam<std::string> {
         [&](const TokenSums& dx) { op->backward(dx, be_dx_rows, be_plan); });
   }
 
+  // The loss's dy and sum of squares for a random y (rows, cols) of dt.
+  void check_loss(Dtype dt, int64_t rows, int64_t cols, uint64_t seed) {
+    const Tensor y = random_host(dt, {rows, cols}, seed);
+    Tensor dy_want(Dtype::f32, {rows, cols}), sum_want(Dtype::f64, {1});
+    Tensor dy_got = poisoned(be(), Dtype::f32, {rows, cols}), sum_got = poisoned(be(), Dtype::f64, {1});
+    ref().loss_backward(dy_want, sum_want, y);
+    be().loss_backward(dy_got, sum_got, be().to_device(y));
+    EXPECT_TRUE(close("dy", dy_got, dy_want, rows * cols, 1e-6));
+    EXPECT_TRUE(close("sum_sq", sum_got, sum_want, 1, 1e-12));
+  }
+
   // The expert FFN's forward and backward for case c (bf16 with nudge_slack, see above).
   void check_expert_ffn(const Case& c) {
     SCOPED_TRACE(c.label);
@@ -452,15 +463,7 @@ TEST_P(OpsOnBackend, LossConvertAndDenseGemm) {
     c.cfg.bench_pass = BenchPass::forward_backward;
     SCOPED_TRACE(dtype_name(dt));
     const double tol = run_tolerance(dt);
-    if (supported(OpKind::loss, c)) {
-      const Tensor y = random_host(dt, {13, 7}, seed_ + 17);
-      Tensor dy_want(Dtype::f32, {13, 7}), sum_want(Dtype::f64, {1});
-      Tensor dy_got = poisoned(be(), Dtype::f32, {13, 7}), sum_got = poisoned(be(), Dtype::f64, {1});
-      ref().loss_backward(dy_want, sum_want, y);
-      be().loss_backward(dy_got, sum_got, be().to_device(y));
-      EXPECT_TRUE(close("dy", dy_got, dy_want, 13 * 7, 1e-6));
-      EXPECT_TRUE(close("sum_sq", sum_got, sum_want, 1, 1e-12));
-    }
+    if (supported(OpKind::loss, c)) check_loss(dt, 13, 7, seed_ + 17);
     if (supported(OpKind::dense_gemm, c)) {
       for (bool trans_b : {false, true}) {
         const Tensor a = random_host(dt, {19, 33}, seed_ + 18);
@@ -511,13 +514,7 @@ TEST_P(OpsOnBackend, LargeBuffersOnTheStreamingPaths) {
     c.cfg.dtype = dt;
     if (!supported(OpKind::loss, c)) continue;
     SCOPED_TRACE(std::string("loss ") + dtype_name(dt));
-    const Tensor y = random_host(dt, {1024, 520}, seed_ + 21);  // dy 2 MiB and a ragged last chunk
-    Tensor dy_want(Dtype::f32, {1024, 520}), sum_want(Dtype::f64, {1});
-    Tensor dy_got = poisoned(be(), Dtype::f32, {1024, 520}), sum_got = poisoned(be(), Dtype::f64, {1});
-    ref().loss_backward(dy_want, sum_want, y);
-    be().loss_backward(dy_got, sum_got, be().to_device(y));
-    EXPECT_TRUE(close("dy", dy_got, dy_want, 1024 * 520, 1e-6));
-    EXPECT_TRUE(close("sum_sq", sum_got, sum_want, 1, 1e-12));
+    check_loss(dt, 1024, 520, seed_ + 21);  // dy 2 MiB and a ragged last chunk
   }
   skip_if_nothing_ran();
 }

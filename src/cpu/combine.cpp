@@ -113,12 +113,8 @@ void sum_bf16_rows_streamed(bf16_t* out, const float* start, const char* rows, c
       const __m512 w = _mm512_set1_ps(weight ? weight[k] : 1.0f);
       const __m512i v =
           _mm512_loadu_si512(rows + (size_t(row_of[k]) * size_t(H) + size_t(h)) * sizeof(bf16_t));
-      const __m512 v_lo =
-          _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(v)), 16));
-      const __m512 v_hi =
-          _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(v, 1)), 16));
-      lo = _mm512_add_ps(lo, _mm512_mul_ps(w, v_lo));
-      hi = _mm512_add_ps(hi, _mm512_mul_ps(w, v_hi));
+      lo = _mm512_add_ps(lo, _mm512_mul_ps(w, bf16_to_f32(_mm512_castsi512_si256(v))));
+      hi = _mm512_add_ps(hi, _mm512_mul_ps(w, bf16_to_f32(_mm512_extracti64x4_epi64(v, 1))));
     }
     const __m512bh both = _mm512_cvtne2ps_pbh(hi, lo);
     _mm512_stream_si512(reinterpret_cast<__m512i*>(out + h), reinterpret_cast<const __m512i&>(both));
@@ -138,6 +134,7 @@ void gather_rows_to_tokens(const TokenSums& sums, const void* rows_in, Dtype dt,
   const float* start = sums.acc_holds_start ? sums.acc.data<float>() : nullptr;  // (T, H) or none
   // No line of the output is read before it is overwritten.
   const bool stream = streams_bf16_rows(sums.out.dtype(), H, out);
+  const bool one_pass = stream && dt == Dtype::bf16;  // sum_bf16_rows_streamed
 #pragma omp parallel
   {
     std::vector<float> scratch(static_cast<size_t>(H)), sum(static_cast<size_t>(H));
@@ -149,7 +146,7 @@ void gather_rows_to_tokens(const TokenSums& sums, const void* rows_in, Dtype dt,
         if (r >= 0) prefetch_bytes(rows + size_t(r) * size_t(H) * elem, size_t(H) * elem);
       }
 #if defined(__AVX512BF16__)
-      if (stream && dt == Dtype::bf16) {
+      if (one_pass) {
         sum_bf16_rows_streamed(reinterpret_cast<bf16_t*>(out + size_t(t) * size_t(H) * out_elem),
                                start ? start + t * H : nullptr, rows, plan.assignment_row + t * K,
                                weight ? weight + t * K : nullptr, K, H);

@@ -240,9 +240,7 @@ inline void multiply_row(SumVector (&acc)[2], __m512i b0, __m512i b1, const char
 // backward) at the end.
 enum TileMode { kMultiply, kPack, kSwiglu, kSwigluPack, kSwigluGrad, kTileModes };
 
-inline __m512 bf16_to_f32(__m256i v) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
-}
+using cpu::bf16_to_f32;
 
 // g = silu(gate) * up * w, as swiglu_forward computes it from stored h (bf16: h's rounded values), with
 // the epilogues' sigmoid16.

@@ -41,6 +41,11 @@ inline float sigmoid_approx(float z) {
 }
 
 #if defined(__AVX512F__)
+// 16 bf16 values as floats (exact: a bf16 is a float's high half).
+inline __m512 bf16_to_f32(__m256i v) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
+}
+
 // sigmoid(z) of 16 floats, for the GEMM epilogues where it sits between multiplies: 2^t, t = -z log2(e),
 // as a degree-5 polynomial of t's fraction (near-minimax on [-1/2, 1/2], 7.5e-8 relative; the fraction
 // from z with log2(e) in two parts, as exp_approx's Cody-Waite) scaled by vscalefps, then 1 / (1 + 2^t)
@@ -101,19 +106,6 @@ inline bool streams_bf16_rows(Dtype dt, int64_t n, const void* base) {
 #endif
 }
 
-// f32_to_bf16_row with non-temporal stores. REQUIRES: streams_bf16_rows(bf16, n, dst).
-inline void stream_row_bf16(bf16_t* dst, const float* src, int64_t n) {
-#if defined(__AVX512BF16__)
-  for (int64_t i = 0; i < n; i += 32) {
-    // Elements [i, i + 16) from the second operand, [i + 16, i + 32) from the first.
-    const __m512bh both = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + i + 16), _mm512_loadu_ps(src + i));
-    _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + i), reinterpret_cast<const __m512i&>(both));
-  }
-#else
-  MOE_CHECK(false, "stream_row_bf16 without AVX-512 BF16");
-#endif
-}
-
 // The row passes that read rows at random places (dispatch, combine and their backwards) fetch a row
 // this many rows ahead of the one they work on, so that several rows' lines are in flight at once.
 constexpr int64_t kRowsAhead = 4;
@@ -128,7 +120,7 @@ inline void prefetch_bytes(const void* p, size_t bytes) {
 constexpr size_t kStreamRowsBytes = size_t(2) << 20;
 
 // Whether rows of row_bytes starting at base are whole 64-byte lines, which stream_copy and
-// stream_row_f32 write with non-temporal stores: for outputs of many MiB that nothing reads before they
+// stream_zero write with non-temporal stores: for outputs of many MiB that nothing reads before they
 // leave the caches, a plain store first fetches every line it overwrites (a third of the traffic).
 inline bool streams_lines(const void* base, size_t row_bytes) {
 #if defined(__AVX512F__)
@@ -159,11 +151,13 @@ inline void stream_zero(void* dst, size_t bytes) {
 #endif
 }
 
-// stream_row_bf16 of w * src, in one pass. REQUIRES: streams_bf16_rows(bf16, n, dst).
+// dst = bf16(w * src), rounded to nearest even, with non-temporal stores, in one pass.
+// REQUIRES: streams_bf16_rows(bf16, n, dst).
 inline void stream_scaled_row_bf16(bf16_t* dst, const float* src, float w, int64_t n) {
 #if defined(__AVX512BF16__)
   const __m512 scale = _mm512_set1_ps(w);
   for (int64_t i = 0; i < n; i += 32) {
+    // Elements [i, i + 16) from the second operand, [i + 16, i + 32) from the first.
     const __m512bh both = _mm512_cvtne2ps_pbh(_mm512_mul_ps(scale, _mm512_loadu_ps(src + i + 16)),
                                               _mm512_mul_ps(scale, _mm512_loadu_ps(src + i)));
     _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + i), reinterpret_cast<const __m512i&>(both));
@@ -171,6 +165,11 @@ inline void stream_scaled_row_bf16(bf16_t* dst, const float* src, float w, int64
 #else
   MOE_CHECK(false, "stream_scaled_row_bf16 without AVX-512 BF16");
 #endif
+}
+
+// f32_to_bf16_row with non-temporal stores. REQUIRES: streams_bf16_rows(bf16, n, dst).
+inline void stream_row_bf16(bf16_t* dst, const float* src, int64_t n) {
+  stream_scaled_row_bf16(dst, src, 1.0f, n);  // x 1 is exact
 }
 
 // Orders a thread's non-temporal stores before the parallel region's closing barrier.
