@@ -8,16 +8,8 @@
 # scripts/gpu-deps.sh makes on the dev machine; carry it with the call).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out_dir=${OUT:-build-gpu}
-mkdir -p "$out_dir"
-log="$out_dir/gpu-check.log"
-prefix=${MOE_DEPS_PREFIX:-$PWD/.devdeps/usr}
-status=0
-step() {
-  echo "== $*" | tee -a "$log"
-  "$@" >>"$log" 2>&1 || { echo "   FAILED (exit $?)" | tee -a "$log"; status=1; }
-}
-: >"$log"
+source scripts/remote-steps.sh
+remote_steps gpu-check build-gpu
 step nvidia-smi -L
 step cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOE_BUILD_MICROBENCH=OFF \
   "-DCMAKE_PREFIX_PATH=$prefix" -DCMAKE_CUDA_ARCHITECTURES=90a

@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <functional>
+#include <iostream>
 
 #include "moe/backend.h"
 #include "moe/block.h"
@@ -19,6 +20,7 @@
 #include "moe/gemm.h"
 #include "moe/inputs.h"
 #include "moe/null_routing.h"
+#include "moe/reference.h"
 #include "moe/routing.h"
 #include "test_util.h"
 
@@ -324,6 +326,10 @@ TEST(BlockCpu, EveryGemmVariantRunsTheBlock) {
   const uint64_t seed = testing::test_seed();
   Backend& cpu = *backend_by_name("cpu");
   for (const GemmVariant& v : gemm_variants()) {
+    if (const std::string why = v.unavailable(); !why.empty()) {
+      std::cout << "variant " << v.name << " skipped: " << why << "\n";
+      continue;
+    }
     ASSERT_TRUE(select_gemm_variant(v.name));
     for (Dtype dt : {Dtype::f32, Dtype::bf16})
       for (Impl impl : {Impl::baseline, Impl::fast}) {
@@ -339,10 +345,11 @@ TEST(BlockCpu, EveryGemmVariantRunsTheBlock) {
         EXPECT_TRUE(r.pass) << v.name << " " << describe(c) << " grad_err=" << r.grad_rel_err;
       }
   }
-  select_gemm_variant("auto");
+  (void)select_gemm_variant("auto");
 }
 
-// The schedule never changes a result: OpenMP splits rows and columns, never a sum.
+// The schedule never changes a result where the GEMM variant says so (OpenMP splits rows and columns,
+// never a sum); elsewhere it moves results by their last bits only.
 TEST(BlockCpu, ResultsIndependentOfThreadCount) {
   const uint64_t seed = testing::test_seed();
   Backend& cpu = *backend_by_name("cpu");
@@ -358,18 +365,32 @@ TEST(BlockCpu, ResultsIndependentOfThreadCount) {
       c.bench_pass = BenchPass::forward_backward;
       const MoeInputs in = make_inputs(c);
       const Routing routing = make_routing(c);
+      // A variant whose sums change with the thread count (GemmVariant::same_sums_on_any_thread_count)
+      // may move results by their last bits: a float32 rounding, or, where that flips a bf16 rounding
+      // of h or g, one bf16 step carried through the block.
+      const GemmVariant& variant = active_gemm_variant();
+      const bool bitwise = variant.same_sums_on_any_thread_count();
+      const double last_bits_tolerance = dt == Dtype::f32 ? 1e-5 : 1e-2;
       std::vector<BlockRun> runs;
       for (int threads : {1, 2, 3}) {
         omp_set_num_threads(threads);
         runs.push_back(run_block(cpu, c, in, routing));
       }
       for (size_t i = 1; i < runs.size(); ++i) {
-        SCOPED_TRACE(describe(c) + " run " + std::to_string(i));
-        EXPECT_EQ(runs[i].out.to_f64(), runs[0].out.to_f64());
-        EXPECT_EQ(runs[i].grads->dx.to_f64(), runs[0].grads->dx.to_f64());
-        EXPECT_EQ(runs[i].grads->dw1.to_f64(), runs[0].grads->dw1.to_f64());
-        EXPECT_EQ(runs[i].grads->dw2.to_f64(), runs[0].grads->dw2.to_f64());
-        EXPECT_EQ(runs[i].grads->dsw3.to_f64(), runs[0].grads->dsw3.to_f64());
+        SCOPED_TRACE(describe(c) + " run " + std::to_string(i) + " gemm variant " + variant.name);
+        const std::pair<const Tensor*, const Tensor*> pairs[] = {
+            {&runs[i].out, &runs[0].out},
+            {&runs[i].grads->dx, &runs[0].grads->dx},
+            {&runs[i].grads->dw1, &runs[0].grads->dw1},
+            {&runs[i].grads->dw2, &runs[0].grads->dw2},
+            {&runs[i].grads->dsw3, &runs[0].grads->dsw3}};
+        for (const auto& [now, first] : pairs) {
+          if (bitwise) {
+            EXPECT_EQ(now->to_f64(), first->to_f64());
+          } else {
+            EXPECT_LE(relative_error(now->to_f64(), first->to_f64()), last_bits_tolerance);
+          }
+        }
       }
     }
   omp_set_num_threads(threads_before);

@@ -149,10 +149,19 @@ struct Groups {
 // Every registered GEMM variant (moe/gemm.h) runs every test below.
 class EveryGemmVariant : public ::testing::TestWithParam<std::string> {};
 
+// The variant for the scope of a test; `why` says why it does not run on this CPU (the test then skips).
 struct ScopedVariant {
-  explicit ScopedVariant(const std::string& name) { EXPECT_TRUE(select_gemm_variant(name)) << name; }
-  ~ScopedVariant() { select_gemm_variant("auto"); }
+  explicit ScopedVariant(const std::string& name) {
+    for (const GemmVariant& v : gemm_variants())
+      if (name == v.name) why = v.unavailable();
+    if (why.empty()) EXPECT_TRUE(select_gemm_variant(name)) << name;
+  }
+  ~ScopedVariant() { (void)select_gemm_variant("auto"); }
+  std::string why;
 };
+#define MOE_SELECT_VARIANT_OR_SKIP(name) \
+  ScopedVariant variant(name);           \
+  if (!variant.why.empty()) GTEST_SKIP() << (name) << ": " << variant.why
 
 std::vector<std::string> variant_names() {
   std::vector<std::string> names;
@@ -199,7 +208,7 @@ Expected nn_reference(const Groups& g, const Tensor& lhs, const Weights& rhs, in
 }
 
 TEST_P(EveryGemmVariant, NnMatchesReference) {
-  ScopedVariant variant(GetParam());
+  MOE_SELECT_VARIANT_OR_SKIP(GetParam());
   Inputs inputs(testing::test_seed());
   for (const GroupCase& c : kGroupCases)
     for (bool padded : {false, true}) {
@@ -223,7 +232,7 @@ TEST_P(EveryGemmVariant, NnMatchesReference) {
 // the h the call stored, since g is defined from h's rounded values. Padded cases read [w1 | w3] as two
 // parts and scale g by routing weights; keep_h = false must give the same g bit for bit.
 TEST_P(EveryGemmVariant, NnSwigluMatchesReference) {
-  ScopedVariant variant(GetParam());
+  MOE_SELECT_VARIANT_OR_SKIP(GetParam());
   Inputs inputs(testing::test_seed());
   for (const GroupCase& c : kGroupCases)
     for (bool padded : {false, true}) {
@@ -270,7 +279,7 @@ TEST_P(EveryGemmVariant, NnSwigluMatchesReference) {
 // Padded cases with a float32 out read the weights as two parts (dh @ [w1 | w3]^T) and accumulate
 // into out (out += product on live rows, as the non-fused impls sum dgate @ w1^T and dup @ w3^T).
 TEST_P(EveryGemmVariant, NtMatchesReference) {
-  ScopedVariant variant(GetParam());
+  MOE_SELECT_VARIANT_OR_SKIP(GetParam());
   Inputs inputs(testing::test_seed());
   for (const GroupCase& c : kGroupCases)
     for (bool padded : {false, true}) {
@@ -308,7 +317,7 @@ TEST_P(EveryGemmVariant, NtMatchesReference) {
 // half-ulps where expect_close allows one (4e-3 |want|), so the scale adds another 4e-3 |want| / 1e-5;
 // the sigmoid approximation's ~1e-7 goes in the scale too.
 TEST_P(EveryGemmVariant, NtSwigluGradMatchesReference) {
-  ScopedVariant variant(GetParam());
+  MOE_SELECT_VARIANT_OR_SKIP(GetParam());
   Inputs inputs(testing::test_seed());
   for (const GroupCase& c : kGroupCases)
     for (bool padded : {false, true}) {
@@ -355,7 +364,7 @@ TEST_P(EveryGemmVariant, NtSwigluGradMatchesReference) {
 // Padded cases also read dout as a column slice of a wider buffer (ld_dout = N + 5): the columns past N
 // hold random values that must not reach the result. tn_pair must equal two tn calls.
 TEST_P(EveryGemmVariant, TnMatchesReferenceAndZeroesEmptyExperts) {
-  ScopedVariant variant(GetParam());
+  MOE_SELECT_VARIANT_OR_SKIP(GetParam());
   Inputs inputs(testing::test_seed());
   for (const GroupCase& c : kGroupCases)
     for (bool padded : {false, true}) {
@@ -406,7 +415,7 @@ TEST_P(EveryGemmVariant, TnMatchesReferenceAndZeroesEmptyExperts) {
 
 // The cached primitives and reused scratch must not leak state from one call into the next.
 TEST_P(EveryGemmVariant, RepeatedCallsAreBitwiseIdentical) {
-  ScopedVariant variant(GetParam());
+  MOE_SELECT_VARIANT_OR_SKIP(GetParam());
   Inputs inputs(testing::test_seed());
   const Groups g({600, 0, 130}, /*with_padding=*/true);
   const int64_t Kd = 40, N = 24;
@@ -434,7 +443,7 @@ const DenseCase kDenseCases[] = {{1, 17, 3},   {3, 63, 65}, {65, 1, 17}, {600, 3
                                  {4100, 9, 5}, {0, 5, 7},   {5, 0, 7}};
 
 TEST_P(EveryGemmVariant, DenseAllTransposesAndDtypeMixesMatchReference) {
-  ScopedVariant variant(GetParam());
+  MOE_SELECT_VARIANT_OR_SKIP(GetParam());
   Inputs inputs(testing::test_seed());
   for (const DenseCase& c : kDenseCases) {
     for (bool trans_a : {false, true}) {

@@ -343,8 +343,8 @@ TEST_F(NpyTest, DumpIntoAFileFails) {
 
 TEST(Environment, FieldsAreFilledAndPrintAsFlatJson) {
   Environment env = capture_environment();
-  for (const std::string* f : {&env.git_commit, &env.cpu_model, &env.isa, &env.gemm_library, &env.compiler,
-                               &env.moe_version, &env.date, &env.hostname})
+  for (const std::string* f : {&env.git_commit, &env.cpu_model, &env.isa, &env.cpu_extensions,
+                               &env.gemm_library, &env.compiler, &env.moe_version, &env.date, &env.hostname})
     EXPECT_FALSE(f->empty());
   EXPECT_GE(env.threads, 1);
   ASSERT_EQ(env.date.size(), 20u) << env.date;  // 2024-05-01T12:34:56Z
@@ -352,7 +352,7 @@ TEST(Environment, FieldsAreFilledAndPrintAsFlatJson) {
   EXPECT_EQ(env.date.back(), 'Z');
 
   nlohmann::json j = nlohmann::json::parse(env.to_json());
-  EXPECT_EQ(j.size(), 9u);
+  EXPECT_EQ(j.size(), 10u);
   for (const auto& [key, value] : j.items()) EXPECT_TRUE(value.is_primitive()) << key;
   EXPECT_EQ(j["threads"], env.threads);
   EXPECT_EQ(j["isa"], env.isa);

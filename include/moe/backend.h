@@ -61,6 +61,10 @@ class Backend {
   // c (R, N) = a (R, Kd) @ b, all in one dtype, f32 accumulation: the dense ceiling. b is stored
   // (Kd, N), or (N, Kd) when trans_b (the ceiling times whichever layout is faster).
   virtual void dense_gemm(Tensor& c, const Tensor& a, const Tensor& b, bool trans_b) = 0;
+  // The dtype its GEMMs multiply `storage` values in: storage itself, or float32 where bf16 values are
+  // widened because the device has no bf16 arithmetic (an AVX2 CPU). The ceiling is then timed on
+  // float32 inputs: the fastest dense GEMM this machine offers for that data.
+  virtual Dtype gemm_arithmetic(Dtype storage) const { return storage; }
 };
 
 // The registered backends, in `--list` order (cpu first: the default).

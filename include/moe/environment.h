@@ -7,11 +7,12 @@
 namespace moe {
 
 struct Environment {
-  std::string git_commit;    // build_git_commit()
-  std::string cpu_model;     // /proc/cpuinfo "model name"
-  std::string isa;           // those of avx512_bf16,avx512_vnni,avx512f,avx2 the CPU has, best first
-  int threads = 0;           // omp_get_max_threads() at capture time
-  std::string gemm_library;  // gemm_library_version()
+  std::string git_commit;  // build_git_commit()
+  std::string cpu_model;   // /proc/cpuinfo "model name"
+  std::string isa;         // the ISA level our kernels run at (moe/cpu_isa.h: detected, under MOE_MAX_ISA)
+  std::string cpu_extensions;  // CpuIsa::extensions(): what the CPU has
+  int threads = 0;             // omp_get_max_threads() at capture time
+  std::string gemm_library;    // gemm_library_version()
   std::string compiler;
   std::string moe_version;  // build_version()
   std::string date;         // UTC, ISO-8601 (2024-05-01T12:34:56Z)
@@ -20,8 +21,7 @@ struct Environment {
   std::string to_json() const;  // flat object, keys as the field names
 };
 
-// Reads /proc/cpuinfo and the clock; fields that cannot be determined read "unknown" (isa: "none"
-// when the CPU has none of the listed extensions).
+// Reads cpuid and the clock; fields that cannot be determined read "unknown".
 Environment capture_environment();
 
 }  // namespace moe

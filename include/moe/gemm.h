@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "moe/dtype.h"
+#include "moe/status.h"
 
 namespace moe {
 
@@ -98,7 +99,7 @@ void dense_gemm(void* out, Dtype out_dtype, const void* a, Dtype a_dtype, const 
 std::string gemm_library_version();
 
 // The kernel registry for GEMMs: every variant implements the eight entry points above. The functions
-// above call the process-wide active variant (default: the first registered, the fastest). Tests and
+// above call the process-wide active variant (default: the first registered that runs here). Tests and
 // `--list` walk the registry; `--gemm-variant` selects one.
 struct GemmVariant {
   const char* name;
@@ -111,10 +112,24 @@ struct GemmVariant {
   decltype(&grouped_gemm_tn_pair) tn_pair;
   void (*dense)(void*, Dtype, const void*, Dtype, const void*, Dtype, int64_t, int64_t, int64_t, bool, bool);
   std::string (*version)();
+  // "" when the variant runs on this CPU at the ISA level isa_level() allows (moe/cpu_isa.h), else why
+  // not: nothing of a variant that does not run here may be called.
+  std::string (*unavailable)();
+  // Whether its bf16 GEMMs multiply bf16 values (false: they widen bf16 to float32 and multiply that).
+  bool (*bf16_arithmetic)();
+  // Whether every output element is the same sum in the same order whatever the thread count (threads
+  // split rows and columns, never a sum), so results are bitwise independent of --threads. oneDNN's
+  // gemm:jit (its float32 GEMM on AVX2, and on AVX-512 from 512 rows) splits work differently per
+  // thread count and its sums differ in the last bits.
+  bool (*same_sums_on_any_thread_count)();
+  // Whether `auto` may take it on this CPU: false where another variant that runs here measured faster
+  // across the board (until `auto` measures for itself, docs/design.md).
+  bool (*auto_candidate)();
 };
 const std::vector<GemmVariant>& gemm_variants();
 const GemmVariant& active_gemm_variant();
-// Returns false (and changes nothing) for an unknown name; "auto" selects the default.
-bool select_gemm_variant(const std::string& name);
+// Selects a variant by name ("auto": the first that runs here). An unknown name or a variant that does
+// not run on this CPU is an error with the reason, and changes nothing.
+Status select_gemm_variant(const std::string& name);
 
 }  // namespace moe

@@ -63,12 +63,16 @@ Timed sample(Fn&& call, double per_call, double budget, size_t min_samples) {
 Ceiling measure_ceiling(Backend& backend, const MoeConfig& c, double seconds) {
   const int64_t R = c.assignments(), Kd = c.hidden, N = 2 * c.mlp_dim;
   const double flops = 2.0 * double(R) * double(Kd) * double(N);
-  if (flops < kMinCeilingFlops) return {};
-  Tensor a_host(c.dtype, {R, Kd}), b_host(c.dtype, {Kd, N});
+  const Dtype arithmetic = backend.gemm_arithmetic(c.dtype);
+  Ceiling ceiling;
+  ceiling.arithmetic = arithmetic;
+  ceiling.widened = arithmetic != c.dtype;
+  if (flops < kMinCeilingFlops) return ceiling;
+  Tensor a_host(arithmetic, {R, Kd}), b_host(arithmetic, {Kd, N});
   for (int64_t i = 0; i < a_host.numel(); ++i) a_host.set(i, double((i * 7919) % 1000) * 1e-3 - 0.5);
   for (int64_t i = 0; i < b_host.numel(); ++i) b_host.set(i, double((i * 104729) % 1000) * 1e-3 - 0.5);
   const Tensor a = backend.to_device(a_host), b = backend.to_device(b_host);
-  Tensor out = backend.empty(c.dtype, {R, N});
+  Tensor out = backend.empty(arithmetic, {R, N});
   // The one place the ceiling calls a GEMM: the run's backend, b read as (Kd, N) or, transposed,
   // (N, Kd); each call waits for the device, so an asynchronous backend is timed for its work.
   auto gemm = [&](bool trans_b) {
@@ -83,7 +87,10 @@ Ceiling measure_ceiling(Backend& backend, const MoeConfig& c, double seconds) {
                               sample(plain, plain_call, seconds / 10, 2).median;
   const Timed t = use_transposed ? sample(transposed, transposed_call, seconds, kMinSamples)
                                  : sample(plain, plain_call, seconds, kMinSamples);
-  return {flops / t.median / 1e12, t.samples, t.seconds};
+  ceiling.tflops = flops / t.median / 1e12;
+  ceiling.samples = t.samples;
+  ceiling.seconds = t.seconds;
+  return ceiling;
 }
 
 std::optional<CeilingMode> parse_ceiling_mode(std::string_view s) {
@@ -111,11 +118,12 @@ Ceiling CeilingCache::get(CeilingMode mode, Backend& backend, const MoeConfig& c
 std::string ceiling_note(const Ceiling& ceiling, double pct_of_ceiling, const TimingStats& run,
                          double short_run_seconds) {
   if (ceiling.off) return "off";
-  if (!ceiling.tflops) return "too_small_to_time";
-  if (pct_of_ceiling <= 100) return "ok";
+  const std::string arithmetic = ceiling.widened ? "+float32_arithmetic" : "";
+  if (!ceiling.tflops) return "too_small_to_time" + arithmetic;
+  if (pct_of_ceiling <= 100) return "ok" + arithmetic;
   double timed = 0;
   for (double s : run.samples) timed += s;
-  return timed < short_run_seconds ? "above_short_run" : "above_faster_than_dense";
+  return (timed < short_run_seconds ? "above_short_run" : "above_faster_than_dense") + arithmetic;
 }
 
 }  // namespace moe::bench

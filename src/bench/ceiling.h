@@ -29,6 +29,10 @@ struct Ceiling {
   int samples = 0;
   double seconds = 0;  // the time the samples took
   bool off = false;    // --ceiling off: not measured
+  // The dtype its GEMM multiplied: the run's, or float32 where the backend widens the run's bf16
+  // (Backend::gemm_arithmetic); the note then ends in "+float32_arithmetic".
+  Dtype arithmetic = Dtype::f32;
+  bool widened = false;
 };
 
 Ceiling measure_ceiling(Backend& backend, const MoeConfig& c, double seconds = 0.2);
@@ -53,7 +57,8 @@ class CeilingCache {
 // "too_small_to_time" (no ceiling), "above_short_run" (> 100 % from a run timed for under
 // `short_run_seconds` in all: likely timing noise, raise --iters), "above_faster_than_dense" (> 100 %
 // from a well-timed run: the block's GEMMs beat one dense GEMM of the ceiling's shape, e.g. per-expert
-// GEMMs that fit in cache).
+// GEMMs that fit in cache); "+float32_arithmetic" follows when the ceiling multiplied float32 because the
+// machine has no arithmetic in the run's dtype.
 std::string ceiling_note(const Ceiling& ceiling, double pct_of_ceiling, const TimingStats& run,
                          double short_run_seconds = 0.2);
 

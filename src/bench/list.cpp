@@ -3,11 +3,17 @@
 #include <fmt/format.h>
 
 #include "moe/backend.h"
+#include "moe/cpu_isa.h"
 #include "moe/gemm.h"
 
 namespace moe::bench {
 
 void print_list(const MoeConfig& c) {
+  const CpuIsa& cpu = cpu_isa();
+  fmt::print("cpu: {}\n  isa level: {} (detected {}{})\n  extensions: {}\n", cpu.model,
+             isa_level_name(cpu.level()), isa_level_name(cpu.detected),
+             cpu.capped_by_env ? fmt::format(", held to {} by MOE_MAX_ISA", isa_level_name(cpu.cap)) : "",
+             cpu.extensions());
   fmt::print("backends (--device; first = default), for this configuration:\n");
   for (Backend* b : registered_backends()) {
     fmt::print("  {}: {}\n", b->name(), b->description());
@@ -20,9 +26,17 @@ void print_list(const MoeConfig& c) {
   for (Impl i : kAllImpls) fmt::print(" {}", name(i));
   fmt::print(
       "\ngrouped_gemm backends: gmm (contiguous layout, tile-padded groups) ragged_dot (exact groups)\n");
-  fmt::print("gemm variants of the cpu backend (first = default):\n");
-  for (const GemmVariant& v : gemm_variants())
-    fmt::print("  {}: {} [{}]\n", v.name, v.description, v.version());
+  fmt::print(
+      "gemm variants of the cpu backend (auto = the first that runs here and that auto takes on this CPU: "
+      "{}):\n",
+      active_gemm_variant().name);
+  for (const GemmVariant& v : gemm_variants()) {
+    const std::string why = v.unavailable();
+    fmt::print("  {}: {}\n    here: {}\n", v.name, v.description,
+               why.empty() ? fmt::format("runs ({}; bf16 {})", v.version(),
+                                         v.bf16_arithmetic() ? "multiplied as bf16" : "widened to float32")
+                           : "no: " + why);
+  }
   fmt::print("routing_pack_strategy: argsort tuple_sort expert_score_sort\n");
   fmt::print("dispatch_permute_mode: direct_take repeat_sort\ncombine: scatter unsort\n");
 }

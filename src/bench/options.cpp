@@ -231,12 +231,7 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok, s
   MOE_RETURN_IF_ERROR(parse_int_list("--topk-list", topk_list, -kMax64, kMax64, opts.topks));
   if (opts.topks.empty()) opts.topks = {opts.topk_flag};
 
-  if (!select_gemm_variant(opts.kernel.gemm_variant)) {
-    std::string known = "auto";
-    for (const GemmVariant& v : gemm_variants()) known += std::string(", ") + v.name;
-    return Status::error(
-        fmt::format("invalid --gemm-variant '{}': expected one of {}", opts.kernel.gemm_variant, known));
-  }
+  MOE_RETURN_IF_ERROR(select_gemm_variant(opts.kernel.gemm_variant));
   opts.kernel.gemm_variant = active_gemm_variant().name;
 
   // Every run's config (one per topk) must be valid.

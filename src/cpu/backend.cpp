@@ -106,6 +106,10 @@ class CpuBackend final : public Backend {
     convert_elements(dst.raw(), dst.dtype(), src.raw(), src.dtype(), src.numel());
   }
 
+  Dtype gemm_arithmetic(Dtype storage) const override {
+    return storage == Dtype::bf16 && !active_gemm_variant().bf16_arithmetic() ? Dtype::f32 : storage;
+  }
+
   void dense_gemm(Tensor& c, const Tensor& a, const Tensor& b, bool trans_b) override {
     moe::dense_gemm(c.raw(), c.dtype(), a.raw(), a.dtype(), b.raw(), b.dtype(), a.dim(0), a.dim(1), c.dim(1),
                     false, trans_b);

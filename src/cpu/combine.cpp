@@ -134,7 +134,7 @@ void gather_rows_to_tokens(const TokenSums& sums, const void* rows_in, Dtype dt,
   const float* start = sums.acc_holds_start ? sums.acc.data<float>() : nullptr;  // (T, H) or none
   // No line of the output is read before it is overwritten.
   const bool stream = streams_bf16_rows(sums.out.dtype(), H, out);
-  const bool one_pass = stream && dt == Dtype::bf16;  // sum_bf16_rows_streamed
+  [[maybe_unused]] const bool one_pass = stream && dt == Dtype::bf16;  // sum_bf16_rows_streamed
 #pragma omp parallel
   {
     std::vector<float> scratch(static_cast<size_t>(H)), sum(static_cast<size_t>(H));

@@ -33,6 +33,7 @@
 #include <algorithm>
 #include <compare>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -41,6 +42,8 @@
 #include <vector>
 
 #include "cpu/gemm_variants.h"
+#include "cpu/vec_math.h"
+#include "moe/cpu_isa.h"
 #include "moe/status.h"
 #include "moe/tensor.h"
 
@@ -79,7 +82,37 @@ memory::data_type dnnl_type(Dtype dt) {
   MOE_CHECK(false, std::string("oneDNN GEMMs here take float32 or bfloat16, not ") + dtype_name(dt));
 }
 
+// MOE_MAX_ISA holds oneDNN to the same level as our kernels unless ONEDNN_MAX_CPU_ISA says otherwise.
+// oneDNN takes the cap only before its first primitive or ISA query, so everything here asks this first.
+void apply_isa_cap() {
+  static const bool applied = [] {
+    if (!cpu_isa().capped_by_env || std::getenv("ONEDNN_MAX_CPU_ISA")) return false;
+    dnnl::cpu_isa cap = dnnl::cpu_isa::all;
+    switch (cpu_isa().cap) {
+      case IsaLevel::baseline:
+        cap = dnnl::cpu_isa::sse41;
+        break;
+      case IsaLevel::avx2:
+        cap = dnnl::cpu_isa::avx2;
+        break;
+      case IsaLevel::avx512:
+        cap = dnnl::cpu_isa::avx512_core;
+        break;
+      case IsaLevel::avx512_bf16:
+        cap = dnnl::cpu_isa::avx512_core_bf16;
+        break;
+      case IsaLevel::amx:
+        break;
+    }
+    return dnnl::set_max_cpu_isa(cap) == dnnl::status::success;
+  }();
+  (void)applied;
+}
+
 struct Runtime {
+  struct CapFirst {
+    CapFirst() { apply_isa_cap(); }
+  } cap_first;  // before the engine: oneDNN reads its ISA cap once
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
 };
@@ -89,9 +122,46 @@ Runtime& runtime() {
   return rt;
 }
 
+// Whether oneDNN has a bf16 matmul on this CPU (2.6: AVX-512 from avx512_core up). Where it has none, a
+// bf16 GEMM computes in float32: bf16 operands widen (exactly) while the reorders stage them, and the
+// float32 result rounds to bf16 on the way out, so bf16 storage runs at float32 GEMM speed.
+bool bf16_matmul_native() {
+  static const bool native = [] {
+    Runtime& rt = runtime();
+    const memory::desc bf16_desc({16, 16}, memory::data_type::bf16, Tag::ab);
+    try {
+      dnnl::matmul::primitive_desc(
+          dnnl::matmul::desc(bf16_desc, bf16_desc, memory::desc({16, 16}, memory::data_type::f32, Tag::ab)),
+          rt.engine);
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return native;
+}
+
+// oneDNN 2.6's AMX brgemm reading B transposed in place (weights `ba`) dies with SIGILL at odd sizes
+// (63 x 63 x 17, bf16, on a 16-core Emerald Rapids Xeon: an instruction its JIT emits that the CPU lacks);
+// through its own blocked layout it runs. Where oneDNN runs AMX, a transposed B is always packed first.
+bool amx_brgemm() {
+  apply_isa_cap();
+  static const bool amx = dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_amx;
+  return amx;
+}
+
+// The dtype a product of a and b computes in: their common one, or float32 (mixed, or bf16 without a
+// bf16 matmul here).
+Dtype compute_dtype(Dtype a, Dtype b) {
+  if (a != b) return Dtype::f32;
+  return a == Dtype::bf16 && !bf16_matmul_native() ? Dtype::f32 : a;
+}
+
 // One growing buffer per role, reused by every call (single caller, like the plan cache).
 // kScratchPart: a group's part of an operand made contiguous before a matmul stages it (A, B, C).
-enum ScratchSlot { kScratchA, kScratchB, kScratchC, kScratchPart, kScratchSlots };
+// kWidenA, kWidenB, kNarrowC: bf16 operands widened to float32 and a float32 result before it is rounded
+// to bf16, where oneDNN has no bf16 matmul (matmul_in_f32).
+enum ScratchSlot { kScratchA, kScratchB, kScratchC, kScratchPart, kWidenA, kWidenB, kNarrowC, kScratchSlots };
 
 void* scratch(ScratchSlot slot, size_t bytes) {
   static Buffer<std::byte> buffers[kScratchSlots];
@@ -108,6 +178,15 @@ const float* contiguous_f32(const void* src, int64_t rows, int64_t cols, int64_t
   const auto* s = static_cast<const float*>(src);
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * cols, s + r * ld, size_t(cols) * sizeof(float));
+  return dst;
+}
+
+// src (rows, cols) bf16, rows ld apart -> float32 (exact), dense, in the slot's scratch.
+const float* widened_bf16(ScratchSlot slot, const void* src, int64_t rows, int64_t cols, int64_t ld) {
+  auto* dst = static_cast<float*>(scratch(slot, size_t(rows * cols) * sizeof(float)));
+  const auto* s = static_cast<const bf16_t*>(src);
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) cpu::bf16_to_f32_row(dst + r * cols, s + r * ld, cols);
   return dst;
 }
 
@@ -155,7 +234,7 @@ Conversion make_conversion(const memory::desc& src, const memory::desc& dst) {
 }
 
 Plan make_plan(const PlanKey& key) {
-  const Dtype compute = key.a_dtype == key.b_dtype ? key.a_dtype : Dtype::f32;
+  const Dtype compute = compute_dtype(key.a_dtype, key.b_dtype);
   Plan plan;
   plan.a = key.trans_a ? matrix_desc(key.m, key.k, key.a_dtype, true)
                        : memory::desc({key.m, key.k}, dnnl_type(key.a_dtype), {key.lda, 1});
@@ -170,9 +249,9 @@ Plan make_plan(const PlanKey& key) {
   const bool convert_a =
       key.a_dtype != compute || (key.trans_a && !gemm_jit && !key.column_slice && compute == Dtype::f32);
   // Widening B costs one pass anyway, so it writes the blocked layout directly.
-  const bool pack_b =
-      !gemm_jit && !key.column_slice &&
-      (key.b_dtype != compute || key.m >= (key.trans_b ? kPackTransposedMinRows : kPackPlainMinRows));
+  const bool pack_b = !gemm_jit && !key.column_slice &&
+                      (key.b_dtype != compute || (key.trans_b && amx_brgemm()) ||
+                       key.m >= (key.trans_b ? kPackTransposedMinRows : kPackPlainMinRows));
   const bool convert_c = compute == Dtype::f32 && key.c_dtype == Dtype::bf16;
 
   const memory::desc a = convert_a ? matrix_desc(key.m, key.k, compute, false) : plan.a;
@@ -235,10 +314,39 @@ memory stage_in(const std::optional<Conversion>& conv, memory user, ScratchSlot 
   return staged;
 }
 
+void matmul(void* c, Dtype c_dtype, const void* a, Dtype a_dtype, const void* b, Dtype b_dtype, int64_t m,
+            int64_t k, int64_t n, bool trans_a, bool trans_b, Strides strides = {}, bool accumulate = false);
+
+// matmul where oneDNN has no bf16 matmul (AVX2) and an operand or the result is bf16: bf16 operands are
+// widened and a bf16 result rounded (nearest even) here, around a float32 matmul. oneDNN 2.6's reorders
+// between bf16 and float32 on such CPUs are its reference loops (a 256 x 256 widening took 3.4 ms on a
+// Zen 3, 7x the float32 matmul it fed); these are vector loops.
+void matmul_in_f32(void* c, Dtype c_dtype, const void* a, Dtype a_dtype, const void* b, Dtype b_dtype,
+                   int64_t m, int64_t k, int64_t n, bool trans_a, bool trans_b, Strides s, bool accumulate) {
+  if (a_dtype == Dtype::bf16) {  // a stored (m, k), lda apart, or (k, m) dense
+    a = trans_a ? widened_bf16(kWidenA, a, k, m, m) : widened_bf16(kWidenA, a, m, k, s.lda);
+    a_dtype = Dtype::f32;
+    s.lda = 0;
+  }
+  if (b_dtype == Dtype::bf16) {  // b stored (k, n), ldb apart, or (n, k) dense
+    b = trans_b ? widened_bf16(kWidenB, b, n, k, k) : widened_bf16(kWidenB, b, k, n, s.ldb);
+    b_dtype = Dtype::f32;
+    s.ldb = 0;
+  }
+  if (c_dtype != Dtype::bf16)
+    return matmul(c, c_dtype, a, a_dtype, b, b_dtype, m, k, n, trans_a, trans_b, s, accumulate);
+  MOE_CHECK(!accumulate, "matmul accumulates into a float32 c only");
+  auto* c32 = static_cast<float*>(scratch(kNarrowC, size_t(m * n) * sizeof(float)));
+  matmul(c32, Dtype::f32, a, a_dtype, b, b_dtype, m, k, n, trans_a, trans_b, {s.lda, s.ldb, 0}, false);
+  auto* out = static_cast<bf16_t*>(c);
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < m; ++r) cpu::f32_to_bf16_row(out + r * s.ldc, c32 + r * n, n);
+}
+
 // c (m, n) = a (m, k) @ b (k, n) (+= c when accumulate), a stored (k, m) when trans_a, b stored (n, k)
 // when trans_b, rows as far apart as `strides` says.
 void matmul(void* c, Dtype c_dtype, const void* a, Dtype a_dtype, const void* b, Dtype b_dtype, int64_t m,
-            int64_t k, int64_t n, bool trans_a, bool trans_b, Strides strides = {}, bool accumulate = false) {
+            int64_t k, int64_t n, bool trans_a, bool trans_b, Strides strides, bool accumulate) {
   MOE_CHECK(m >= 0 && k >= 0 && n >= 0, "negative GEMM dimension");
   const int64_t lda = strides.lda ? strides.lda : k, ldb = strides.ldb ? strides.ldb : n,
                 ldc = strides.ldc ? strides.ldc : n;
@@ -251,6 +359,10 @@ void matmul(void* c, Dtype c_dtype, const void* a, Dtype a_dtype, const void* b,
         std::memset(at(c, i * ldc, c_dtype), 0, size_t(n) * dtype_size(c_dtype));
     return;
   }
+  if (compute_dtype(a_dtype, b_dtype) == Dtype::f32 && !bf16_matmul_native() &&
+      (a_dtype == Dtype::bf16 || b_dtype == Dtype::bf16 || c_dtype == Dtype::bf16))
+    return matmul_in_f32(c, c_dtype, a, a_dtype, b, b_dtype, m, k, n, trans_a, trans_b, {lda, ldb, ldc},
+                         accumulate);
   const Plan& plan = get_plan({m, k, n, lda, ldb, ldc, a_dtype, b_dtype, c_dtype, trans_a, trans_b,
                                omp_get_max_threads(), accumulate, false});
   Runtime& rt = runtime();
@@ -290,9 +402,12 @@ constexpr int64_t kColumnSliceMinRowsNt = 192;
 constexpr int64_t kColumnSliceAlign = 64;
 
 bool column_slices_pay(Form form, int64_t rows, Dtype in_dtype, Dtype out_dtype, bool sums_into_out = false) {
-  // f32 inputs with a bf16 output need a rounding pass from scratch, which a slice does not have.
-  if (in_dtype == Dtype::f32 && out_dtype == Dtype::bf16) return false;
+  // f32 computation with a bf16 output needs a rounding pass from scratch, and widened bf16 inputs a
+  // staging pass, which a slice does not have.
+  if (compute_dtype(in_dtype, in_dtype) == Dtype::f32 && (in_dtype != Dtype::f32 || out_dtype != Dtype::f32))
+    return false;
   if (form == Form::nt && !sums_into_out && rows < kColumnSliceMinRowsNt) return false;
+  if (form == Form::nt && amx_brgemm()) return false;  // a slice reads b^T in place (amx_brgemm)
   if (in_dtype == Dtype::f32) return rows < kColumnSliceMaxRowsF32;
   return rows < (form == Form::nn ? kColumnSliceMaxRowsNnBf16 : kColumnSliceMaxRowsNtBf16);
 }
@@ -511,9 +626,30 @@ void dense_gemm(void* out, Dtype out_dtype, const void* a, Dtype a_dtype, const 
 }
 
 std::string gemm_library_version() {
+  apply_isa_cap();
   const dnnl_version_t* v = dnnl::version();
   return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
-         std::to_string(v->patch) + " " + isa_name(dnnl::get_effective_cpu_isa());
+         std::to_string(v->patch) + " " + isa_name(dnnl::get_effective_cpu_isa()) +
+         (bf16_matmul_native() ? "" : " (bf16 computed in float32)");
+}
+
+std::string unavailable() {
+  return "";
+}
+
+bool bf16_arithmetic() {
+  return bf16_matmul_native();
+}
+
+// Where oneDNN has brgemm (AVX-512), the products the block's small and mid-sized groups make are
+// brgemm's, whose sums do not depend on the thread count; on AVX2 every float32 product is gemm:jit's,
+// whose do (a 131 x 64 x 20 product differs between 1 and 3 threads on a Zen 3).
+bool same_sums_on_any_thread_count() {
+  return bf16_matmul_native();
+}
+
+bool auto_candidate() {
+  return true;
 }
 
 }  // namespace moe::onednn

@@ -186,4 +186,20 @@ std::string gemm_library_version() {
   return "portable fallback";
 }
 
+std::string unavailable() {
+  return "";
+}
+
+bool bf16_arithmetic() {
+  return false;
+}
+
+bool same_sums_on_any_thread_count() {
+  return true;
+}
+
+bool auto_candidate() {
+  return true;
+}
+
 }  // namespace moe::portable

@@ -1,3 +1,5 @@
+#include <fmt/format.h>
+
 #include <vector>
 
 #include "cpu/gemm_variants.h"
@@ -8,10 +10,11 @@ namespace {
 // nn_swiglu / nt_swiglu_grad / tn_pair: the variant's fused up projection + SwiGLU, down projection's
 // dgrad + SwiGLU's backward and paired wgrads, or gemm_detail::nn_then_swiglu / nt_then_swiglu_grad /
 // tn_twice over its nn / nt / tn.
-#define MOE_GEMM_VARIANT(ns, nn_swiglu, nt_swiglu_grad, tn_pair, description)                \
-  GemmVariant {                                                                              \
-#ns, description, &ns::grouped_gemm_nn, nn_swiglu, &ns::grouped_gemm_nt, nt_swiglu_grad, \
-        &ns::grouped_gemm_tn, tn_pair, &ns::dense_gemm, &ns::gemm_library_version            \
+#define MOE_GEMM_VARIANT(ns, nn_swiglu, nt_swiglu_grad, tn_pair, description)                        \
+  GemmVariant {                                                                                      \
+#ns, description, &ns::grouped_gemm_nn, nn_swiglu, &ns::grouped_gemm_nt, nt_swiglu_grad,         \
+        &ns::grouped_gemm_tn, tn_pair, &ns::dense_gemm, &ns::gemm_library_version, &ns::unavailable, \
+        &ns::bf16_arithmetic, &ns::same_sums_on_any_thread_count, &ns::auto_candidate                \
   }
 
 const GemmVariant* active = nullptr;
@@ -43,21 +46,35 @@ const std::vector<GemmVariant>& gemm_variants() {
   return variants;
 }
 
-const GemmVariant& active_gemm_variant() {
-  return active ? *active : gemm_variants().front();
+namespace {
+
+const GemmVariant& first_that_runs_here() {
+  for (const GemmVariant& v : gemm_variants())
+    if (v.unavailable().empty() && v.auto_candidate()) return v;
+  MOE_CHECK(false, "the portable GEMM runs everywhere");
 }
 
-bool select_gemm_variant(const std::string& name) {
+}  // namespace
+
+const GemmVariant& active_gemm_variant() {
+  return active ? *active : first_that_runs_here();
+}
+
+Status select_gemm_variant(const std::string& name) {
   if (name == "auto") {
-    active = &gemm_variants().front();
-    return true;
+    active = &first_that_runs_here();
+    return Status::ok();
   }
-  for (const GemmVariant& v : gemm_variants())
-    if (name == v.name) {
-      active = &v;
-      return true;
-    }
-  return false;
+  std::string known = "auto";
+  for (const GemmVariant& v : gemm_variants()) {
+    known += std::string(", ") + v.name;
+    if (name != v.name) continue;
+    if (const std::string why = v.unavailable(); !why.empty())
+      return Status::error(fmt::format("--gemm-variant {} does not run here: {}", name, why));
+    active = &v;
+    return Status::ok();
+  }
+  return Status::error(fmt::format("invalid --gemm-variant '{}': expected one of {}", name, known));
 }
 
 void grouped_gemm_nn(void* out, Dtype out_dtype, const void* lhs, ExpertWeights rhs, Dtype in_dtype,

@@ -22,11 +22,16 @@
   void dense_gemm(void* out, Dtype out_dtype, const void* a, Dtype a_dtype, const void* b, Dtype b_dtype, \
                   int64_t R, int64_t Kd, int64_t N, bool trans_a, bool trans_b);                          \
   std::string gemm_library_version();                                                                     \
+  std::string unavailable();                                                                              \
+  bool bf16_arithmetic();                                                                                 \
+  bool same_sums_on_any_thread_count();                                                                   \
+  bool auto_candidate();                                                                                  \
   }
 
 #ifdef MOE_HAVE_ONEDNN
 MOE_DECLARE_GEMM_VARIANT(onednn)
-#ifdef __AVX512BF16__
+// dpbf16 is compiled into every build with oneDNN (its file asks GCC for AVX-512 BF16 code) and runs only
+// where isa_level() reaches avx512_bf16.
 #define MOE_HAVE_DPBF16 1
 MOE_DECLARE_GEMM_VARIANT(dpbf16)
 namespace moe::dpbf16 {
@@ -40,7 +45,6 @@ void grouped_gemm_tn_pair(void* drhs_first, void* drhs_second, Dtype out_dtype, 
                           const void* dout_first, const void* dout_second, Dtype in_dtype,
                           GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout);
 }  // namespace moe::dpbf16
-#endif
 #endif
 MOE_DECLARE_GEMM_VARIANT(portable)
 

@@ -10,11 +10,34 @@
 
 #include "moe/dtype.h"
 
-#if defined(__AVX512F__)
+// A file whose code GCC makes for AVX-512 BF16 by `#pragma GCC target` (which defines no __AVX512*__
+// macro) defines MOE_TARGET_AVX512_BF16 before it includes this header.
+#if defined(__AVX512BF16__) || defined(MOE_TARGET_AVX512_BF16)
+#define MOE_VEC_AVX512F 1
+#define MOE_VEC_AVX512BF16 1
+#elif defined(__AVX512F__)
+#define MOE_VEC_AVX512F 1
+#endif
+
+#if defined(MOE_VEC_AVX512F)
 #include <immintrin.h>
 #endif
 
+// Files built for different ISAs (an AVX-512 kernel file beside the build's baseline) each get their own
+// copies of these inline functions under a namespace of their ISA's name: the linker keeps one copy of
+// an inline function, which must never be another ISA's.
+#if defined(MOE_VEC_AVX512BF16)
+#define MOE_VEC_ISA avx512_bf16
+#elif defined(MOE_VEC_AVX512F)
+#define MOE_VEC_ISA avx512
+#elif defined(__AVX2__)
+#define MOE_VEC_ISA avx2
+#else
+#define MOE_VEC_ISA baseline
+#endif
+
 namespace moe::cpu {
+inline namespace MOE_VEC_ISA {
 
 #pragma omp declare simd
 inline float exp_approx(float x) {
@@ -40,7 +63,7 @@ inline float sigmoid_approx(float z) {
   return 1.0f / (1.0f + exp_approx(-z));
 }
 
-#if defined(__AVX512F__)
+#if defined(MOE_VEC_AVX512F)
 // 16 bf16 values as floats (exact: a bf16 is a float's high half).
 inline __m512 bf16_to_f32(__m256i v) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
@@ -86,7 +109,7 @@ inline void bf16_to_f32_row(float* dst, const bf16_t* src, int64_t n) {
 // dst[i] = bf16(src[i]), round to nearest even.
 inline void f32_to_bf16_row(bf16_t* dst, const float* src, int64_t n) {
   int64_t i = 0;
-#if defined(__AVX512BF16__)
+#if defined(MOE_VEC_AVX512BF16)
   for (; i + 16 <= n; i += 16) {
     __m256bh v = _mm512_cvtneps_pbh(_mm512_loadu_ps(src + i));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), reinterpret_cast<__m256i&>(v));
@@ -99,7 +122,7 @@ inline void f32_to_bf16_row(bf16_t* dst, const float* src, int64_t n) {
 // whole 64-byte lines, for outputs nothing reads before they leave the caches (the store then fetches
 // no line it overwrites).
 inline bool streams_bf16_rows(Dtype dt, int64_t n, const void* base) {
-#if defined(__AVX512BF16__)
+#if defined(MOE_VEC_AVX512BF16)
   return dt == Dtype::bf16 && n % 32 == 0 && reinterpret_cast<uintptr_t>(base) % 64 == 0;
 #else
   return false;
@@ -123,7 +146,7 @@ constexpr size_t kStreamRowsBytes = size_t(2) << 20;
 // stream_zero write with non-temporal stores: for outputs of many MiB that nothing reads before they
 // leave the caches, a plain store first fetches every line it overwrites (a third of the traffic).
 inline bool streams_lines(const void* base, size_t row_bytes) {
-#if defined(__AVX512F__)
+#if defined(MOE_VEC_AVX512F)
   return row_bytes % 64 == 0 && reinterpret_cast<uintptr_t>(base) % 64 == 0;
 #else
   return false;
@@ -132,7 +155,7 @@ inline bool streams_lines(const void* base, size_t row_bytes) {
 
 // dst = src, bytes of whole lines, with non-temporal stores. REQUIRES: streams_lines(dst, bytes).
 inline void stream_copy(void* dst, const void* src, size_t bytes) {
-#if defined(__AVX512F__)
+#if defined(MOE_VEC_AVX512F)
   auto* d = static_cast<__m512i*>(dst);
   auto* s = static_cast<const char*>(src);
   for (size_t i = 0; i < bytes / 64; ++i) _mm512_stream_si512(d + i, _mm512_loadu_si512(s + 64 * i));
@@ -143,7 +166,7 @@ inline void stream_copy(void* dst, const void* src, size_t bytes) {
 
 // dst = 0, bytes of whole lines, with non-temporal stores. REQUIRES: streams_lines(dst, bytes).
 inline void stream_zero(void* dst, size_t bytes) {
-#if defined(__AVX512F__)
+#if defined(MOE_VEC_AVX512F)
   auto* d = static_cast<__m512i*>(dst);
   for (size_t i = 0; i < bytes / 64; ++i) _mm512_stream_si512(d + i, _mm512_setzero_si512());
 #else
@@ -154,7 +177,7 @@ inline void stream_zero(void* dst, size_t bytes) {
 // dst = bf16(w * src), rounded to nearest even, with non-temporal stores, in one pass.
 // REQUIRES: streams_bf16_rows(bf16, n, dst).
 inline void stream_scaled_row_bf16(bf16_t* dst, const float* src, float w, int64_t n) {
-#if defined(__AVX512BF16__)
+#if defined(MOE_VEC_AVX512BF16)
   const __m512 scale = _mm512_set1_ps(w);
   for (int64_t i = 0; i < n; i += 32) {
     // Elements [i, i + 16) from the second operand, [i + 16, i + 32) from the first.
@@ -174,7 +197,7 @@ inline void stream_row_bf16(bf16_t* dst, const float* src, int64_t n) {
 
 // Orders a thread's non-temporal stores before the parallel region's closing barrier.
 inline void end_streams() {
-#if defined(__AVX512F__)
+#if defined(MOE_VEC_AVX512F)
   _mm_sfence();
 #endif
 }
@@ -237,4 +260,5 @@ inline void convert_elements(void* dst, Dtype dst_dt, const void* src, Dtype src
   }
 }
 
+}  // namespace MOE_VEC_ISA
 }  // namespace moe::cpu

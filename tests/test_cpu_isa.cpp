@@ -1,0 +1,114 @@
+// The ISA dispatch (moe/cpu_isa.h): what cpuid finds agrees with the kernel's /proc/cpuinfo, MOE_MAX_ISA
+// holds every level down, `--list` says per variant whether it runs here, and a variant that cannot run
+// is one line and exit 2.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
+
+#include "moe/cpu_isa.h"
+#include "moe/gemm.h"
+#include "test_util.h"
+
+namespace moe {
+namespace {
+
+using testing::Ran;
+
+bool cpuinfo_has_flag(const std::string& flag) {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("flags", 0) != 0) continue;
+    std::istringstream words(line);
+    for (std::string w; words >> w;)
+      if (w == flag) return true;
+    return false;
+  }
+  return false;
+}
+
+TEST(CpuIsa, LevelNamesRoundTripAndUnknownNamesAreRefused) {
+  for (IsaLevel l :
+       {IsaLevel::baseline, IsaLevel::avx2, IsaLevel::avx512, IsaLevel::avx512_bf16, IsaLevel::amx}) {
+    IsaLevel back = IsaLevel::baseline;
+    ASSERT_TRUE(parse_isa_level(isa_level_name(l), back));
+    EXPECT_EQ(back, l);
+  }
+  IsaLevel l = IsaLevel::avx2;
+  EXPECT_TRUE(parse_isa_level("AVX512_BF16", l));
+  EXPECT_EQ(l, IsaLevel::avx512_bf16);
+  EXPECT_FALSE(parse_isa_level("avx3", l));
+  EXPECT_FALSE(parse_isa_level("", l));
+}
+
+// cpuid and the kernel agree on every extension a level needs (the kernel hides what the OS does not
+// save, so a flag it lists is one we may use).
+TEST(CpuIsa, DetectionAgreesWithProcCpuinfo) {
+  const CpuIsa& c = cpu_isa();
+  EXPECT_FALSE(c.model.empty());
+  EXPECT_EQ(c.avx2 && c.os_avx, cpuinfo_has_flag("avx2"));
+  EXPECT_EQ(c.fma, cpuinfo_has_flag("fma"));
+  EXPECT_EQ(c.avx512f && c.os_avx512, cpuinfo_has_flag("avx512f"));
+  EXPECT_EQ(c.avx512_bf16 && c.os_avx512, cpuinfo_has_flag("avx512_bf16"));
+  EXPECT_EQ(c.amx_tile, cpuinfo_has_flag("amx_tile"));
+  EXPECT_EQ(c.detected >= IsaLevel::avx2,
+            cpuinfo_has_flag("avx2") && cpuinfo_has_flag("fma") && cpuinfo_has_flag("f16c"));
+  EXPECT_EQ(c.detected >= IsaLevel::avx512_bf16,
+            cpuinfo_has_flag("avx512_bf16") && cpuinfo_has_flag("avx512bw") && cpuinfo_has_flag("avx512vl") &&
+                cpuinfo_has_flag("avx512_vnni"));
+  EXPECT_LE(c.level(), c.detected);
+}
+
+// Every variant either runs here or says why not (and is then refused), and auto is the first that runs
+// here and that auto may take on this CPU.
+TEST(CpuIsa, AutoIsTheFirstVariantThatRunsHere) {
+  ASSERT_TRUE(select_gemm_variant("auto"));
+  const std::string chosen = active_gemm_variant().name;
+  const GemmVariant* first = nullptr;
+  for (const GemmVariant& v : gemm_variants()) {
+    if (!v.unavailable().empty()) {
+      EXPECT_FALSE(select_gemm_variant(v.name)) << v.name;
+      continue;
+    }
+    if (!first && v.auto_candidate()) first = &v;
+  }
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(chosen, first->name);
+  (void)select_gemm_variant("auto");
+}
+
+TEST(CpuIsa, MaxIsaHoldsTheLevelAndListSaysWhatRuns) {
+  const Ran r = testing::run_command("MOE_MAX_ISA=baseline " + std::string(MOE_BENCH_BINARY) + " --list");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("isa level: baseline"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("held to baseline by MOE_MAX_ISA"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("cpu: " + cpu_isa().model), std::string::npos) << r.out;
+#ifdef MOE_HAVE_ONEDNN
+  EXPECT_NE(r.out.find("dpbf16: "), std::string::npos) << "every build has the AVX-512 BF16 variant";
+  EXPECT_NE(r.out.find("no: needs AVX-512 BF16"), std::string::npos) << r.out;
+#endif
+  const Ran bad = testing::run_command("MOE_MAX_ISA=avx3 " + std::string(MOE_BENCH_BINARY) + " --list");
+  EXPECT_EQ(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("MOE_MAX_ISA=avx3 names no ISA level"), std::string::npos) << bad.err;
+}
+
+TEST(CpuIsa, AVariantThatCannotRunHereIsOneLineAndExitTwo) {
+#ifdef MOE_HAVE_ONEDNN
+  const Ran r = testing::run_command("MOE_MAX_ISA=avx2 " + std::string(MOE_BENCH_BINARY) +
+                                     " --tokens 8 --hidden 8 --mlp-dim 8 --experts 2 --topk 1 --iters 1 "
+                                     "--gemm-variant dpbf16");
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find("--gemm-variant dpbf16 does not run here: needs AVX-512 BF16"), std::string::npos)
+      << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+#else
+  GTEST_SKIP() << "built without oneDNN: no dpbf16 variant";
+#endif
+}
+
+}  // namespace
+}  // namespace moe
