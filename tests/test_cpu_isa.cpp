@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 
@@ -108,6 +109,36 @@ TEST(CpuIsa, AVariantThatCannotRunHereIsOneLineAndExitTwo) {
 #else
   GTEST_SKIP() << "built without oneDNN: no dpbf16 variant";
 #endif
+}
+
+}  // namespace
+}  // namespace moe
+
+namespace moe {
+namespace {
+
+// --peak measures a register-resident peak for every ISA level this CPU runs (an AVX2 machine has the
+// float32 FMA one); --with-peak puts the run's arithmetic peak in its rows, and no block beats it.
+TEST(CpuIsa, PeakIsMeasuredPerIsaAndRowsCarryIt) {
+  const Ran r = testing::run_bench("--peak --threads 1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  if (isa_level() >= IsaLevel::avx2) EXPECT_NE(r.out.find("f32_fma_avx2"), std::string::npos) << r.out;
+  if (isa_level() >= IsaLevel::avx512_bf16)
+    EXPECT_NE(r.out.find("bf16_dp_avx512"), std::string::npos) << r.out;
+  if (isa_level() >= IsaLevel::amx) EXPECT_NE(r.out.find("int8_amx"), std::string::npos) << r.out;
+  if (isa_level() < IsaLevel::avx2) GTEST_SKIP() << "no peak kernel below AVX2";
+  const Ran run = testing::run_bench(
+      "--tokens 256 --hidden 128 --mlp-dim 128 --experts 4 --topk 2 --iters 2 --warmup 0 --threads 1 "
+      "--dtype float32 --with-peak --format jsonl");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const nlohmann::json row = nlohmann::json::parse(run.out.substr(0, run.out.find('\n')));
+  ASSERT_TRUE(row["peak_tflops"].is_number()) << row.dump();
+  EXPECT_GT(row["peak_tflops"].get<double>(), 0);
+  EXPECT_LT(row["pct_of_peak"].get<double>(), 100) << row.dump();
+  const Ran plain = testing::run_bench(
+      "--tokens 64 --hidden 32 --mlp-dim 16 --experts 4 --topk 2 --iters 1 --warmup 0 --threads 1 --format "
+      "jsonl");
+  EXPECT_TRUE(nlohmann::json::parse(plain.out.substr(0, plain.out.find('\n')))["peak_tflops"].is_null());
 }
 
 }  // namespace

@@ -72,9 +72,9 @@ TEST(Harness, ResultLineGoldenAndSeedParsable) {
       "null_realized=0.000 null_mode=independent null_assignments=0 real_assignments=256 tflops=0.000006 "
       "tokens_per_s=256.000000 dtype=bfloat16 time_s=0.500000 time_median_s=0.500000 time_min_s=0.250000 "
       "time_max_s=0.750000 time_stddev_s=0.250000 ceiling_tflops=0.001000 pct_of_ceiling=0.629146 "
-      "ceiling_note=ok "
+      "ceiling_note=ok peak_tflops=none pct_of_peak=none "
       "saved_activation_bytes=4096 "
-      "threads=2";
+      "threads=2 noise_note=quiet";
   EXPECT_EQ(line.substr(0, golden.size()), golden);
   auto kv = seed_parse(line);
   for (const char* key :

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "cpu/peak.h"
 #include "moe/backend.h"
 #include "moe/gemm.h"
 #include "moe/tensor.h"
@@ -100,7 +101,19 @@ std::optional<CeilingMode> parse_ceiling_mode(std::string_view s) {
   return std::nullopt;
 }
 
-Ceiling CeilingCache::get(CeilingMode mode, Backend& backend, const MoeConfig& c) {
+Ceiling CeilingCache::get(CeilingMode mode, Backend& backend, const MoeConfig& c, bool with_peak) {
+  Ceiling ceiling = measured(mode, backend, c);
+  if (!with_peak || std::string(backend.name()) != "cpu") return ceiling;
+  const Dtype arithmetic = backend.gemm_arithmetic(c.dtype);
+  const std::string key = fmt::format("threads={} {}", omp_get_max_threads(), dtype_name(arithmetic));
+  auto it = peaks_.find(key);
+  if (it == peaks_.end())
+    it = peaks_.emplace(key, cpu::best_peak(cpu::measure_peaks(omp_get_max_threads()), arithmetic)).first;
+  ceiling.peak_tflops = it->second;
+  return ceiling;
+}
+
+Ceiling CeilingCache::measured(CeilingMode mode, Backend& backend, const MoeConfig& c) {
   if (mode == CeilingMode::off) {
     Ceiling off;
     off.off = true;

@@ -33,6 +33,9 @@ struct Ceiling {
   // (Backend::gemm_arithmetic); the note then ends in "+float32_arithmetic".
   Dtype arithmetic = Dtype::f32;
   bool widened = false;
+  // The physical limit beside the library's: the CPU's register-resident peak for `arithmetic`
+  // (cpu/peak.h) with the run's threads, where a run asks for it (--with-peak) on the cpu backend.
+  std::optional<double> peak_tflops;
 };
 
 Ceiling measure_ceiling(Backend& backend, const MoeConfig& c, double seconds = 0.2);
@@ -45,11 +48,13 @@ std::optional<CeilingMode> parse_ceiling_mode(std::string_view s);
 // dtype, the backend, the OpenMP thread count and the active GEMM variant.
 class CeilingCache {
  public:
-  Ceiling get(CeilingMode mode, Backend& backend, const MoeConfig& c);
+  Ceiling get(CeilingMode mode, Backend& backend, const MoeConfig& c, bool with_peak = false);
   int measurements() const { return measurements_; }
 
  private:
+  Ceiling measured(CeilingMode mode, Backend& backend, const MoeConfig& c);
   std::map<std::string, Ceiling> by_key_;
+  std::map<std::string, std::optional<double>> peaks_;  // by threads and arithmetic
   int measurements_ = 0;
 };
 

@@ -1,12 +1,23 @@
 #include "bench/list.h"
 
 #include <fmt/format.h>
+#include <omp.h>
 
+#include "cpu/peak.h"
 #include "moe/backend.h"
 #include "moe/cpu_isa.h"
 #include "moe/gemm.h"
 
 namespace moe::bench {
+
+void print_peaks() {
+  const CpuIsa& cpu = cpu_isa();
+  fmt::print("cpu: {} (isa level {}), {} threads\n", cpu.model, isa_level_name(cpu.level()),
+             omp_get_max_threads());
+  fmt::print("{:<16} {:>10}  {}\n", "peak", "tera/s", "multiplies");
+  for (const cpu::ArithmeticPeak& p : cpu::measure_peaks(omp_get_max_threads()))
+    fmt::print("{:<16} {:>10.3f}  {}\n", p.name, p.tera_per_s, dtype_name(p.arithmetic));
+}
 
 void print_list(const MoeConfig& c) {
   const CpuIsa& cpu = cpu_isa();

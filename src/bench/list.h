@@ -6,6 +6,8 @@
 
 namespace moe::bench {
 
+// `--peak`: each ISA's register-resident arithmetic peak on this CPU with the current threads.
+void print_peaks();
 void print_list(const MoeConfig& c);
 
 }  // namespace moe::bench

@@ -135,6 +135,12 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok, s
       "--out", opts.out_path,
       "append result rows to this file (file-locked, whole rows; rows carry config + environment)");
   app.add_flag("--list", opts.list, "print registered backends, impls and kernel variants, then exit");
+  app.add_flag(
+      "--peak", opts.peak,
+      "measure the register-resident arithmetic peak of each ISA this CPU runs (--threads), then exit");
+  app.add_flag("--with-peak", opts.with_peak,
+               "rows carry peak_tflops and pct_of_peak: the CPU's peak for the run's arithmetic, measured "
+               "once per process");
   if (flags) {
     for (const CLI::Option* opt : app.get_options())
       for (const std::string& n : opt->get_lnames())

@@ -40,7 +40,9 @@ struct BenchOptions {
   OutputFormat format = OutputFormat::text;
   std::string out_path;  // append rows here (locked, whole rows); stdout keeps the seed's text lines
   bool list = false;
-  std::string command;  // the command line that asked for the run (shell-quoted), stored in every row
+  bool peak = false;       // --peak: print the arithmetic peaks of this CPU, then exit
+  bool with_peak = false;  // --with-peak: rows carry peak_tflops and pct_of_peak (cpu backend)
+  std::string command;     // the command line that asked for the run (shell-quoted), stored in every row
 };
 
 // One flag as the sweep expander and the plan reader see it (src/bench/axes.h).

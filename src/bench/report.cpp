@@ -33,17 +33,31 @@ std::string csv_field(const nlohmann::ordered_json& v) {
 }  // namespace
 
 // Our keys appended to the text RESULT line; jsonl/csv rows carry everything.
-static const std::vector<std::string> kTextExtraKeys = {"dtype",           "time_s",
-                                                        "time_median_s",   "time_min_s",
-                                                        "time_max_s",      "time_stddev_s",
-                                                        "ceiling_tflops",  "pct_of_ceiling",
-                                                        "ceiling_note",    "saved_activation_bytes",
-                                                        "threads",         "remat_mode",
-                                                        "capacity_policy", "shared_expert_dim",
-                                                        "tokens",          "hidden",
-                                                        "mlp_dim",         "experts",
-                                                        "device",          "matmul_precision",
-                                                        "repeats",         "run_id"};
+static const std::vector<std::string> kTextExtraKeys = {"dtype",
+                                                        "time_s",
+                                                        "time_median_s",
+                                                        "time_min_s",
+                                                        "time_max_s",
+                                                        "time_stddev_s",
+                                                        "ceiling_tflops",
+                                                        "pct_of_ceiling",
+                                                        "ceiling_note",
+                                                        "peak_tflops",
+                                                        "pct_of_peak",
+                                                        "saved_activation_bytes",
+                                                        "threads",
+                                                        "noise_note",
+                                                        "remat_mode",
+                                                        "capacity_policy",
+                                                        "shared_expert_dim",
+                                                        "tokens",
+                                                        "hidden",
+                                                        "mlp_dim",
+                                                        "experts",
+                                                        "device",
+                                                        "matmul_precision",
+                                                        "repeats",
+                                                        "run_id"};
 
 std::string result_text(const ResultRow& r) {
   std::string line = fmt::format(
@@ -97,7 +111,14 @@ ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const Protocol& p,
   r["pct_of_ceiling"] = ceiling ? ResultRow(pct) : ResultRow(nullptr);
   r["ceiling_note"] = ceiling_note(m.ceiling, pct, t);
   r["saved_activation_bytes"] = m.saved_activation_bytes;
+  const std::optional<double> peak = m.ceiling.peak_tflops;
+  r["peak_tflops"] = peak ? ResultRow(*peak) : ResultRow(nullptr);
+  r["pct_of_peak"] = peak ? ResultRow(100.0 * tflops / *peak) : ResultRow(nullptr);
   r["threads"] = m.threads;
+  r["noise_note"] = m.noise.note;
+  r["load_avg_1m"] = m.noise.load_avg_1m;
+  r["involuntary_switches"] = m.noise.involuntary_switches;
+  r["steal_pct"] = m.noise.steal_pct;
   // Full config, kernel config and environment, without repeating a key already in the row.
   for (const std::string& extra : {c.to_json(), k.to_json(), env.to_json()}) {
     const ResultRow fields = ResultRow::parse(extra);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "bench/ceiling.h"
+#include "bench/noise.h"
 #include "bench/run_id.h"
 #include "bench/timing.h"
 #include "moe/conditioned_check.h"
@@ -36,10 +37,12 @@ struct Measured {
   int64_t saved_activation_bytes = 0;
   int threads = 0;  // OpenMP threads the run used
   NullRoutingStats null_stats;
+  MachineNoise noise;  // while its calls ran
 };
 
 // One row of a run: the seed's RESULT keys in its order, then ours (dtype, the five time statistics,
-// ceiling_tflops, pct_of_ceiling, ceiling_note (ceiling.h), saved_activation_bytes, threads), then the
+// ceiling_tflops, pct_of_ceiling, ceiling_note (ceiling.h), saved_activation_bytes, threads, noise_note,
+// load_avg_1m, involuntary_switches, steal_pct (noise.h)), then the
 // full config, the kernel config and the environment, then iters, warmup, repeats, run_id, row_schema
 // (run_id.h), the command and samples_s (every timed call in seconds, one array per --repeats block).
 // TF/s uses the seed's FLOP formula and the mean time. No ceiling: ceiling_tflops and pct_of_ceiling

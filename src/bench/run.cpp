@@ -8,7 +8,9 @@
 #include <optional>
 
 #include "bench/finite.h"
+#include "bench/noise.h"
 #include "bench/seed_lines.h"
+#include "bench/threads.h"
 #include "bench/timing.h"
 #include "bench/trace.h"
 #include "moe/block.h"
@@ -93,8 +95,13 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, 
         s = block.forward(out, in, routing);
       if (!s && outcome.output_status) outcome.output_status = s;
     };
+    const NoiseProbe noise_probe;
+    const auto calls_start = std::chrono::steady_clock::now();
     const TimingStats t = time_fn(
         call, o.warmup, o.iters, [&] { backend.synchronize(); }, o.repeats);
+    const MachineNoise noise = noise_probe.finish(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - calls_start).count(),
+        omp_get_max_threads(), available_cores());
     if (!outcome.output_status) return outcome;
     host_out = out.to_host();
     if (grads) host_grads = to_host(*grads);
@@ -113,7 +120,8 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, 
     }
     ResultRow row = make_row(
         c, o.kernel, protocol_of(o),
-        {name(mode), t, ceiling, block.saved_activation_bytes(), omp_get_max_threads(), null_stats}, env);
+        {name(mode), t, ceiling, block.saved_activation_bytes(), omp_get_max_threads(), null_stats, noise},
+        env);
     if (text_stdout)
       fmt::print(
           "{}{}{}\n",

@@ -69,7 +69,7 @@ Status prepare(const std::vector<std::string>& args, const std::string& command,
     if (s.resume && o.format != OutputFormat::jsonl)
       return Status::error("moe-bench sweep writes its store as jsonl: drop --format");
   }
-  if (s.opts.front().list) return Status::ok();
+  if (s.opts.front().list || s.opts.front().peak) return Status::ok();
   if (s.points.size() > 1 && !s.opts.front().dump_dir.empty())
     return Status::error("--dump takes a single run (one distribution, topk and impl)");
   // A jsonl store this moe-bench cannot read back is refused before it grows (the sweep re-reads it anyway).
@@ -163,7 +163,7 @@ class Runner {
     Backend& backend = *backend_by_name(o.base.device);
     announce_point(o, backend);
     const MoeInputs& host_in = inputs_.host(c, backend);
-    const Ceiling ceiling = ceilings_.get(o.ceiling, backend, c);
+    const Ceiling ceiling = ceilings_.get(o.ceiling, backend, c, o.with_peak);
     // Same routing for every impl and fraction of a (distribution, topk): the null mask of a larger
     // fraction is a superset of a smaller one's.
     NullRoutingStats null_stats;
@@ -215,9 +215,10 @@ int run_sweep(const std::vector<std::string>& args, const std::string& command, 
   if (Status st = prepare(args, command, s, exit_ok); !st) return fail(st);
   if (exit_ok) return 0;
   const BenchOptions& first = s.opts.front();
-  if (first.list) {
+  if (first.list || first.peak) {
     if (Status st = set_thread_count(first.kernel.threads); !st) return fail(st);
-    print_list(first.base);
+    if (first.list) print_list(first.base);
+    if (first.peak) print_peaks();
     return 0;
   }
   Runner runner(s);

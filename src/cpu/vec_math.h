@@ -27,13 +27,13 @@
 // copies of these inline functions under a namespace of their ISA's name: the linker keeps one copy of
 // an inline function, which must never be another ISA's.
 #if defined(MOE_VEC_AVX512BF16)
-#define MOE_VEC_ISA avx512_bf16
+#define MOE_VEC_ISA isa_avx512_bf16
 #elif defined(MOE_VEC_AVX512F)
-#define MOE_VEC_ISA avx512
+#define MOE_VEC_ISA isa_avx512
 #elif defined(__AVX2__)
-#define MOE_VEC_ISA avx2
+#define MOE_VEC_ISA isa_avx2
 #else
-#define MOE_VEC_ISA baseline
+#define MOE_VEC_ISA isa_baseline
 #endif
 
 namespace moe::cpu {
