@@ -64,3 +64,21 @@ TEST(Diagnostics, DumpIsTheTimedResultUnderEveryDiagnosticFlag) {
 
 }  // namespace
 
+namespace {
+
+TEST(Diagnostics, ADumpOverAnEarlierOneLeavesOnlyItsOwnFiles) {
+  const std::string dir = temp_dir("diag_redump");
+  const std::string dump = dir + "/d";
+  ASSERT_EQ(run_bench(kShape + " --bench-pass forward_backward --dump " + dump).exit_code, 0);
+  std::ofstream(dump + "/notes.txt") << "mine\n";
+  ASSERT_TRUE(std::filesystem::exists(dump + "/grad_x.npy"));
+  const auto r = run_bench(kShape + " --bench-pass forward --dump " + dump);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* stale : {"grad_x.npy", "grad_w1.npy", "grad_w2.npy", "grad_w3.npy", "grad_shared_w1.npy",
+                            "grad_shared_w2.npy", "grad_shared_w3.npy"})
+    EXPECT_FALSE(std::filesystem::exists(dump + "/" + stale)) << stale;
+  EXPECT_TRUE(std::filesystem::exists(dump + "/out.npy"));
+  EXPECT_EQ(read_file(dump + "/notes.txt"), "mine\n") << "a file that is not ours stays";
+}
+
+}  // namespace
