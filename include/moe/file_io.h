@@ -52,6 +52,13 @@ Status append_lines(const std::string& path, const std::string& header, const st
 // the OS refuses, each in one line "`what` PATH: reason".
 Status read_regular_file(const std::string& path, uint64_t offset, std::string& text, std::string_view what);
 
+// Runs `edit` on the whole text of the small file `path` of our own (created empty when missing) under
+// an exclusive flock, and writes back what it leaves when that changed (truncate and rewrite in place: a
+// rename would move the lock off the file others wait on). For records that processes share, such as
+// a store's claims (bench/claims.h).
+Status edit_locked(const std::string& path, std::string_view what,
+                   const std::function<Status(std::string&)>& edit);
+
 // Whole-file writer: open(), any number of write()s, commit(). Destroying it without a successful
 // commit() leaves `path` untouched and no temporary behind.
 class AtomicFileWriter {

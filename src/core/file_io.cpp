@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <utility>
 
 namespace moe {
@@ -53,11 +54,17 @@ Status write_all(int fd, const char* data, size_t bytes) {
   return Status::ok();
 }
 
-// Takes the lock, saying once on stderr what it waits for when another process holds it.
+// Takes the lock. Another process's append holds it for milliseconds; a wait of over a second (a
+// writer stopped, a lock taken by hand) is said on stderr, once per process and file.
 Status lock(int fd, int operation, std::string_view what, const std::string& path) {
-  if (::flock(fd, operation | LOCK_NB) == 0) return Status::ok();
-  if (errno != EWOULDBLOCK && errno != EINTR) return Status::error(errno_text());
-  fmt::print(stderr, "moe: waiting for the lock on {} '{}' (another process is using it)\n", what, path);
+  for (int tries = 0; tries < 100; ++tries) {
+    if (::flock(fd, operation | LOCK_NB) == 0) return Status::ok();
+    if (errno != EWOULDBLOCK && errno != EINTR) return Status::error(errno_text());
+    ::usleep(10000);
+  }
+  static std::set<std::string> announced;
+  if (announced.insert(path).second)
+    fmt::print(stderr, "moe: waiting for the lock on {} '{}' (another process is using it)\n", what, path);
   while (::flock(fd, operation) != 0)
     if (errno != EINTR) return Status::error(errno_text());
   return Status::ok();
@@ -275,6 +282,33 @@ Status read_regular_file(const std::string& path, uint64_t offset, std::string& 
   if (off_t(offset) >= st.st_size) return Status::ok();
   if (!read_range(fd.get(), off_t(offset), st.st_size, text))
     return Status::error(fmt::format("{} {}: cannot be read: {}", what, path, errno_text()));
+  return Status::ok();
+}
+
+Status edit_locked(const std::string& path, std::string_view what,
+                   const std::function<Status(std::string&)>& edit) {
+  Fd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  auto io_error = [&](std::string_view action, const std::string& why) {
+    return Status::error(fmt::format("cannot {} {} '{}': {}", action, what, path, why));
+  };
+  if (fd.get() < 0) return io_error("open", errno_text());
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return io_error("read", errno_text());
+  if (!S_ISREG(st.st_mode)) return io_error("use", "not a regular file");
+  if (Status s = lock(fd.get(), LOCK_EX, what, path); !s) return io_error("lock", s.message());
+  if (::fstat(fd.get(), &st) != 0) return io_error("read", errno_text());
+  std::string text;
+  if (!read_range(fd.get(), 0, st.st_size, text)) return io_error("read", errno_text());
+  const std::string before = text;
+  MOE_RETURN_IF_ERROR(edit(text));
+  if (text == before) return Status::ok();
+  if (::ftruncate(fd.get(), 0) != 0) return io_error("write", errno_text());
+  for (size_t done = 0; done < text.size();) {
+    const ssize_t n = ::pwrite(fd.get(), text.data() + done, text.size() - done, off_t(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return io_error("write", n < 0 ? errno_text() : "short write");
+    done += size_t(n);
+  }
   return Status::ok();
 }
 
