@@ -31,6 +31,11 @@ bool call_times(const ResultRow& v) {
   return true;
 }
 
+// A value for a message: a row's samples_s may hold thousands of numbers.
+std::string shortened(const std::string& text) {
+  return text.size() <= 60 ? text : text.substr(0, 57) + "...";
+}
+
 // The keys the tools read as numbers, and what each must hold; every other key is shown as text.
 Status check_values(const ResultRow& row, const std::string& where) {
   struct Rule {
@@ -53,7 +58,7 @@ Status check_values(const ResultRow& row, const std::string& where) {
       return Status::error(fmt::format("{}: row_schema {} row without \"{}\"", where, kRowSchema, r.key));
     if (!r.ok(*it))
       return Status::error(
-          fmt::format("{}: \"{}\" is {}, expected {}", where, r.key, it->dump(), r.expected));
+          fmt::format("{}: \"{}\" is {}, expected {}", where, r.key, shortened(it->dump()), r.expected));
   }
   // Rows are grouped, matched and charted by these keys.
   for (const std::vector<std::string>* keys : {&config_keys(), &environment_keys()})
