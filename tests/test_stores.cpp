@@ -245,7 +245,7 @@ namespace {
 TEST(Stores, ARunWaitingForAnotherProcesssLockSaysSoOnce) {
   const std::string dir = temp_dir("stores_lock");
   const std::string s = store(dir + "/s.jsonl", {timed_row(tiny(1), {1, 1.1})});
-  const auto r = testing::run_command("(flock " + s + " sleep 3 & sleep 0.5; timeout 60 " + MOE_BENCH_BINARY +
+  const auto r = testing::run_command("(flock " + s + " sleep 2 & sleep 0.3; timeout 60 " + MOE_BENCH_BINARY +
                                       " " + kRun + " --out " + s + "; wait)");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string says = "waiting for the lock on --out results file '" + s + "'";
