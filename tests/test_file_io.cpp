@@ -63,6 +63,11 @@ std::string row(int writer, int i) {
          " end";
 }
 
+// Whether a line is a whole row() (what a results file's RowTest says of its own rows).
+bool whole(std::string_view line) {
+  return line.size() >= 4 && line.substr(line.size() - 4) == " end";
+}
+
 // Runs `fn` in a forked child and returns its exit code (fn's return value).
 int in_child(const std::function<int()>& fn) {
   const pid_t pid = fork();
@@ -101,7 +106,7 @@ TEST_F(FileIoTest, ConcurrentAppendersLoseNoRow) {
 TEST_F(FileIoTest, KilledAppenderLeavesNoTempFileAndNoHalfRow) {
   const pid_t pid = fork();
   if (pid == 0) {
-    for (int i = 0;; ++i) append_lines(path("r.jsonl"), "", {row(0, i), row(1, i)}, "results file");
+    for (int i = 0;; ++i) append_lines(path("r.jsonl"), "", {row(0, i), row(1, i)}, "results file", whole);
   }
   // Wait (bounded) until the writer is well under way, then kill it wherever it is.
   for (int waited_ms = 0; lines("r.jsonl").size() < 40 && waited_ms < 20000; waited_ms += 5)
@@ -111,7 +116,7 @@ TEST_F(FileIoTest, KilledAppenderLeavesNoTempFileAndNoHalfRow) {
 
   EXPECT_EQ(entries(), std::set<std::string>{"r.jsonl"}) << "no temporary left behind";
   // A second writer is not blocked by the dead one's lock and starts on a fresh line.
-  ASSERT_TRUE(append_lines(path("r.jsonl"), "", {row(9, 9)}, "results file"));
+  ASSERT_TRUE(append_lines(path("r.jsonl"), "", {row(9, 9)}, "results file", whole));
   const std::vector<std::string> got = lines("r.jsonl");
   ASSERT_GE(got.size(), 41u);
   for (const std::string& line : got) EXPECT_EQ(line.substr(line.size() - 4), " end") << line;
@@ -119,14 +124,28 @@ TEST_F(FileIoTest, KilledAppenderLeavesNoTempFileAndNoHalfRow) {
 }
 
 TEST_F(FileIoTest, PartialLastRowIsCutOffNotLeftInTheMiddle) {
+  const RowTest braces = [](std::string_view l) { return !l.empty() && l.back() == '}'; };
   std::ofstream(path("r.jsonl")) << "{\"a\": 1}\n{\"half";
-  ASSERT_TRUE(append_lines(path("r.jsonl"), "", {"{\"b\": 2}"}, "results file"));
+  ASSERT_TRUE(append_lines(path("r.jsonl"), "", {"{\"b\": 2}"}, "results file", braces));
   EXPECT_EQ(content("r.jsonl"), "{\"a\": 1}\n{\"b\": 2}\n");
 
   // A csv file holding only its header, unterminated, keeps the header.
   std::ofstream(path("h.csv")) << "x,y";
-  ASSERT_TRUE(append_lines(path("h.csv"), "x,y", {"1,2"}, "results file"));
+  ASSERT_TRUE(append_lines(path("h.csv"), "x,y", {"1,2"}, "results file", braces));
   EXPECT_EQ(content("h.csv"), "x,y\n1,2\n");
+}
+
+TEST_F(FileIoTest, AWholeLastRowWithoutItsNewlineIsKept) {
+  const RowTest braces = [](std::string_view l) { return !l.empty() && l.back() == '}'; };
+  std::ofstream(path("r.jsonl")) << "{\"a\": 1}\n{\"b\": 2}";
+  ASSERT_TRUE(append_lines(path("r.jsonl"), "", {"{\"c\": 3}"}, "results file", braces));
+  EXPECT_EQ(content("r.jsonl"), "{\"a\": 1}\n{\"b\": 2}\n{\"c\": 3}\n");
+}
+
+TEST_F(FileIoTest, AFileThatIsNotOnlyOurRowsIsNeverCut) {
+  std::ofstream(path("book.md")) << "# Book\nmy last words";
+  ASSERT_TRUE(append_lines(path("book.md"), "", {"", "### entry"}, "logbook"));
+  EXPECT_EQ(content("book.md"), "# Book\nmy last words\n\n### entry\n");
 }
 
 TEST_F(FileIoTest, AppendFollowsSymlinks) {
@@ -141,12 +160,13 @@ TEST_F(FileIoTest, AppendFollowsSymlinks) {
 TEST_F(FileIoTest, RefusesTargetsItCannotAppendTo) {
   fs::create_directory(path("adir"));
   std::ofstream(path("other.csv")) << "a,b\n1,2\n";
-  mkfifo(path("fifo").c_str(), 0644);
+  fs::create_symlink(path("loop"), path("loop"));
   const std::pair<std::string, std::string> cases[] = {
       {path("adir"), "is a directory"},
       {path("missing/r.csv"), "does not exist"},
       {path("other.csv"), "does not start with this run's header"},
-      {path("fifo"), "not a regular file"},
+      {path("loop"), "Too many levels of symbolic links"},
+      {path(std::string(300, 'n')), "File name too long"},
   };
   for (const auto& [target, why] : cases) {
     for (bool append : {false, true}) {
@@ -160,6 +180,22 @@ TEST_F(FileIoTest, RefusesTargetsItCannotAppendTo) {
   EXPECT_EQ(content("other.csv"), "a,b\n1,2\n") << "a refused file is left alone";
   EXPECT_TRUE(check_append_target(path("new.csv"), "x,y", "results file")) << "a new file is fine";
   EXPECT_FALSE(fs::exists(path("new.csv"))) << "checking writes nothing";
+}
+
+TEST_F(FileIoTest, ADeviceOrPipeIsWrittenToNeverRead) {
+  ASSERT_TRUE(check_append_target("/dev/null", "x,y", "results file"));
+  ASSERT_TRUE(append_lines("/dev/null", "x,y", {"1,2"}, "results file"));
+  std::string text;
+  for (const char* target : {"/dev/zero", "/dev/null"}) {
+    const Status s = read_regular_file(target, 0, text, "store");
+    EXPECT_NE(s.message().find("not a regular file"), std::string::npos) << s.message();
+  }
+  ASSERT_EQ(mkfifo(path("fifo").c_str(), 0644), 0);
+  const Status s = read_regular_file(path("fifo"), 0, text, "store");
+  EXPECT_NE(s.message().find("not a regular file"), std::string::npos)
+      << "refused without waiting for a writer";
+  EXPECT_NE(read_regular_file(dir_.string(), 0, text, "store").message().find("is a directory"),
+            std::string::npos);
 }
 
 TEST_F(FileIoTest, RefusesAFileItCannotRead) {

@@ -14,6 +14,7 @@
 #include "bench/plot.h"
 #include "bench/report.h"
 #include "bench/table.h"
+#include "result_rows.h"
 #include "test_util.h"
 
 namespace moe::bench {
@@ -22,30 +23,10 @@ namespace {
 using testing::read_file;
 using testing::run_bench;
 using testing::split_lines;
+using testing::store;
 using testing::temp_dir;
-
-MoeConfig tiny(int64_t topk, Impl impl = Impl::fused_w13) {
-  MoeConfig c;
-  c.tokens = 64, c.hidden = 16, c.mlp_dim = 8, c.experts = 4, c.topk = topk, c.impl = impl;
-  return c;
-}
-
-// A row of `c` whose timed calls took `samples` seconds.
-ResultRow timed_row(const MoeConfig& c, std::vector<double> samples, const std::string& commit = "aaa") {
-  Measured m;
-  m.time = summarize(std::move(samples));
-  m.threads = 1;
-  m.null_stats.real_assignments = c.assignments();
-  m.null_stats.target = c.null_routing.frac;
-  Environment env;
-  env.git_commit = commit;
-  return make_row(c, KernelConfig{}, Protocol{2, 0, 1, "moe-bench --tokens 64 --topk 1,2"}, m, env);
-}
-
-std::string store(const std::string& path, const std::vector<ResultRow>& rows) {
-  EXPECT_TRUE(append_rows(path, OutputFormat::jsonl, rows));
-  return path;
-}
+using testing::timed_row;
+using testing::tiny;
 
 // The Markdown table rows (lines starting with "| " after the rule), split into trimmed cells.
 std::vector<std::vector<std::string>> table_rows(const std::string& md) {

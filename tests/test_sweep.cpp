@@ -323,6 +323,12 @@ TEST(Sweep, BadInputIsOneLineExitTwoAndNothingWritten) {
       {std::string(kTiny) + " --repeats 0 --out " + store, "--repeats"},
       {std::string(kTiny) + " --topk 1 --check=false,true --format csv --out " + dir + "/x.csv",
        "different columns"},
+      // Values are checked before their product is made (each point copies every value).
+      {std::string(kTiny) + " --impl fast," + std::string(100000, 'x') + " --seed 1-50000 --out " + store,
+       "100000 characters"},
+      {std::string(kTiny) + " --trace-dir " + dir + "/" + std::string(3000, 't') + " --seed 1-99999 --out " +
+           store,
+       "over 256 MiB"},
   };
   for (const auto& [args, message] : cases) {
     const auto r = run_bench(args);

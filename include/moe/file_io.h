@@ -3,10 +3,12 @@
 //  - Results files that many runs share (`--out`): appended, never rewritten. Each append takes an
 //    exclusive advisory lock (flock) on the file, then writes its rows with O_APPEND in one write(2),
 //    starting on a fresh line. Concurrent moe-bench processes therefore interleave whole rows and lose
-//    none, and a killed writer leaves no temporary file (there is none) and no half row: a partial last
-//    line (a writer that died mid-row, a full disk) is cut off, with a warning, by the next append.
-//    Symlinks are followed (the link's target grows). A file that cannot be read, or whose first line
-//    is not the expected header, is refused rather than replaced.
+//    none, and a killed writer leaves no temporary file (there is none) and no half row: a torn last
+//    row (a writer that died mid-row, a full disk), one the caller's RowTest says is not a row, is cut
+//    off, with a warning, by the next append. A last line that is a whole row but lacks its '\n' (an
+//    editor, another tool) is kept and ended; a file that is not only rows of ours (a logbook: no
+//    RowTest) is never cut. Symlinks are followed (the link's target grows). A file that cannot be
+//    read, or whose first line is not the expected header, is refused rather than replaced.
 //
 //  - Whole files (dumps, .npy, traces): written to a temporary in the same directory, fsync'ed, and
 //    renamed over the target, so a reader sees the old file or the new one, never a prefix. Where the
@@ -16,6 +18,8 @@
 // Every failure is a user-level Status naming the path and the reason (errno text).
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,16 +29,35 @@
 namespace moe {
 
 // Checks, without writing, that `path` can take appended rows: an existing file must be a regular file
-// that is readable and writable and (when `header` is not empty and the file is not) starts with the
+// (or a character device or pipe, which rows are written to and never read back) that is readable and
+// writable and (when `header` is not empty and the file is not) starts with the
 // line `header`; a missing file needs a writable directory. `what` names the target in messages
 // ("results file").
 Status check_append_target(const std::string& path, const std::string& header, std::string_view what);
 
+// Whether a line (without its '\n') is a whole row of the file. Empty: the file holds more than our rows
+// (a logbook), so no line of it is ever judged torn.
+using RowTest = std::function<bool(std::string_view line)>;
+
 // Appends `lines` (each one row without its '\n') to `path` as described above, creating the file
 // (0644) when missing. With a non-empty `header`, an empty file gets the header first and a non-empty
-// one must start with it. All lines go out in one write(2) under the lock.
+// one must start with it. A last line without its '\n' is cut off only when `is_row` says it is not a
+// row; otherwise it is ended. All lines go out in one write(2) under the lock.
 Status append_lines(const std::string& path, const std::string& header, const std::vector<std::string>& lines,
-                    std::string_view what);
+                    std::string_view what, const RowTest& is_row = {});
+
+// The bytes of the regular file `path` from `offset` on (for readers of the files above). The type is
+// checked on the open descriptor before any byte is read: a directory, device, pipe or socket is
+// refused (a FIFO would block, /dev/zero never ends), as are a missing file, a symlink loop or a name
+// the OS refuses, each in one line "`what` PATH: reason".
+Status read_regular_file(const std::string& path, uint64_t offset, std::string& text, std::string_view what);
+
+// Runs `edit` on the whole text of the small file `path` of our own (created empty when missing) under
+// an exclusive flock, and writes back what it leaves when that changed (truncate and rewrite in place: a
+// rename would move the lock off the file others wait on). For records that processes share, such as
+// a store's claims (bench/claims.h).
+Status edit_locked(const std::string& path, std::string_view what,
+                   const std::function<Status(std::string&)>& edit);
 
 // Whole-file writer: open(), any number of write()s, commit(). Destroying it without a successful
 // commit() leaves `path` untouched and no temporary behind.

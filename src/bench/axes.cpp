@@ -77,6 +77,13 @@ bool is_axis_flag(std::string_view flag) {
 Status expand_list(const FlagSpec& flag, std::string_view text, std::vector<std::string>& values) {
   values.clear();
   for (std::string_view item : list_items(text)) {
+    // Each value is checked on its own before any product of the lists is made: every point holds a copy
+    // of every value, so one huge value crossed with a range would take gigabytes before the first
+    // point's parse refused it.
+    if (item.size() > kMaxValueLength)
+      return invalid_value(
+          flag.name + " entry", item.substr(0, 32),
+          fmt::format("{} characters, more than any value takes ({})", item.size(), kMaxValueLength));
     bool range = false;
     if (flag.integer) MOE_RETURN_IF_ERROR(expand_range(flag, item, values, range));
     if (!range) values.emplace_back(item);
@@ -127,6 +134,20 @@ Status expand_axes(const std::vector<std::string>& args, std::vector<Point>& poi
     axes.push_back({name, occ, std::move(values)});
   }
 
+  // Every point copies the arguments: a long value anywhere (a path too) times many points is refused
+  // before the copies are made.
+  size_t point_bytes = 0;
+  for (const std::string& a : base) point_bytes += a.size() + sizeof(std::string);
+  for (const Axis& axis : axes) {
+    size_t longest = 0;
+    for (const std::string& v : axis.values) longest = std::max(longest, v.size());
+    point_bytes += longest + axis.flag.size();
+  }
+  if (total * point_bytes > kMaxPointBytes)
+    return Status::error(fmt::format(
+        "the flags' lists make {} points of {} bytes of arguments each, over {} MiB in all: shorten the "
+        "values or the lists",
+        total, point_bytes, kMaxPointBytes >> 20));
   points.clear();
   std::vector<size_t> at(axes.size(), 0);
   for (size_t n = 0; n < total; ++n) {

@@ -25,6 +25,10 @@
 namespace moe::bench {
 
 constexpr size_t kMaxPoints = 100000;
+// The longest value a list item may hold (names, numbers; paths are no axis), and the most bytes the
+// points' arguments may take in all.
+constexpr size_t kMaxValueLength = 1024;
+constexpr size_t kMaxPointBytes = size_t(256) << 20;
 
 struct Point {
   std::vector<std::string> args;                          // the point's arguments (no program name)

@@ -2,17 +2,18 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
-#include <regex>
 #include <set>
+#include <sstream>
 
 #include "bench/cli.h"
 #include "bench/compare.h"
 #include "bench/store.h"
 #include "bench/table.h"
 #include "moe/file_io.h"
+#include "moe/parse.h"
 
 namespace moe::bench {
 namespace {
@@ -59,11 +60,46 @@ std::string config_lines(const std::vector<ResultRow>& rows, const std::string& 
   return s;
 }
 
+bool alnum(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) != 0;
+}
+
+// PREFIX-NNN: a letter, then letters, digits and single dashes, then a dash and at least three
+// digits. Matched by hand rather than by std::regex, whose recursion grows with the text matched (a
+// long logbook line overflows the stack).
+bool is_id(std::string_view id) {
+  const size_t dash = id.rfind('-');
+  if (id.empty() || !std::isalpha(static_cast<unsigned char>(id[0])) || dash == std::string_view::npos ||
+      id.size() - dash - 1 < 3)
+    return false;
+  for (size_t i = dash + 1; i < id.size(); ++i)
+    if (!std::isdigit(static_cast<unsigned char>(id[i]))) return false;
+  for (size_t i = 0; i < dash; ++i)
+    if (!alnum(id[i]) && !(id[i] == '-' && alnum(id[i + 1]) && alnum(id[i - 1]))) return false;
+  return true;
+}
+
 Status check_id(const std::string& id) {
-  static const std::regex kId("^[A-Za-z][A-Za-z0-9]*(-[A-Za-z0-9]+)*-[0-9]{3,}$");
-  if (!std::regex_match(id, kId))
+  if (!is_id(id))
     return Status::error(fmt::format("invalid --id '{}': expected PREFIX-NNN, e.g. MOE-CPU-001", id));
   return Status::ok();
+}
+
+// The ID of an entry heading, "### DATE - ID[ title]...": the longest PREFIX-NNN after the first " - "
+// that has one, ending at a word boundary; empty for any other line.
+std::string_view heading_id(std::string_view line) {
+  if (line.rfind("### ", 0) != 0) return {};
+  for (size_t at = line.find(" - ", 4); at != std::string_view::npos; at = line.find(" - ", at + 1)) {
+    const size_t begin = at + 3;
+    size_t end = begin;
+    while (end < line.size() && (alnum(line[end]) || line[end] == '-')) ++end;
+    for (size_t e = end; e > begin; --e) {
+      // The ID ends at a word boundary: inside the run only before a dash, at its end unless a '_' follows.
+      const bool boundary = e < end ? line[e] == '-' : e == line.size() || line[e] != '_';
+      if (boundary && is_id(line.substr(begin, e - begin))) return line.substr(begin, e - begin);
+    }
+  }
+  return {};
 }
 
 }  // namespace
@@ -109,20 +145,24 @@ Status log_entry(const LogOptions& o, std::string& entry) {
 
 Status append_log_entry(const LogOptions& o, const std::string& entry) {
   std::string existing;
-  if (std::ifstream in(o.logbook); in) existing.assign(std::istreambuf_iterator<char>(in), {});
+  if (Status s = read_regular_file(o.logbook, 0, existing, "logbook"); !s) {
+    std::error_code ec;
+    if (std::filesystem::exists(o.logbook, ec) || ec) return s;  // a new logbook starts empty
+  }
   // The ID must be new: an entry is never rewritten, and a second one of the same ID would be ambiguous.
-  static const std::regex kHeading(R"(^### .*? - ([A-Za-z][A-Za-z0-9-]*-[0-9]{3,})\b)");
   const size_t dash = o.id.rfind('-');
   const std::string prefix = o.id.substr(0, dash + 1);
-  int next = 0;
+  int64_t next = 0;
   bool taken = false;
   std::istringstream lines(existing);
   for (std::string line; std::getline(lines, line);) {
-    std::smatch m;
-    if (!std::regex_search(line, m, kHeading)) continue;
-    const std::string id = m[1].str();
+    const std::string id(heading_id(line));
+    if (id.empty()) continue;
     taken |= id == o.id;
-    if (id.rfind(prefix, 0) == 0) next = std::max(next, std::stoi(id.substr(prefix.size())) + 1);
+    // A number past int64 suggests no next ID (the clash check above is what matters).
+    int64_t n = 0;
+    if (id.rfind(prefix, 0) == 0 && parse_int("", id.substr(prefix.size()), 0, INT64_MAX - 1, n))
+      next = std::max(next, n + 1);
   }
   if (taken)
     return Status::error(

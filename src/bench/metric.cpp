@@ -50,7 +50,7 @@ Status pooled_metric(const std::vector<const ResultRow*>& rows, const Metric& m,
   std::vector<double> calls;
   double constant = 0;  // value x mean time, for a rate
   for (const ResultRow* r : rows) {
-    const ResultRow& v = (*r)[m.key];
+    const ResultRow v = r->value(m.key, ResultRow());
     if (!v.is_number())
       return Status::error(fmt::format("{} is {} in a row ({}): no ceiling was timed", m.key, value_text(v),
                                        (*r)["run_id"].get<std::string>()));

@@ -2,11 +2,11 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
+#include <set>
 
 #include "bench/axes.h"
+#include "moe/file_io.h"
 
 namespace moe::bench {
 namespace {
@@ -114,20 +114,38 @@ class PlanReader {
   std::string path_;
 };
 
+// The plan's JSON. nlohmann keeps the last of duplicate keys; a plan that says a thing twice is
+// refused instead, as is a number no double holds (nlohmann's out_of_range, not a parse_error).
+Status parse_plan(const PlanReader& plan, const std::string& text, Json& j) {
+  std::vector<std::set<std::string>> open;  // the keys of each object being parsed, innermost last
+  std::string duplicate;
+  auto note = [&](int, Json::parse_event_t event, Json& parsed) {
+    if (event == Json::parse_event_t::object_start) open.emplace_back();
+    if (event == Json::parse_event_t::object_end) open.pop_back();
+    if (event == Json::parse_event_t::key && !open.back().insert(parsed.get<std::string>()).second &&
+        duplicate.empty())
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
+  try {
+    j = Json::parse(text, note);
+  } catch (const Json::exception& e) {
+    return plan.error(fmt::format("not JSON: {}", e.what()));
+  }
+  if (!duplicate.empty())
+    return plan.error(fmt::format("duplicate key \"{}\" (each key once per object)", duplicate));
+  return Status::ok();
+}
+
 }  // namespace
 
 Status plan_args(const std::string& path, std::vector<std::string>& args) {
   const PlanReader plan(path);
-  std::ifstream in(path);
-  if (!in) return plan.error("cannot be read");
-  std::stringstream text;
-  text << in.rdbuf();
+  std::string text;
+  if (Status s = read_regular_file(path, 0, text, "plan"); !s)
+    return Status::error(fmt::format("{} (cannot be read)", s.message()));
   Json j;
-  try {
-    j = Json::parse(text.str());
-  } catch (const Json::parse_error& e) {
-    return plan.error(fmt::format("not JSON: {}", e.what()));
-  }
+  MOE_RETURN_IF_ERROR(parse_plan(plan, text, j));
   if (!j.is_object()) return plan.error("expected a JSON object with \"fixed\", \"axes\" and \"repeats\"");
   for (auto it = j.begin(); it != j.end(); ++it)
     if (it.key() != "fixed" && it.key() != "axes" && it.key() != "repeats" && it.key() != "description")

@@ -67,8 +67,11 @@ Status plot_script(const PlotOptions& o, std::string& script) {
   std::map<std::string, std::map<std::string, std::vector<const ResultRow*>>> cells;
   bool numeric_x = true;
   for (const ResultRow& r : rows) {
-    const std::string s = o.series.empty() ? "" : value_text(r[o.series]), x = value_text(r[o.x]);
-    numeric_x &= r[o.x].is_number();
+    // A key some rows lack is null there ("none").
+    const ResultRow x_value = r.value(o.x, ResultRow());
+    const std::string s = o.series.empty() ? "" : value_text(r.value(o.series, ResultRow())),
+                      x = value_text(x_value);
+    numeric_x &= x_value.is_number();
     if (!cells.count(s)) series_order.push_back(s);
     if (std::find(x_order.begin(), x_order.end(), x) == x_order.end()) x_order.push_back(x);
     cells[s][x].push_back(&r);

@@ -30,6 +30,17 @@ std::string csv_field(const nlohmann::ordered_json& v) {
   return quoted + "\"";
 }
 
+// The fields of a csv line as csv_field quotes them; -1 when a quote is left open (a torn row).
+int64_t csv_fields(std::string_view line) {
+  int64_t fields = 1;
+  bool quoted = false;
+  for (char c : line) {
+    if (c == '"') quoted = !quoted;  // "" inside a quoted field toggles twice
+    if (c == ',' && !quoted) ++fields;
+  }
+  return quoted ? -1 : fields;
+}
+
 }  // namespace
 
 // Our keys appended to the text RESULT line; jsonl/csv rows carry everything.
@@ -204,9 +215,23 @@ std::string file_header(OutputFormat format, const ResultRow& row) {
   return format == OutputFormat::csv ? csv_header(row) : "";
 }
 
+RowTest row_test(OutputFormat format, const std::string& header) {
+  switch (format) {
+    case OutputFormat::text:
+      return {};
+    case OutputFormat::jsonl:
+      return [](std::string_view line) { return ResultRow::parse(line, nullptr, false).is_object(); };
+    case OutputFormat::csv:
+      return [fields = csv_fields(header)](std::string_view line) { return csv_fields(line) == fields; };
+  }
+  MOE_CHECK(false, "unknown output format");
+  return {};
+}
+
 Status append_rows(const std::string& path, OutputFormat format, const std::vector<ResultRow>& rows) {
   if (rows.empty()) return Status::ok();
-  return append_lines(path, file_header(format, rows.front()), format_rows(format, rows), "results file");
+  const std::string header = file_header(format, rows.front());
+  return append_lines(path, header, format_rows(format, rows), "results file", row_test(format, header));
 }
 
 }  // namespace moe::bench

@@ -18,6 +18,7 @@
 #include "moe/conditioned_check.h"
 #include "moe/config.h"
 #include "moe/environment.h"
+#include "moe/file_io.h"
 #include "moe/null_routing.h"
 #include "moe/status.h"
 
@@ -66,6 +67,11 @@ void add_check_fields(ResultRow& row, const ConditionedCheck& r);
 std::vector<std::string> format_rows(OutputFormat format, const std::vector<ResultRow>& rows);
 // The first line a results file of `format` must start with: the csv header, none for text and jsonl.
 std::string file_header(OutputFormat format, const ResultRow& row);
+
+// Whether a line of a results file of `format` is a whole row (append_lines cuts a last line that is
+// not): jsonl, one that parses as a JSON object; csv, one with `header`'s number of fields. Text
+// results files are for reading, so none of their lines is judged (none is ever cut).
+RowTest row_test(OutputFormat format, const std::string& header);
 
 // Appends `rows` to `path` in `format` (csv: writes the header when the file is new or empty, and
 // refuses a file whose header differs).

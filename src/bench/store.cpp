@@ -4,14 +4,69 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <map>
 
 #include "moe/environment.h"
+#include "moe/file_io.h"
 #include "moe/parse.h"
 
 namespace moe::bench {
 namespace {
+
+bool positive_number(const ResultRow& v) {
+  return v.is_number() && v.get<double>() > 0;
+}
+bool nonnegative_number(const ResultRow& v) {
+  return v.is_number() && v.get<double>() >= 0;
+}
+
+// samples_s: the timed calls, one non-empty list per --repeats block.
+bool call_times(const ResultRow& v) {
+  if (!v.is_array() || v.empty()) return false;
+  for (const ResultRow& block : v) {
+    if (!block.is_array() || block.empty()) return false;
+    for (const ResultRow& t : block)
+      if (!nonnegative_number(t)) return false;
+  }
+  return true;
+}
+
+// A value for a message: a row's samples_s may hold thousands of numbers.
+std::string shortened(const std::string& text) {
+  return text.size() <= 60 ? text : text.substr(0, 57) + "...";
+}
+
+// The keys the tools read as numbers, and what each must hold; every other key is shown as text.
+Status check_values(const ResultRow& row, const std::string& where) {
+  struct Rule {
+    const char* key;
+    bool (*ok)(const ResultRow&);
+    const char* expected;
+  };
+  static const Rule kRules[] = {
+      {"run_id", [](const ResultRow& v) { return v.is_string(); }, "a string"},
+      {"time_s", positive_number, "a positive number"},
+      {"time_stddev_s", nonnegative_number, "a number >= 0"},
+      {"samples_s", call_times, "a non-empty list of non-empty lists of call times (s)"},
+      {"tflops", [](const ResultRow& v) { return v.is_null() || v.is_number(); }, "a number or null"},
+      {"tokens_per_s", [](const ResultRow& v) { return v.is_null() || v.is_number(); }, "a number or null"},
+      {"pct_of_ceiling", [](const ResultRow& v) { return v.is_null() || v.is_number(); }, "a number or null"},
+  };
+  for (const Rule& r : kRules) {
+    const auto it = row.find(r.key);
+    if (it == row.end())
+      return Status::error(fmt::format("{}: row_schema {} row without \"{}\"", where, kRowSchema, r.key));
+    if (!r.ok(*it))
+      return Status::error(
+          fmt::format("{}: \"{}\" is {}, expected {}", where, r.key, shortened(it->dump()), r.expected));
+  }
+  // Rows are grouped, matched and charted by these keys.
+  for (const std::vector<std::string>* keys : {&config_keys(), &environment_keys()})
+    for (const std::string& k : *keys)
+      if (!row.contains(k))
+        return Status::error(fmt::format("{}: row_schema {} row without \"{}\"", where, kRowSchema, k));
+  return Status::ok();
+}
 
 Status check_row(const ResultRow& row, const std::string& where) {
   if (!row.is_object())
@@ -28,32 +83,31 @@ Status check_row(const ResultRow& row, const std::string& where) {
         "{}: row_schema {}, but this moe-bench reads row_schema {} only: use a new store or the moe-bench "
         "that wrote it",
         where, row["row_schema"].dump(), kRowSchema));
-  for (const char* key : {"run_id", "time_s", "time_stddev_s", "samples_s"})
-    if (!row.contains(key))
-      return Status::error(fmt::format("{}: row_schema {} row without {}", where, kRowSchema, key));
-  return Status::ok();
+  return check_values(row, where);
 }
 
-// Reads the whole lines of `path` from `offset` on, advancing it past them; `line` counts lines.
+// Reads the rows of `path` from `offset` on: whole lines, advancing `offset` and `line` past them, then
+// a last line without its '\n' when it parses (a whole row whose newline an editor dropped; one that
+// does not parse is a row being written, or torn, and is skipped), which the next call reads again.
+// on_row(row, whole_line).
 template <typename OnRow>
 Status read_rows(const std::string& path, uint64_t& offset, int64_t& line, OnRow on_row) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::error(fmt::format("store {}: cannot be read", path));
-  in.seekg(std::streamoff(offset));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string text;
+  MOE_RETURN_IF_ERROR(read_regular_file(path, offset, text, "store"));
   size_t start = 0;
-  for (size_t nl; (nl = text.find('\n', start)) != std::string::npos; start = nl + 1) {
-    ++line;
-    const std::string_view l = std::string_view(text).substr(start, nl - start);
-    if (l.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-    const std::string where = fmt::format("{}:{}", path, line);
+  auto one = [&](std::string_view l, int64_t number, bool whole) {
+    if (l.find_first_not_of(" \t\r") == std::string_view::npos) return Status::ok();
     ResultRow row = ResultRow::parse(l, nullptr, false);
+    if (!whole && !row.is_object()) return Status::ok();
     if (row.is_discarded()) row = nullptr;
-    MOE_RETURN_IF_ERROR(check_row(row, where));
-    on_row(std::move(row));
-  }
+    MOE_RETURN_IF_ERROR(check_row(row, fmt::format("{}:{}", path, number)));
+    on_row(std::move(row), whole);
+    return Status::ok();
+  };
+  for (size_t nl; (nl = text.find('\n', start)) != std::string::npos; start = nl + 1)
+    MOE_RETURN_IF_ERROR(one(std::string_view(text).substr(start, nl - start), ++line, true));
   offset += start;
-  return Status::ok();
+  return one(std::string_view(text).substr(start), line + 1, false);
 }
 
 bool value_matches(const ResultRow& v, const std::string& text) {
@@ -81,18 +135,27 @@ std::vector<std::string> keys_of(const std::vector<std::string>& jsons, std::vec
 
 Status read_store(const std::string& path, std::vector<ResultRow>& rows) {
   rows.clear();
-  if (!std::filesystem::is_regular_file(path))
-    return Status::error(fmt::format("store {}: no such file", path));
   uint64_t offset = 0;
   int64_t line = 0;
-  MOE_RETURN_IF_ERROR(read_rows(path, offset, line, [&](ResultRow&& r) { rows.push_back(std::move(r)); }));
+  MOE_RETURN_IF_ERROR(
+      read_rows(path, offset, line, [&](ResultRow&& r, bool) { rows.push_back(std::move(r)); }));
   if (rows.empty()) return Status::error(fmt::format("store {}: no rows", path));
   return Status::ok();
 }
 
 Status StoreIndex::refresh() {
-  if (!std::filesystem::exists(path_)) return Status::ok();
-  return read_rows(path_, offset_, lines_, [&](ResultRow&& r) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  // A missing file is an empty store, and so is a device or a pipe: rows go to it, none come back.
+  const fs::file_type type = fs::status(path_, ec).type();
+  if (type == fs::file_type::not_found || type == fs::file_type::character || type == fs::file_type::fifo)
+    return Status::ok();
+  tail_id_.clear();
+  return read_rows(path_, offset_, lines_, [&](ResultRow&& r, bool whole) {
+    if (!whole) {
+      tail_id_ = r["run_id"].get<std::string>();
+      return;
+    }
     ids_.insert(r["run_id"].get<std::string>());
     ++rows_;
   });
@@ -101,7 +164,8 @@ Status StoreIndex::refresh() {
 StoreSelection parse_selection(const std::string& arg) {
   StoreSelection s{arg, arg, {}};
   const size_t colon = arg.rfind(':');
-  if (colon == std::string::npos || std::filesystem::exists(arg)) return s;
+  std::error_code ec;
+  if (colon == std::string::npos || std::filesystem::exists(arg, ec)) return s;
   const std::string tail = arg.substr(colon + 1);
   if (tail.find('=') == std::string::npos) return s;
   s.path = arg.substr(0, colon);

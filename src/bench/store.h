@@ -4,8 +4,8 @@
 // A store is read whole and checked row by row: every line must be a JSON object of this build's row
 // schema (run_id.h kRowSchema), so a csv file, a store written before row_schema existed or by a newer
 // moe-bench is refused with one line naming the file and line, never misread. A last line without its
-// '\n' is a row being written (or a writer that died mid-row, which the next append cuts off) and is
-// skipped.
+// '\n' is read when it parses (a whole row whose newline was lost); one that does not is a row being
+// written (or a writer that died mid-row, which the next append cuts off) and is skipped.
 #pragma once
 
 #include <cstdint>
@@ -30,8 +30,8 @@ class StoreIndex {
  public:
   explicit StoreIndex(std::string path) : path_(std::move(path)) {}
   Status refresh();
-  bool contains(const std::string& run_id) const { return ids_.count(run_id) > 0; }
-  size_t rows() const { return rows_; }
+  bool contains(const std::string& run_id) const { return ids_.count(run_id) > 0 || run_id == tail_id_; }
+  size_t rows() const { return rows_ + (tail_id_.empty() ? 0 : 1); }
 
  private:
   std::string path_;
@@ -39,6 +39,7 @@ class StoreIndex {
   int64_t lines_ = 0;
   size_t rows_ = 0;
   std::set<std::string> ids_;
+  std::string tail_id_;  // the unterminated last row's, read again by the next refresh
 };
 
 // A store argument: PATH, or PATH:KEY=VALUE[,KEY=VALUE...] for the rows whose KEY has that VALUE

@@ -3,12 +3,17 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "bench/axes.h"
+#include "bench/claims.h"
 #include "bench/cli.h"
 #include "bench/list.h"
 #include "bench/plan.h"
@@ -107,7 +112,26 @@ class Runner {
   std::optional<int> start() {
     if (!s_.resume) return std::nullopt;
     store_.emplace(s_.opts.front().out_path);
+    claims_.emplace(s_.opts.front().out_path);
     if (Status st = store_->refresh(); !st) return fail(st);
+    return std::nullopt;
+  }
+
+  // The runs other sweeps held when their turn came: each is waited for until its rows are in the store
+  // (skipped) or its claimer has died (run here).
+  std::optional<int> deferred() {
+    if (!deferred_.empty())
+      fmt::print(stderr, "moe-bench: waiting for {} run{} that other sweeps are running in {}\n",
+                 deferred_.size(), deferred_.size() == 1 ? "" : "s", s_.opts.front().out_path);
+    while (!deferred_.empty()) {
+      std::vector<std::pair<size_t, MoeConfig>> round;
+      round.swap(deferred_);
+      for (const auto& [pi, c] : round) {
+        point_started_ = false;  // the point's shape line again, before its run
+        if (std::optional<int> stop = run(pi, c)) return stop;
+      }
+      if (!deferred_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
     return std::nullopt;
   }
 
@@ -150,15 +174,24 @@ class Runner {
   std::optional<int> run(size_t pi, const MoeConfig& c) {
     const BenchOptions& o = s_.opts[pi];
     BenchOptions run_o = o;
-    if (store_) {  // resume: only the queue modes whose rows the store lacks
-      if (Status st = store_->refresh(); !st) return fail(st);
-      run_o.queue_modes.clear();
-      for (QueueMode m : o.queue_modes)
-        if (!store_->contains(run_id(c, o.kernel, protocol_of(o), name(m)))) run_o.queue_modes.push_back(m);
-      if (run_o.queue_modes.empty()) {
+    std::vector<std::string> claimed;
+    if (store_) {  // resume: only the queue modes whose rows the store lacks, once claimed (claims.h)
+      std::vector<std::string> ids;
+      for (QueueMode m : o.queue_modes) ids.push_back(run_id(c, o.kernel, protocol_of(o), name(m)));
+      Claims::Verdict verdict = Claims::Verdict::mine;
+      if (Status st = claims_->claim(ids, *store_, verdict, claimed); !st) return fail(st);
+      if (verdict == Claims::Verdict::taken) {
+        deferred_.emplace_back(pi, c);
+        return std::nullopt;
+      }
+      if (verdict == Claims::Verdict::done) {
         progress_.skipped();
         return std::nullopt;
       }
+      run_o.queue_modes.clear();
+      for (size_t m = 0; m < ids.size(); ++m)
+        if (std::find(claimed.begin(), claimed.end(), ids[m]) != claimed.end())
+          run_o.queue_modes.push_back(o.queue_modes[m]);
     }
     Backend& backend = *backend_by_name(o.base.device);
     announce_point(o, backend);
@@ -178,6 +211,8 @@ class Runner {
     }
     if (!o.out_path.empty())
       if (Status st = append_rows(o.out_path, o.format, r.rows); !st) return fail(st);
+    if (!claimed.empty())
+      if (Status st = claims_->release(claimed); !st) return fail(st);
     progress_.done(run_name(c, s_.points[pi]));
     return std::nullopt;
   }
@@ -200,6 +235,8 @@ class Runner {
   Progress progress_;
   std::unique_ptr<Comm> comm_;
   std::optional<StoreIndex> store_;
+  std::optional<Claims> claims_;
+  std::vector<std::pair<size_t, MoeConfig>> deferred_;  // (point, run) another sweep held
   CeilingCache ceilings_;
   InputsCache inputs_;
   Environment env_;
@@ -225,6 +262,7 @@ int run_sweep(const std::vector<std::string>& args, const std::string& command, 
   if (std::optional<int> stop = runner.start()) return *stop;
   for (size_t pi = 0; pi < s.points.size(); ++pi)
     if (std::optional<int> stop = runner.point(pi)) return *stop;
+  if (std::optional<int> stop = runner.deferred()) return *stop;
   return runner.finish();
 }
 

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "bench/cli.h"
 #include "bench/markdown.h"
 #include "bench/metric.h"
@@ -20,25 +22,28 @@ Status rows_table(const std::vector<ResultRow>& rows, const std::vector<std::str
     cols = varying_keys(all, config_keys());
     for (const char* m : {"tflops", "tokens_per_s", "time_s", "pct_of_ceiling"}) cols.push_back(m);
   }
-  for (const std::string& c : cols)
-    if (!rows.front().contains(c))
-      return Status::error(fmt::format("--columns: the rows have no key \"{}\"", c));
+  // A column some rows lack (check_pass in a store of --check and plain rows) is an empty cell there;
+  // one no row has is a mistyped key.
   MarkdownTable table;
   for (const std::string& c : cols) {
+    const auto has =
+        std::find_if(rows.begin(), rows.end(), [&](const ResultRow& r) { return r.contains(c); });
+    if (has == rows.end()) return Status::error(fmt::format("--columns: the rows have no key \"{}\"", c));
     Metric m;
-    table.column(find_metric(c, m) ? m.label : c, rows.front()[c].is_number());
+    table.column(find_metric(c, m) ? m.label : c, (*has)[c].is_number());
   }
   for (const auto& g : groups) {
     std::vector<std::string> cells;
     for (const std::string& c : cols) {
       Metric m;
       Spread s;
-      const ResultRow& v = (*g.front())[c];
-      if (find_metric(c, m) && v.is_number() && pooled_metric(g, m, s)) {
+      const auto v = g.front()->find(c);
+      if (v == g.front()->end())
+        cells.emplace_back();
+      else if (find_metric(c, m) && v->is_number() && pooled_metric(g, m, s))
         cells.push_back(spread_text(s));
-      } else {
-        cells.push_back(v.is_number_float() ? format_number(v.get<double>()) : value_text(v));
-      }
+      else
+        cells.push_back(v->is_number_float() ? format_number(v->get<double>()) : value_text(*v));
     }
     table.rows.push_back(std::move(cells));
   }

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "moe/file_io.h"
@@ -56,6 +58,39 @@ Status prepare_dir(const fs::path& dir) {
   return Status::ok();
 }
 
+// Every file a dump may hold besides config.json. A dump into the folder of an earlier one removes
+// those of them it does not write (a forward dump over a forward_backward one: the stale grad_*.npy),
+// so the folder never mixes two runs; files of other names are not ours and stay.
+const char* const kDumpFiles[] = {"x.npy",
+                                  "w1.npy",
+                                  "w2.npy",
+                                  "w3.npy",
+                                  "shared_w1.npy",
+                                  "shared_w2.npy",
+                                  "shared_w3.npy",
+                                  "topk_ids.npy",
+                                  "topk_weights.npy",
+                                  "out.npy",
+                                  "grad_x.npy",
+                                  "grad_w1.npy",
+                                  "grad_w2.npy",
+                                  "grad_w3.npy",
+                                  "grad_shared_w1.npy",
+                                  "grad_shared_w2.npy",
+                                  "grad_shared_w3.npy"};
+
+Status remove_stale(const fs::path& dir, const Json& written) {
+  for (const char* name : kDumpFiles) {
+    if (written.contains(name)) continue;
+    std::error_code ec;
+    fs::remove(dir / name, ec);
+    if (ec)
+      return Status::error(
+          fmt::format("cannot remove the earlier dump's '{}': {}", (dir / name).string(), ec.message()));
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Status write_dump(const std::string& dir, const MoeConfig& cfg, const std::string& extra_json_fields,
@@ -89,6 +124,11 @@ Status write_dump(const std::string& dir, const MoeConfig& cfg, const std::strin
       MOE_RETURN_IF_ERROR(w.tensor("grad_shared_w3.npy", grads->dsw3));
     }
   }
+
+  MOE_RETURN_IF_ERROR(remove_stale(fs::path(dir), w.files()));
+  for (auto it = w.files().begin(); it != w.files().end(); ++it)
+    MOE_CHECK(std::find(std::begin(kDumpFiles), std::end(kDumpFiles), it.key()) != std::end(kDumpFiles),
+              "every dump file is in kDumpFiles: " + it.key());
 
   Json config = Json::parse(cfg.to_json());
   config.update(extra);

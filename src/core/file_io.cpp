@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <set>
 #include <utility>
 
 namespace moe {
@@ -52,22 +54,48 @@ Status write_all(int fd, const char* data, size_t bytes) {
   return Status::ok();
 }
 
-Status lock(int fd, int operation) {
+// Takes the lock. Another process's append holds it for milliseconds; a wait of over a second (a
+// writer stopped, a lock taken by hand) is said on stderr, once per process and file.
+Status lock(int fd, int operation, std::string_view what, const std::string& path) {
+  for (int tries = 0; tries < 100; ++tries) {
+    if (::flock(fd, operation | LOCK_NB) == 0) return Status::ok();
+    if (errno != EWOULDBLOCK && errno != EINTR) return Status::error(errno_text());
+    ::usleep(10000);
+  }
+  static std::set<std::string> announced;
+  if (announced.insert(path).second)
+    fmt::print(stderr, "moe: waiting for the lock on {} '{}' (another process is using it)\n", what, path);
   while (::flock(fd, operation) != 0)
     if (errno != EINTR) return Status::error(errno_text());
   return Status::ok();
 }
 
+// What an append target is: missing, a regular file, or a stream (a character device or a pipe: written
+// to, never read, locked or cut).
+enum class Target { missing, file, stream };
+
 // Opens an existing append target read-write (reads check the header and the last line) and
-// explains a refusal in the user's terms. ENOENT is left to the caller (a missing file is fine).
-Status open_target(const std::string& path, std::string_view what, int flags, int& fd) {
+// explains a refusal in the user's terms. A missing file is left to the caller unless `flags` has
+// O_CREAT. A FIFO is not opened here (a reader waiting on it would take an open and close for the
+// end of its input); a character device is opened read-write like a file.
+Status open_target(const std::string& path, std::string_view what, int flags, int& fd, Target& kind) {
+  kind = Target::missing;
+  fd = -1;
+  if (struct stat st{}; ::stat(path.c_str(), &st) == 0 && S_ISFIFO(st.st_mode)) {
+    kind = Target::stream;
+    return Status::ok();
+  }
   fd = ::open(path.c_str(), O_RDWR | O_APPEND | O_CLOEXEC | flags, 0644);
   if (fd >= 0) {
     struct stat st {};
-    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) return Status::ok();
+    if (::fstat(fd, &st) == 0 && (S_ISREG(st.st_mode) || S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))) {
+      kind = S_ISREG(st.st_mode) ? Target::file : Target::stream;
+      return Status::ok();
+    }
     ::close(fd);
     fd = -1;
-    return Status::error(fmt::format("{} '{}' is not a regular file", what, path));
+    return Status::error(
+        fmt::format("{} '{}' is not a regular file, a character device or a pipe", what, path));
   }
   const int err = errno;
   if (err == ENOENT && !(flags & O_CREAT)) return Status::ok();
@@ -78,6 +106,35 @@ Status open_target(const std::string& path, std::string_view what, int flags, in
     return Status::error(
         fmt::format("cannot create {} '{}': directory '{}' does not exist", what, path, parent_dir(path)));
   return Status::error(fmt::format("cannot write {} '{}': {}", what, path, std::strerror(err)));
+}
+
+// Appends to a stream, opened write-only once per process and path and kept open until the process
+// exits, so that a pipe's reader sees one stream (a close would end its input) and a csv header goes
+// out once. A FIFO's writer waits for a reader, and says so.
+Status append_to_stream(const std::string& path, const std::string& header,
+                        const std::vector<std::string>& lines, std::string_view what) {
+  static std::map<std::string, int> open_streams;
+  auto [it, fresh] = open_streams.emplace(path, -1);
+  std::string text;
+  if (fresh) {
+    int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0 && errno == ENXIO) {
+      fmt::print(stderr, "moe: waiting for a reader of {} '{}' (a pipe)\n", what, path);
+      fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    }
+    if (fd < 0 || ::fcntl(fd, F_SETFL, 0) != 0) {
+      const Status s = Status::error(fmt::format("cannot write {} '{}': {}", what, path, errno_text()));
+      if (fd >= 0) ::close(fd);
+      open_streams.erase(it);
+      return s;
+    }
+    it->second = fd;
+    if (!header.empty()) text += header + "\n";
+  }
+  for (const std::string& line : lines) text += line + "\n";
+  if (Status s = write_all(it->second, text.data(), text.size()); !s)
+    return Status::error(fmt::format("cannot write {} '{}': {}", what, path, s.message()));
+  return Status::ok();
 }
 
 // The first line of the file (without '\n'); reads at most `limit` bytes.
@@ -119,15 +176,31 @@ off_t end_of_last_line(int fd, off_t size) {
   return 0;
 }
 
+// Bytes [from, to) of the file into `out`, fewer where the file ends sooner (an append cut a torn row
+// meanwhile); false on a read error.
+bool read_range(int fd, off_t from, off_t to, std::string& out) {
+  out.resize(size_t(to - from));
+  for (size_t done = 0; done < out.size();) {
+    const ssize_t n = ::pread(fd, out.data() + done, out.size() - done, from + off_t(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return false;
+    if (n == 0) out.resize(done);
+    done += size_t(n);
+  }
+  return true;
+}
+
 std::atomic<unsigned> g_tmp_counter{0};
 
 }  // namespace
 
 Status check_append_target(const std::string& path, const std::string& header, std::string_view what) {
   int raw = -1;
-  MOE_RETURN_IF_ERROR(open_target(path, what, 0, raw));
+  Target kind = Target::missing;
+  MOE_RETURN_IF_ERROR(open_target(path, what, 0, raw, kind));
   Fd fd(raw);
-  if (fd.get() < 0) {  // missing: the directory must take a new file
+  if (kind == Target::stream) return Status::ok();
+  if (kind == Target::missing) {  // the directory must take a new file
     const std::string dir = parent_dir(path);
     struct stat st {};
     if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
@@ -137,22 +210,24 @@ Status check_append_target(const std::string& path, const std::string& header, s
       return Status::error(fmt::format("cannot create {} '{}': {}", what, path, errno_text()));
     return Status::ok();
   }
-  MOE_RETURN_IF_ERROR(lock(fd.get(), LOCK_SH));
+  MOE_RETURN_IF_ERROR(lock(fd.get(), LOCK_SH, what, path));
   struct stat st {};
   ::fstat(fd.get(), &st);
   return check_header(fd.get(), st.st_size, header, path, what);
 }
 
 Status append_lines(const std::string& path, const std::string& header, const std::vector<std::string>& lines,
-                    std::string_view what) {
+                    std::string_view what, const RowTest& is_row) {
   if (lines.empty()) return Status::ok();
   int raw = -1;
-  MOE_RETURN_IF_ERROR(open_target(path, what, O_CREAT, raw));
+  Target kind = Target::missing;
+  MOE_RETURN_IF_ERROR(open_target(path, what, O_CREAT, raw, kind));
   Fd fd(raw);
+  if (kind == Target::stream) return append_to_stream(path, header, lines, what);
   auto io_error = [&](std::string_view action, const Status& s) {
     return Status::error(fmt::format("cannot {} {} '{}': {}", action, what, path, s.message()));
   };
-  if (Status s = lock(fd.get(), LOCK_EX); !s) return io_error("lock", s);
+  if (Status s = lock(fd.get(), LOCK_EX, what, path); !s) return io_error("lock", s);
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return io_error("read", Status::error(errno_text()));
   off_t size = st.st_size;
@@ -164,8 +239,18 @@ Status append_lines(const std::string& path, const std::string& header, const st
     return io_error("read", Status::error(errno_text()));
   if (last != '\n') {
     const off_t keep = end_of_last_line(fd.get(), size);
-    if (keep == 0 && !header.empty()) {
-      text.push_back('\n');  // the file is just the header, unterminated: finish its line
+    // Rows are kilobytes (megabytes with very many timed calls): a longer line is no torn row of ours.
+    constexpr off_t kLongestRow = off_t(64) << 20;
+    if (is_row && size - keep > kLongestRow)
+      return Status::error(fmt::format(
+          "{} '{}' ends in a line of {} bytes with no newline: not a results file", what, path, size - keep));
+    std::string tail;
+    // The file is just the header, unterminated; or not ours to judge; or its last row is whole:
+    // finish the line. The tail is read only where a RowTest will judge it.
+    const bool whole =
+        (keep == 0 && !header.empty()) || !is_row || (read_range(fd.get(), keep, size, tail) && is_row(tail));
+    if (whole) {
+      text.push_back('\n');
     } else {
       // A row cut short by a writer that died mid-write (or a full disk): no reader can use it, and
       // left in place it would end up in the middle of the file.
@@ -179,6 +264,51 @@ Status append_lines(const std::string& path, const std::string& header, const st
   for (const std::string& line : lines) text += line + "\n";
   if (Status s = write_all(fd.get(), text.data(), text.size()); !s) return io_error("write", s);
   if (::fsync(fd.get()) != 0) return io_error("sync", Status::error(errno_text()));
+  return Status::ok();
+}
+
+Status read_regular_file(const std::string& path, uint64_t offset, std::string& text, std::string_view what) {
+  text.clear();
+  // O_NONBLOCK: opening a FIFO must not wait for a writer before its type is known.
+  Fd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  if (fd.get() < 0)
+    return Status::error(
+        fmt::format("{} {}: {}", what, path, errno == ENOENT ? "no such file" : errno_text()));
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return Status::error(fmt::format("{} {}: {}", what, path, errno_text()));
+  if (S_ISDIR(st.st_mode)) return Status::error(fmt::format("{} {}: is a directory", what, path));
+  if (!S_ISREG(st.st_mode))
+    return Status::error(fmt::format("{} {}: not a regular file (a device, pipe or socket)", what, path));
+  if (off_t(offset) >= st.st_size) return Status::ok();
+  if (!read_range(fd.get(), off_t(offset), st.st_size, text))
+    return Status::error(fmt::format("{} {}: cannot be read: {}", what, path, errno_text()));
+  return Status::ok();
+}
+
+Status edit_locked(const std::string& path, std::string_view what,
+                   const std::function<Status(std::string&)>& edit) {
+  Fd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  auto io_error = [&](std::string_view action, const std::string& why) {
+    return Status::error(fmt::format("cannot {} {} '{}': {}", action, what, path, why));
+  };
+  if (fd.get() < 0) return io_error("open", errno_text());
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return io_error("read", errno_text());
+  if (!S_ISREG(st.st_mode)) return io_error("use", "not a regular file");
+  if (Status s = lock(fd.get(), LOCK_EX, what, path); !s) return io_error("lock", s.message());
+  if (::fstat(fd.get(), &st) != 0) return io_error("read", errno_text());
+  std::string text;
+  if (!read_range(fd.get(), 0, st.st_size, text)) return io_error("read", errno_text());
+  const std::string before = text;
+  MOE_RETURN_IF_ERROR(edit(text));
+  if (text == before) return Status::ok();
+  if (::ftruncate(fd.get(), 0) != 0) return io_error("write", errno_text());
+  for (size_t done = 0; done < text.size();) {
+    const ssize_t n = ::pwrite(fd.get(), text.data() + done, text.size() - done, off_t(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return io_error("write", n < 0 ? errno_text() : "short write");
+    done += size_t(n);
+  }
   return Status::ok();
 }
 

@@ -1,0 +1,71 @@
+// Sweeps sharing a store (issue 19 item 4): a run is claimed before it runs, so N concurrent sweeps run
+// each point once, and the point of a claimer that was killed is run again by the next sweep.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "test_util.h"
+
+namespace {
+
+using moe::testing::read_file;
+using moe::testing::run_command;
+using moe::testing::split_lines;
+using moe::testing::temp_dir;
+
+// Runs long enough (tens of ms) that concurrent sweeps overlap.
+const std::string kSweep = std::string(MOE_BENCH_BINARY) +
+                           " sweep --tokens 256 --hidden 64 --mlp-dim 64 --experts 8 --iters 4 --warmup 0 "
+                           "--threads 1 --dtype float32 --impl fast --distribution random --queue-mode full "
+                           "--ceiling off --topk 1-8";
+
+// (rows, distinct run_ids) of a store.
+std::pair<size_t, size_t> rows_and_ids(const std::string& store) {
+  std::set<std::string> ids;
+  size_t rows = 0;
+  for (const std::string& line : split_lines(read_file(store))) {
+    ids.insert(nlohmann::json::parse(line)["run_id"].get<std::string>());
+    ++rows;
+  }
+  return {rows, ids.size()};
+}
+
+TEST(Claims, ConcurrentSweepsOnOneStoreRunEachPointOnce) {
+  const std::string dir = temp_dir("claims_concurrent"), store = dir + "/shared.jsonl";
+  const std::string one = kSweep + " --out " + store + " >/dev/null 2>>" + dir + "/err.txt";
+  const auto r = run_command("(" + one + " & " + one + " & " + one + " & wait)");
+  ASSERT_EQ(r.exit_code, 0) << read_file(dir + "/err.txt");
+  EXPECT_EQ(rows_and_ids(store), std::make_pair(size_t(8), size_t(8))) << read_file(dir + "/err.txt");
+}
+
+TEST(Claims, AKilledClaimersPointIsRunAgain) {
+  const std::string dir = temp_dir("claims_killed"), store = dir + "/shared.jsonl";
+  // A sweep whose runs take ~a second each, killed while it holds a claim.
+  const pid_t pid = fork();
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c",
+          ("exec " + kSweep + " --iters 400 --out " + store + " >/dev/null 2>/dev/null").c_str(), nullptr);
+    _exit(127);
+  }
+  const std::string claims = store + ".claims";
+  for (int waited_ms = 0; waited_ms < 20000; waited_ms += 10) {
+    std::error_code ec;
+    if (std::filesystem::file_size(claims, ec) > 0 && !ec) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_GT(std::filesystem::file_size(claims), 0u) << "the first sweep claims its run";
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  const auto r = run_command(kSweep + " --out " + store + " >/dev/null");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(rows_and_ids(store), std::make_pair(size_t(8), size_t(8))) << r.err;
+}
+
+}  // namespace
