@@ -14,13 +14,16 @@ step cmake --build build-remote -j "$(nproc)"
 export LD_LIBRARY_PATH="$prefix/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 step build-remote/moe-bench --list --tokens 64 --hidden 32 --mlp-dim 16 --experts 4 --topk 2
 step ctest --test-dir build-remote --output-on-failure -j 8 --timeout 300 -E 'cuda'
+step build-remote/moe-bench --peak --threads 1
+step build-remote/moe-bench --peak --threads "${THREADS:-16}"
 shape=(--tokens 8192 --hidden 1024 --mlp-dim 1024 --experts 16 --topk 2 --impl fused_w13 --backend gmm
-  --distribution random --iters 5 --warmup 1 --threads "${THREADS:-16}")
+  --distribution random --iters 5 --warmup 1 --threads "${THREADS:-16}" --with-peak)
 for variant in auto onednn; do
   for pass in forward forward_backward; do
     step build-remote/moe-bench "${shape[@]}" --dtype bfloat16 --bench-pass "$pass" --gemm-variant "$variant"
   done
 done
-grep -E "^== |FAILED|tests passed|tests failed|isa level|here: |^RESULT" "$log" |
-  sed -E 's/^(RESULT .*pass=[a-z_]+).* tflops=([^ ]+).* pct_of_ceiling=([^ ]+).*/\1 tflops=\2 pct=\3/' | tail -60
+grep -E "^== |FAILED|tests passed|tests failed|isa level|here: |_(avx2|avx512|amx) |^RESULT" "$log" |
+  sed -E 's/^(RESULT .*pass=[a-z_]+).* tflops=([^ ]+).* pct_of_ceiling=([^ ]+).* pct_of_peak=([^ ]+).* noise_note=([^ ]+).*/\1 tflops=\2 pct=\3 pct_of_peak=\4 noise=\5/' |
+  tail -60
 exit $status
