@@ -55,6 +55,25 @@ TEST(Stores, AWholeLastRowWithoutItsNewlineIsReadAndKept) {
   EXPECT_EQ(index.rows(), 3u) << "the row read unterminated is counted once";
 }
 
+// Rows written before the environment gained cpu_extensions (docs/results' stores) still read: the key
+// reads "unknown"; a row without an older environment key is still refused.
+TEST(Stores, RowsOlderThanAnEnvironmentKeyAddedWithinTheSchemaStillRead) {
+  const std::string dir = temp_dir("stores_older_rows");
+  ResultRow older = timed_row(tiny(1), {1, 1.1});
+  older.erase("cpu_extensions");
+  const std::string s = store(dir + "/s.jsonl", {older});
+  std::vector<ResultRow> rows;
+  ASSERT_TRUE(read_store(s, rows));
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0]["cpu_extensions"], "unknown");
+  const auto table = run_bench("table " + s + " --columns topk,cpu_extensions");
+  EXPECT_EQ(table.exit_code, 0) << table.err;
+  ResultRow without_isa = timed_row(tiny(2), {1, 1.1});
+  without_isa.erase("isa");
+  const std::string bad = store(dir + "/bad.jsonl", {without_isa});
+  EXPECT_FALSE(read_store(bad, rows));
+}
+
 TEST(Stores, OnlyARowThatDoesNotParseIsTorn) {
   const std::string dir = temp_dir("stores_torn");
   const std::string s = store(dir + "/s.jsonl", {timed_row(tiny(1), {1, 1.1})});

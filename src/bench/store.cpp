@@ -37,6 +37,20 @@ std::string shortened(const std::string& text) {
 }
 
 // The keys the tools read as numbers, and what each must hold; every other key is shown as text.
+// Environment keys rows of this schema gained after stores of it were written (the ISA dispatch's
+// cpu_extensions): an older row reads them as "unknown" rather than being refused, since nothing matches
+// rows by them that the older rows could not answer.
+const std::vector<std::string>& keys_added_within_schema() {
+  static const std::vector<std::string> keys = {"cpu_extensions"};
+  return keys;
+}
+
+void fill_keys_added_within_schema(ResultRow& row) {
+  if (!row.is_object()) return;
+  for (const std::string& k : keys_added_within_schema())
+    if (!row.contains(k)) row[k] = "unknown";
+}
+
 Status check_values(const ResultRow& row, const std::string& where) {
   struct Rule {
     const char* key;
@@ -100,6 +114,7 @@ Status read_rows(const std::string& path, uint64_t& offset, int64_t& line, OnRow
     ResultRow row = ResultRow::parse(l, nullptr, false);
     if (!whole && !row.is_object()) return Status::ok();
     if (row.is_discarded()) row = nullptr;
+    fill_keys_added_within_schema(row);
     MOE_RETURN_IF_ERROR(check_row(row, fmt::format("{}:{}", path, number)));
     on_row(std::move(row), whole);
     return Status::ok();
