@@ -7,7 +7,9 @@
 # wheels PyPI's torch depends on), never a dependency of moe-bench or its tests.
 # Prints a Markdown table: per shape and pass the median time of each and torch / moe-bench (> 1: we
 # are faster). Usage: scripts/vs-torch.sh [extra moe-bench flags]; THREADS (default 2), SHAPES
-# (names in issue10-shapes.sh), REPEATS (default 2) narrow or widen it.
+# (names in issue10-shapes.sh), REPEATS (default 2) narrow or widen it; DTYPE=float32 times both in float32
+# (default bfloat16; PyTorch 2.15's bf16 _grouped_mm on an AVX2 CPU took over 2 minutes a forward call at
+# the reference shape, where moe-bench took 1.7 s).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${TORCH_VENV:-.venv-torch}
@@ -16,6 +18,7 @@ if [[ ! -x $venv/bin/python ]] || ! "$venv/bin/python" -c 'import torch' 2>/dev/
   "$venv/bin/pip" install -q "torch==${TORCH_VERSION:-2.15.0}" numpy >&2
 fi
 threads=${THREADS:-2}
+dtype=${DTYPE:-bfloat16}
 source scripts/issue10-shapes.sh
 # seed_routed (the baseline without its shared expert) is left out by default: minutes of torch.
 order=(reference seed_baseline seed_t4096 seed_t4096_shared seed_t4096_k8 fine_e64 fine_e128)
@@ -30,9 +33,10 @@ import sys, time, statistics, torch
 import torch.nn.functional as F
 T, H, M, E, K, S, threads, iters, warmup = map(int, sys.argv[1:10])
 backward = sys.argv[10] == "forward_backward"
+run_dtype = torch.float32 if sys.argv[11] == "float32" else torch.bfloat16
 torch.manual_seed(0)
 torch.set_num_threads(threads)
-bf16 = torch.bfloat16
+bf16 = run_dtype  # the run's storage dtype (the name kept from the bf16-only peer)
 def param(*shape):
     return torch.randn(*shape, dtype=bf16).requires_grad_(backward)
 x, w1, w3, w2 = param(T, H), param(E, H, M), param(E, H, M), param(E, M, H)
@@ -74,16 +78,16 @@ for name in "${selected[@]}"; do
   for pass in forward forward_backward; do
     for rep in $(seq "${REPEATS:-2}"); do
       ours=$(build/moe-bench --tokens "$T" --hidden "$H" --mlp-dim "$M" --experts "$E" --topk "$K" \
-        --shared-expert-dim "$S" --impl fused_w13 --backend ragged_dot --distribution random --dtype bfloat16 \
+        --shared-expert-dim "$S" --impl fused_w13 --backend ragged_dot --distribution random --dtype "$dtype" \
         --bench-pass "$pass" --iters 3 --warmup 1 --threads "$threads" --format jsonl "$@" 2>/dev/null |
         grep -o '"time_median_s":[^,}]*' | cut -d: -f2)
-      theirs=$("$venv/bin/python" "$peer" "$T" "$H" "$M" "$E" "$K" "$S" "$threads" 3 1 "$pass")
+      theirs=$("$venv/bin/python" "$peer" "$T" "$H" "$M" "$E" "$K" "$S" "$threads" 3 1 "$pass" "$dtype")
       echo "$name $pass $ours $theirs" >>"$rows"
       echo "vs-torch: $name $pass rep $rep: moe-bench ${ours}s torch ${theirs}s" >&2
     done
   done
 done
-echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $threads threads, torch $("$venv/bin/python" -c 'import torch; print(torch.__version__)'), moe-bench $(git rev-parse --short=12 HEAD), $(date -u +%Y-%m-%d)"
+echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $dtype, $threads threads, torch $("$venv/bin/python" -c 'import torch; print(torch.__version__)'), moe-bench $(git rev-parse --short=12 HEAD), $(date -u +%Y-%m-%d)"
 echo
 echo "| shape | pass | moe-bench median (s) | torch median (s) | torch / moe-bench |"
 echo "|---|---|---:|---:|---:|"
