@@ -1,6 +1,11 @@
 // The AVX-512 peak loops (cpu/peak.h): 12 independent 16-lane chains of vfmadd231ps, or of vdpbf16ps (a
 // pair of bf16 products per lane: 64 FLOPs an instruction). The file is AVX-512 BF16 code; the float32
 // loop is vfmadd231ps alone, so it also runs at level avx512.
+// GCC 12's AVX-512 intrinsics pass a self-initialised "undefined" vector as an unused merge operand,
+// which -Wuninitialized reports wherever they inline (as in gemm_dpbf16.cpp).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
 #include <immintrin.h>
 
 #include <cstdint>
