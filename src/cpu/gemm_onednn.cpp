@@ -549,13 +549,19 @@ void grouped_gemm_nn(void* out, Dtype out_dtype, const void* lhs, ExpertWeights 
     const GroupRows g = group_rows(groups, e);
     const bool slice = g.live > 0 && Kd > 0 && column_slices_pay(Form::nn, g.live, in_dtype, out_dtype);
     const void* a = at(lhs, g.row0 * Kd, in_dtype);
+    Dtype a_dtype = in_dtype;
+    // Both weight parts multiply the same rows: where bf16 is widened (matmul_in_f32), widen them once.
+    if (!slice && rhs.parts() > 1 && g.live > 0 && compute_dtype(in_dtype, in_dtype) != in_dtype) {
+      a = widened_bf16(kWidenA, a, g.live, Kd, Kd);
+      a_dtype = Dtype::f32;
+    }
     for (int p = 0; p < rhs.parts(); ++p) {
       const void* b = at(rhs.part(p), e * Kd * part_cols, in_dtype);
       if (slice) {
         sliced.push_back({a, b, at(out, g.row0 * N, out_dtype), g.live, Kd, part_cols, p * part_cols, false});
       } else {
-        matmul(at(out, g.row0 * N + p * part_cols, out_dtype), out_dtype, a, in_dtype, b, in_dtype, g.live,
-               Kd, part_cols, false, false, {.ldc = N});
+        matmul(at(out, g.row0 * N + p * part_cols, out_dtype), out_dtype, a, a_dtype, b, in_dtype, g.live, Kd,
+               part_cols, false, false, {.ldc = N});
       }
     }
     zero_padding_rows(out, out_dtype, g, N);
