@@ -11,6 +11,9 @@ declare -A issue10_shapes=(
   [seed_t4096_k8]="4096 2048 1408 60 8 0"
   [fine_e64]="4096 1024 512 64 8 0"
   [fine_e128]="2048 2048 768 128 8 0"
+  # Issue 21's GPU shapes (H100/H200).
+  [gpu_k8]="32768 2048 2048 64 8 0"
+  [gpu_k2]="32768 2048 2048 64 2 0"
 )
 issue10_order=(reference seed_routed seed_baseline seed_t4096 seed_t4096_shared seed_t4096_k8 fine_e64 fine_e128)
 

@@ -9,14 +9,19 @@
 # are faster). Usage: scripts/vs-torch.sh [extra moe-bench flags]; THREADS (default 2), SHAPES
 # (names in issue10-shapes.sh), REPEATS (default 2) narrow or widen it; DTYPE=float32 times both in float32
 # (default bfloat16; PyTorch 2.15's bf16 _grouped_mm on an AVX2 CPU took over 2 minutes a forward call at
-# the reference shape, where moe-bench took 1.7 s).
+# the reference shape, where moe-bench took 1.7 s). DEVICE=cuda times both on the GPU (PyTorch
+# synchronizes around each call as moe-bench does); TORCH_PYTHON names a Python that already has torch
+# (the GPU machine's image) instead of the virtual environment; PEER_ITERS (default 3) sets the peer's
+# timed calls.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${TORCH_VENV:-.venv-torch}
-if [[ ! -x $venv/bin/python ]] || ! "$venv/bin/python" -c 'import torch' 2>/dev/null; then
+python=${TORCH_PYTHON:-$venv/bin/python}
+if [[ -z ${TORCH_PYTHON:-} ]] && { [[ ! -x $venv/bin/python ]] || ! "$venv/bin/python" -c 'import torch' 2>/dev/null; }; then
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q "torch==${TORCH_VERSION:-2.15.0}" numpy >&2
 fi
+device=${DEVICE:-cpu}
 threads=${THREADS:-2}
 dtype=${DTYPE:-bfloat16}
 source scripts/issue10-shapes.sh
@@ -34,6 +39,9 @@ import torch.nn.functional as F
 T, H, M, E, K, S, threads, iters, warmup = map(int, sys.argv[1:10])
 backward = sys.argv[10] == "forward_backward"
 run_dtype = torch.float32 if sys.argv[11] == "float32" else torch.bfloat16
+device = sys.argv[12]
+torch.set_default_device(device)
+sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
 torch.manual_seed(0)
 torch.set_num_threads(threads)
 bf16 = run_dtype  # the run's storage dtype (the name kept from the bf16-only peer)
@@ -70,7 +78,7 @@ def step():
 for _ in range(1 + warmup): step()
 times = []
 for _ in range(iters):
-    t0 = time.perf_counter(); step(); times.append(time.perf_counter() - t0)
+    sync(); t0 = time.perf_counter(); step(); sync(); times.append(time.perf_counter() - t0)
 print(statistics.median(times))
 PY
 for name in "${selected[@]}"; do
@@ -79,15 +87,17 @@ for name in "${selected[@]}"; do
     for rep in $(seq "${REPEATS:-2}"); do
       ours=$(build/moe-bench --tokens "$T" --hidden "$H" --mlp-dim "$M" --experts "$E" --topk "$K" \
         --shared-expert-dim "$S" --impl fused_w13 --backend ragged_dot --distribution random --dtype "$dtype" \
-        --bench-pass "$pass" --iters 3 --warmup 1 --threads "$threads" --format jsonl "$@" 2>/dev/null |
+        --bench-pass "$pass" --iters 3 --warmup 1 --threads "$threads" --device "$device" --format jsonl "$@" 2>/dev/null |
         grep -o '"time_median_s":[^,}]*' | cut -d: -f2)
-      theirs=$("$venv/bin/python" "$peer" "$T" "$H" "$M" "$E" "$K" "$S" "$threads" 3 1 "$pass" "$dtype")
+      theirs=$("$python" "$peer" "$T" "$H" "$M" "$E" "$K" "$S" "$threads" "${PEER_ITERS:-3}" 1 "$pass" "$dtype" "$device")
       echo "$name $pass $ours $theirs" >>"$rows"
       echo "vs-torch: $name $pass rep $rep: moe-bench ${ours}s torch ${theirs}s" >&2
     done
   done
 done
-echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $dtype, $threads threads, torch $("$venv/bin/python" -c 'import torch; print(torch.__version__)'), moe-bench $(git rev-parse --short=12 HEAD), $(date -u +%Y-%m-%d)"
+if [[ $device == cuda ]]; then where="GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"; else
+  where="CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $threads threads"; fi
+echo "$where, $dtype, torch $("$python" -c 'import torch; print(torch.__version__)'), moe-bench $(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown), $(date -u +%Y-%m-%d)"
 echo
 echo "| shape | pass | moe-bench median (s) | torch median (s) | torch / moe-bench |"
 echo "|---|---|---:|---:|---:|"

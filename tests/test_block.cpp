@@ -5,7 +5,8 @@
 // the prequeue path, remat, repeated calls, thread-count independence, and the exchange hooks.
 // Tolerances are --check's (moe/conditioned_check.h): check_tolerance(dtype), raised only where the
 // problem's measured conditioning demands it (tiny T in bf16). A backend that cannot run a configuration
-// (the cuda skeleton; any backend without its device) reports the case SKIPPED with its reason.
+// (any backend without its device, e.g. cuda on a machine with no GPU) reports the case SKIPPED with
+// its reason.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <omp.h>

@@ -144,6 +144,10 @@ TEST(Sweep, RunIdIsPinnedAndNamesTheMeasurementNotTheCommand) {
   MoeConfig c;
   c.topk = 2;
   EXPECT_NE(run_id(c, KernelConfig{}, p, "full"), run_id(MoeConfig{}, KernelConfig{}, p, "full"));
+  // A later knob names the measurement only where it is set away from its default.
+  KernelConfig streams;
+  streams.cuda_gemm_streams = 1;
+  EXPECT_NE(run_id(MoeConfig{}, streams, p, "full"), run_id(MoeConfig{}, KernelConfig{}, p, "full"));
 }
 
 TEST(Sweep, ResumeSkipsFinishedRunsAndATornRowIsCutOff) {

@@ -135,6 +135,7 @@ struct KernelConfig {
   int threads = 0;                    // 0: all cores
   int64_t gmm_tile_rows = 64;         // gmm backend: each expert group padded to a multiple of this
   std::string gemm_variant = "auto";  // a name from gemm_variants() (moe/gemm.h); auto = the first
+  int cuda_gemm_streams = 4;          // cuda: streams a grouped GEMM spreads its per-expert GEMMs over
 
   Status validate() const;
   std::string to_json() const;

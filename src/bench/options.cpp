@@ -117,6 +117,8 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok, s
   num.add("--seed", c.seed, "master seed of inputs and routing", std::numeric_limits<int64_t>::min(), kMax64);
   num.add("--threads", opts.kernel.threads, "CPU threads (0 = all cores)", 0, kMaxInt);
   num.add("--gmm-tile-rows", opts.kernel.gmm_tile_rows, "gmm backend: group row alignment", 1, 4096);
+  num.add("--cuda-gemm-streams", opts.kernel.cuda_gemm_streams,
+          "cuda: streams the per-expert GEMMs of a grouped GEMM run on concurrently", 1, 32);
   app.add_flag("--stage-timing", opts.stage_timing, "forward only: time pack, up, down, combine separately");
   app.add_option("--gemm-variant", opts.kernel.gemm_variant,
                  "GEMM kernel variant (see --list; auto = fastest)")

@@ -20,6 +20,9 @@ std::string run_id(const MoeConfig& c, const KernelConfig& k, const Protocol& p,
   nlohmann::ordered_json j;
   j["config"] = nlohmann::ordered_json::parse(c.to_json());
   j["kernel"] = nlohmann::ordered_json::parse(k.to_json());
+  // Knobs added after schema 1 join the identity only when set away from their default, so every run
+  // that did not touch them keeps the id it had (a resumed sweep still finds its points).
+  if (k.cuda_gemm_streams == KernelConfig{}.cuda_gemm_streams) j["kernel"].erase("cuda_gemm_streams");
   j["mode"] = mode;
   j["iters"] = p.iters;
   j["warmup"] = p.warmup;

@@ -5,7 +5,8 @@
 // build, the machine or the date. A resumed sweep skips a point whose run_id a store already holds,
 // so a sweep interrupted under one build finishes under the next. MoeConfig/KernelConfig::to_json are
 // part of the identity: a change to them (a new flag) changes every run_id, and must bump kRowSchema so
-// that old stores are refused instead of silently re-run (tests/test_research.cpp pins one run_id).
+// that old stores are refused instead of silently re-run (tests/test_research.cpp pins one run_id);
+// a knob added later may instead join the identity only away from its default (run_id.cpp).
 #pragma once
 
 #include <string>

@@ -302,6 +302,8 @@ Status KernelConfig::validate() const {
     return Status::error(fmt::format("invalid --threads={}: must be >= 0 (0 = all cores)", threads));
   if (gmm_tile_rows < 1 || gmm_tile_rows > 4096)
     return Status::error(fmt::format("invalid --gmm-tile-rows={}: must be in [1, 4096]", gmm_tile_rows));
+  if (cuda_gemm_streams < 1 || cuda_gemm_streams > 32)
+    return Status::error(fmt::format("invalid --cuda-gemm-streams={}: must be in [1, 32]", cuda_gemm_streams));
   return Status::ok();
 }
 
@@ -310,6 +312,7 @@ std::string KernelConfig::to_json() const {
   j["threads"] = threads;
   j["gmm_tile_rows"] = gmm_tile_rows;
   j["gemm_variant"] = gemm_variant;
+  j["cuda_gemm_streams"] = cuda_gemm_streams;
   return j.dump();
 }
 

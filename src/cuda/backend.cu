@@ -1,6 +1,7 @@
 #include <string>
 
 #include "cuda/backend.h"
+#include "cuda/blas.h"
 #include "cuda/check.h"
 #include "cuda/device.h"
 #include "cuda/ops.h"
@@ -20,7 +21,12 @@ class CudaMemory final : public MemorySpace {
     }
     return p;
   }
-  void deallocate(void* p) override { CUDA_CHECK(cudaFree(p)); }
+  // Backend-owned tensors are freed after the runtime has unloaded at process exit: that is not an error.
+  void deallocate(void* p) override {
+    const cudaError_t err = cudaFree(p);
+    MOE_CHECK(err == cudaSuccess || err == cudaErrorCudartUnloading,
+              std::string("cudaFree: ") + cudaGetErrorString(err));
+  }
   // The host buffer may be freed as soon as this returns: wait for the copy.
   void copy_from_host(void* dst, const void* src, size_t bytes) override {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, device().stream));
@@ -43,11 +49,10 @@ class CudaBackend final : public Backend {
   const char* name() const override { return "cuda"; }
   std::string description() const override {
     const Device& d = device();
-    if (!d.available) return "CUDA kernels (skeleton: dispatch and convert); " + d.why_not;
+    if (!d.available) return "CUDA kernels and cuBLAS; " + d.why_not;
     // (No fmt in .cu files: nvcc rejects fmt 9's compile-time format strings.)
-    return "CUDA kernels (skeleton: dispatch and convert) on " + d.name + " (sm_" +
-           std::to_string(d.sm_major) + std::to_string(d.sm_minor) + ", " +
-           std::to_string(d.memory_bytes >> 30) + " GiB)";
+    return "CUDA kernels and cuBLAS on " + d.name + " (sm_" + std::to_string(d.sm_major) +
+           std::to_string(d.sm_minor) + ", " + std::to_string(d.memory_bytes >> 30) + " GiB)";
   }
   std::string devices() const override { return "CudaDevice(id=0)"; }
   MemorySpace& memory() override { return memory_; }
@@ -64,39 +69,33 @@ class CudaBackend final : public Backend {
     if (!is_run_dtype(cfg.dtype))
       return Status::error(std::string("backend cuda runs float32 and bfloat16 blocks, not ") +
                            dtype_name(cfg.dtype));
-    switch (op) {
-      case OpKind::dispatch:
-      case OpKind::convert:
-        return Status::ok();
-      case OpKind::pack:
-      case OpKind::expert_ffn:
-      case OpKind::combine:
-      case OpKind::shared_expert:
-      case OpKind::loss:
-      case OpKind::dense_gemm:
-        return not_implemented(*this, op);
-    }
-    MOE_CHECK(false, "unknown op");
+    return every_op_float_expert_ffn(*this, op, cfg);
   }
 
-  std::unique_ptr<PackOp> make_pack(const OpContext&) override { unsupported(OpKind::pack); }
+  std::unique_ptr<PackOp> make_pack(const OpContext& ctx) override { return make_pack_op(ctx); }
   std::unique_ptr<DispatchOp> make_dispatch(const OpContext& ctx) override { return make_dispatch_op(ctx); }
-  std::unique_ptr<ExpertFfnOp> make_expert_ffn(const OpContext&) override { unsupported(OpKind::expert_ffn); }
-  std::unique_ptr<CombineOp> make_combine(const OpContext&) override { unsupported(OpKind::combine); }
-  std::unique_ptr<SharedExpertOp> make_shared_expert(const OpContext&) override {
-    unsupported(OpKind::shared_expert);
+  std::unique_ptr<ExpertFfnOp> make_expert_ffn(const OpContext& ctx) override {
+    return make_expert_ffn_op(ctx, blas_);
   }
-  void loss_backward(Tensor&, Tensor&, const Tensor&) override { unsupported(OpKind::loss); }
+  std::unique_ptr<CombineOp> make_combine(const OpContext& ctx) override { return make_combine_op(ctx); }
+  std::unique_ptr<SharedExpertOp> make_shared_expert(const OpContext& ctx) override {
+    return make_shared_expert_op(ctx, blas_);
+  }
+  void loss_backward(Tensor& dy, Tensor& sum_sq, const Tensor& y) override {
+    if (loss_partials_.empty()) loss_partials_ = empty(Dtype::f64, {kLossPartials});
+    cuda::loss_backward(dy, sum_sq, y, loss_partials_);
+  }
   void convert(Tensor& dst, const Tensor& src) override { cuda::convert(dst, src); }
-  void dense_gemm(Tensor&, const Tensor&, const Tensor&, bool) override { unsupported(OpKind::dense_gemm); }
+  void dense_gemm(Tensor& c, const Tensor& a, const Tensor& b, bool trans_b) override {
+    const int64_t R = a.dim(0), Kd = a.dim(1), N = c.dim(1);
+    blas_.gemm(c.raw(), c.dtype(), N, {a.raw(), a.dtype(), Kd},
+               {b.raw(), b.dtype(), trans_b ? Kd : N, trans_b}, R, N, Kd);
+  }
 
  private:
-  [[noreturn]] void unsupported(OpKind op) const {
-    MOE_CHECK(false,
-              std::string("cuda backend asked for op ") + moe::name(op) + ", which supports() refuses");
-  }
-
   CudaMemory memory_;
+  Blas blas_;             // made on first use: nothing touches the runtime without a device
+  Tensor loss_partials_;  // (kLossPartials) f64, made on the first loss
 };
 
 }  // namespace

@@ -1,79 +1,40 @@
-// Element-wise conversion between float32 and bfloat16 on the GPU (the block's output store).
-#include <cuda_bf16.h>
+// Element-wise conversion between float32 and bfloat16 on the GPU (the block's output store, and the
+// widening of bf16 operands where a float32 GEMM needs them).
+#include <algorithm>
 
 #include "cuda/check.h"
 #include "cuda/device.h"
 #include "cuda/ops.h"
+#include "cuda/values.cuh"
 
 namespace moe::cuda {
 namespace {
-
-__device__ float to_float(float v) {
-  return v;
-}
-__device__ float to_float(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-template <typename Out>
-__device__ Out from_float(float v);
-template <>
-__device__ float from_float<float>(float v) {
-  return v;
-}
-template <>
-__device__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
 
 template <typename In, typename Out>
 __global__ void convert_kernel(Out* __restrict__ dst, const In* __restrict__ src, int64_t n) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
-    dst[i] = from_float<Out>(to_float(src[i]));
-}
-
-template <typename In, typename Out>
-void launch(Tensor& dst, const Tensor& src) {
-  const int64_t n = src.numel();
-  if (n == 0) return;
-  const unsigned blocks = unsigned(std::min<int64_t>((n + 255) / 256, 4096));
-  convert_kernel<In, Out><<<blocks, 256, 0, device().stream>>>(static_cast<Out*>(dst.raw()),
-                                                               static_cast<const In*>(src.raw()), n);
-  CUDA_CHECK(cudaGetLastError());
-}
-
-template <typename In>
-void launch_to(Tensor& dst, const Tensor& src) {
-  switch (dst.dtype()) {
-    case Dtype::f32:
-      return launch<In, float>(dst, src);
-    case Dtype::bf16:
-      return launch<In, __nv_bfloat16>(dst, src);
-    case Dtype::f64:
-    case Dtype::s8:
-    case Dtype::s32:
-    case Dtype::s64:
-      break;
-  }
-  MOE_CHECK(false, std::string("cuda convert writes float32 or bfloat16, not ") + dtype_name(dst.dtype()));
+    store(dst + i, to_float(src[i]));
 }
 
 }  // namespace
 
+void convert(void* dst, Dtype dst_dtype, const void* src, Dtype src_dtype, int64_t n) {
+  if (n == 0) return;
+  visit_float(src_dtype, "cuda convert", [&](auto in_tag) {
+    visit_float(dst_dtype, "cuda convert", [&](auto out_tag) {
+      using In = decltype(in_tag);
+      using Out = decltype(out_tag);
+      convert_kernel<In, Out>
+          <<<grid_for(n), 256, 0, device().stream>>>(static_cast<Out*>(dst), static_cast<const In*>(src), n);
+    });
+  });
+  CUDA_CHECK(cudaGetLastError());
+}
+
 void convert(Tensor& dst, const Tensor& src) {
   MOE_CHECK(dst.numel() == src.numel(), "convert: element counts differ");
-  switch (src.dtype()) {
-    case Dtype::f32:
-      return launch_to<float>(dst, src);
-    case Dtype::bf16:
-      return launch_to<__nv_bfloat16>(dst, src);
-    case Dtype::f64:
-    case Dtype::s8:
-    case Dtype::s32:
-    case Dtype::s64:
-      break;
-  }
-  MOE_CHECK(false, std::string("cuda convert reads float32 or bfloat16, not ") + dtype_name(src.dtype()));
+  convert(dst.raw(), dst.dtype(), src.raw(), src.dtype(), src.numel());
 }
 
 }  // namespace moe::cuda

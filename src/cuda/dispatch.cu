@@ -8,13 +8,24 @@
 #include "cuda/check.h"
 #include "cuda/device.h"
 #include "cuda/ops.h"
+#include "cuda/values.cuh"
 
 namespace moe::cuda {
 namespace {
 
 constexpr int kThreads = 256;
 
+template <typename T>
+__device__ __forceinline__ T zero_of() {
+  return T(0.0f);
+}
+template <>
+__device__ __forceinline__ uint4 zero_of<uint4>() {
+  return make_uint4(0, 0, 0, 0);
+}
+
 // x_rows (max_rows, H) <- x (T, H): row r copies x[row_assignment[r] / K]; rows r >= group_offset[E] skip.
+// T is the element type, or uint4 (16 bytes) where rows are whole multiples of it.
 template <typename T>
 __global__ void gather_rows(T* __restrict__ x_rows, const T* __restrict__ x,
                             const int32_t* __restrict__ row_assignment,
@@ -25,7 +36,7 @@ __global__ void gather_rows(T* __restrict__ x_rows, const T* __restrict__ x,
   const int32_t a = row_assignment[r];
   T* dst = x_rows + r * H;
   if (a < 0) {
-    for (int64_t h = threadIdx.x; h < H; h += blockDim.x) dst[h] = T(0.0f);
+    for (int64_t h = threadIdx.x; h < H; h += blockDim.x) dst[h] = zero_of<T>();
     return;
   }
   const T* src = x + (a / topk) * H;
@@ -53,51 +64,65 @@ __global__ void scatter_add_rows(float* __restrict__ dx, const float* __restrict
   for (int64_t h = threadIdx.x; h < H; h += blockDim.x) atomicAdd(dst + h, dx_rows[r * H + h]);
 }
 
-__device__ void store_as(float* dst, float v) {
-  *dst = v;
-}
-__device__ void store_as(__nv_bfloat16* dst, float v) {
-  *dst = __float2bfloat16_rn(v);
-}
-
 // dx[t] = start[t] (or 0) + sum over k of dx_rows[assignment_row[t*K + k]] (live rows only), summed in
-// f32 and stored once in dx's dtype; one block per token. start may be dx itself.
-template <typename Out>
-__global__ void gather_sum_rows(Out* __restrict__ dx, const float* start, const float* __restrict__ dx_rows,
+// f32 and stored once in dx's dtype; one block per token, V elements per thread per step. start may be
+// dx itself.
+template <int V, typename Out>
+__global__ void gather_sum_rows(Out* dx, const float* start, const float* __restrict__ dx_rows,
                                 const int32_t* __restrict__ assignment_row, int64_t topk, int64_t H) {
   const int64_t t = blockIdx.x;
-  for (int64_t h = threadIdx.x; h < H; h += blockDim.x) {
-    float sum = start ? start[t * H + h] : 0.0f;
+  for (int64_t h = int64_t(threadIdx.x) * V; h < H; h += int64_t(blockDim.x) * V) {
+    float sum[V] = {};
+    if (start) load<V>(sum, start + t * H + h);
     for (int64_t k = 0; k < topk; ++k) {
       const int32_t r = assignment_row[t * topk + k];
-      if (r >= 0) sum += dx_rows[int64_t(r) * H + h];
+      if (r < 0) continue;
+      float v[V];
+      load<V>(v, dx_rows + int64_t(r) * H + h);
+#pragma unroll
+      for (int i = 0; i < V; ++i) sum[i] += v[i];
     }
-    store_as(dx + t * H + h, sum);
+    store<V>(dx + t * H + h, sum);
   }
 }
 
-template <typename T>
-void launch_gather(Tensor& x_rows, const Tensor& x, Tensor* x_rep, const DispatchPlan& plan) {
-  const int64_t H = x.dim(1), A = plan.tokens * plan.topk;
+template <typename U>
+void launch_gather_units(void* x_rows, const void* x, void* x_rep, const DispatchPlan& plan, int64_t units) {
+  const int64_t A = plan.tokens * plan.topk;
   const cudaStream_t stream = device().stream;
-  if (plan.max_rows == 0) return;
+  const int threads = threads_for_row(units, 1);
+  const auto* row_assignment = static_cast<const int32_t*>(plan.row_assignment.raw());
+  const auto* group_offset = static_cast<const int64_t*>(plan.group_offset.raw());
   if (x_rep) {
     if (A > 0)
-      repeat_tokens<T><<<unsigned(A), kThreads, 0, stream>>>(static_cast<T*>(x_rep->raw()),
-                                                             static_cast<const T*>(x.raw()), plan.topk, H);
+      repeat_tokens<U><<<unsigned(A), threads, 0, stream>>>(static_cast<U*>(x_rep), static_cast<const U*>(x),
+                                                            plan.topk, units);
     CUDA_CHECK(cudaGetLastError());
     // Row r of the repeat is assignment a itself: a gather with K = 1 over the repeated rows.
-    gather_rows<T><<<unsigned(plan.max_rows), kThreads, 0, stream>>>(
-        static_cast<T*>(x_rows.raw()), static_cast<const T*>(x_rep->raw()),
-        static_cast<const int32_t*>(plan.row_assignment.raw()),
-        static_cast<const int64_t*>(plan.group_offset.raw()), plan.experts, 1, H);
+    gather_rows<U><<<unsigned(plan.max_rows), threads, 0, stream>>>(
+        static_cast<U*>(x_rows), static_cast<const U*>(x_rep), row_assignment, group_offset, plan.experts, 1,
+        units);
   } else {
-    gather_rows<T><<<unsigned(plan.max_rows), kThreads, 0, stream>>>(
-        static_cast<T*>(x_rows.raw()), static_cast<const T*>(x.raw()),
-        static_cast<const int32_t*>(plan.row_assignment.raw()),
-        static_cast<const int64_t*>(plan.group_offset.raw()), plan.experts, plan.topk, H);
+    gather_rows<U><<<unsigned(plan.max_rows), threads, 0, stream>>>(
+        static_cast<U*>(x_rows), static_cast<const U*>(x), row_assignment, group_offset, plan.experts,
+        plan.topk, units);
   }
   CUDA_CHECK(cudaGetLastError());
+}
+
+// Rows move as 16-byte units where every row is a whole number of them (and the buffers aligned).
+template <typename T>
+void launch_gather(Tensor& x_rows, const Tensor& x, Tensor* x_rep, const DispatchPlan& plan) {
+  const int64_t H = x.dim(1), row_bytes = H * int64_t(sizeof(T));
+  if (plan.max_rows == 0) return;
+  void* rep = x_rep ? x_rep->raw() : nullptr;
+  const bool whole_units = row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(x_rows.raw()) % 16 == 0 &&
+                           reinterpret_cast<uintptr_t>(x.raw()) % 16 == 0 &&
+                           reinterpret_cast<uintptr_t>(rep) % 16 == 0;
+  if (whole_units)
+    launch_gather_units<uint4>(x_rows.raw(), x.raw(), rep, plan, row_bytes / 16);
+  else
+    launch_gather_units<T>(x_rows.raw(), x.raw(), rep, plan, H);
 }
 
 class CudaDispatch final : public DispatchOp {
@@ -136,12 +161,13 @@ class CudaDispatch final : public DispatchOp {
       if (plan.tokens == 0) return;
       const auto* rows = static_cast<const float*>(dx_rows.raw());
       const auto* assignment_row = static_cast<const int32_t*>(plan.assignment_row.raw());
-      if (dx.out.dtype() == Dtype::f32)
-        gather_sum_rows<<<unsigned(plan.tokens), kThreads, 0, stream>>>(
-            static_cast<float*>(dx.out.raw()), start, rows, assignment_row, plan.topk, H);
-      else
-        gather_sum_rows<<<unsigned(plan.tokens), kThreads, 0, stream>>>(
-            static_cast<__nv_bfloat16*>(dx.out.raw()), start, rows, assignment_row, plan.topk, H);
+      visit_float(dx.out.dtype(), "cuda dispatch backward", [&](auto tag) {
+        using Out = decltype(tag);
+        visit_width(H, {dx.out.raw(), start, rows}, [&](auto v) {
+          gather_sum_rows<v.value, Out><<<unsigned(plan.tokens), threads_for_row(H, v.value), 0, stream>>>(
+              static_cast<Out*>(dx.out.raw()), start, rows, assignment_row, plan.topk, H);
+        });
+      });
       CUDA_CHECK(cudaGetLastError());
       return;
     }
