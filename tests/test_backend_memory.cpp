@@ -45,6 +45,29 @@ TEST_P(MemoryOfBackend, RoundTripFillAndCopy) {
   EXPECT_EQ(empty.to_host().numel(), 0);
 }
 
+// Rows report tensor bytes live, their peak and allocations made while timing (issue 21's memory
+// report): every tensor's storage is counted when made and when its last handle goes.
+TEST_P(MemoryOfBackend, TensorBytesAreCountedWhileTheyLive) {
+  MemorySpace& memory = be().memory();
+  memory.reset_peak();
+  const MemoryUse start = memory.use();
+  {
+    Tensor a = be().empty(Dtype::f32, {1000});
+    Tensor shared = a;  // a handle, not an allocation
+    const MemoryUse held = memory.use();
+    EXPECT_EQ(held.live_bytes - start.live_bytes, 4000);
+    EXPECT_EQ(held.allocations - start.allocations, 1);
+    { Tensor b = be().empty(Dtype::bf16, {500}); }
+    EXPECT_EQ(memory.use().live_bytes, held.live_bytes);
+    EXPECT_EQ(memory.use().peak_bytes - start.live_bytes, 5000);
+  }
+  const MemoryUse end = memory.use();
+  EXPECT_EQ(end.live_bytes, start.live_bytes);
+  EXPECT_EQ(end.allocations - start.allocations, 2);
+  memory.reset_peak();
+  EXPECT_EQ(memory.use().peak_bytes, start.live_bytes);
+}
+
 TEST_P(MemoryOfBackend, HostAccessToDeviceMemoryIsAnInvariantFailure) {
   Tensor dev = be().empty(Dtype::f32, {4});
   if (dev.on_host()) {

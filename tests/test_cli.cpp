@@ -120,6 +120,22 @@ TEST(Cli, OmpNumThreadsIsBoundedToo) {
   EXPECT_EQ(omp.err.rfind("moe-bench: error: invalid OMP_NUM_THREADS=100000", 0), 0u) << omp.err;
 }
 
+// Nothing grows from call to call: a forward_backward's timed calls allocate no tensor, and the
+// tensors' peak while timing is what was live before (every op sized its scratch when it was made).
+TEST(Cli, TimedCallsAllocateNothing) {
+  for (const char* pass : {"forward", "forward_backward"}) {
+    Ran r = run_bench(std::string(kTiny) +
+                      " --impl fused_w13 --distribution random --shared-expert-dim 8"
+                      " --iters 3 --warmup 1 --format jsonl --bench-pass " +
+                      pass);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    auto row = nlohmann::json::parse(r.out);
+    EXPECT_EQ(row["timed_allocations"], 0) << pass;
+    EXPECT_EQ(row["tensor_bytes_peak"], row["tensor_bytes_live"]) << pass;
+    EXPECT_GT(row["tensor_bytes_live"].get<int64_t>(), row["saved_activation_bytes"].get<int64_t>()) << pass;
+  }
+}
+
 TEST(Cli, RepeatedFlagTakesTheLastValueAsArgparse) {
   Ran r = run_bench(std::string(kTiny) +
                     " --tokens 5 --tokens 40 --impl baseline --impl fused_w13 --distribution runs"

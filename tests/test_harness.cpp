@@ -60,7 +60,7 @@ ResultRow sample_row(std::optional<double> ceiling = 0.001, std::vector<double> 
   ns.real_assignments = 256;
   Environment env;
   env.git_commit = "abc";
-  Measured m{"full", t, Ceiling{ceiling}, 4096, 2, ns};
+  Measured m{"full", t, Ceiling{ceiling}, 4096, MemoryUse{1 << 20, 3 << 19, 0}, 2, ns};
   return make_row(c, KernelConfig{}, Protocol{}, m, env);
 }
 
@@ -73,7 +73,7 @@ TEST(Harness, ResultLineGoldenAndSeedParsable) {
       "tokens_per_s=256.000000 dtype=bfloat16 time_s=0.500000 time_median_s=0.500000 time_min_s=0.250000 "
       "time_max_s=0.750000 time_stddev_s=0.250000 ceiling_tflops=0.001000 pct_of_ceiling=0.629146 "
       "ceiling_note=ok peak_tflops=none pct_of_peak=none "
-      "saved_activation_bytes=4096 "
+      "saved_activation_bytes=4096 tensor_bytes_live=1048576 tensor_bytes_peak=1572864 timed_allocations=0 "
       "threads=2 noise_note=quiet";
   EXPECT_EQ(line.substr(0, golden.size()), golden);
   auto kv = seed_parse(line);

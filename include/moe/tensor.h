@@ -11,6 +11,7 @@
 // line and exit 2.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -32,11 +33,26 @@ class AllocationError : public std::runtime_error {
   size_t bytes_;
 };
 
+// What the tensors of one memory hold: now, at most since the last reset_peak(), and how many
+// allocations were made so far (a timed call that allocates shows as a growing count).
+struct MemoryUse {
+  int64_t live_bytes = 0;
+  int64_t peak_bytes = 0;
+  int64_t allocations = 0;
+};
+
 // Where a tensor's bytes live. Copies and fills on a device are ordered on that device's stream;
 // copy_to_host returns once the host bytes are valid.
 class MemorySpace {
  public:
   virtual ~MemorySpace() = default;
+  // Tensor storage only (what Tensor allocates here), not a library's private workspace.
+  MemoryUse use() const;
+  void reset_peak();
+  // Called by Tensor around allocate() and deallocate().
+  void note_allocated(size_t bytes);
+  void note_freed(size_t bytes);
+
   virtual std::string name() const = 0;  // "host", "cuda:0"
   virtual bool host_accessible() const = 0;
   // nullptr when the memory cannot hold `bytes` more.
@@ -46,6 +62,9 @@ class MemorySpace {
   virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // both in this memory
   virtual void fill_zero(void* dst, size_t bytes) = 0;
+
+ private:
+  std::atomic<int64_t> live_bytes_{0}, peak_bytes_{0}, allocations_{0};
 };
 
 // Plain process memory (aligned_alloc), what the cpu and ref backends compute in.

@@ -56,6 +56,9 @@ static const std::vector<std::string> kTextExtraKeys = {"dtype",
                                                         "peak_tflops",
                                                         "pct_of_peak",
                                                         "saved_activation_bytes",
+                                                        "tensor_bytes_live",
+                                                        "tensor_bytes_peak",
+                                                        "timed_allocations",
                                                         "threads",
                                                         "noise_note",
                                                         "remat_mode",
@@ -122,6 +125,9 @@ ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const Protocol& p,
   r["pct_of_ceiling"] = ceiling ? ResultRow(pct) : ResultRow(nullptr);
   r["ceiling_note"] = ceiling_note(m.ceiling, pct, t);
   r["saved_activation_bytes"] = m.saved_activation_bytes;
+  r["tensor_bytes_live"] = m.memory.live_bytes;
+  r["tensor_bytes_peak"] = m.memory.peak_bytes;
+  r["timed_allocations"] = m.memory.allocations;
   const std::optional<double> peak = m.ceiling.peak_tflops;
   r["peak_tflops"] = peak ? ResultRow(*peak) : ResultRow(nullptr);
   r["pct_of_peak"] = peak ? ResultRow(100.0 * tflops / *peak) : ResultRow(nullptr);

@@ -36,13 +36,16 @@ struct Measured {
   TimingStats time;
   Ceiling ceiling;
   int64_t saved_activation_bytes = 0;
-  int threads = 0;  // OpenMP threads the run used
+  MemoryUse memory;  // the backend memory's tensors: live before the timed calls, peak during them, and
+                     // allocations made by them (nothing should grow from call to call)
+  int threads = 0;   // OpenMP threads the run used
   NullRoutingStats null_stats;
   MachineNoise noise;  // while its calls ran
 };
 
 // One row of a run: the seed's RESULT keys in its order, then ours (dtype, the five time statistics,
-// ceiling_tflops, pct_of_ceiling, ceiling_note (ceiling.h), saved_activation_bytes, threads, noise_note,
+// ceiling_tflops, pct_of_ceiling, ceiling_note (ceiling.h), saved_activation_bytes, tensor_bytes_live,
+// tensor_bytes_peak, timed_allocations (Measured::memory), threads, noise_note,
 // load_avg_1m, involuntary_switches, steal_pct (noise.h)), then the
 // full config, the kernel config and the environment, then iters, warmup, repeats, run_id, row_schema
 // (run_id.h), the command and samples_s (every timed call in seconds, one array per --repeats block).

@@ -107,6 +107,9 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, 
       call();
       block.set_stage_observer(nullptr);
     }
+    MemorySpace& memory = backend.memory();
+    memory.reset_peak();
+    const MemoryUse before = memory.use();
     const NoiseProbe noise_probe;
     const auto calls_start = std::chrono::steady_clock::now();
     const TimingStats t = time_fn(
@@ -114,6 +117,7 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, 
     const MachineNoise noise = noise_probe.finish(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - calls_start).count(),
         omp_get_max_threads(), available_cores());
+    const MemoryUse during = memory.use();
     if (!outcome.output_status) return outcome;
     host_out = out.to_host();
     if (grads) host_grads = to_host(*grads);
@@ -122,10 +126,12 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, 
                                                    c.topk, name(c.impl), name(mode), s.message()));
       return outcome;
     }
-    ResultRow row = make_row(
-        c, o.kernel, protocol_of(o),
-        {name(mode), t, ceiling, block.saved_activation_bytes(), omp_get_max_threads(), null_stats, noise},
-        env);
+    ResultRow row =
+        make_row(c, o.kernel, protocol_of(o),
+                 {name(mode), t, ceiling, block.saved_activation_bytes(),
+                  MemoryUse{before.live_bytes, during.peak_bytes, during.allocations - before.allocations},
+                  omp_get_max_threads(), null_stats, noise},
+                 env);
     if (text_stdout)
       fmt::print(
           "{}{}{}\n",

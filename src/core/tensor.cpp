@@ -161,7 +161,31 @@ Tensor::Tensor(Dtype dtype, std::vector<int64_t> shape, MemorySpace& memory)
   }
   void* p = memory.allocate(bytes());
   if (!p) throw AllocationError(bytes(), memory.name());
-  storage_ = std::shared_ptr<void>(p, [space = &memory](void* q) { space->deallocate(q); });
+  memory.note_allocated(bytes());
+  storage_ = std::shared_ptr<void>(p, [space = &memory, n = bytes()](void* q) {
+    space->deallocate(q);
+    space->note_freed(n);
+  });
+}
+
+MemoryUse MemorySpace::use() const {
+  return {live_bytes_.load(), peak_bytes_.load(), allocations_.load()};
+}
+
+void MemorySpace::reset_peak() {
+  peak_bytes_.store(live_bytes_.load());
+}
+
+void MemorySpace::note_allocated(size_t bytes) {
+  const int64_t live = live_bytes_.fetch_add(int64_t(bytes)) + int64_t(bytes);
+  allocations_.fetch_add(1);
+  int64_t peak = peak_bytes_.load();
+  while (live > peak && !peak_bytes_.compare_exchange_weak(peak, live)) {
+  }
+}
+
+void MemorySpace::note_freed(size_t bytes) {
+  live_bytes_.fetch_sub(int64_t(bytes));
 }
 
 double Tensor::get(int64_t i) const {
