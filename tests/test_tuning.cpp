@@ -62,7 +62,7 @@ KernelConfig config_for(const std::string& path) {
 
 TEST(Tuning, AutoMeasuresOnceKeepsTheFastestAndLaterTablesReadIt) {
   MOE_SKIP_WITHOUT_A_CHOICE();
-  const std::string path = temp_dir("tuning_once") + "/sub/tuning.json";  // the directory is made
+  const std::string path = testing::temp_dir("tuning_once") + "/sub/tuning.json";  // the directory is made
   const NnCase c(testing::test_seed());
   GemmTuner tuner(path, false);
   GemmKernels table(config_for(path), &tuner);
@@ -92,7 +92,7 @@ TEST(Tuning, AutoMeasuresOnceKeepsTheFastestAndLaterTablesReadIt) {
 
 // --gemm-variant overrides: nothing measured, nothing written.
 TEST(Tuning, ANamedVariantIsNeverMeasured) {
-  const std::string path = temp_dir("tuning_named") + "/tuning.json";
+  const std::string path = testing::temp_dir("tuning_named") + "/tuning.json";
   KernelConfig k = config_for(path);
   k.gemm_variant = "portable";
   GemmTuner tuner(path, false);
@@ -106,7 +106,7 @@ TEST(Tuning, ANamedVariantIsNeverMeasured) {
 // A file we cannot take: one warning line, the results right, the file as it was, measured in memory.
 void expect_ignored(const std::string& name, const std::string& content, const std::string& why) {
   MOE_SKIP_WITHOUT_A_CHOICE();
-  const std::string path = temp_dir(name) + "/tuning.json";
+  const std::string path = testing::temp_dir(name) + "/tuning.json";
   std::ofstream(path) << content;
   const NnCase c(testing::test_seed());
   GemmTuner tuner(path, false);
@@ -143,7 +143,7 @@ TEST(Tuning, AForeignCpusFileIsIgnoredWithOneWarning) {
 
 TEST(Tuning, AnUnreadableFileIsIgnoredWithOneWarning) {
   MOE_SKIP_WITHOUT_A_CHOICE();
-  const std::string path = temp_dir("tuning_dir") + "/tuning.json";
+  const std::string path = testing::temp_dir("tuning_dir") + "/tuning.json";
   std::filesystem::create_directories(path);  // a directory where the file should be
   GemmTuner tuner(path, false);
   GemmKernels table(config_for(path), &tuner);
@@ -157,7 +157,7 @@ TEST(Tuning, AnUnreadableFileIsIgnoredWithOneWarning) {
 // An entry of this CPU naming a variant that does not run here (a hand edit, another build) is not taken.
 TEST(Tuning, AnEntryNamingAVariantThatCannotRunHereIsNotTaken) {
   MOE_SKIP_WITHOUT_A_CHOICE();
-  const std::string dir = temp_dir("tuning_bad_entry"), path = dir + "/tuning.json";
+  const std::string dir = testing::temp_dir("tuning_bad_entry"), path = dir + "/tuning.json";
   // Learn the key this machine writes, then point it at a variant no CPU runs.
   {
     GemmTuner tuner(path, false);
@@ -177,7 +177,7 @@ TEST(Tuning, AnEntryNamingAVariantThatCannotRunHereIsNotTaken) {
 // The CLI: --tuning-file is where auto keeps its choices; rows name the kernels per form, the CPU and the
 // ISA level (the text RESULT line too, one word per value); --tuning-file none measures nothing.
 TEST(Tuning, TheCliKeepsChoicesInTheFileAndRowsNameTheKernels) {
-  const std::string dir = temp_dir("tuning_cli"), path = dir + "/t.json";
+  const std::string dir = testing::temp_dir("tuning_cli"), path = dir + "/t.json";
   const std::string run =
       "--tokens 64 --hidden 32 --mlp-dim 16 --experts 4 --topk 2 --iters 1 --warmup 0 --impl fused_w13 "
       "--bench-pass forward_backward --dtype float32 --ceiling off --tuning-file " +

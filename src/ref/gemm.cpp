@@ -57,9 +57,14 @@ Group group(GroupedShape g, int64_t e) {
 }
 
 // Element (k, j) of expert e's weights, the column concatenation of the parts (each (E, Kd, N / parts)).
-double weight(ExpertWeights w, Dtype dt, int64_t e, int64_t Kd, int64_t N, int64_t k, int64_t j) {
+// Expert e's weights (Kd, N) as doubles, the column concatenation of the parts (each (E, Kd, N / parts)).
+std::vector<double> weights(ExpertWeights w, Dtype dt, int64_t e, int64_t Kd, int64_t N) {
   const int64_t part_cols = N / w.parts();
-  return load(w.part(int(j / part_cols)), dt, (e * Kd + k) * part_cols + j % part_cols);
+  std::vector<double> v(static_cast<size_t>(Kd * N));
+  for (int64_t k = 0; k < Kd; ++k)
+    for (int64_t j = 0; j < N; ++j)
+      v[size_t(k * N + j)] = load(w.part(int(j / part_cols)), dt, (e * Kd + k) * part_cols + j % part_cols);
+  return v;
 }
 
 void zero_rows(void* out, Dtype dt, int64_t row_begin, int64_t row_end, int64_t width) {
@@ -74,11 +79,12 @@ void grouped_gemm_nn(const GemmThresholds&, void* out, Dtype out_dtype, const vo
   std::vector<double> acc(static_cast<size_t>(N));
   for (int64_t e = 0; e < groups.experts; ++e) {
     const Group g = group(groups, e);
+    const std::vector<double> w = g.live > 0 ? weights(rhs, in_dtype, e, Kd, N) : std::vector<double>();
     for (int64_t r = g.row0; r < g.row0 + g.live; ++r) {
       std::fill(acc.begin(), acc.end(), 0.0);
       for (int64_t k = 0; k < Kd; ++k) {
         const double x = load(lhs, in_dtype, r * Kd + k);
-        for (int64_t j = 0; j < N; ++j) acc[size_t(j)] += x * weight(rhs, in_dtype, e, Kd, N, k, j);
+        for (int64_t j = 0; j < N; ++j) acc[size_t(j)] += x * w[size_t(k * N + j)];
       }
       for (int64_t j = 0; j < N; ++j) store(out, out_dtype, r * N + j, acc[size_t(j)]);
     }
@@ -107,11 +113,11 @@ void grouped_gemm_nt(const GemmThresholds&, void* out, Dtype out_dtype, const vo
   MOE_CHECK(N % rhs.parts() == 0, "ref nt: two weight parts split N in halves");
   for (int64_t e = 0; e < groups.experts; ++e) {
     const Group g = group(groups, e);
+    const std::vector<double> w = g.live > 0 ? weights(rhs, in_dtype, e, Kd, N) : std::vector<double>();
     for (int64_t r = g.row0; r < g.row0 + g.live; ++r)
       for (int64_t k = 0; k < Kd; ++k) {
         double sum = accumulate ? load(out, out_dtype, r * Kd + k) : 0.0;
-        for (int64_t j = 0; j < N; ++j)
-          sum += load(dout, in_dtype, r * N + j) * weight(rhs, in_dtype, e, Kd, N, k, j);
+        for (int64_t j = 0; j < N; ++j) sum += load(dout, in_dtype, r * N + j) * w[size_t(k * N + j)];
         store(out, out_dtype, r * Kd + k, sum);
       }
     zero_rows(out, out_dtype, g.row0 + g.live, g.row0 + g.rows, Kd);
