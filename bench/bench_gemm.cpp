@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <set>
@@ -30,6 +31,7 @@
 #include <tuple>
 #include <vector>
 
+#include "cpu/backend.h"
 #include "moe/gemm.h"
 #include "moe/rng.h"
 #include "moe/status.h"
@@ -338,37 +340,47 @@ void pack_b_only(Dtype dt, const Product& q) {
 
 using Variant = void (*)(Problem&);
 
+// The cpu backend's kernel table as the block gets it (MOE_GEMM_VARIANT picks --gemm-variant's name;
+// MOE_TUNING_FILE as for moe-bench).
+GemmKernels& kernels() {
+  static const KernelConfig config = [] {
+    KernelConfig k;
+    if (const char* v = std::getenv("MOE_GEMM_VARIANT")) k.gemm_variant = v;
+    return k;
+  }();
+  return cpu::cpu_gemm_kernels(config);
+}
+
 const std::pair<const char*, Variant> kVariants[] = {
     // The library, as the MoE block calls it. "dense" is the ceiling every ratio refers to.
     {"dense",
      [](Problem& p) {
-       dense_gemm(p.y.data(), p.dt, p.x.data(), p.dt, p.w.data(), p.dt, kLiveRows, kHidden, p.N);
+       kernels().dense(p.y.data(), p.dt, p.x.data(), p.dt, p.w.data(), p.dt, kLiveRows, kHidden, p.N);
      }},
     {"nn",
      [](Problem& p) {
-       grouped_gemm_nn(p.y.data(), p.dt, p.x.data(), p.w.data(), p.dt, p.groups(), kHidden, p.N);
+       kernels().nn(p.y.data(), p.dt, p.x.data(), p.w.data(), p.dt, p.groups(), kHidden, p.N);
      }},
     {"nt",
      [](Problem& p) {
-       grouped_gemm_nt(p.dx.data(), p.dt, p.dh.data(), p.w.data(), p.dt, p.groups(), kHidden, p.N);
+       kernels().nt(p.dx.data(), p.dt, p.dh.data(), p.w.data(), p.dt, p.groups(), kHidden, p.N);
      }},
     {"tn",
      [](Problem& p) {
-       grouped_gemm_tn(p.dw.data(), p.dt, p.x.data(), p.dh.data(), p.dt, p.groups(), kHidden, p.N, p.N);
+       kernels().tn(p.dw.data(), p.dt, p.x.data(), p.dh.data(), p.dt, p.groups(), kHidden, p.N, p.N);
      }},
     // The exact/ragged layout: the same rows without the padding to kTile (what padding costs).
     {"nn_ragged",
      [](Problem& p) {
-       grouped_gemm_nn(p.y.data(), p.dt, p.x.data(), p.w.data(), p.dt, p.ragged_groups(), kHidden, p.N);
+       kernels().nn(p.y.data(), p.dt, p.x.data(), p.w.data(), p.dt, p.ragged_groups(), kHidden, p.N);
      }},
     {"nt_ragged",
      [](Problem& p) {
-       grouped_gemm_nt(p.dx.data(), p.dt, p.dh.data(), p.w.data(), p.dt, p.ragged_groups(), kHidden, p.N);
+       kernels().nt(p.dx.data(), p.dt, p.dh.data(), p.w.data(), p.dt, p.ragged_groups(), kHidden, p.N);
      }},
     {"tn_ragged",
      [](Problem& p) {
-       grouped_gemm_tn(p.dw.data(), p.dt, p.x.data(), p.dh.data(), p.dt, p.ragged_groups(), kHidden, p.N,
-                       p.N);
+       kernels().tn(p.dw.data(), p.dt, p.x.data(), p.dh.data(), p.dt, p.ragged_groups(), kHidden, p.N, p.N);
      }},
 #ifdef MOE_HAVE_ONEDNN
     {"dense_plainB", [](Problem& p) { direct::plain_b(p.dt, direct::dense(p)); }},

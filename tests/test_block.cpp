@@ -336,7 +336,8 @@ TEST(BlockCpu, EveryGemmVariantRunsTheBlock) {
       std::cout << "variant " << v.name << " skipped: " << why << "\n";
       continue;
     }
-    ASSERT_TRUE(select_gemm_variant(v.name));
+    KernelConfig k;
+    k.gemm_variant = v.name;
     for (Dtype dt : {Dtype::f32, Dtype::bf16})
       for (Impl impl : {Impl::baseline, Impl::fast}) {
         MoeConfig c = small_config(seed);
@@ -347,11 +348,14 @@ TEST(BlockCpu, EveryGemmVariantRunsTheBlock) {
         c.bench_pass = BenchPass::forward_backward;
         const MoeInputs in = make_inputs(c);
         const Routing routing = make_routing(c);
-        const ConditionedCheck r = check_run(c, in, routing, run_block(cpu, c, in, routing));
+        (void)cpu.take_kernel_choices();
+        const ConditionedCheck r = check_run(c, in, routing, run_block(cpu, c, in, routing, k));
         EXPECT_TRUE(r.pass) << v.name << " " << describe(c) << " grad_err=" << r.grad_rel_err;
+        // Each form ran the named variant's row, or one the table names after it where it does not take it.
+        const std::string ran = cpu.take_kernel_choices();
+        EXPECT_NE(ran.find(std::string(":") + v.name), std::string::npos) << v.name << ": " << ran;
       }
   }
-  (void)select_gemm_variant("auto");
 }
 
 // The schedule never changes a result where the GEMM variant says so (OpenMP splits rows and columns,
@@ -374,16 +378,25 @@ TEST(BlockCpu, ResultsIndependentOfThreadCount) {
       // A variant whose sums change with the thread count (GemmVariant::same_sums_on_any_thread_count)
       // may move results by their last bits: a float32 rounding, or, where that flips a bf16 rounding
       // of h or g, one bf16 step carried through the block.
-      const GemmVariant& variant = active_gemm_variant();
-      const bool bitwise = variant.same_sums_on_any_thread_count();
+      // auto's choices are made once per shape class by the table of this KernelConfig, whatever the thread
+      // count, so the three runs take the same kernels.
+      const KernelConfig k;
+      (void)cpu.take_kernel_choices();
       const double last_bits_tolerance = dt == Dtype::f32 ? 1e-5 : 1e-2;
       std::vector<BlockRun> runs;
+      std::vector<std::string> kernels;
       for (int threads : {1, 2, 3}) {
         omp_set_num_threads(threads);
-        runs.push_back(run_block(cpu, c, in, routing));
+        runs.push_back(run_block(cpu, c, in, routing, k));
+        kernels.push_back(cpu.take_kernel_choices());
       }
+      bool bitwise = kernels[0] == kernels[1] && kernels[0] == kernels[2];
+      for (const GemmVariant& v : gemm_variants())
+        if (kernels[0].find(std::string(":") + v.name) != std::string::npos ||
+            kernels[0].find(std::string("+") + v.name) != std::string::npos)
+          bitwise &= v.same_sums_on_any_thread_count();
       for (size_t i = 1; i < runs.size(); ++i) {
-        SCOPED_TRACE(describe(c) + " run " + std::to_string(i) + " gemm variant " + variant.name);
+        SCOPED_TRACE(describe(c) + " run " + std::to_string(i) + " gemm kernels " + kernels[i]);
         const std::pair<const Tensor*, const Tensor*> pairs[] = {
             {&runs[i].out, &runs[0].out},
             {&runs[i].grads->dx, &runs[0].grads->dx},

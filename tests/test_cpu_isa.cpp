@@ -63,22 +63,25 @@ TEST(CpuIsa, DetectionAgreesWithProcCpuinfo) {
   EXPECT_LE(c.level(), c.detected);
 }
 
-// Every variant either runs here or says why not (and is then refused), and auto is the first that runs
-// here and that auto may take on this CPU.
+// Every variant either runs here or says why not (and is then refused); auto's table has rows of the
+// variants that run here only, and without measurements starts with the first that auto may take here.
 TEST(CpuIsa, AutoIsTheFirstVariantThatRunsHere) {
-  ASSERT_TRUE(select_gemm_variant("auto"));
-  const std::string chosen = active_gemm_variant().name;
+  ASSERT_TRUE(check_gemm_variant("auto"));
   const GemmVariant* first = nullptr;
   for (const GemmVariant& v : gemm_variants()) {
     if (!v.unavailable().empty()) {
-      EXPECT_FALSE(select_gemm_variant(v.name)) << v.name;
+      EXPECT_FALSE(check_gemm_variant(v.name)) << v.name;
       continue;
     }
-    if (!first && v.auto_candidate()) first = &v;
+    EXPECT_TRUE(check_gemm_variant(v.name)) << v.name;
+    if (!first && v.tunable && v.auto_candidate()) first = &v;
   }
   ASSERT_NE(first, nullptr);
-  EXPECT_EQ(chosen, first->name);
-  (void)select_gemm_variant("auto");
+  KernelConfig k;
+  k.tuning_file = "none";
+  const GemmKernels table(k, nullptr);
+  EXPECT_EQ(table.rows().front().variant, first);
+  for (const GemmRow& r : table.rows()) EXPECT_EQ(r.variant->unavailable(), "") << r.variant->name;
 }
 
 TEST(CpuIsa, MaxIsaHoldsTheLevelAndListSaysWhatRuns) {

@@ -1,14 +1,16 @@
-// Every form of moe/gemm.h (whichever build: oneDNN or portable) against a naive double-precision
-// product of the very values the kernel reads (bf16 inputs are rounded first, so the reference sees
-// what the kernel sees). Fresh random inputs each run; the seed is printed (MOE_TEST_SEED replays).
+// Every form of the cpu backend's kernel table (moe/gemm.h), run as `--gemm-variant V` runs it (V's row
+// where its supports() takes the call, the table's next row elsewhere), against the plain reference of
+// src/ref/gemm.cpp: its float64 sums of the very values the kernel reads (bf16 inputs are what they
+// store). Fresh random inputs each run; the seed is printed (MOE_TEST_SEED replays).
 //
-// Tolerance, per output element, in terms of S = sum_k |a_ik b_kj| (the scale of any rounding error
-// a GEMM accumulating in f32 can make, immune to cancellation in the sum):
+// Tolerance, per output element, in terms of S = sum_k |a_ik b_kj| (the reference on the inputs' absolute
+// values: the scale of any rounding error a GEMM accumulating in f32 can make, immune to cancellation):
 //   f32 output:  |got - want| <= 1e-5 S          (f32 accumulation; ~sqrt(k) * 6e-8 S in practice)
 //   bf16 output: adds 4e-3 |want|                 (one rounding to bf16: half an ulp is 2^-9 = 2e-3)
 // Outputs are pre-filled with NaN so an element the kernel forgets to write fails.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -20,12 +22,14 @@
 #include "moe/gemm.h"
 #include "moe/rng.h"
 #include "moe/tensor.h"
+#include "ref/gemm.h"
 #include "test_util.h"
 
 namespace moe {
 namespace {
 
 constexpr Dtype kDtypes[] = {Dtype::f32, Dtype::bf16};
+const GemmThresholds kDefaults;
 
 class Inputs {
  public:
@@ -42,28 +46,34 @@ class Inputs {
   uint64_t next_ = 0;
 };
 
-// A tensor's elements as doubles, read once: the reference loops index these, not the tensor.
-std::vector<double> values(const Tensor& t) {
-  std::vector<double> v(size_t(t.numel()));
-  for (int64_t i = 0; i < t.numel(); ++i) v[size_t(i)] = t.get(i);
-  return v;
-}
-
 Tensor nan_filled(Dtype dt, std::vector<int64_t> shape) {
   Tensor t(dt, std::move(shape));
   for (int64_t i = 0; i < t.numel(); ++i) t.set(i, std::numeric_limits<float>::quiet_NaN());
   return t;
 }
 
-// The expected output and, per element, S = sum |a b| of its terms.
+// |t|, same dtype (exact: only the sign changes).
+Tensor abs_of(const Tensor& t) {
+  Tensor a = t.clone();
+  for (int64_t i = 0; i < a.numel(); ++i) a.set(i, std::fabs(a.get(i)));
+  return a;
+}
+
+// The expected output (the reference's float64 sums) and, per element, S = sum |a b| of its terms.
 struct Expected {
   std::vector<double> value, scale;
   explicit Expected(int64_t n) : value(size_t(n), 0.0), scale(size_t(n), 0.0) {}
-  void add(int64_t i, double a, double b) {
-    value[size_t(i)] += a * b;
-    scale[size_t(i)] += std::fabs(a * b);
-  }
 };
+
+// want.value = ref(inputs), want.scale = ref(|inputs|): `ref(out, abs)` runs the reference into a float64
+// out of n elements on the inputs or on their absolute values.
+template <typename Ref>
+Expected reference(int64_t n, Ref&& ref) {
+  Expected want(n);
+  ref(want.value.data(), false);
+  ref(want.scale.data(), true);
+  return want;
+}
 
 void expect_close(const Tensor& got, const Expected& want) {
   const double rounding = got.dtype() == Dtype::bf16 ? 4e-3 : 0.0;
@@ -79,7 +89,6 @@ void expect_close(const Tensor& got, const Expected& want) {
 std::string trace(Dtype in, Dtype out) {
   return std::string("in ") + dtype_name(in) + ", out " + dtype_name(out);
 }
-
 // ---- grouped forms --------------------------------------------------------------------------------
 
 struct GroupCase {
@@ -146,22 +155,21 @@ struct Groups {
   GroupedShape shape() const { return {offset.data(), experts(), padded ? live.data() : nullptr}; }
 };
 
-// Every registered GEMM variant (moe/gemm.h) runs every test below.
+// Every variant of the registry runs every test below, as --gemm-variant names it: a table whose base order
+// puts its rows first (no tuning file: nothing is measured).
 class EveryGemmVariant : public ::testing::TestWithParam<std::string> {};
 
-// The variant for the scope of a test; `why` says why it does not run on this CPU (the test then skips).
-struct ScopedVariant {
-  explicit ScopedVariant(const std::string& name) {
-    for (const GemmVariant& v : gemm_variants())
-      if (name == v.name) why = v.unavailable();
-    if (why.empty()) EXPECT_TRUE(select_gemm_variant(name)) << name;
-  }
-  ~ScopedVariant() { (void)select_gemm_variant("auto"); }
-  std::string why;
-};
-#define MOE_SELECT_VARIANT_OR_SKIP(name) \
-  ScopedVariant variant(name);           \
-  if (!variant.why.empty()) GTEST_SKIP() << (name) << ": " << variant.why
+KernelConfig variant_config(const std::string& name) {
+  KernelConfig k;
+  k.gemm_variant = name;
+  k.tuning_file = "none";
+  return k;
+}
+
+#define MOE_TABLE_OR_SKIP(name)                                                  \
+  if (const GemmVariant* v = gemm_variant(name); v && !v->unavailable().empty()) \
+    GTEST_SKIP() << (name) << ": " << v->unavailable();                          \
+  GemmKernels table(variant_config(name), nullptr)
 
 std::vector<std::string> variant_names() {
   std::vector<std::string> names;
@@ -178,13 +186,10 @@ struct Weights {
     return parts.size() == 1 ? ExpertWeights(parts[0].raw()) : ExpertWeights(parts[0].raw(), parts[1].raw());
   }
   int64_t cols() const { return part_cols * int64_t(parts.size()); }
-  // The concatenation (E, Kd, cols) as doubles.
-  std::vector<double> values(int64_t E, int64_t Kd) const {
-    std::vector<double> v(size_t(E * Kd * cols()));
-    for (int64_t ek = 0; ek < E * Kd; ++ek)
-      for (int64_t j = 0; j < cols(); ++j)
-        v[size_t(ek * cols() + j)] = parts[size_t(j / part_cols)].get(ek * part_cols + j % part_cols);
-    return v;
+  Weights abs() const {
+    Weights a{{}, part_cols};
+    for (const Tensor& p : parts) a.parts.push_back(abs_of(p));
+    return a;
   }
 };
 
@@ -194,21 +199,18 @@ Weights random_weights(Inputs& inputs, Dtype dt, int parts, int64_t E, int64_t K
   return w;
 }
 
-// The nn product lhs (rows, Kd) @ rhs[e] (Kd, N) on each group's live rows; padding rows stay zero.
+// The nn product lhs (rows, Kd) @ rhs[e] (Kd, N) on each group's live rows; padding rows zero.
 Expected nn_reference(const Groups& g, const Tensor& lhs, const Weights& rhs, int64_t Kd) {
-  const int64_t N = rhs.cols();
-  Expected want(g.rows() * N);
-  const std::vector<double> x = values(lhs), w = rhs.values(g.experts(), Kd);
-  for (int64_t e = 0; e < g.experts(); ++e)
-    for (int64_t r = g.offset[size_t(e)]; r < g.live_end(e); ++r)
-      for (int64_t k = 0; k < Kd; ++k)
-        for (int64_t j = 0; j < N; ++j)
-          want.add(r * N + j, x[size_t(r * Kd + k)], w[size_t((e * Kd + k) * N + j)]);
-  return want;
+  const Tensor lhs_abs = abs_of(lhs);
+  const Weights rhs_abs = rhs.abs();
+  return reference(g.rows() * rhs.cols(), [&](double* out, bool abs) {
+    ref_gemm::grouped_gemm_nn(kDefaults, out, Dtype::f64, (abs ? lhs_abs : lhs).raw(),
+                              (abs ? rhs_abs : rhs).view(), lhs.dtype(), g.shape(), Kd, rhs.cols());
+  });
 }
 
 TEST_P(EveryGemmVariant, NnMatchesReference) {
-  MOE_SELECT_VARIANT_OR_SKIP(GetParam());
+  MOE_TABLE_OR_SKIP(GetParam());
   Inputs inputs(testing::test_seed());
   for (const GroupCase& c : kGroupCases)
     for (bool padded : {false, true}) {
@@ -221,7 +223,7 @@ TEST_P(EveryGemmVariant, NnMatchesReference) {
                        trace(in, out_dt));
           const Tensor lhs = inputs.random(in, {g.rows(), c.Kd});  // (rows, Kd)
           Tensor out = nan_filled(out_dt, {g.rows(), N});          // (rows, N)
-          grouped_gemm_nn(out.raw(), out_dt, lhs.raw(), rhs.view(), in, g.shape(), c.Kd, N);
+          table.nn(out.raw(), out_dt, lhs.raw(), rhs.view(), in, g.shape(), c.Kd, N);
           expect_close(out, nn_reference(g, lhs, rhs, c.Kd));
         }
       }
@@ -232,7 +234,7 @@ TEST_P(EveryGemmVariant, NnMatchesReference) {
 // the h the call stored, since g is defined from h's rounded values. Padded cases read [w1 | w3] as two
 // parts and scale g by routing weights; keep_h = false must give the same g bit for bit.
 TEST_P(EveryGemmVariant, NnSwigluMatchesReference) {
-  MOE_SELECT_VARIANT_OR_SKIP(GetParam());
+  MOE_TABLE_OR_SKIP(GetParam());
   Inputs inputs(testing::test_seed());
   for (const GroupCase& c : kGroupCases)
     for (bool padded : {false, true}) {
@@ -248,28 +250,26 @@ TEST_P(EveryGemmVariant, NnSwigluMatchesReference) {
         const float* row_weight = padded ? static_cast<const float*>(weight.raw()) : nullptr;
         Tensor h = nan_filled(dt, {g.rows(), 2 * M}),
                out = nan_filled(dt, {g.rows(), M});  // (rows, 2M), (rows, M)
-        grouped_gemm_nn_swiglu(h.raw(), out.raw(), dt, lhs.raw(), rhs.view(), dt, g.shape(), c.Kd, M,
-                               row_weight,
-                               /*keep_h=*/true);
-        const Expected want_h = nn_reference(g, lhs, rhs, c.Kd);
+        table.nn_swiglu(h.raw(), out.raw(), dt, lhs.raw(), rhs.view(), dt, g.shape(), c.Kd, M, row_weight,
+                        /*keep_h=*/true);
         Expected want_g(out.numel());
         for (int64_t e = 0; e < g.experts(); ++e)
           for (int64_t r = g.offset[size_t(e)]; r < g.live_end(e); ++r) {
             for (int64_t j = 0; j < M; ++j) {
               const double a = h.get(r * 2 * M + j), b = h.get(r * 2 * M + M + j),
                            w = row_weight ? row_weight[r] : 1.0;
-              want_g.add(r * M + j, a / (1.0 + std::exp(-a)) * b, w);
+              want_g.value[size_t(r * M + j)] = a / (1.0 + std::exp(-a)) * b * w;
               // The kernels' sigmoid is an approximation: absolute error ~1e-7, which is large against a
               // tiny silu(a) at very negative a; allow 1e-5 |a b w| on top of the rounding of g.
-              want_g.scale[size_t(r * M + j)] += std::fabs(a * b * w);
+              want_g.scale[size_t(r * M + j)] =
+                  std::fabs(a / (1.0 + std::exp(-a)) * b * w) + std::fabs(a * b * w);
             }
           }
-        expect_close(h, want_h);
+        expect_close(h, nn_reference(g, lhs, rhs, c.Kd));
         expect_close(out, want_g);
         Tensor again = nan_filled(dt, {g.rows(), M});
-        grouped_gemm_nn_swiglu(h.raw(), again.raw(), dt, lhs.raw(), rhs.view(), dt, g.shape(), c.Kd, M,
-                               row_weight,
-                               /*keep_h=*/false);
+        table.nn_swiglu(h.raw(), again.raw(), dt, lhs.raw(), rhs.view(), dt, g.shape(), c.Kd, M, row_weight,
+                        /*keep_h=*/false);
         EXPECT_EQ(std::memcmp(again.raw(), out.raw(), size_t(out.numel()) * dtype_size(dt)), 0)
             << "keep_h = false changed g";
       }
@@ -279,7 +279,7 @@ TEST_P(EveryGemmVariant, NnSwigluMatchesReference) {
 // Padded cases with a float32 out read the weights as two parts (dh @ [w1 | w3]^T) and accumulate
 // into out (out += product on live rows, as the non-fused impls sum dgate @ w1^T and dup @ w3^T).
 TEST_P(EveryGemmVariant, NtMatchesReference) {
-  MOE_SELECT_VARIANT_OR_SKIP(GetParam());
+  MOE_TABLE_OR_SKIP(GetParam());
   Inputs inputs(testing::test_seed());
   for (const GroupCase& c : kGroupCases)
     for (bool padded : {false, true}) {
@@ -288,22 +288,21 @@ TEST_P(EveryGemmVariant, NtMatchesReference) {
         for (Dtype out_dt : kDtypes) {
           const bool accumulate = padded && out_dt == Dtype::f32;
           const Weights rhs = random_weights(inputs, in, accumulate ? 2 : 1, g.experts(), c.Kd, c.N);
+          const Weights rhs_abs = rhs.abs();
           const int64_t N = rhs.cols();
           SCOPED_TRACE(std::string(c.name) + (padded ? " padded" : "") +
                        (accumulate ? ", two weight parts, accumulate" : "") + ", " + trace(in, out_dt));
           const Tensor dout = inputs.random(in, {g.rows(), N});  // (rows, N)
+          const Tensor dout_abs = abs_of(dout);
           Tensor out = accumulate ? inputs.random(out_dt, {g.rows(), c.Kd})
                                   : nan_filled(out_dt, {g.rows(), c.Kd});  // (rows, Kd)
-          Expected want(out.numel());
-          const std::vector<double> dy = values(dout), w = rhs.values(g.experts(), c.Kd);
-          for (int64_t e = 0; e < g.experts(); ++e)
-            for (int64_t r = g.offset[size_t(e)]; r < g.live_end(e); ++r)
-              for (int64_t k = 0; k < c.Kd; ++k) {
-                if (accumulate) want.add(r * c.Kd + k, out.get(r * c.Kd + k), 1.0);
-                for (int64_t j = 0; j < N; ++j)
-                  want.add(r * c.Kd + k, dy[size_t(r * N + j)], w[size_t((e * c.Kd + k) * N + j)]);
-              }
-          grouped_gemm_nt(out.raw(), out_dt, dout.raw(), rhs.view(), in, g.shape(), c.Kd, N, accumulate);
+          const Expected want = reference(out.numel(), [&](double* o, bool abs) {
+            for (int64_t i = 0; i < out.numel(); ++i)
+              o[i] = accumulate ? (abs ? std::fabs(out.get(i)) : out.get(i)) : 0;
+            ref_gemm::grouped_gemm_nt(kDefaults, o, Dtype::f64, (abs ? dout_abs : dout).raw(),
+                                      (abs ? rhs_abs : rhs).view(), in, g.shape(), c.Kd, N, accumulate);
+          });
+          table.nt(out.raw(), out_dt, dout.raw(), rhs.view(), in, g.shape(), c.Kd, N, accumulate);
           expect_close(out, want);
         }
       }
@@ -317,7 +316,7 @@ TEST_P(EveryGemmVariant, NtMatchesReference) {
 // half-ulps where expect_close allows one (4e-3 |want|), so the scale adds another 4e-3 |want| / 1e-5;
 // the sigmoid approximation's ~1e-7 goes in the scale too.
 TEST_P(EveryGemmVariant, NtSwigluGradMatchesReference) {
-  MOE_SELECT_VARIANT_OR_SKIP(GetParam());
+  MOE_TABLE_OR_SKIP(GetParam());
   Inputs inputs(testing::test_seed());
   for (const GroupCase& c : kGroupCases)
     for (bool padded : {false, true}) {
@@ -325,24 +324,26 @@ TEST_P(EveryGemmVariant, NtSwigluGradMatchesReference) {
       for (Dtype dt : kDtypes) {
         const int64_t M = c.Kd, N = c.N;
         const Weights rhs = random_weights(inputs, dt, 1, g.experts(), M, N);  // (E, M, N)
+        const Weights rhs_abs = rhs.abs();
         SCOPED_TRACE(std::string(c.name) + (padded ? " padded, routing weights" : "") + ", " + trace(dt, dt));
-        const Tensor dout = inputs.random(dt, {g.rows(), N});         // (rows, N)
+        const Tensor dout = inputs.random(dt, {g.rows(), N});  // (rows, N)
+        const Tensor dout_abs = abs_of(dout);
         const Tensor h = inputs.random(dt, {g.rows(), 2 * M});        // (rows, 2M) [gate | up]
         const Tensor weight = inputs.random(Dtype::f32, {g.rows()});  // (rows)
         const float* row_weight = padded ? static_cast<const float*>(weight.raw()) : nullptr;
         Tensor dh = nan_filled(dt, {g.rows(), 2 * M}), dg = nan_filled(dt, {g.rows(), M});
-        grouped_gemm_nt_swiglu_grad(dh.raw(), dg.raw(), dout.raw(), rhs.view(), h.raw(), dt, g.shape(), M, N,
-                                    row_weight);
+        table.nt_swiglu_grad(dh.raw(), dg.raw(), dout.raw(), rhs.view(), h.raw(), dt, g.shape(), M, N,
+                             row_weight);
+        // dg = dout @ w2^T unrounded, and its scale.
+        const Expected dg_want = reference(g.rows() * M, [&](double* o, bool abs) {
+          ref_gemm::grouped_gemm_nt(kDefaults, o, Dtype::f64, (abs ? dout_abs : dout).raw(),
+                                    (abs ? rhs_abs : rhs).view(), dt, g.shape(), M, N, false);
+        });
         Expected want(dh.numel());
-        const std::vector<double> dy = values(dout), w2 = rhs.values(g.experts(), M);
         for (int64_t e = 0; e < g.experts(); ++e)
           for (int64_t r = g.offset[size_t(e)]; r < g.live_end(e); ++r)
             for (int64_t k = 0; k < M; ++k) {
-              double d = 0, d_scale = 0;
-              for (int64_t j = 0; j < N; ++j) {
-                d += dy[size_t(r * N + j)] * w2[size_t((e * M + k) * N + j)];
-                d_scale += std::fabs(dy[size_t(r * N + j)] * w2[size_t((e * M + k) * N + j)]);
-              }
+              const double d = dg_want.value[size_t(r * M + k)], d_scale = dg_want.scale[size_t(r * M + k)];
               const double a = h.get(r * 2 * M + k), b = h.get(r * 2 * M + M + k),
                            wr = row_weight ? row_weight[r] : 1.0, s = 1.0 / (1.0 + std::exp(-a));
               const double dgate = wr * b * s * (1.0 + a * (1.0 - s)), dup = wr * a * s;
@@ -364,7 +365,7 @@ TEST_P(EveryGemmVariant, NtSwigluGradMatchesReference) {
 // Padded cases also read dout as a column slice of a wider buffer (ld_dout = N + 5): the columns past N
 // hold random values that must not reach the result. tn_pair must equal two tn calls.
 TEST_P(EveryGemmVariant, TnMatchesReferenceAndZeroesEmptyExperts) {
-  MOE_SELECT_VARIANT_OR_SKIP(GetParam());
+  MOE_TABLE_OR_SKIP(GetParam());
   Inputs inputs(testing::test_seed());
   for (const GroupCase& c : kGroupCases)
     for (bool padded : {false, true}) {
@@ -374,25 +375,23 @@ TEST_P(EveryGemmVariant, TnMatchesReferenceAndZeroesEmptyExperts) {
           SCOPED_TRACE(std::string(c.name) + (padded ? " padded" : "") + ", " + trace(in, out_dt));
           const Tensor lhs = inputs.random(in, {g.rows(), c.Kd});  // (rows, Kd)
           const int64_t ld = padded ? c.N + 5 : c.N;
-          const Tensor dout = inputs.random(in, {g.rows(), ld});       // (rows, N) of (rows, ld)
+          const Tensor dout = inputs.random(in, {g.rows(), ld});  // (rows, N) of (rows, ld)
+          const Tensor lhs_abs = abs_of(lhs), dout_abs = abs_of(dout);
           Tensor drhs = nan_filled(out_dt, {g.experts(), c.Kd, c.N});  // (E, Kd, N)
-          grouped_gemm_tn(drhs.raw(), out_dt, lhs.raw(), dout.raw(), in, g.shape(), c.Kd, c.N, ld);
-          Expected want(drhs.numel());  // empty experts stay all-zero
-          const std::vector<double> x = values(lhs), dy = values(dout);
-          for (int64_t e = 0; e < g.experts(); ++e)
-            for (int64_t r = g.offset[size_t(e)]; r < g.live_end(e); ++r)
-              for (int64_t k = 0; k < c.Kd; ++k)
-                for (int64_t j = 0; j < c.N; ++j)
-                  want.add((e * c.Kd + k) * c.N + j, x[size_t(r * c.Kd + k)], dy[size_t(r * ld + j)]);
+          table.tn(drhs.raw(), out_dt, lhs.raw(), dout.raw(), in, g.shape(), c.Kd, c.N, ld);
+          const Expected want = reference(drhs.numel(), [&](double* o, bool abs) {  // empty experts: zeros
+            ref_gemm::grouped_gemm_tn(kDefaults, o, Dtype::f64, (abs ? lhs_abs : lhs).raw(),
+                                      (abs ? dout_abs : dout).raw(), in, g.shape(), c.Kd, c.N, ld);
+          });
           expect_close(drhs, want);
           // The pair (dw1 and dw3 from one lhs) is two tn calls, bit for bit.
           const Tensor dout2 = inputs.random(in, {g.rows(), ld});
           Tensor second = nan_filled(out_dt, {g.experts(), c.Kd, c.N}),
                  pair_first = nan_filled(out_dt, {g.experts(), c.Kd, c.N}),
                  pair_second = nan_filled(out_dt, {g.experts(), c.Kd, c.N});
-          grouped_gemm_tn(second.raw(), out_dt, lhs.raw(), dout2.raw(), in, g.shape(), c.Kd, c.N, ld);
-          grouped_gemm_tn_pair(pair_first.raw(), pair_second.raw(), out_dt, lhs.raw(), dout.raw(),
-                               dout2.raw(), in, g.shape(), c.Kd, c.N, ld);
+          table.tn(second.raw(), out_dt, lhs.raw(), dout2.raw(), in, g.shape(), c.Kd, c.N, ld);
+          table.tn_pair(pair_first.raw(), pair_second.raw(), out_dt, lhs.raw(), dout.raw(), dout2.raw(), in,
+                        g.shape(), c.Kd, c.N, ld);
           EXPECT_EQ(std::memcmp(pair_first.raw(), drhs.raw(), drhs.bytes()), 0) << "tn_pair's first";
           EXPECT_EQ(std::memcmp(pair_second.raw(), second.raw(), second.bytes()), 0) << "tn_pair's second";
           if (!padded) continue;
@@ -406,7 +405,7 @@ TEST_P(EveryGemmVariant, TnMatchesReferenceAndZeroesEmptyExperts) {
           GroupedShape zero_padded = g.shape();
           zero_padded.zero_padding = true;
           Tensor drhs0 = nan_filled(out_dt, {g.experts(), c.Kd, c.N});
-          grouped_gemm_tn(drhs0.raw(), out_dt, lhs0.raw(), dout0.raw(), in, zero_padded, c.Kd, c.N, ld);
+          table.tn(drhs0.raw(), out_dt, lhs0.raw(), dout0.raw(), in, zero_padded, c.Kd, c.N, ld);
           expect_close(drhs0, want);
         }
       }
@@ -415,7 +414,7 @@ TEST_P(EveryGemmVariant, TnMatchesReferenceAndZeroesEmptyExperts) {
 
 // The cached primitives and reused scratch must not leak state from one call into the next.
 TEST_P(EveryGemmVariant, RepeatedCallsAreBitwiseIdentical) {
-  MOE_SELECT_VARIANT_OR_SKIP(GetParam());
+  MOE_TABLE_OR_SKIP(GetParam());
   Inputs inputs(testing::test_seed());
   const Groups g({600, 0, 130}, /*with_padding=*/true);
   const int64_t Kd = 40, N = 24;
@@ -425,9 +424,9 @@ TEST_P(EveryGemmVariant, RepeatedCallsAreBitwiseIdentical) {
     const Tensor rhs = inputs.random(in, {g.experts(), Kd, N});    // (E, Kd, N)
     const Tensor other = inputs.random(in, {g.experts(), Kd, N});  // (E, Kd, N)
     Tensor first(in, {g.rows(), N}), again(in, {g.rows(), N});     // (rows, N)
-    grouped_gemm_nn(first.raw(), in, lhs.raw(), rhs.raw(), in, g.shape(), Kd, N);
-    grouped_gemm_nn(again.raw(), in, lhs.raw(), other.raw(), in, g.shape(), Kd, N);
-    grouped_gemm_nn(again.raw(), in, lhs.raw(), rhs.raw(), in, g.shape(), Kd, N);
+    table.nn(first.raw(), in, lhs.raw(), rhs.raw(), in, g.shape(), Kd, N);
+    table.nn(again.raw(), in, lhs.raw(), other.raw(), in, g.shape(), Kd, N);
+    table.nn(again.raw(), in, lhs.raw(), rhs.raw(), in, g.shape(), Kd, N);
     EXPECT_EQ(std::memcmp(first.raw(), again.raw(), first.bytes()), 0);
   }
 }
@@ -443,7 +442,7 @@ const DenseCase kDenseCases[] = {{1, 17, 3},   {3, 63, 65}, {65, 1, 17}, {600, 3
                                  {4100, 9, 5}, {0, 5, 7},   {5, 0, 7}};
 
 TEST_P(EveryGemmVariant, DenseAllTransposesAndDtypeMixesMatchReference) {
-  MOE_SELECT_VARIANT_OR_SKIP(GetParam());
+  MOE_TABLE_OR_SKIP(GetParam());
   Inputs inputs(testing::test_seed());
   for (const DenseCase& c : kDenseCases) {
     for (bool trans_a : {false, true}) {
@@ -457,21 +456,81 @@ TEST_P(EveryGemmVariant, DenseAllTransposesAndDtypeMixesMatchReference) {
                            " out " + dtype_name(out_dt));
               const Tensor a = trans_a ? inputs.random(a_dt, {c.Kd, c.R}) : inputs.random(a_dt, {c.R, c.Kd});
               const Tensor b = trans_b ? inputs.random(b_dt, {c.N, c.Kd}) : inputs.random(b_dt, {c.Kd, c.N});
+              const Tensor a_abs = abs_of(a), b_abs = abs_of(b);
               Tensor out = nan_filled(out_dt, {c.R, c.N});  // (R, N)
-              dense_gemm(out.raw(), out_dt, a.raw(), a_dt, b.raw(), b_dt, c.R, c.Kd, c.N, trans_a, trans_b);
-              Expected want(out.numel());
-              for (int64_t i = 0; i < c.R; ++i)
-                for (int64_t j = 0; j < c.N; ++j)
-                  for (int64_t k = 0; k < c.Kd; ++k)
-                    want.add(i * c.N + j, a.get(trans_a ? k * c.R + i : i * c.Kd + k),
-                             b.get(trans_b ? j * c.Kd + k : k * c.N + j));
-              expect_close(out, want);
+              table.dense(out.raw(), out_dt, a.raw(), a_dt, b.raw(), b_dt, c.R, c.Kd, c.N, trans_a, trans_b);
+              expect_close(out, reference(out.numel(), [&](double* o, bool abs) {
+                             ref_gemm::dense_gemm(kDefaults, o, Dtype::f64, (abs ? a_abs : a).raw(), a_dt,
+                                                  (abs ? b_abs : b).raw(), b_dt, c.R, c.Kd, c.N, trans_a,
+                                                  trans_b);
+                           }));
             }
           }
         }
       }
     }
   }
+}
+
+// --gemm-variant V runs V's row wherever V's supports() takes the call, the table's next row elsewhere, and
+// take_choices() says which per form: nothing is delegated behind a row's back.
+TEST_P(EveryGemmVariant, TheTableNamesTheRowThatRan) {
+  MOE_TABLE_OR_SKIP(GetParam());
+  Inputs inputs(testing::test_seed());
+  const GemmVariant& v = *gemm_variant(GetParam());
+  for (const GroupCase& c : kGroupCases) {
+    const Groups g(c.sizes, false);
+    for (Dtype dt : kDtypes) {
+      const Tensor lhs = inputs.random(dt, {g.rows(), c.Kd});
+      const Tensor rhs = inputs.random(dt, {g.experts(), c.Kd, c.N});
+      Tensor out(dt, {g.rows(), c.N});
+      (void)table.take_choices();
+      table.nn(out.raw(), dt, lhs.raw(), rhs.raw(), dt, g.shape(), c.Kd, c.N);
+      GemmCall call;
+      call.in_dtype = call.b_dtype = call.out_dtype = dt;
+      call.rows = *std::max_element(c.sizes.begin(), c.sizes.end());
+      call.experts = g.experts();
+      call.Kd = c.Kd;
+      call.N = c.N;
+      const std::string why = v.supports(call, kDefaults);
+      const GemmRow& row = table.row_for(call);
+      EXPECT_EQ(why.empty(), row.variant == &v) << c.name << " " << dtype_name(dt) << ": " << why;
+      EXPECT_EQ(table.take_choices(), std::string("nn:") + row.variant->name) << c.name;
+    }
+  }
+}
+
+// The thresholds are the config's: dpbf16's largest group moves with dpbf16_max_group_rows.
+TEST(GemmTable, ThresholdsComeFromTheKernelConfig) {
+  const GemmVariant* dpbf16 = gemm_variant("dpbf16");
+  if (!dpbf16 || !dpbf16->unavailable().empty())
+    GTEST_SKIP() << "dpbf16: " << (dpbf16 ? dpbf16->unavailable() : "not built");
+  KernelConfig k = variant_config("dpbf16");
+  k.thresholds.dpbf16_max_group_rows = 16;
+  GemmKernels table(k, nullptr);
+  Inputs inputs(testing::test_seed());
+  const Groups small({16, 3}, false), large({17, 3}, false);
+  for (const Groups* g : {&small, &large}) {
+    const Tensor lhs = inputs.random(Dtype::bf16, {g->rows(), 24}),
+                 rhs = inputs.random(Dtype::bf16, {2, 24, 40});
+    Tensor out = nan_filled(Dtype::bf16, {g->rows(), 40});
+    table.nn(out.raw(), Dtype::bf16, lhs.raw(), rhs.raw(), Dtype::bf16, g->shape(), 24, 40);
+    expect_close(out, nn_reference(*g, lhs, Weights{{rhs}, 40}, 24));
+    EXPECT_EQ(table.take_choices(), g == &small ? "nn:dpbf16" : "nn:onednn");
+  }
+}
+
+// The table's rows: the reference last, every form present, no row of a variant that cannot run here.
+TEST(GemmTable, RowsRunHereAndEndWithTheReference) {
+  const GemmKernels table(variant_config("auto"), nullptr);
+  ASSERT_FALSE(table.rows().empty());
+  EXPECT_STREQ(table.rows().back().variant->name, "ref");
+  for (GemmForm f : kGemmForms) {
+    bool found = false;
+    for (const GemmRow& r : table.rows()) found |= r.form == f;
+    EXPECT_TRUE(found) << name(f);
+  }
+  for (const GemmRow& r : table.rows()) EXPECT_EQ(r.variant->unavailable(), "") << r.variant->name;
 }
 
 TEST(GemmLibrary, ReportsVersion) {

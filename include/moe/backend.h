@@ -65,6 +65,16 @@ class Backend {
   // widened because the device has no bf16 arithmetic (an AVX2 CPU). The ceiling is then timed on
   // float32 inputs: the fastest dense GEMM this machine offers for that data.
   virtual Dtype gemm_arithmetic(Dtype storage) const { return storage; }
+
+  // The kernel configuration the next runs use (--gemm-variant, thresholds, auto's tuning): dense_gemm
+  // and gemm_arithmetic follow it; ops follow their OpContext's. Checked by the CLI first (an unknown or
+  // unrunnable kernel variant is a user error).
+  virtual Status configure(const KernelConfig& kernel) { return Status::ok(); }
+  // Per GEMM form, the kernel variants that ran since the last call ("nn:dpbf16,tn_pair:onednn"; "" for a
+  // backend without a kernel table): rows' gemm_kernels.
+  virtual std::string take_kernel_choices() { return ""; }
+  // How many times auto has measured kernels so far (never inside a timed call: the harness checks).
+  virtual int64_t kernel_measurements() const { return 0; }
 };
 
 // The registered backends, in `--list` order (cpu first: the default).

@@ -130,14 +130,48 @@ struct MoeConfig {
   std::string to_json() const;
 };
 
+// The thresholds at which the cpu backend's GEMM kernels change course. Each was measured on one
+// machine (docs/kernels.md names it); they live here, not as constants in the kernels, so a run prints
+// them (rows' gemm_thresholds, --list) and a test or a tuning session can move them.
+struct GemmThresholds {
+  // dpbf16's rows take groups of at most this many live rows (its per-thread partial sums are sized by
+  // it); larger groups go to the next row of the table (oneDNN). 2-core Zen 5, docs/kernels.md session 5.
+  int64_t dpbf16_max_group_rows = 1536;
+  // dpbf16's float32 nn_swiglu takes groups from this many rows (oneDNN's nn + SwiGLU was faster below;
+  // session 8).
+  int64_t dpbf16_min_f32_swiglu_rows = 384;
+  // dpbf16's outputs of this many bytes or more leave with non-temporal stores (more than the L2 caches
+  // of a couple of cores hold; session 6).
+  int64_t dpbf16_stream_bytes = int64_t(2) << 20;
+  // dpbf16's tn packs dout in groups of tiles of this many bytes, half a Zen 4/5 L2 (1 MiB, 512 KiB and
+  // 256 KiB measured 0.97-0.99, 1.00-1.01 and 1.00-1.01 of oneDNN at 1024 x 1024 x 1024).
+  int64_t dpbf16_tn_group_bytes = int64_t(512) << 10;
+
+  bool operator==(const GemmThresholds&) const = default;
+  Status validate() const;
+  // "dpbf16_max_group_rows=1536 ..." (rows' gemm_thresholds, --list).
+  std::string to_text() const;
+};
+
 // Scheduling: never changes results beyond floating-point reassociation.
 struct KernelConfig {
   int threads = 0;                    // 0: all cores
   int64_t gmm_tile_rows = 64;         // gmm backend: each expert group padded to a multiple of this
-  std::string gemm_variant = "auto";  // a name from gemm_variants() (moe/gemm.h); auto = the first
+  std::string gemm_variant = "auto";  // a name from gemm_variants() (moe/gemm.h); auto = measured
   int cuda_gemm_streams = 4;          // cuda: streams a grouped GEMM spreads its per-expert GEMMs over
+  GemmThresholds thresholds;
+  // How `auto` learns which variant is fastest per GEMM form and shape class (docs/design.md, "Kernel
+  // table"): the tuning file (empty: MOE_TUNING_FILE, else $XDG_CACHE_HOME or ~/.cache
+  // /moe-bench/tuning.json; "none": no file and no measuring, auto takes the table's order), and
+  // retune (--tune): measure every class this process meets again and replace the file's entries.
+  // Neither is part of a run's identity: rows name the kernels that ran (gemm_kernels).
+  std::string tuning_file;
+  bool retune = false;
 
   Status validate() const;
+  // threads, gmm_tile_rows, gemm_variant, cuda_gemm_streams, and each threshold that differs from its
+  // default (so the run_ids of default configurations stay those of stores written before the
+  // thresholds moved here; run_id.cpp leaves cuda_gemm_streams out at its default for the same reason).
   std::string to_json() const;
 };
 

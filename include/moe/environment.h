@@ -24,4 +24,7 @@ struct Environment {
 // Reads cpuid and the clock; fields that cannot be determined read "unknown".
 Environment capture_environment();
 
+// Now, UTC, ISO-8601 (2024-05-01T12:34:56Z).
+std::string utc_now_iso8601();
+
 }  // namespace moe

@@ -121,7 +121,7 @@ Ceiling CeilingCache::measured(CeilingMode mode, Backend& backend, const MoeConf
   }
   const std::string key =
       fmt::format("{}x{}x{} {} {} threads={} {}", c.assignments(), c.hidden, 2 * c.mlp_dim,
-                  dtype_name(c.dtype), backend.name(), omp_get_max_threads(), active_gemm_variant().name);
+                  dtype_name(c.dtype), backend.name(), omp_get_max_threads(), backend.description());
   auto it = by_key_.find(key);
   if (it != by_key_.end() && mode == CeilingMode::once) return it->second;
   ++measurements_;

@@ -45,7 +45,8 @@ enum class CeilingMode { off, once, every_run };
 std::optional<CeilingMode> parse_ceiling_mode(std::string_view s);
 
 // The ceilings of one process, keyed by what the ceiling GEMM depends on: its shape (T*K, H, 2M), the
-// dtype, the backend, the OpenMP thread count and the active GEMM variant.
+// dtype, the backend, the OpenMP thread count and the backend's description (for cpu: the configured GEMM
+// variant).
 class CeilingCache {
  public:
   Ceiling get(CeilingMode mode, Backend& backend, const MoeConfig& c, bool with_peak = false);

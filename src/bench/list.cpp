@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include "cpu/peak.h"
+#include "cpu/tuning.h"
 #include "moe/backend.h"
 #include "moe/cpu_isa.h"
 #include "moe/gemm.h"
@@ -38,9 +39,12 @@ void print_list(const MoeConfig& c) {
   fmt::print(
       "\ngrouped_gemm backends: gmm (contiguous layout, tile-padded groups) ragged_dot (exact groups)\n");
   fmt::print(
-      "gemm variants of the cpu backend (auto = the first that runs here and that auto takes on this CPU: "
-      "{}):\n",
-      active_gemm_variant().name);
+      "gemm variants of the cpu backend (--gemm-variant; auto = the fastest per GEMM form and shape class, "
+      "measured once per machine and kept in {}):\n",
+      [] {
+        const std::string p = GemmTuner::resolve_path("");
+        return p.empty() ? std::string("memory (no MOE_TUNING_FILE, XDG_CACHE_HOME or HOME)") : p;
+      }());
   for (const GemmVariant& v : gemm_variants()) {
     const std::string why = v.unavailable();
     fmt::print("  {}: {}\n    here: {}\n", v.name, v.description,
@@ -48,6 +52,14 @@ void print_list(const MoeConfig& c) {
                                          v.bf16_arithmetic() ? "multiplied as bf16" : "widened to float32")
                            : "no: " + why);
   }
+  // The table auto uses here, row by row, with what each row says of this configuration's GEMMs.
+  const KernelConfig kernel;
+  const GemmKernels table(kernel, nullptr);
+  fmt::print("gemm kernel table here (rows in auto's order without measurements; {}):\n",
+             kernel.thresholds.to_text());
+  for (const GemmRow& r : table.rows())
+    fmt::print("  {:<15} {:<9} isa {:<12} {}\n", name(r.form), r.variant->name,
+               isa_level_name(r.variant->isa), r.dtypes());
   fmt::print("routing_pack_strategy: argsort tuple_sort expert_score_sort\n");
   fmt::print("dispatch_permute_mode: direct_take repeat_sort\ncombine: scatter unsort\n");
 }

@@ -120,9 +120,15 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok, s
   num.add("--cuda-gemm-streams", opts.kernel.cuda_gemm_streams,
           "cuda: streams the per-expert GEMMs of a grouped GEMM run on concurrently", 1, 32);
   app.add_flag("--stage-timing", opts.stage_timing, "forward only: time pack, up, down, combine separately");
-  app.add_option("--gemm-variant", opts.kernel.gemm_variant,
-                 "GEMM kernel variant (see --list; auto = fastest)")
+  app.add_option(
+         "--gemm-variant", opts.kernel.gemm_variant,
+         "GEMM kernel variant (see --list; auto = measured per form and shape, kept in the tuning file)")
       ->capture_default_str();
+  app.add_flag("--tune", opts.kernel.retune,
+               "auto: measure the GEMM variants again and replace the tuning file's entries");
+  app.add_option("--tuning-file", opts.kernel.tuning_file,
+                 "auto's tuning file (default: MOE_TUNING_FILE, else $XDG_CACHE_HOME or ~/.cache, "
+                 "/moe-bench/tuning.json; none: no file, no measuring)");
   app.add_flag("--check", opts.check,
                "verify each run against the float64 reference; exit 1 if out of tolerance");
   num.add("--check-perturb", opts.check_perturb,
@@ -239,8 +245,7 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok, s
   MOE_RETURN_IF_ERROR(parse_int_list("--topk-list", topk_list, -kMax64, kMax64, opts.topks));
   if (opts.topks.empty()) opts.topks = {opts.topk_flag};
 
-  MOE_RETURN_IF_ERROR(select_gemm_variant(opts.kernel.gemm_variant));
-  opts.kernel.gemm_variant = active_gemm_variant().name;
+  MOE_RETURN_IF_ERROR(check_gemm_variant(opts.kernel.gemm_variant));
 
   // Every run's config (one per topk) must be valid.
   for (int64_t k : opts.topks) {

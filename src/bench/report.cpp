@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "bench/accounting.h"
 #include "bench/ceiling.h"
 #include "moe/file_io.h"
@@ -71,7 +73,17 @@ static const std::vector<std::string> kTextExtraKeys = {"dtype",
                                                         "device",
                                                         "matmul_precision",
                                                         "repeats",
-                                                        "run_id"};
+                                                        "run_id",
+                                                        "gemm_variant",
+                                                        "gemm_kernels",
+                                                        "isa",
+                                                        "cpu_model"};
+
+// Text RESULT values are one word each (a seed parser splits on spaces): "AMD EPYC 7B13" -> AMD_EPYC_7B13.
+static std::string spaces_to_underscores(std::string s) {
+  std::replace(s.begin(), s.end(), ' ', '_');
+  return s;
+}
 
 std::string result_text(const ResultRow& r) {
   std::string line = fmt::format(
@@ -87,7 +99,7 @@ std::string result_text(const ResultRow& r) {
     const auto& v = r[k];
     line += " " + k + "=" +
             (v.is_number_float() ? fmt::format("{:.6f}", v.get<double>())
-             : v.is_string()     ? v.get<std::string>()
+             : v.is_string()     ? spaces_to_underscores(v.get<std::string>())
              : v.is_null()       ? "none"  // no ceiling: the GEMM was too small to time
                                  : v.dump());
   }
@@ -136,6 +148,8 @@ ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const Protocol& p,
   r["load_avg_1m"] = m.noise.load_avg_1m;
   r["involuntary_switches"] = m.noise.involuntary_switches;
   r["steal_pct"] = m.noise.steal_pct;
+  r["gemm_kernels"] = m.gemm_kernels.empty() ? "none" : m.gemm_kernels;
+  r["gemm_thresholds"] = k.thresholds.to_text();
   // Full config, kernel config and environment, without repeating a key already in the row.
   for (const std::string& extra : {c.to_json(), k.to_json(), env.to_json()}) {
     const ResultRow fields = ResultRow::parse(extra);

@@ -40,7 +40,8 @@ struct Measured {
                      // allocations made by them (nothing should grow from call to call)
   int threads = 0;   // OpenMP threads the run used
   NullRoutingStats null_stats;
-  MachineNoise noise;  // while its calls ran
+  MachineNoise noise;        // while its calls ran
+  std::string gemm_kernels;  // Backend::take_kernel_choices() of its calls: the variant per GEMM form
 };
 
 // One row of a run: the seed's RESULT keys in its order, then ours (dtype, the five time statistics,

@@ -110,10 +110,22 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, 
     MemorySpace& memory = backend.memory();
     memory.reset_peak();
     const MemoryUse before = memory.use();
+    // auto measures GEMM kernels the first time it meets a shape (moe/gemm.h), which is the untimed first
+    // call: none may happen in a later one.
+    (void)backend.take_kernel_choices();  // the ceiling's and earlier runs'
+    int calls = 0;
+    int64_t measured_by_first_call = 0;
+    auto counted_call = [&] {
+      call();
+      if (++calls == 1) measured_by_first_call = backend.kernel_measurements();
+    };
     const NoiseProbe noise_probe;
     const auto calls_start = std::chrono::steady_clock::now();
     const TimingStats t = time_fn(
-        call, o.warmup, o.iters, [&] { backend.synchronize(); }, o.repeats);
+        counted_call, o.warmup, o.iters, [&] { backend.synchronize(); }, o.repeats);
+    MOE_CHECK(backend.kernel_measurements() == measured_by_first_call,
+              "auto measured GEMM kernels after a run's first call (a shape class changed between calls)");
+    const std::string gemm_kernels = backend.take_kernel_choices();
     const MachineNoise noise = noise_probe.finish(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - calls_start).count(),
         omp_get_max_threads(), available_cores());
@@ -130,7 +142,7 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, 
         make_row(c, o.kernel, protocol_of(o),
                  {name(mode), t, ceiling, block.saved_activation_bytes(),
                   MemoryUse{before.live_bytes, during.peak_bytes, during.allocations - before.allocations},
-                  omp_get_max_threads(), null_stats, noise},
+                  omp_get_max_threads(), null_stats, noise, gemm_kernels},
                  env);
     if (text_stdout)
       fmt::print(

@@ -137,7 +137,8 @@ class Runner {
 
   std::optional<int> point(size_t pi) {
     const BenchOptions& o = s_.opts[pi];
-    MOE_CHECK(select_gemm_variant(o.kernel.gemm_variant).is_ok(), "parse_options checked the variant");
+    MOE_CHECK(backend_by_name(o.base.device)->configure(o.kernel).is_ok(),
+              "parse_options checked the kernels");
     if (Status st = set_thread_count(o.kernel.threads); !st) return fail(st);
     // After the variant and thread count are set: the environment names both.
     env_ = capture_environment();

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <tuple>
+#include <utility>
 
 #include "moe/rng.h"
 
@@ -304,7 +306,37 @@ Status KernelConfig::validate() const {
     return Status::error(fmt::format("invalid --gmm-tile-rows={}: must be in [1, 4096]", gmm_tile_rows));
   if (cuda_gemm_streams < 1 || cuda_gemm_streams > 32)
     return Status::error(fmt::format("invalid --cuda-gemm-streams={}: must be in [1, 32]", cuda_gemm_streams));
+  return thresholds.validate();
+}
+
+Status GemmThresholds::validate() const {
+  for (auto [name, value] : {std::pair{"dpbf16_max_group_rows", dpbf16_max_group_rows},
+                             {"dpbf16_min_f32_swiglu_rows", dpbf16_min_f32_swiglu_rows},
+                             {"dpbf16_stream_bytes", dpbf16_stream_bytes},
+                             {"dpbf16_tn_group_bytes", dpbf16_tn_group_bytes}})
+    if (value < 0 || value > (int64_t(1) << 40))
+      return Status::error(fmt::format("invalid GEMM threshold {}={}: must be in [0, 2^40]", name, value));
   return Status::ok();
+}
+
+namespace {
+
+// (name, value, default) of every threshold, in printing order.
+std::vector<std::tuple<const char*, int64_t, int64_t>> threshold_fields(const GemmThresholds& t) {
+  const GemmThresholds d;
+  return {{"dpbf16_max_group_rows", t.dpbf16_max_group_rows, d.dpbf16_max_group_rows},
+          {"dpbf16_min_f32_swiglu_rows", t.dpbf16_min_f32_swiglu_rows, d.dpbf16_min_f32_swiglu_rows},
+          {"dpbf16_stream_bytes", t.dpbf16_stream_bytes, d.dpbf16_stream_bytes},
+          {"dpbf16_tn_group_bytes", t.dpbf16_tn_group_bytes, d.dpbf16_tn_group_bytes}};
+}
+
+}  // namespace
+
+std::string GemmThresholds::to_text() const {
+  std::string s;
+  for (const auto& [name, value, _] : threshold_fields(*this))
+    s += fmt::format("{}{}={}", s.empty() ? "" : " ", name, value);
+  return s;
 }
 
 std::string KernelConfig::to_json() const {
@@ -313,6 +345,8 @@ std::string KernelConfig::to_json() const {
   j["gmm_tile_rows"] = gmm_tile_rows;
   j["gemm_variant"] = gemm_variant;
   j["cuda_gemm_streams"] = cuda_gemm_streams;
+  for (const auto& [name, value, default_value] : threshold_fields(thresholds))
+    if (value != default_value) j[name] = value;
   return j.dump();
 }
 

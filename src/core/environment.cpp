@@ -16,15 +16,6 @@ namespace {
 
 constexpr const char* kUnknown = "unknown";
 
-std::string utc_now_iso8601() {
-  std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 std::string compiler_version() {
 #if defined(__clang__)
   return __VERSION__;  // already names itself ("Debian Clang 14.0.6")
@@ -36,6 +27,15 @@ std::string compiler_version() {
 }
 
 }  // namespace
+
+std::string utc_now_iso8601() {
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
 
 Environment capture_environment() {
   Environment env;

@@ -5,12 +5,15 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <memory>
 
 #include "cpu/combine.h"
 #include "cpu/dispatch.h"
 #include "cpu/expert_ffn.h"
 #include "cpu/pack.h"
 #include "cpu/shared_expert.h"
+#include "cpu/tuning.h"
 #include "cpu/vec_math.h"
 #include "moe/gemm.h"
 
@@ -27,8 +30,8 @@ class CpuBackend final : public Backend {
  public:
   const char* name() const override { return "cpu"; }
   std::string description() const override {
-    return fmt::format("OpenMP kernels ({} threads) + GEMMs from {}", omp_get_max_threads(),
-                       gemm_library_version());
+    return fmt::format("OpenMP kernels ({} threads) + the GEMM kernel table, variant {} ({})",
+                       omp_get_max_threads(), current_.gemm_variant, gemm_library_version());
   }
   std::string devices() const override { return "CpuDevice(id=0)"; }
   MemorySpace& memory() override { return host_memory(); }
@@ -107,20 +110,71 @@ class CpuBackend final : public Backend {
   }
 
   Dtype gemm_arithmetic(Dtype storage) const override {
-    return storage == Dtype::bf16 && !active_gemm_variant().bf16_arithmetic() ? Dtype::f32 : storage;
+    if (storage != Dtype::bf16) return storage;
+    return const_cast<CpuBackend*>(this)->table(current_).bf16_arithmetic() ? storage : Dtype::f32;
   }
 
   void dense_gemm(Tensor& c, const Tensor& a, const Tensor& b, bool trans_b) override {
-    moe::dense_gemm(c.raw(), c.dtype(), a.raw(), a.dtype(), b.raw(), b.dtype(), a.dim(0), a.dim(1), c.dim(1),
-                    false, trans_b);
+    table(current_).dense(c.raw(), c.dtype(), a.raw(), a.dtype(), b.raw(), b.dtype(), a.dim(0), a.dim(1),
+                          c.dim(1), false, trans_b);
   }
+
+  Status configure(const KernelConfig& kernel) override {
+    MOE_RETURN_IF_ERROR(check_gemm_variant(kernel.gemm_variant));
+    MOE_RETURN_IF_ERROR(kernel.thresholds.validate());
+    current_ = kernel;
+    return Status::ok();
+  }
+
+  std::string take_kernel_choices() override {
+    std::string s;
+    for (auto& [key, t] : tables_)
+      if (std::string c = t->take_choices(); !c.empty()) s += (s.empty() ? "" : ",") + c;
+    return s;
+  }
+
+  int64_t kernel_measurements() const override {
+    int64_t n = 0;
+    for (const auto& [key, t] : tables_) n += t->measurements();
+    return n;
+  }
+
+  // One table per KernelConfig (with its tuning file and --tune), one tuner per (file, --tune).
+  GemmKernels& table(const KernelConfig& kernel) {
+    const std::string path =
+        kernel.tuning_file == "none" ? "none" : GemmTuner::resolve_path(kernel.tuning_file);
+    const std::string key =
+        fmt::format("{} {} {} {}", kernel.to_json(), kernel.thresholds.to_text(), path, kernel.retune);
+    auto it = tables_.find(key);
+    if (it != tables_.end()) return *it->second;
+    GemmTuner* tuner = nullptr;
+    if (path != "none") {
+      std::unique_ptr<GemmTuner>& t = tuners_[fmt::format("{} {}", path, kernel.retune)];
+      if (!t) t = std::make_unique<GemmTuner>(path, kernel.retune);
+      tuner = t.get();
+    }
+    return *tables_.emplace(key, std::make_unique<GemmKernels>(kernel, tuner)).first->second;
+  }
+
+ private:
+  KernelConfig current_;
+  std::map<std::string, std::unique_ptr<GemmKernels>> tables_;
+  std::map<std::string, std::unique_ptr<GemmTuner>> tuners_;
 };
+
+CpuBackend& the_cpu_backend() {
+  static CpuBackend backend;
+  return backend;
+}
 
 }  // namespace
 
 Backend& cpu_backend() {
-  static CpuBackend backend;
-  return backend;
+  return the_cpu_backend();
+}
+
+GemmKernels& cpu_gemm_kernels(const KernelConfig& kernel) {
+  return the_cpu_backend().table(kernel);
 }
 
 }  // namespace moe::cpu

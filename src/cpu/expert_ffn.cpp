@@ -1,5 +1,6 @@
 #include "cpu/expert_ffn.h"
 
+#include "cpu/backend.h"
 #include "cpu/swiglu.h"
 #include "moe/backend.h"
 #include "moe/gemm.h"
@@ -15,7 +16,8 @@ char* at(Tensor& t, int64_t elements) {
 class FloatExpertFfn final : public ExpertFfnOp {
  public:
   explicit FloatExpertFfn(const OpContext& ctx)
-      : tracer_(ctx.tracer),
+      : gemm_(cpu_gemm_kernels(ctx.kernel)),
+        tracer_(ctx.tracer),
         dt_(ctx.cfg.dtype),
         traits_(impl_traits(ctx.cfg.impl)),
         remat_(ctx.cfg.bench_pass == BenchPass::forward_backward &&
@@ -42,8 +44,8 @@ class FloatExpertFfn final : public ExpertFfnOp {
 
   void down(Tensor& y_rows, const FfnWeights& w, const DispatchPlan& plan) override {
     const HostPlan p = host_view(plan);
-    grouped_gemm_nn(y_rows.raw(), dt_, (remat_ ? dg_ : g_).raw(), w.w2.raw(), dt_,
-                    {p.group_offset, E_, p.group_live, /*zero_padding=*/true}, M_, H_);
+    gemm_.nn(y_rows.raw(), dt_, (remat_ ? dg_ : g_).raw(), w.w2.raw(), dt_,
+             {p.group_offset, E_, p.group_live, /*zero_padding=*/true}, M_, H_);
   }
 
   void backward(Tensor& dx_rows, FfnWeightGrads& dw, const Tensor& dy_rows, const Tensor& x_rows,
@@ -55,13 +57,13 @@ class FloatExpertFfn final : public ExpertFfnOp {
 
     const float* row_weight = traits_.preweight ? p.row_weight : nullptr;
     tracer_("down_backward", [&] {
-      grouped_gemm_tn(dw.dw2.raw(), dt_, g_.raw(), dy_rows.raw(), dt_, groups, M, H, H);
+      gemm_.tn(dw.dw2.raw(), dt_, g_.raw(), dy_rows.raw(), dt_, groups, M, H, H);
       // [gate | up] rows: SwiGLU's backward runs in the dgrad's epilogue (dg never goes to memory).
       if (traits_.fuse_w13)
-        grouped_gemm_nt_swiglu_grad(dh_.raw(), dg_.raw(), dy_rows.raw(), w.w2.raw(), h_.raw(), dt_, groups, M,
-                                    H, row_weight);
+        gemm_.nt_swiglu_grad(dh_.raw(), dg_.raw(), dy_rows.raw(), w.w2.raw(), h_.raw(), dt_, groups, M, H,
+                             row_weight);
       else
-        grouped_gemm_nt(dg_.raw(), dt_, dy_rows.raw(), w.w2.raw(), dt_, groups, M, H);
+        gemm_.nt(dg_.raw(), dt_, dy_rows.raw(), w.w2.raw(), dt_, groups, M, H);
     });
     const GateUpGrad dgu = gate_up_grad(dh_, rows);
     if (!traits_.fuse_w13)
@@ -70,14 +72,13 @@ class FloatExpertFfn final : public ExpertFfnOp {
     tracer_("up_backward", [&] {
       // dw13 = x^T @ dh split in two is dw1 = x^T @ dh[:, :M] and dw3 = x^T @ dh[:, M:]: the halves are
       // computed in place, with no dw13 to write and copy apart (a full pass over the weights).
-      grouped_gemm_tn_pair(dw.dw1.raw(), dw.dw3.raw(), dt_, x_rows.raw(), dgu.da, dgu.db, dt_, groups, H, M,
-                           dgu.ld);
+      gemm_.tn_pair(dw.dw1.raw(), dw.dw3.raw(), dt_, x_rows.raw(), dgu.da, dgu.db, dt_, groups, H, M, dgu.ld);
       if (traits_.fuse_w13) {
-        grouped_gemm_nt(dx_rows.raw(), Dtype::f32, dh_.raw(), w13_of(w), dt_, groups, H, 2 * M);
+        gemm_.nt(dx_rows.raw(), Dtype::f32, dh_.raw(), w13_of(w), dt_, groups, H, 2 * M);
       } else {
-        grouped_gemm_nt(dx_rows.raw(), Dtype::f32, dgu.da, w.w1.raw(), dt_, groups, H, M);
-        grouped_gemm_nt(dx_rows.raw(), Dtype::f32, dgu.db, w.w3.raw(), dt_, groups, H, M,
-                        /*accumulate=*/true);
+        gemm_.nt(dx_rows.raw(), Dtype::f32, dgu.da, w.w1.raw(), dt_, groups, H, M);
+        gemm_.nt(dx_rows.raw(), Dtype::f32, dgu.db, w.w3.raw(), dt_, groups, H, M,
+                 /*accumulate=*/true);
       }
     });
   }
@@ -111,15 +112,16 @@ class FloatExpertFfn final : public ExpertFfnOp {
     const GroupedShape groups{p.group_offset, E_, p.group_live, /*zero_padding=*/true};
     const float* row_weight = traits_.preweight ? p.row_weight : nullptr;
     if (traits_.fuse_w13) {
-      grouped_gemm_nn_swiglu(h.raw(), g.raw(), dt_, x_rows.raw(), w13_of(w), dt_, groups, H_, M_, row_weight,
-                             keep_h);
+      gemm_.nn_swiglu(h.raw(), g.raw(), dt_, x_rows.raw(), w13_of(w), dt_, groups, H_, M_, row_weight,
+                      keep_h);
       return;
     }
-    grouped_gemm_nn(h.raw(), dt_, x_rows.raw(), w.w1.raw(), dt_, groups, H_, M_);
-    grouped_gemm_nn(at(h, p.rows * M_), dt_, x_rows.raw(), w.w3.raw(), dt_, groups, H_, M_);
+    gemm_.nn(h.raw(), dt_, x_rows.raw(), w.w1.raw(), dt_, groups, H_, M_);
+    gemm_.nn(at(h, p.rows * M_), dt_, x_rows.raw(), w.w3.raw(), dt_, groups, H_, M_);
     swiglu_forward(g.raw(), dt_, gate_up(h, p.rows), dt_, p.rows, M_, row_weight);
   }
 
+  GemmKernels& gemm_;  // the cpu backend's kernel table for this op's KernelConfig
   const StageTracer& tracer_;
   Dtype dt_;
   ImplTraits traits_;

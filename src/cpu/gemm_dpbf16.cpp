@@ -1,8 +1,9 @@
 // moe/gemm.h's grouped forms on our own AVX-512 micro-kernel, for the expert groups of MoE: bfloat16
 // with vdpbf16ps (a pair of reduction elements per 32-bit broadcast), float32 with vfmadd231ps (one
-// element per broadcast), the same tiles, packing and epilogues. Everything else (groups above
-// kMaxGroupRows, dense GEMMs, bf16 inputs with a float32 SwiGLU output) goes to the oneDNN variant, so
-// this variant is "ours where it measures faster, oneDNN elsewhere"; its name stays dpbf16.
+// element per broadcast), the same tiles, packing and epilogues. Its rows (the kernel table, moe/gemm.h)
+// take what supports() accepts, where these kernels measured faster; the table runs oneDNN's row for the
+// rest (groups above dpbf16_max_group_rows, dense GEMMs, bf16 inputs with a float32 SwiGLU output), and
+// rows' gemm_kernels name the variant that ran per form.
 //
 // Why not oneDNN at small groups: brgemm copies each expert's weights into its blocked layout in a
 // pass of its own before it multiplies, so the DRAM stream of the weights (which change every step in
@@ -21,9 +22,9 @@
 // shared by the team in a pass, dout by the first row block of the gradient on the way; each row
 // block is written across a group of the thread's tiles whose packed dout stays in L2. nn_swiglu's tiles hold
 // 16 gate and the same 16 up columns, so SwiGLU runs on the tile's sums before anything is stored. Outputs of
-// kStreamBytes or more leave with non-temporal stores (SwiGLU's through a staging row block). Known weakness:
-// the packing row block is slower on weights whose rows are a power of two bytes apart (4 KiB at N = 2048):
-// its 64-byte reads are 4 KiB apart, and the next panel's prefetched lines use 1/16 of L2's sets
+// dpbf16_stream_bytes or more leave with non-temporal stores (SwiGLU's through a staging row block). Known
+// weakness: the packing row block is slower on weights whose rows are a power of two bytes apart (4 KiB at N
+// = 2048): its 64-byte reads are 4 KiB apart, and the next panel's prefetched lines use 1/16 of L2's sets
 // (docs/kernels.md).
 //
 // Packed panel layout: per 32-column tile, per reduction step s, two vectors of 16 dwords. bf16: in
@@ -96,20 +97,14 @@ constexpr int64_t kMaxPanelBytes = std::max(kPanelBytes<bf16_t>, kPanelBytes<flo
 // nn's panels are each type's widest (so kMaxPanelBytes holds nt's and nn_swiglu's too), and every
 // panel's partial sums fit a row of `partial` (kMaxPanelCols).
 static_assert(kPanelCols <= kNnPanelCols<float> && kNnPanelCols<bf16_t> <= kMaxPanelCols);
-// Above this many rows in a group oneDNN's brgemm, which also blocks the rows, is as fast or faster
-// (docs/kernels.md); the largest group decides for the whole call.
-constexpr int64_t kMaxGroupRows = 1536;
-// float32 (probe against oneDNN's float32 matmul, 2-core Zen 5, docs/kernels.md): nt and nn are ours at
-// every group size up to kMaxGroupRows (nt: 137 rows +3 %, 1024 +3-5 %; nn: 137 to 546 rows x 1408 ->
-// 2048, the down projection of the seed's shapes, +10-17 %, x 2048 -> 2816 +1-4 %); nn_swiglu only from
-// this many rows (546 rows +5-9 %, 384 +2 %, 256 level, 137 -3 %); tn stays oneDNN's (ours 0.96-1.00 of
-// it at 1024 rows, 0.90 at 1092 x 2048 x 2816).
-constexpr int64_t kMinF32SwigluGroupRows = 384;
-// Outputs from this many bytes (more than the L2 caches of a couple of cores hold, so they leave the
-// caches before anything reads them) are written with non-temporal stores: no line is fetched before it
-// is overwritten, and rows a power of two bytes apart (hidden size 2048 in bf16) no longer pile a
-// tile's rows into one L1 set (1024 x 1024 x 2048 nn on 2-core Zen 5: 0.90 -> 0.97-1.00 TF/s).
-constexpr int64_t kStreamBytes = int64_t(2) << 20;
+// The thresholds (GemmThresholds, KernelConfig; each with its measurement in moe/config.h and
+// docs/kernels.md): groups of at most dpbf16_max_group_rows live rows (above, oneDNN's brgemm, which also
+// blocks the rows, is as fast or faster; the largest group decides for the whole call); float32 nn and nt
+// at every such size, nn_swiglu from dpbf16_min_f32_swiglu_rows (546 rows +5-9 %, 384 +2 %, 256 level, 137
+// -3 % against oneDNN's matmul), tn bf16 only (ours 0.96-1.00 of oneDNN's float32 at 1024 rows); outputs
+// from dpbf16_stream_bytes leave with non-temporal stores (no line is fetched before it is overwritten,
+// and rows a power of two bytes apart no longer pile a tile's rows into one L1 set: 1024 x 1024 x 2048 nn
+// on 2-core Zen 5 0.90 -> 0.97-1.00 TF/s).
 
 // The operand the kernel broadcasts: step s of row m (a bf16 pair, elements 2s and 2s + 1, or one
 // float) starts at base + m * row_ld + s * step_ld (elements; any alignment).
@@ -882,19 +877,20 @@ int64_t largest_live_group(GroupedShape groups) {
 // nn and nt: every thread walks its panels of every group, packing each and multiplying it while the
 // next one's raw lines stream in.
 template <class T, class ForEachPanel>
-void grouped_by_panels(void* out, Dtype out_dtype, const T* lhs, ExpertWeights rhs, GroupedShape groups,
-                       int64_t Kd, int64_t N, int64_t out_cols, bool accumulate, ForEachPanel for_each_panel,
-                       SwigluOut<T> swiglu = {}, SwigluGrad<T> grad = {}) {
+void grouped_by_panels(const GemmThresholds& k, void* out, Dtype out_dtype, const T* lhs, ExpertWeights rhs,
+                       GroupedShape groups, int64_t Kd, int64_t N, int64_t out_cols, bool accumulate,
+                       ForEachPanel for_each_panel, SwigluOut<T> swiglu = {}, SwigluGrad<T> grad = {}) {
   const int threads = omp_get_max_threads();
   const bool out_bf16 = out_dtype == Dtype::bf16;
   const int64_t rows = groups.experts > 0 ? groups.group_offset[groups.experts] : 0;
-  const bool stream = rows * out_cols * dtype_size(out_dtype) >= kStreamBytes;
+  const bool stream = rows * out_cols * int64_t(dtype_size(out_dtype)) >= k.dpbf16_stream_bytes;
+  const int64_t most_rows = largest_live_group(groups);  // the partial sums' rows
 #pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num(), n = omp_get_num_threads();
     ThreadBuffers& buf = thread_buffers();
     __m512i* packed = grown(buf.panel, kMaxPanelBytes / 64);
-    float* partial = grown(buf.partial, kMaxGroupRows * kMaxPanelCols);
+    float* partial = grown(buf.partial, most_rows * kMaxPanelCols);
     T* stage = swiglu.g && stream ? reinterpret_cast<T*>(grown(
                                         buf.swiglu_stage, kTileRows * kStageLd * int64_t(sizeof(T)) / 64 + 1))
                                   : nullptr;
@@ -932,31 +928,9 @@ void grouped_by_panels(void* out, Dtype out_dtype, const T* lhs, ExpertWeights r
   }
 }
 
-enum class Form { nn, nn_swiglu, nt, tn };
-
-bool ours(Form form, Dtype in_dtype, Dtype out_dtype, GroupedShape groups) {
-  const int64_t largest = largest_live_group(groups);
-  if (largest > kMaxGroupRows) return false;
-  if (in_dtype == Dtype::bf16) return out_dtype == Dtype::bf16 || out_dtype == Dtype::f32;
-  if (in_dtype != Dtype::f32 || out_dtype != Dtype::f32) return false;
-  switch (form) {
-    case Form::nn_swiglu:
-      return largest >= kMinF32SwigluGroupRows;
-    case Form::nn:
-    case Form::nt:
-      return true;
-    case Form::tn:
-      return false;
-  }
-  return false;
-}
-
 // tn reads its broadcast operand, lhs^T, in row blocks of kTnRows out of blocks of 16 of its rows.
 constexpr int kTnRows = 8;
 constexpr int64_t kTnBlock = 16;
-// Packed dout per tile group, half a Zen 4/5 L2 (1024 x 1024 x 1024: groups of 1 MiB, 512 KiB, 256 KiB
-// measured 0.97-0.99, 1.00-1.01 and 1.00-1.01 of oneDNN, against 0.98 without groups).
-constexpr int64_t kTnGroupBytes = int64_t(512) << 10;
 
 // Columns [32 t0, 32 t1) of lhs rows [0, live) of a group (live, Kd) -> steps of rows (bf16: pairs of
 // rows) as dwords, in blocks of 16 columns: dword (s, k) at (k / 16 * step_slots(live) + s) * 16 + k % 16,
@@ -983,11 +957,12 @@ struct TnOutputs {
   void* drhs[2];
   const bf16_t* dout[2];
 };
-void tn_by_tiles(const TnOutputs& outs, Dtype out_dtype, const bf16_t* x, GroupedShape groups, int64_t Kd,
-                 int64_t N, int64_t ld_dout) {
+void tn_by_tiles(const GemmThresholds& k, const TnOutputs& outs, Dtype out_dtype, const bf16_t* x,
+                 GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout) {
   using T = bf16_t;
   const bool out_bf16 = out_dtype == Dtype::bf16;
-  const bool stream = outs.count * groups.experts * Kd * N * dtype_size(out_dtype) >= kStreamBytes;
+  const bool stream =
+      outs.count * groups.experts * Kd * N * int64_t(dtype_size(out_dtype)) >= k.dpbf16_stream_bytes;
   // Every thread reads all of a group's lhs^T (threads split the gradient's columns), so they pack it
   // once, each a share of its tiles, into one of two shared buffers, alternating by group: a thread may
   // pack the next group's while another still reads this one's, with one barrier per group (each
@@ -1026,7 +1001,7 @@ void tn_by_tiles(const TnOutputs& outs, Dtype out_dtype, const bf16_t* x, Groupe
       // from L3 for every row block).
       const int64_t cols = c_end - c_begin, tiles = tiles_of(cols);
       __m512i* packed = grown(buf.panel, tiles * slots * 2);
-      const int64_t group_tiles = std::max<int64_t>(1, kTnGroupBytes / (slots * 2 * 64));
+      const int64_t group_tiles = std::max<int64_t>(1, k.dpbf16_tn_group_bytes / (slots * 2 * 64));
       for (int q = 0; q < outs.count; ++q)
         for (int64_t g0 = 0; g0 < tiles; g0 += group_tiles) {
           void* dw = at(outs.drhs[q], e * Kd * N, out_dtype);  // (Kd, N)
@@ -1063,90 +1038,74 @@ void tn_by_tiles(const TnOutputs& outs, Dtype out_dtype, const bf16_t* x, Groupe
 
 }  // namespace
 
-void grouped_gemm_nn(void* out, Dtype out_dtype, const void* lhs, ExpertWeights rhs, Dtype in_dtype,
-                     GroupedShape groups, int64_t Kd, int64_t N) {
+// Each entry point runs only calls supports() accepts (the kernel table asks it first and runs the next
+// row, oneDNN's, for the rest): nothing is delegated behind the row's back.
+void grouped_gemm_nn(const GemmThresholds& k, void* out, Dtype out_dtype, const void* lhs, ExpertWeights rhs,
+                     Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N) {
   check_groups(groups, Kd, N);
-  if (!ours(Form::nn, in_dtype, out_dtype, groups) || Kd == 0)
-    return onednn::grouped_gemm_nn(out, out_dtype, lhs, rhs, in_dtype, groups, Kd, N);
   if (in_dtype == Dtype::f32)
-    return grouped_by_panels(out, out_dtype, static_cast<const float*>(lhs), rhs, groups, Kd, N, N, false,
+    return grouped_by_panels(k, out, out_dtype, static_cast<const float*>(lhs), rhs, groups, Kd, N, N, false,
                              [](auto&&... args) { for_each_panel_nn<float>(args...); });
-  grouped_by_panels(out, out_dtype, static_cast<const bf16_t*>(lhs), rhs, groups, Kd, N, N, false,
+  grouped_by_panels(k, out, out_dtype, static_cast<const bf16_t*>(lhs), rhs, groups, Kd, N, N, false,
                     [](auto&&... args) { for_each_panel_nn<bf16_t>(args...); });
 }
 
-void grouped_gemm_nn_swiglu(void* h, void* g, Dtype out_dtype, const void* lhs, ExpertWeights rhs,
-                            Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t M,
+void grouped_gemm_nn_swiglu(const GemmThresholds& k, void* h, void* g, Dtype out_dtype, const void* lhs,
+                            ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t M,
                             const float* row_weight, bool keep_h) {
   check_groups(groups, Kd, 2 * M);
-  if (out_dtype != in_dtype || !ours(Form::nn_swiglu, in_dtype, out_dtype, groups) || Kd == 0)
-    return nn_then_swiglu<&onednn::grouped_gemm_nn>(h, g, out_dtype, lhs, rhs, in_dtype, groups, Kd, M,
-                                                    row_weight, keep_h);
   if (in_dtype == Dtype::f32)
     return grouped_by_panels(
-        h, out_dtype, static_cast<const float*>(lhs), rhs, groups, Kd, 2 * M, 2 * M, false,
+        k, h, out_dtype, static_cast<const float*>(lhs), rhs, groups, Kd, 2 * M, 2 * M, false,
         [](auto&&... args) { for_each_panel_swiglu<float>(args...); },
         SwigluOut<float>{static_cast<float*>(g), M, row_weight, keep_h});
   grouped_by_panels(
-      h, out_dtype, static_cast<const bf16_t*>(lhs), rhs, groups, Kd, 2 * M, 2 * M, false,
+      k, h, out_dtype, static_cast<const bf16_t*>(lhs), rhs, groups, Kd, 2 * M, 2 * M, false,
       [](auto&&... args) { for_each_panel_swiglu<bf16_t>(args...); },
       SwigluOut<bf16_t>{static_cast<bf16_t*>(g), M, row_weight, keep_h});
 }
 
-void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, ExpertWeights rhs, Dtype in_dtype,
-                     GroupedShape groups, int64_t Kd, int64_t N, bool accumulate) {
+void grouped_gemm_nt(const GemmThresholds& k, void* out, Dtype out_dtype, const void* dout, ExpertWeights rhs,
+                     Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N, bool accumulate) {
   check_groups(groups, Kd, N);
-  if (!ours(Form::nt, in_dtype, out_dtype, groups) || N == 0)
-    return onednn::grouped_gemm_nt(out, out_dtype, dout, rhs, in_dtype, groups, Kd, N, accumulate);
   if (in_dtype == Dtype::f32)
-    return grouped_by_panels(out, out_dtype, static_cast<const float*>(dout), rhs, groups, Kd, N, Kd,
+    return grouped_by_panels(k, out, out_dtype, static_cast<const float*>(dout), rhs, groups, Kd, N, Kd,
                              accumulate, [](auto&&... args) { for_each_panel_nt<float>(args...); });
-  grouped_by_panels(out, out_dtype, static_cast<const bf16_t*>(dout), rhs, groups, Kd, N, Kd, accumulate,
+  grouped_by_panels(k, out, out_dtype, static_cast<const bf16_t*>(dout), rhs, groups, Kd, N, Kd, accumulate,
                     [](auto&&... args) { for_each_panel_nt<bf16_t>(args...); });
 }
 
-void grouped_gemm_nt_swiglu_grad(void* dh, void* dg, const void* dout, ExpertWeights rhs, const void* h,
-                                 Dtype dtype, GroupedShape groups, int64_t M, int64_t N,
-                                 const float* row_weight) {
+void grouped_gemm_nt_swiglu_grad(const GemmThresholds& k, void* dh, void* dg, const void* dout,
+                                 ExpertWeights rhs, const void* h, Dtype dtype, GroupedShape groups,
+                                 int64_t M, int64_t N, const float* row_weight) {
   check_groups(groups, M, N);
-  if (!ours(Form::nt, dtype, dtype, groups) || N == 0)
-    return nt_then_swiglu_grad<&grouped_gemm_nt>(dh, dg, dout, rhs, h, dtype, groups, M, N, row_weight);
   if (dtype == Dtype::f32)
     return grouped_by_panels(
-        dh, dtype, static_cast<const float*>(dout), rhs, groups, M, N, 2 * M, false,
+        k, dh, dtype, static_cast<const float*>(dout), rhs, groups, M, N, 2 * M, false,
         [](auto&&... args) { for_each_panel_nt<float>(args...); }, SwigluOut<float>{},
         SwigluGrad<float>{static_cast<const float*>(h), row_weight});
   grouped_by_panels(
-      dh, dtype, static_cast<const bf16_t*>(dout), rhs, groups, M, N, 2 * M, false,
+      k, dh, dtype, static_cast<const bf16_t*>(dout), rhs, groups, M, N, 2 * M, false,
       [](auto&&... args) { for_each_panel_nt<bf16_t>(args...); }, SwigluOut<bf16_t>{},
       SwigluGrad<bf16_t>{static_cast<const bf16_t*>(h), row_weight});
 }
 
-void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* dout, Dtype in_dtype,
-                     GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout) {
+void grouped_gemm_tn(const GemmThresholds& k, void* drhs, Dtype out_dtype, const void* lhs, const void* dout,
+                     Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout) {
   check_groups(groups, Kd, N);
-  if (!ours(Form::tn, in_dtype, out_dtype, groups))
-    return onednn::grouped_gemm_tn(drhs, out_dtype, lhs, dout, in_dtype, groups, Kd, N, ld_dout);
-  tn_by_tiles({1, {drhs, nullptr}, {static_cast<const bf16_t*>(dout), nullptr}}, out_dtype,
+  tn_by_tiles(k, {1, {drhs, nullptr}, {static_cast<const bf16_t*>(dout), nullptr}}, out_dtype,
               static_cast<const bf16_t*>(lhs), groups, Kd, N, ld_dout);
 }
 
-void grouped_gemm_tn_pair(void* drhs_first, void* drhs_second, Dtype out_dtype, const void* lhs,
-                          const void* dout_first, const void* dout_second, Dtype in_dtype,
+void grouped_gemm_tn_pair(const GemmThresholds& k, void* drhs_first, void* drhs_second, Dtype out_dtype,
+                          const void* lhs, const void* dout_first, const void* dout_second, Dtype in_dtype,
                           GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout) {
   check_groups(groups, Kd, N);
-  if (!ours(Form::tn, in_dtype, out_dtype, groups))
-    return tn_twice<&onednn::grouped_gemm_tn>(drhs_first, drhs_second, out_dtype, lhs, dout_first,
-                                              dout_second, in_dtype, groups, Kd, N, ld_dout);
-  tn_by_tiles({2,
+  tn_by_tiles(k,
+              {2,
                {drhs_first, drhs_second},
                {static_cast<const bf16_t*>(dout_first), static_cast<const bf16_t*>(dout_second)}},
               out_dtype, static_cast<const bf16_t*>(lhs), groups, Kd, N, ld_dout);
-}
-
-void dense_gemm(void* out, Dtype out_dtype, const void* a, Dtype a_dtype, const void* b, Dtype b_dtype,
-                int64_t R, int64_t Kd, int64_t N, bool trans_a, bool trans_b) {
-  onednn::dense_gemm(out, out_dtype, a, a_dtype, b, b_dtype, R, Kd, N, trans_a, trans_b);
 }
 
 }  // namespace moe::dpbf16
@@ -1157,9 +1116,43 @@ void dense_gemm(void* out, Dtype out_dtype, const void* a, Dtype a_dtype, const 
 namespace moe::dpbf16 {
 
 std::string gemm_library_version() {
-  return "AVX-512 micro-kernel for bf16 groups up to " + std::to_string(kMaxGroupRows) +
-         " rows (float32: nn, nt, and nn_swiglu from " + std::to_string(kMinF32SwigluGroupRows) + " rows); " +
-         onednn::gemm_library_version();
+  return "moe-bench AVX-512 BF16 micro-kernel";
+}
+
+// What the kernels above compute; the table runs the next row (oneDNN's) for the rest.
+std::string supports(const GemmCall& call, const GemmThresholds& k) {
+  if (std::string why = gemm_detail::float_operands(call); !why.empty()) return why;
+  if (call.form == GemmForm::dense) return "no dense kernel (the block's groups only)";
+  if (call.rows > k.dpbf16_max_group_rows)
+    return "a group of " + std::to_string(call.rows) + " rows, above dpbf16_max_group_rows " +
+           std::to_string(k.dpbf16_max_group_rows);
+  const bool empty_reduction = (call.form == GemmForm::nn || call.form == GemmForm::nn_swiglu) ? call.Kd == 0
+                               : (call.form == GemmForm::nt || call.form == GemmForm::nt_swiglu_grad)
+                                   ? call.N == 0
+                                   : false;
+  if (empty_reduction) return "an empty reduction";
+  if (call.in_dtype == Dtype::bf16) {
+    if (call.form == GemmForm::nn_swiglu && call.out_dtype != Dtype::bf16)
+      return "bfloat16 inputs with a float32 SwiGLU output";
+    return "";
+  }
+  if (call.out_dtype != Dtype::f32) return "float32 inputs with a bfloat16 output";
+  switch (call.form) {
+    case GemmForm::nn:
+    case GemmForm::nt:
+    case GemmForm::nt_swiglu_grad:
+      return "";
+    case GemmForm::nn_swiglu:
+      return call.rows >= k.dpbf16_min_f32_swiglu_rows ? ""
+                                                       : "float32 groups under dpbf16_min_f32_swiglu_rows " +
+                                                             std::to_string(k.dpbf16_min_f32_swiglu_rows);
+    case GemmForm::tn:
+    case GemmForm::tn_pair:
+      return "float32 weight gradients (oneDNN's measured faster)";
+    case GemmForm::dense:
+      break;
+  }
+  return "no dense kernel";
 }
 
 std::string unavailable() {
@@ -1177,7 +1170,8 @@ bool same_sums_on_any_thread_count() {
 }
 
 // On AMX, oneDNN's AMX brgemm is faster: the reference shape, bf16, 16 threads of an Emerald Rapids Xeon
-// (2026-11-26): forward 0.68 TF/s here against 2.59 through oneDNN, forward_backward 0.69 against 2.73.
+// (2026-11-26): forward 0.68 TF/s here against 2.59 through oneDNN, forward_backward 0.69 against 2.73. So
+// auto's order without measurements (--tuning-file none, or a call it cannot measure) puts it last there.
 bool auto_candidate() {
   return isa_level() < IsaLevel::amx;
 }

@@ -540,8 +540,8 @@ const char* isa_name(dnnl::cpu_isa isa) {
 
 // Two weight parts are two products per group, into column blocks of out (nn) or summed (nt: the
 // second accumulates, right after the first, while the group's rows of out are in cache).
-void grouped_gemm_nn(void* out, Dtype out_dtype, const void* lhs, ExpertWeights rhs, Dtype in_dtype,
-                     GroupedShape groups, int64_t Kd, int64_t N) {
+void grouped_gemm_nn(const GemmThresholds& /*k*/, void* out, Dtype out_dtype, const void* lhs,
+                     ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N) {
   check_groups(groups, Kd, N);
   const int64_t part_cols = N / rhs.parts();
   std::vector<SliceJob> sliced;
@@ -569,8 +569,9 @@ void grouped_gemm_nn(void* out, Dtype out_dtype, const void* lhs, ExpertWeights 
   split_columns(sliced, {false, N, Kd, part_cols, N, in_dtype, out_dtype});
 }
 
-void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, ExpertWeights rhs, Dtype in_dtype,
-                     GroupedShape groups, int64_t Kd, int64_t N, bool accumulate) {
+void grouped_gemm_nt(const GemmThresholds& /*k*/, void* out, Dtype out_dtype, const void* dout,
+                     ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N,
+                     bool accumulate) {
   check_groups(groups, Kd, N);
   const int64_t part_cols = N / rhs.parts();
   std::vector<SliceJob> sliced;
@@ -603,8 +604,9 @@ void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, ExpertWeights
   split_columns(sliced, {true, Kd, N, 0, Kd, in_dtype, out_dtype});
 }
 
-void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* dout, Dtype in_dtype,
-                     GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout) {
+void grouped_gemm_tn(const GemmThresholds& /*k*/, void* drhs, Dtype out_dtype, const void* lhs,
+                     const void* dout, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N,
+                     int64_t ld_dout) {
   check_groups(groups, Kd, N);
   for (int64_t e = 0; e < groups.experts; ++e) {
     const GroupRows g = group_rows(groups, e);
@@ -626,8 +628,8 @@ void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* d
   }
 }
 
-void dense_gemm(void* out, Dtype out_dtype, const void* a, Dtype a_dtype, const void* b, Dtype b_dtype,
-                int64_t R, int64_t Kd, int64_t N, bool trans_a, bool trans_b) {
+void dense_gemm(const GemmThresholds& /*k*/, void* out, Dtype out_dtype, const void* a, Dtype a_dtype,
+                const void* b, Dtype b_dtype, int64_t R, int64_t Kd, int64_t N, bool trans_a, bool trans_b) {
   matmul(out, out_dtype, a, a_dtype, b, b_dtype, R, Kd, N, trans_a, trans_b);
 }
 
@@ -656,6 +658,10 @@ bool same_sums_on_any_thread_count() {
 
 bool auto_candidate() {
   return true;
+}
+
+std::string supports(const GemmCall& call, const GemmThresholds& /*k*/) {
+  return gemm_detail::float_operands(call);
 }
 
 }  // namespace moe::onednn

@@ -133,8 +133,8 @@ void gemm(void* c, Dtype c_dtype, View a, View b, int64_t m, int64_t k, int64_t 
 
 }  // namespace
 
-void grouped_gemm_nn(void* out, Dtype out_dtype, const void* lhs, ExpertWeights rhs, Dtype in_dtype,
-                     GroupedShape groups, int64_t Kd, int64_t N) {
+void grouped_gemm_nn(const GemmThresholds& /*k*/, void* out, Dtype out_dtype, const void* lhs,
+                     ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N) {
   check_groups(groups, Kd, N);
   const int64_t part_cols = N / rhs.parts();
   for (int64_t e = 0; e < groups.experts; ++e) {
@@ -148,8 +148,9 @@ void grouped_gemm_nn(void* out, Dtype out_dtype, const void* lhs, ExpertWeights 
   }
 }
 
-void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, ExpertWeights rhs, Dtype in_dtype,
-                     GroupedShape groups, int64_t Kd, int64_t N, bool accumulate) {
+void grouped_gemm_nt(const GemmThresholds& /*k*/, void* out, Dtype out_dtype, const void* dout,
+                     ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N,
+                     bool accumulate) {
   check_groups(groups, Kd, N);
   const int64_t part_cols = N / rhs.parts();
   for (int64_t e = 0; e < groups.experts; ++e) {
@@ -163,8 +164,9 @@ void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, ExpertWeights
   }
 }
 
-void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* dout, Dtype in_dtype,
-                     GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout) {
+void grouped_gemm_tn(const GemmThresholds& /*k*/, void* drhs, Dtype out_dtype, const void* lhs,
+                     const void* dout, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N,
+                     int64_t ld_dout) {
   check_groups(groups, Kd, N);
   for (int64_t e = 0; e < groups.experts; ++e) {
     const GroupRows g = group_rows(groups, e);
@@ -174,8 +176,8 @@ void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* d
   }
 }
 
-void dense_gemm(void* out, Dtype out_dtype, const void* a, Dtype a_dtype, const void* b, Dtype b_dtype,
-                int64_t R, int64_t Kd, int64_t N, bool trans_a, bool trans_b) {
+void dense_gemm(const GemmThresholds& /*k*/, void* out, Dtype out_dtype, const void* a, Dtype a_dtype,
+                const void* b, Dtype b_dtype, int64_t R, int64_t Kd, int64_t N, bool trans_a, bool trans_b) {
   MOE_CHECK(R >= 0 && Kd >= 0 && N >= 0, "negative GEMM dimension");
   const View av = trans_a ? View{a, a_dtype, 1, R} : View{a, a_dtype, Kd, 1};
   const View bv = trans_b ? View{b, b_dtype, 1, Kd} : View{b, b_dtype, N, 1};
@@ -200,6 +202,14 @@ bool same_sums_on_any_thread_count() {
 
 bool auto_candidate() {
   return true;
+}
+
+}  // namespace moe::portable
+
+namespace moe::portable {
+
+std::string supports(const GemmCall& call, const GemmThresholds& /*k*/) {
+  return gemm_detail::float_operands(call);
 }
 
 }  // namespace moe::portable

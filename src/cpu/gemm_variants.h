@@ -1,5 +1,7 @@
-// The GEMM variants behind moe/gemm.h's registry. Each namespace implements the same five entry points
-// with the signatures of moe/gemm.h (no default arguments here: the registry passes every one).
+// The GEMM variants behind moe/gemm.h's kernel table. Each namespace implements the forms with the
+// signatures of moe/gemm.h's Gemm*Fn (the thresholds first), its supports() (which calls its kernels
+// compute; the table runs the next row for the rest) and the capability answers of GemmVariant. A
+// variant plugs in with its file(s) and one MOE_GEMM_VARIANT line in gemm_registry.cpp.
 #pragma once
 
 #include <cstddef>
@@ -10,44 +12,50 @@
 #include "cpu/swiglu.h"
 #include "moe/gemm.h"
 #include "moe/status.h"
+#include "ref/gemm.h"
 
-#define MOE_DECLARE_GEMM_VARIANT(ns)                                                                      \
-  namespace moe::ns {                                                                                     \
-  void grouped_gemm_nn(void* out, Dtype out_dtype, const void* lhs, ExpertWeights rhs, Dtype in_dtype,    \
-                       GroupedShape groups, int64_t Kd, int64_t N);                                       \
-  void grouped_gemm_nt(void* out, Dtype out_dtype, const void* dout, ExpertWeights rhs, Dtype in_dtype,   \
-                       GroupedShape groups, int64_t Kd, int64_t N, bool accumulate);                      \
-  void grouped_gemm_tn(void* drhs, Dtype out_dtype, const void* lhs, const void* dout, Dtype in_dtype,    \
-                       GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout);                      \
-  void dense_gemm(void* out, Dtype out_dtype, const void* a, Dtype a_dtype, const void* b, Dtype b_dtype, \
-                  int64_t R, int64_t Kd, int64_t N, bool trans_a, bool trans_b);                          \
-  std::string gemm_library_version();                                                                     \
-  std::string unavailable();                                                                              \
-  bool bf16_arithmetic();                                                                                 \
-  bool same_sums_on_any_thread_count();                                                                   \
-  bool auto_candidate();                                                                                  \
+// The entry points every variant has; the fused forms (nn_swiglu, nt_swiglu_grad, tn_pair) are declared
+// by the variants that have their own (the others get gemm_detail's compositions in the registry).
+#define MOE_DECLARE_GEMM_VARIANT(ns)                                                                   \
+  namespace moe::ns {                                                                                  \
+  void grouped_gemm_nn(const GemmThresholds& k, void* out, Dtype out_dtype, const void* lhs,           \
+                       ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N); \
+  void grouped_gemm_nt(const GemmThresholds& k, void* out, Dtype out_dtype, const void* dout,          \
+                       ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N,  \
+                       bool accumulate);                                                               \
+  void grouped_gemm_tn(const GemmThresholds& k, void* drhs, Dtype out_dtype, const void* lhs,          \
+                       const void* dout, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N,   \
+                       int64_t ld_dout);                                                               \
+  void dense_gemm(const GemmThresholds& k, void* out, Dtype out_dtype, const void* a, Dtype a_dtype,   \
+                  const void* b, Dtype b_dtype, int64_t R, int64_t Kd, int64_t N, bool trans_a,        \
+                  bool trans_b);                                                                       \
+  std::string gemm_library_version();                                                                  \
+  std::string unavailable();                                                                           \
+  bool bf16_arithmetic();                                                                              \
+  bool same_sums_on_any_thread_count();                                                                \
+  bool auto_candidate();                                                                               \
+  std::string supports(const GemmCall& call, const GemmThresholds& k);                                 \
   }
 
 #ifdef MOE_HAVE_ONEDNN
 MOE_DECLARE_GEMM_VARIANT(onednn)
 // dpbf16 is compiled into every build with oneDNN (its file asks GCC for AVX-512 BF16 code) and runs only
-// where isa_level() reaches avx512_bf16.
+// where isa_level() reaches avx512_bf16. It has no dense kernel (the table runs oneDNN's).
 #define MOE_HAVE_DPBF16 1
 MOE_DECLARE_GEMM_VARIANT(dpbf16)
 namespace moe::dpbf16 {
-void grouped_gemm_nn_swiglu(void* h, void* g, Dtype out_dtype, const void* lhs, ExpertWeights rhs,
-                            Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t M,
+void grouped_gemm_nn_swiglu(const GemmThresholds& k, void* h, void* g, Dtype out_dtype, const void* lhs,
+                            ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t M,
                             const float* row_weight, bool keep_h);
-void grouped_gemm_nt_swiglu_grad(void* dh, void* dg, const void* dout, ExpertWeights rhs, const void* h,
-                                 Dtype dtype, GroupedShape groups, int64_t M, int64_t N,
-                                 const float* row_weight);
-void grouped_gemm_tn_pair(void* drhs_first, void* drhs_second, Dtype out_dtype, const void* lhs,
-                          const void* dout_first, const void* dout_second, Dtype in_dtype,
+void grouped_gemm_nt_swiglu_grad(const GemmThresholds& k, void* dh, void* dg, const void* dout,
+                                 ExpertWeights rhs, const void* h, Dtype dtype, GroupedShape groups,
+                                 int64_t M, int64_t N, const float* row_weight);
+void grouped_gemm_tn_pair(const GemmThresholds& k, void* drhs_first, void* drhs_second, Dtype out_dtype,
+                          const void* lhs, const void* dout_first, const void* dout_second, Dtype in_dtype,
                           GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout);
 }  // namespace moe::dpbf16
 #endif
 MOE_DECLARE_GEMM_VARIANT(portable)
-
 namespace moe::gemm_detail {
 
 // Element offset -> byte pointer for a buffer of `dt`.
@@ -88,9 +96,10 @@ inline void zero_padding_rows(void* out, Dtype dt, GroupRows g, int64_t width) {
 // grouped_gemm_nn_swiglu for a variant without a fused one: group by group, its nn and then SwiGLU over
 // the h it stored (so h is always kept), which a group's SwiGLU reads back from the caches rather than
 // from memory (a float32 h of a 1024-row group is 8 MiB, of all of them 128 MiB at the reference shape).
-template <decltype(&grouped_gemm_nn) Nn>
-void nn_then_swiglu(void* h, void* g, Dtype out_dtype, const void* lhs, ExpertWeights rhs, Dtype in_dtype,
-                    GroupedShape groups, int64_t Kd, int64_t M, const float* row_weight, bool /*keep_h*/) {
+template <GemmNnFn Nn>
+void nn_then_swiglu(const GemmThresholds& k, void* h, void* g, Dtype out_dtype, const void* lhs,
+                    ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t M,
+                    const float* row_weight, bool /*keep_h*/) {
   const int64_t part_cols = 2 * M / rhs.parts();
   for (int64_t e = 0; e < groups.experts; ++e) {
     const GroupRows rows = group_rows(groups, e);
@@ -101,7 +110,7 @@ void nn_then_swiglu(void* h, void* g, Dtype out_dtype, const void* lhs, ExpertWe
     const ExpertWeights w = rhs.parts() == 1 ? ExpertWeights(at(rhs.first, w_offset, in_dtype))
                                              : ExpertWeights(at(rhs.first, w_offset, in_dtype),
                                                              at(rhs.second, w_offset, in_dtype));
-    Nn(h, out_dtype, lhs, w, in_dtype, one, Kd, 2 * M);
+    Nn(k, h, out_dtype, lhs, w, in_dtype, one, Kd, 2 * M);
     void* h0 = at(h, rows.row0 * 2 * M, out_dtype);
     cpu::swiglu_forward(at(g, rows.row0 * M, out_dtype), out_dtype, {h0, at(h0, M, out_dtype), 2 * M},
                         out_dtype, rows.rows, M, row_weight ? row_weight + rows.row0 : nullptr);
@@ -114,10 +123,11 @@ namespace moe::gemm_detail {
 
 // grouped_gemm_nt_swiglu_grad for a variant without a fused one: its nt stores dg, then SwiGLU's
 // backward over each group's live rows (padding rows of dh are zeros whatever h holds there).
-template <decltype(&grouped_gemm_nt) Nt>
-void nt_then_swiglu_grad(void* dh, void* dg, const void* dout, ExpertWeights rhs, const void* h, Dtype dtype,
-                         GroupedShape groups, int64_t M, int64_t N, const float* row_weight) {
-  Nt(dg, dtype, dout, rhs, dtype, groups, M, N, /*accumulate=*/false);
+template <GemmNtFn Nt>
+void nt_then_swiglu_grad(const GemmThresholds& k, void* dh, void* dg, const void* dout, ExpertWeights rhs,
+                         const void* h, Dtype dtype, GroupedShape groups, int64_t M, int64_t N,
+                         const float* row_weight) {
+  Nt(k, dg, dtype, dout, rhs, dtype, groups, M, N, /*accumulate=*/false);
   for (int64_t e = 0; e < groups.experts; ++e) {
     const GroupRows rows = group_rows(groups, e);
     const void* h0 = at(h, rows.row0 * 2 * M, dtype);
@@ -130,12 +140,24 @@ void nt_then_swiglu_grad(void* dh, void* dg, const void* dout, ExpertWeights rhs
 }
 
 // grouped_gemm_tn_pair for a variant without its own: two tn calls.
-template <decltype(&grouped_gemm_tn) Tn>
-void tn_twice(void* drhs_first, void* drhs_second, Dtype out_dtype, const void* lhs, const void* dout_first,
-              const void* dout_second, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N,
-              int64_t ld_dout) {
-  Tn(drhs_first, out_dtype, lhs, dout_first, in_dtype, groups, Kd, N, ld_dout);
-  Tn(drhs_second, out_dtype, lhs, dout_second, in_dtype, groups, Kd, N, ld_dout);
+template <GemmTnFn Tn>
+void tn_twice(const GemmThresholds& k, void* drhs_first, void* drhs_second, Dtype out_dtype, const void* lhs,
+              const void* dout_first, const void* dout_second, Dtype in_dtype, GroupedShape groups,
+              int64_t Kd, int64_t N, int64_t ld_dout) {
+  Tn(k, drhs_first, out_dtype, lhs, dout_first, in_dtype, groups, Kd, N, ld_dout);
+  Tn(k, drhs_second, out_dtype, lhs, dout_second, in_dtype, groups, Kd, N, ld_dout);
+}
+
+}  // namespace moe::gemm_detail
+
+namespace moe::gemm_detail {
+
+// "" when every operand of the call is float32 or bfloat16 (what every variant's kernels take).
+inline std::string float_operands(const GemmCall& call) {
+  for (Dtype dt : {call.in_dtype, call.b_dtype, call.out_dtype})
+    if (dt != Dtype::f32 && dt != Dtype::bf16)
+      return std::string("no kernel for ") + dtype_name(dt) + " operands";
+  return "";
 }
 
 }  // namespace moe::gemm_detail

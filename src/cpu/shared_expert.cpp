@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "cpu/backend.h"
 #include "cpu/swiglu.h"
 #include "cpu/vec_math.h"
 #include "moe/backend.h"
@@ -17,7 +18,8 @@ namespace {
 class CpuSharedExpert final : public SharedExpertOp {
  public:
   explicit CpuSharedExpert(const OpContext& ctx)
-      : dt_(ctx.cfg.dtype),
+      : gemm_(cpu_gemm_kernels(ctx.kernel)),
+        dt_(ctx.cfg.dtype),
         act_dt_(ctx.cfg.matmul_activation_dtype()),
         fused_(ctx.cfg.shared_fused),
         T_(ctx.cfg.tokens),
@@ -45,16 +47,16 @@ class CpuSharedExpert final : public SharedExpertOp {
     GateUp gu;
     if (fused_) {
       const Tensor& sw13 = build_w13(w);
-      dense_gemm(hs_.raw(), Dtype::f32, x.raw(), dt_, sw13.raw(), dt_, T, H, 2 * S);
+      gemm_.dense(hs_.raw(), Dtype::f32, x.raw(), dt_, sw13.raw(), dt_, T, H, 2 * S);
       gu = {hs_.raw(), hs_.data<float>() + S, 2 * S};
     } else {
       float* up_plane = hs_.data<float>() + T * S;
-      dense_gemm(hs_.raw(), Dtype::f32, x.raw(), dt_, w.w1.raw(), dt_, T, H, S);
-      dense_gemm(up_plane, Dtype::f32, x.raw(), dt_, w.w3.raw(), dt_, T, H, S);
+      gemm_.dense(hs_.raw(), Dtype::f32, x.raw(), dt_, w.w1.raw(), dt_, T, H, S);
+      gemm_.dense(up_plane, Dtype::f32, x.raw(), dt_, w.w3.raw(), dt_, T, H, S);
       gu = {hs_.raw(), up_plane, S};
     }
     swiglu_forward(gs_.raw(), act_dt_, gu, Dtype::f32, T, S, nullptr);
-    dense_gemm(out.raw(), Dtype::f32, gs_.raw(), act_dt_, w.w2.raw(), dt_, T, S, H);
+    gemm_.dense(out.raw(), Dtype::f32, gs_.raw(), act_dt_, w.w2.raw(), dt_, T, S, H);
   }
 
   void backward(Tensor& dx, FfnWeightGrads& dw, const Tensor& dy, const Tensor& x,
@@ -66,26 +68,26 @@ class CpuSharedExpert final : public SharedExpertOp {
       dy_act = dy_act_.raw();
     }
     // ds (T, S) = dy (T, H) @ sw2^T;  dsw2 (S, H) = gs^T @ dy
-    dense_gemm(ds_.raw(), Dtype::f32, dy_act, act_dt_, w.w2.raw(), dt_, T, H, S, false, true);
-    dense_gemm(dw.dw2.raw(), dt_, gs_.raw(), act_dt_, dy_act, act_dt_, S, T, H, true, false);
+    gemm_.dense(ds_.raw(), Dtype::f32, dy_act, act_dt_, w.w2.raw(), dt_, T, H, S, false, true);
+    gemm_.dense(dw.dw2.raw(), dt_, gs_.raw(), act_dt_, dy_act, act_dt_, S, T, H, true, false);
     const size_t es = dtype_size(act_dt_);
     char* dhs = static_cast<char*>(dhs_.raw());
     if (fused_) {
       GateUp gu{hs_.raw(), hs_.data<float>() + S, 2 * S};
       GateUpGrad dgu{dhs, dhs + size_t(S) * es, 2 * S};
       swiglu_backward(dgu, act_dt_, ds_.raw(), gu, Dtype::f32, T, S, nullptr);
-      dense_gemm(dsw13_.raw(), dt_, x.raw(), dt_, dhs, act_dt_, H, T, 2 * S, true, false);
+      gemm_.dense(dsw13_.raw(), dt_, x.raw(), dt_, dhs, act_dt_, H, T, 2 * S, true, false);
       split_last_dim(dw.dw1, dw.dw3, dsw13_);
-      dense_gemm(dx.raw(), Dtype::f32, dhs, act_dt_, w13_of(w).raw(), dt_, T, 2 * S, H, false, true);
+      gemm_.dense(dx.raw(), Dtype::f32, dhs, act_dt_, w13_of(w).raw(), dt_, T, 2 * S, H, false, true);
     } else {
       char* dup = dhs + size_t(T * S) * es;
       GateUp gu{hs_.raw(), hs_.data<float>() + T * S, S};
       GateUpGrad dgu{dhs, dup, S};
       swiglu_backward(dgu, act_dt_, ds_.raw(), gu, Dtype::f32, T, S, nullptr);
-      dense_gemm(dw.dw1.raw(), dt_, x.raw(), dt_, dhs, act_dt_, H, T, S, true, false);
-      dense_gemm(dw.dw3.raw(), dt_, x.raw(), dt_, dup, act_dt_, H, T, S, true, false);
-      dense_gemm(dx.raw(), Dtype::f32, dhs, act_dt_, w.w1.raw(), dt_, T, S, H, false, true);
-      dense_gemm(dx2_.raw(), Dtype::f32, dup, act_dt_, w.w3.raw(), dt_, T, S, H, false, true);
+      gemm_.dense(dw.dw1.raw(), dt_, x.raw(), dt_, dhs, act_dt_, H, T, S, true, false);
+      gemm_.dense(dw.dw3.raw(), dt_, x.raw(), dt_, dup, act_dt_, H, T, S, true, false);
+      gemm_.dense(dx.raw(), Dtype::f32, dhs, act_dt_, w.w1.raw(), dt_, T, S, H, false, true);
+      gemm_.dense(dx2_.raw(), Dtype::f32, dup, act_dt_, w.w3.raw(), dt_, T, S, H, false, true);
       add_into(dx.data<float>(), dx2_.data<float>(), T * H);
     }
   }
@@ -105,6 +107,7 @@ class CpuSharedExpert final : public SharedExpertOp {
   // The w13 the forward used (the backward runs after it).
   const Tensor& w13_of(const FfnWeights& w) const { return w.w13.empty() ? sw13_work_ : w.w13; }
 
+  GemmKernels& gemm_;  // the cpu backend's kernel table for this op's KernelConfig
   Dtype dt_, act_dt_;
   bool fused_;
   int64_t T_, H_, S_;

@@ -1,0 +1,56 @@
+// The per-machine tuning file behind the kernel table's `auto` (FFTW's wisdom is the model): for each
+// (ISA level, GEMM libraries, threads) of this CPU and each GEMM form and shape class, the variant that
+// measured fastest, so later processes take it without measuring. One JSON object:
+//   {"format": "moe-bench tuning 1", "cpu_model": "...", "entries": {"KEY": {"variant": "onednn",
+//    "seconds": {"onednn": 0.0012, "portable": 0.0031}, "date": "..."}}}
+// KEY = "isa=avx2 threads=2 libs=... | nn bfloat16->bfloat16 Kd=1024 N=2048 E=16 rows<=1024 parts=2".
+// Where: KernelConfig::tuning_file (--tuning-file), else MOE_TUNING_FILE, else $XDG_CACHE_HOME (or
+// ~/.cache)/moe-bench/tuning.json. A file that cannot be read, does not parse as ours, or was made on
+// another CPU model is ignored with one warning line on stderr and never written over: this process
+// then keeps what it measures in memory. Entries naming a variant that does not run here are never
+// taken (the table only takes variants of its own rows). Writes merge under the file's lock, so
+// processes sharing the file (ctest -j) add to it; an entry another process wrote first is kept unless
+// this process re-measures (--tune).
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace moe {
+
+class GemmTuner {
+ public:
+  // path: the file ("" : none, choices stay in memory). retune: every class is measured again once in
+  // this process and replaces the file's entry.
+  GemmTuner(std::string path, bool retune);
+
+  // kernel.tuning_file if given, else MOE_TUNING_FILE, else the XDG cache's moe-bench/tuning.json ("" if
+  // neither XDG_CACHE_HOME nor HOME is set).
+  static std::string resolve_path(const std::string& tuning_file);
+
+  const std::string& path() const { return path_; }
+  bool retune() const { return retune_; }
+  // The variant stored for this machine (ISA level, libraries, the current thread count) and class.
+  std::optional<std::string> lookup(const std::string& shape_class);
+  // Keeps a measurement: in memory, and in the file when it is ours.
+  void record(const std::string& shape_class, const std::string& variant,
+              const std::vector<std::pair<std::string, double>>& seconds);
+
+ private:
+  std::string key(const std::string& shape_class) const;
+  void load();
+  void warn(const std::string& why);
+
+  std::string path_;
+  bool retune_;
+  bool loaded_ = false;
+  bool writable_ = true;                        // false once the file proved unreadable, corrupt or foreign
+  std::map<std::string, std::string> entries_;  // key -> variant
+  std::set<std::string> measured_here_;         // keys this process measured (retune)
+};
+
+}  // namespace moe

@@ -1,0 +1,34 @@
+// The plain grouped-GEMM reference: every form of moe/gemm.h as scalar loops with float64 sums of the
+// values as stored, rounded once to the output dtype (which may also be float64: the tests' oracle reads
+// exact sums). The kernel table's last row (variant `ref`, slow, any CPU) and the oracle of
+// tests/test_gemm.cpp. Semantics, shapes and padding rows as moe/gemm.h says; nothing is fast here.
+#pragma once
+
+#include <string>
+
+#include "moe/gemm.h"
+
+namespace moe::ref_gemm {
+
+void grouped_gemm_nn(const GemmThresholds& k, void* out, Dtype out_dtype, const void* lhs, ExpertWeights rhs,
+                     Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N);
+void grouped_gemm_nn_swiglu(const GemmThresholds& k, void* h, void* g, Dtype out_dtype, const void* lhs,
+                            ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t M,
+                            const float* row_weight, bool keep_h);
+void grouped_gemm_nt(const GemmThresholds& k, void* out, Dtype out_dtype, const void* dout, ExpertWeights rhs,
+                     Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N, bool accumulate);
+void grouped_gemm_nt_swiglu_grad(const GemmThresholds& k, void* dh, void* dg, const void* dout,
+                                 ExpertWeights rhs, const void* h, Dtype dtype, GroupedShape groups,
+                                 int64_t M, int64_t N, const float* row_weight);
+void grouped_gemm_tn(const GemmThresholds& k, void* drhs, Dtype out_dtype, const void* lhs, const void* dout,
+                     Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout);
+void dense_gemm(const GemmThresholds& k, void* out, Dtype out_dtype, const void* a, Dtype a_dtype,
+                const void* b, Dtype b_dtype, int64_t R, int64_t Kd, int64_t N, bool trans_a, bool trans_b);
+std::string gemm_library_version();
+std::string unavailable();
+bool bf16_arithmetic();
+bool same_sums_on_any_thread_count();
+bool auto_candidate();
+std::string supports(const GemmCall& call, const GemmThresholds& k);
+
+}  // namespace moe::ref_gemm

@@ -1,0 +1,205 @@
+// auto measured, not list order (moe/gemm.h, src/cpu/tuning.h): the first call of a shape class times each
+// variant that takes it and keeps the fastest in the tuning file; later tables read it; --tune measures
+// again; a corrupt, foreign or unreadable file is ignored with one warning line and never written over; an
+// entry naming a variant that cannot run here is never taken. Files live in a temp dir of the test's own.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cpu/tuning.h"
+#include "moe/gemm.h"
+#include "moe/reference.h"
+#include "moe/rng.h"
+#include "moe/tensor.h"
+#include "test_util.h"
+
+namespace moe {
+namespace {
+
+// A grouped nn of a few small groups, with fresh inputs.
+struct NnCase {
+  std::vector<int64_t> offset{0, 20, 20, 53};  // (E+1)
+  Tensor lhs, rhs;                             // (53, 16), (3, 16, 24)
+  explicit NnCase(uint64_t seed) : lhs(Dtype::f32, {53, 16}), rhs(Dtype::f32, {3, 16, 24}) {
+    const uint64_t key = derive_key(seed, 7);
+    for (int64_t i = 0; i < lhs.numel(); ++i) lhs.set(i, random_normal(key, uint64_t(i)));
+    for (int64_t i = 0; i < rhs.numel(); ++i) rhs.set(i, random_normal(key, uint64_t(1000 + i)));
+  }
+  GroupedShape groups() const { return {offset.data(), 3}; }
+  // Runs it and returns the output.
+  Tensor run(GemmKernels& table) const {
+    Tensor out(Dtype::f32, {53, 24});
+    table.nn(out.raw(), Dtype::f32, lhs.raw(), rhs.raw(), Dtype::f32, groups(), 16, 24);
+    return out;
+  }
+};
+
+// How many variants auto may measure for it here (the reference is not one).
+int candidates() {
+  GemmCall call;
+  call.rows = 33;
+  call.experts = 3;
+  call.Kd = 16;
+  call.N = 24;
+  int n = 0;
+  for (const GemmVariant& v : gemm_variants())
+    n += v.tunable && v.unavailable().empty() && v.supports(call, GemmThresholds{}).empty();
+  return n;
+}
+
+KernelConfig config_for(const std::string& path) {
+  KernelConfig k;
+  k.tuning_file = path;
+  return k;
+}
+
+#define MOE_SKIP_WITHOUT_A_CHOICE() \
+  if (candidates() < 2) GTEST_SKIP() << "one GEMM variant takes this call here: nothing to measure"
+
+TEST(Tuning, AutoMeasuresOnceKeepsTheFastestAndLaterTablesReadIt) {
+  MOE_SKIP_WITHOUT_A_CHOICE();
+  const std::string path = testing::temp_dir("tuning_once") + "/sub/tuning.json";  // the directory is made
+  const NnCase c(testing::test_seed());
+  GemmTuner tuner(path, false);
+  GemmKernels table(config_for(path), &tuner);
+  c.run(table);
+  c.run(table);
+  EXPECT_EQ(table.measurements(), 1);
+  const std::string ran = table.take_choices();
+  const nlohmann::json doc = nlohmann::json::parse(testing::read_file(path));
+  EXPECT_EQ(doc["format"], "moe-bench tuning 1");
+  EXPECT_EQ(doc["cpu_model"], cpu_isa().model);
+  ASSERT_EQ(doc["entries"].size(), 1u) << doc.dump();
+  const auto& entry = doc["entries"].begin().value();
+  EXPECT_EQ(ran, "nn:" + entry["variant"].get<std::string>());
+  EXPECT_EQ(entry["seconds"].size(), size_t(candidates()));
+  // A later process: reads it, measures nothing, takes the same variant.
+  GemmTuner later(path, false);
+  GemmKernels again(config_for(path), &later);
+  c.run(again);
+  EXPECT_EQ(again.measurements(), 0);
+  EXPECT_EQ(again.take_choices(), ran);
+  // --tune: measures again.
+  GemmTuner retune(path, true);
+  GemmKernels tuned(config_for(path), &retune);
+  c.run(tuned);
+  EXPECT_EQ(tuned.measurements(), 1);
+}
+
+// --gemm-variant overrides: nothing measured, nothing written.
+TEST(Tuning, ANamedVariantIsNeverMeasured) {
+  const std::string path = testing::temp_dir("tuning_named") + "/tuning.json";
+  KernelConfig k = config_for(path);
+  k.gemm_variant = "portable";
+  GemmTuner tuner(path, false);
+  GemmKernels table(k, &tuner);
+  NnCase(testing::test_seed()).run(table);
+  EXPECT_EQ(table.measurements(), 0);
+  EXPECT_EQ(table.take_choices(), "nn:portable");
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+// A file we cannot take: one warning line, the results right, the file as it was, measured in memory.
+void expect_ignored(const std::string& name, const std::string& content, const std::string& why) {
+  MOE_SKIP_WITHOUT_A_CHOICE();
+  const std::string path = testing::temp_dir(name) + "/tuning.json";
+  std::ofstream(path) << content;
+  const NnCase c(testing::test_seed());
+  GemmTuner tuner(path, false);
+  GemmKernels table(config_for(path), &tuner);
+  KernelConfig plain;
+  plain.gemm_variant = "portable";
+  GemmKernels reference(plain, nullptr);
+  ::testing::internal::CaptureStderr();
+  const Tensor got = c.run(table);
+  c.run(table);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  EXPECT_NE(err.find("tuning file '" + path + "'"), std::string::npos) << err;
+  EXPECT_NE(err.find(why), std::string::npos) << err;
+  EXPECT_EQ(testing::read_file(path), content) << "never written over";
+  EXPECT_EQ(table.measurements(), 1);
+  const Tensor want = c.run(reference);
+  EXPECT_LE(relative_error(got.to_f64(), want.to_f64()), 1e-5);
+}
+
+TEST(Tuning, ACorruptFileIsIgnoredWithOneWarning) {
+  expect_ignored("tuning_corrupt", "{\"format\": \"moe-bench tuning 1\", \"entries\": [", "not JSON");
+}
+
+TEST(Tuning, AFileOfAnotherFormatIsIgnoredWithOneWarning) {
+  expect_ignored("tuning_other", "{\"hello\": 1}\n", "not a moe-bench tuning file");
+}
+
+TEST(Tuning, AForeignCpusFileIsIgnoredWithOneWarning) {
+  expect_ignored("tuning_foreign",
+                 R"({"format": "moe-bench tuning 1", "cpu_model": "Some Other CPU 9000", "entries": {}})",
+                 "made on CPU \"Some Other CPU 9000\"");
+}
+
+TEST(Tuning, AnUnreadableFileIsIgnoredWithOneWarning) {
+  MOE_SKIP_WITHOUT_A_CHOICE();
+  const std::string path = testing::temp_dir("tuning_dir") + "/tuning.json";
+  std::filesystem::create_directories(path);  // a directory where the file should be
+  GemmTuner tuner(path, false);
+  GemmKernels table(config_for(path), &tuner);
+  ::testing::internal::CaptureStderr();
+  NnCase(testing::test_seed()).run(table);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  EXPECT_EQ(table.measurements(), 1);
+}
+
+// An entry of this CPU naming a variant that does not run here (a hand edit, another build) is not taken.
+TEST(Tuning, AnEntryNamingAVariantThatCannotRunHereIsNotTaken) {
+  MOE_SKIP_WITHOUT_A_CHOICE();
+  const std::string dir = testing::temp_dir("tuning_bad_entry"), path = dir + "/tuning.json";
+  // Learn the key this machine writes, then point it at a variant no CPU runs.
+  {
+    GemmTuner tuner(path, false);
+    GemmKernels table(config_for(path), &tuner);
+    NnCase(testing::test_seed()).run(table);
+  }
+  nlohmann::json doc = nlohmann::json::parse(testing::read_file(path));
+  for (auto& [key, entry] : doc["entries"].items()) entry["variant"] = "amx_from_the_future";
+  std::ofstream(path) << doc.dump();
+  GemmTuner tuner(path, false);
+  GemmKernels table(config_for(path), &tuner);
+  NnCase(testing::test_seed()).run(table);
+  EXPECT_EQ(table.measurements(), 1);
+  EXPECT_EQ(table.take_choices().find("amx_from_the_future"), std::string::npos);
+}
+
+// The CLI: --tuning-file is where auto keeps its choices; rows name the kernels per form, the CPU and the
+// ISA level (the text RESULT line too, one word per value); --tuning-file none measures nothing.
+TEST(Tuning, TheCliKeepsChoicesInTheFileAndRowsNameTheKernels) {
+  const std::string dir = testing::temp_dir("tuning_cli"), path = dir + "/t.json";
+  const std::string run =
+      "--tokens 64 --hidden 32 --mlp-dim 16 --experts 4 --topk 2 --iters 1 --warmup 0 --impl fused_w13 "
+      "--bench-pass forward_backward --dtype float32 --ceiling off --tuning-file " +
+      path;
+  const testing::Ran jsonl = testing::run_bench(run + " --format jsonl");
+  ASSERT_EQ(jsonl.exit_code, 0) << jsonl.err;
+  const nlohmann::json row = nlohmann::json::parse(jsonl.out.substr(0, jsonl.out.find('\n')));
+  const std::string kernels = row["gemm_kernels"];
+  for (const char* form : {"nn_swiglu:", "nn:", "nt_swiglu_grad:", "nt:", "tn:", "tn_pair:"})
+    EXPECT_NE(kernels.find(form), std::string::npos) << form << " in " << kernels;
+  EXPECT_EQ(row["cpu_model"], cpu_isa().model);
+  EXPECT_EQ(row["isa"], isa_level_name(isa_level()));
+  EXPECT_FALSE(row["gemm_thresholds"].get<std::string>().empty());
+  if (candidates() >= 2) EXPECT_TRUE(std::filesystem::exists(path));
+  const testing::Ran text = testing::run_bench(run);
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find(" gemm_kernels=" + kernels), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find(" isa=" + std::string(isa_level_name(isa_level()))), std::string::npos) << text.out;
+  const testing::Ran none =
+      testing::run_bench(run.substr(0, run.find("--tuning-file")) + "--tuning-file none");
+  ASSERT_EQ(none.exit_code, 0) << none.err;
+}
+
+}  // namespace
+}  // namespace moe
