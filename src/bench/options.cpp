@@ -60,7 +60,8 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok, s
       ->capture_default_str();
   app.add_option("--distribution", distribution, "random|runs|both")->capture_default_str();
   app.add_option("--bench-pass", bench_pass, "forward|forward_backward")->capture_default_str();
-  app.add_option("--parallel-mode", parallel_mode, "none|dp|ep (dp, ep: not implemented yet)")
+  app.add_option("--parallel-mode", parallel_mode,
+                 "none|dp|ep: one rank, or tokens (dp) or experts (ep) sharded over the ranks of mpirun")
       ->capture_default_str();
   app.add_option("--queue-mode", queue, "full|prequeue|both (forward_backward forces full)")
       ->capture_default_str();
@@ -71,7 +72,8 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok, s
                "repeat_sort backward as an inverse-permutation gather instead of a scatter-add");
   std::string ep_comm_path = "compact_psum";
   app.add_option("--ep-comm-path", ep_comm_path,
-                 "compact_psum|ring_ag_rs|all_to_all (all but compact_psum need --parallel-mode ep)")
+                 "compact_psum|ring_ag_rs|all_to_all (ep: all-reduce of the output, ring (not yet), "
+                 "all-to-all-v of rows)")
       ->capture_default_str();
   app.add_option("--trace-dir", opts.trace_dir,
                  "write a Chrome trace (stage spans of one extra call) per run under this directory");

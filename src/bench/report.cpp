@@ -44,31 +44,41 @@ int64_t csv_fields(std::string_view line) {
 }  // namespace
 
 // Our keys appended to the text RESULT line; jsonl/csv rows carry everything.
-static const std::vector<std::string> kTextExtraKeys = {"dtype",
-                                                        "time_s",
-                                                        "time_median_s",
-                                                        "time_min_s",
-                                                        "time_max_s",
-                                                        "time_stddev_s",
-                                                        "ceiling_tflops",
-                                                        "pct_of_ceiling",
-                                                        "ceiling_note",
-                                                        "peak_tflops",
-                                                        "pct_of_peak",
-                                                        "saved_activation_bytes",
-                                                        "threads",
-                                                        "noise_note",
-                                                        "remat_mode",
-                                                        "capacity_policy",
-                                                        "shared_expert_dim",
-                                                        "tokens",
-                                                        "hidden",
-                                                        "mlp_dim",
-                                                        "experts",
-                                                        "device",
-                                                        "matmul_precision",
-                                                        "repeats",
-                                                        "run_id"};
+static const std::vector<std::string> kTextExtraKeys = {
+    "dtype",
+    "time_s",
+    "time_median_s",
+    "time_min_s",
+    "time_max_s",
+    "time_stddev_s",
+    "ceiling_tflops",
+    "pct_of_ceiling",
+    "ceiling_note",
+    "peak_tflops",
+    "pct_of_peak",
+    "saved_activation_bytes",
+    "threads",
+    "noise_note",
+    "world_size",
+    "mesh_data",
+    "mesh_expert",
+    "tflops_per_rank",
+    "comm_s",
+    "comm_bytes",
+    "comm_gbps",
+    "modeled_comm_bytes",
+    "remat_mode",
+    "capacity_policy",
+    "shared_expert_dim",
+    "tokens",
+    "hidden",
+    "mlp_dim",
+    "experts",
+    "device",
+    "matmul_precision",
+    "repeats",
+    "run_id",
+};
 
 std::string result_text(const ResultRow& r) {
   std::string line = fmt::format(
@@ -130,6 +140,16 @@ ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const Protocol& p,
   r["load_avg_1m"] = m.noise.load_avg_1m;
   r["involuntary_switches"] = m.noise.involuntary_switches;
   r["steal_pct"] = m.noise.steal_pct;
+  const ParallelMeasure& pm = m.parallel;
+  r["world_size"] = pm.world_size;
+  r["mesh_data"] = pm.mesh_data;
+  r["mesh_expert"] = pm.mesh_expert;
+  r["rank_layout"] = pm.rank_layout;
+  r["tflops_per_rank"] = tflops / double(pm.world_size);
+  r["comm_s"] = pm.comm_s;
+  r["comm_bytes"] = pm.comm_bytes;
+  r["comm_gbps"] = pm.comm_s > 0 ? ResultRow(double(pm.comm_bytes) / pm.comm_s / 1e9) : ResultRow(nullptr);
+  r["modeled_comm_bytes"] = pm.modeled_comm_bytes;
   // Full config, kernel config and environment, without repeating a key already in the row.
   for (const std::string& extra : {c.to_json(), k.to_json(), env.to_json()}) {
     const ResultRow fields = ResultRow::parse(extra);

@@ -86,7 +86,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<SharedExpertOp> make_shared_expert(const OpContext&) override {
     unsupported(OpKind::shared_expert);
   }
-  void loss_backward(Tensor&, Tensor&, const Tensor&) override { unsupported(OpKind::loss); }
+  void loss_backward(Tensor&, Tensor&, const Tensor&, int64_t) override { unsupported(OpKind::loss); }
   void convert(Tensor& dst, const Tensor& src) override { cuda::convert(dst, src); }
   void dense_gemm(Tensor&, const Tensor&, const Tensor&, bool) override { unsupported(OpKind::dense_gemm); }
 

@@ -1,0 +1,34 @@
+// The Exchange of each parallel mode and EP comm path (moe/exchange.h), one file each, and what they
+// share: metering a collective (its time and the bytes this rank sends, nccl-tests' convention).
+#pragma once
+
+#include <chrono>
+#include <memory>
+
+#include "moe/exchange.h"
+
+namespace moe {
+
+// parallel_mode none and dp: the all-to-all EP/DP step on a data=R x expert=1 mesh (exchange_dp.cpp).
+std::unique_ptr<Exchange> make_dp_exchange(const MoeConfig& cfg, Comm& world);
+// ep compact_psum (exchange_compact_psum.cpp) and all_to_all (exchange_all_to_all.cpp).
+std::unique_ptr<Exchange> make_compact_psum_exchange(const MoeConfig& cfg, Comm& world);
+std::unique_ptr<Exchange> make_all_to_all_exchange(const MoeConfig& cfg, Comm& world);
+
+// Bytes a rank sends in a collective over `ranks` ranks of `bytes` (the whole buffer): all-reduce
+// 2 (R-1)/R, all-gather and reduce-scatter (R-1)/R of the gathered or scattered total.
+inline int64_t all_reduce_bytes(int64_t bytes, int ranks) {
+  return 2 * (ranks - 1) * bytes / ranks;
+}
+
+// Runs one collective, adding its wall time and `bytes` sent to the meter.
+template <typename Fn>
+Status metered(CommMeter& meter, int64_t bytes, Fn&& collective) {
+  const auto start = std::chrono::steady_clock::now();
+  Status s = collective();
+  meter.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  meter.bytes += bytes;
+  return s;
+}
+
+}  // namespace moe
