@@ -469,11 +469,13 @@ TEST(BlockExchange, UnbuiltCommPathsAreRefusedBeforeAllocation) {
   std::unique_ptr<Comm> comm = make_local_comm();
   MoeConfig c = small_config(1);
   c.parallel_mode = ParallelMode::ep;
-  c.ep_comm_path = EpCommPath::ring_ag_rs;
+  c.capacity_policy = CapacityPolicy::drop;
+  c.capacity_factor = 1;
   const Status s = exchange_supports(c, *comm);
   EXPECT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("not implemented yet"), std::string::npos) << s.message();
-  for (EpCommPath path : {EpCommPath::compact_psum, EpCommPath::all_to_all}) {
+  c.capacity_policy = CapacityPolicy::none;
+  for (EpCommPath path : {EpCommPath::compact_psum, EpCommPath::all_to_all, EpCommPath::ring_ag_rs}) {
     c.ep_comm_path = path;
     EXPECT_TRUE(exchange_supports(c, *comm).is_ok()) << name(path);
   }

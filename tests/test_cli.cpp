@@ -42,8 +42,8 @@ TEST(Cli, BadInputIsOneLineAndExitTwo) {
       "--experts 0",
       "--no-such-flag",
       "--quant-mode int8",
-      "--parallel-mode ep --ep-comm-path ring_ag_rs",
       "--parallel-mode ep --capacity-policy drop --capacity-factor 1",
+      "--parallel-mode dp --capacity-policy pad --capacity-factor 1",
       "--tokens 100000000 --hidden 100000 --experts 64",
       "--queue-mode sometimes",
       "--iters 0",
@@ -167,8 +167,8 @@ TEST(Cli, UnbuiltModesSayWhoRefusesThem) {
   const std::pair<const char*, const char*> cases[] = {
       {"--quant-mode int8_routed", "--quant-mode int8_routed is not implemented yet on backend cpu"},
       {"--quant-mode int8 --device ref", "--quant-mode int8 is not implemented yet on backend ref"},
-      {"--parallel-mode ep --ep-comm-path ring_ag_rs",
-       "--parallel-mode ep --ep-comm-path ring_ag_rs is not implemented yet"},
+      {"--parallel-mode ep --capacity-policy drop --capacity-factor 1",
+       "--capacity-policy drop is not implemented yet for parallel runs"},
       {"--device nosuch", "expected one of cpu, ref"},
 #ifdef MOE_HAVE_CUDA
       // No GPU here, or (on a GPU machine) the skeleton's missing ops: refused either way, with the reason.

@@ -54,7 +54,10 @@ TEST(MpiCli, EveryPathChecksAgainstTheSingleProcessReference) {
                              "--bench-pass forward_backward --shared-expert-dim 8"},
                         Case{4,
                              "--parallel-mode ep --ep-comm-path all_to_all --dtype bfloat16 "
-                             "--backend ragged_dot"}}) {
+                             "--backend ragged_dot"},
+                        Case{2,
+                             "--parallel-mode ep --ep-comm-path ring_ag_rs --dtype float32 --tokens 36 "
+                             "--bench-pass forward_backward --shared-expert-dim 8"}}) {
     const std::string args = fmt::format("{} {} --seed {}", kShape, k.flags, seed);
     SCOPED_TRACE(args);
     const testing::Ran r = mpirun(k.ranks, args);

@@ -50,7 +50,8 @@ struct Path {
 };
 const Path kPaths[] = {{ParallelMode::dp, EpCommPath::compact_psum},
                        {ParallelMode::ep, EpCommPath::compact_psum},
-                       {ParallelMode::ep, EpCommPath::all_to_all}};
+                       {ParallelMode::ep, EpCommPath::all_to_all},
+                       {ParallelMode::ep, EpCommPath::ring_ag_rs}};
 
 std::string path_name(const Path& p) {
   return p.mode == ParallelMode::dp ? "dp" : std::string("ep_") + name(p.path);
@@ -68,6 +69,7 @@ MoeConfig base_config(uint64_t seed, const Path& p) {
   c.seed = int64_t(seed);
   c.parallel_mode = p.mode;
   c.ep_comm_path = p.path;
+  if (p.path == EpCommPath::ring_ag_rs) c.tokens = 36;  // T % R == 0 for R = 1..4
   return c;
 }
 
@@ -112,7 +114,8 @@ TEST_P(ParallelBlock, EdgeGridMatchesTheSingleProcessRun) {
     for (int ranks : {2, 3, 4})
       for (Dtype dt : {Dtype::f32, Dtype::bf16}) {
         MoeConfig c = base_config(seed, GetParam());
-        c.tokens = ec.tokens;
+        // ring_ag_rs needs T % R == 0: the case's T rounded up to a multiple of 12.
+        c.tokens = GetParam().path == EpCommPath::ring_ag_rs ? (ec.tokens + 11) / 12 * 12 : ec.tokens;
         c.experts = ec.experts;
         c.topk = ec.topk;
         c.dtype = dt;

@@ -88,7 +88,9 @@ class MoeBlock {
   Status traced(const char* stage, Fn&& hook);
 
   MoeConfig cfg_;
-  MoeConfig token_cfg_;   // the rank's tokens and the experts its plan sorts into
+  MoeConfig token_cfg_;   // the tokens and experts the rank's plan covers
+  MoeConfig held_cfg_;    // the tokens (and experts) the rank holds: its shared expert's, its outputs'
+  bool split_ = false;    // it gathers every token but holds a slice (Exchange::gathers_tokens)
   MoeConfig expert_cfg_;  // the experts it holds, sized for every row it can receive
   KernelConfig kcfg_;
   Backend& backend_;
@@ -104,12 +106,17 @@ class MoeBlock {
   Tensor x_rows_;   // x_rows  (max_rows, H) run dtype   dispatched tokens
   Tensor y_rows_;   // y_rows  (max_rows, H) run dtype   expert outputs
   Tensor out_acc_;  // out_acc (T, H) f32                shared expert + combine
-  Tensor dy_;       // dy      (T, H) f32                loss gradient
+  Tensor dy_;       // dy      (T_held, H) f32           loss gradient
   Tensor dy_rows_;  // dy_rows (max_rows, H) run dtype
   Tensor dx_rows_;  // dx_rows (max_rows, H) f32
   Tensor dx_acc_;   // dx_acc  (T, H) f32
   Tensor sum_sq_;   // (1) f64                           sum of y^2 of the last forward_backward
-  ExpertRows ex_;   // the expert FFN's plan and rows: the ones above, or the exchange's received rows
+  // Where the token side is split (T tokens routed, T_held held):
+  Tensor x_all_;     // x_all    (T, H) run dtype     every rank's x
+  Tensor held_acc_;  // held_acc (T_held, H) f32      shared expert + this rank's slice of the sums
+  Tensor dy_all_;    // dy_all   (T, H) f32           every rank's dy
+  Tensor dx_held_;   // dx_held  (T_held, H) f32      shared expert's dx + this rank's slice of the sums
+  ExpertRows ex_;    // the expert FFN's plan and rows: the ones above, or the exchange's received rows
 };
 
 }  // namespace moe

@@ -79,6 +79,16 @@ class Exchange {
   virtual Status reduce_input_grad(Tensor& dx) = 0;
   virtual Status reduce_weight_grads(const std::vector<Tensor*>& grads) = 0;
 
+  // Where a rank's plan covers every token but it holds a slice (ring_ag_rs), the block's token side
+  // is split: pack, dispatch and combine run on every token, the shared expert, the loss and the
+  // outputs on the rank's own. gather_tokens: all (T, H) = the ranks' held (T/R, H) slices in rank
+  // order (x before the dispatch; dy, f32, before the combine's backward). scatter_tokens: held (T/R, H)
+  // f32 = the rank's slice of the sum over ranks of all (T, H) f32 (the combined output; dx), plus
+  // held's own values where held_holds_start (the shared expert's part).
+  virtual bool gathers_tokens() const { return false; }
+  virtual Status gather_tokens(const Tensor& held, Tensor& all);
+  virtual Status scatter_tokens(const Tensor& all, Tensor& held, bool held_holds_start);
+
   // What the hooks moved since reset_meter().
   const CommMeter& meter() const { return meter_; }
   void reset_meter() { meter_ = CommMeter{}; }
@@ -92,7 +102,9 @@ class Exchange {
 // roofline does (spec §5) with routing spread evenly over experts: dp the all-reduce of every weight
 // gradient; compact_psum the all-reduce of the (T, H) f32 output (and of dx); all_to_all the rows of
 // its real_assignments / R assignments whose experts other ranks own ((R-1)/R of them) out and back
-// (x and y; dy and dx in the backward) plus the shared gradients' all-reduce. All-reduces count
+// (x and y; dy and dx in the backward) plus the shared gradients' all-reduce; ring_ag_rs the
+// all-gather of x and reduce-scatter of the f32 output ((R-1)/R of (T, H) each; backward: of dy and
+// dx too) plus the shared gradients' all-reduce. All-reduces count
 // 2 (R-1)/R of the buffer (nccl-tests' bus bytes). 0 on one rank.
 int64_t modeled_comm_bytes(const MoeConfig& cfg, int ranks, int64_t real_assignments);
 

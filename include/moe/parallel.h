@@ -5,6 +5,7 @@
 //   dp                   its slice of T               all E (replicas)   weight gradients (all-reduce)
 //   ep compact_psum      all T (replicated)           its E/R            output and dx (all-reduce)
 //   ep all_to_all        its slice of T               its E/R            rows to expert owners and back
+//   ep ring_ag_rs        its slice of T (T % R == 0)  its E/R            all-gather x, reduce-scatter out
 //
 // Token slices are contiguous and balanced (rank r holds [r*T/R, (r+1)*T/R)), experts likewise (E % R
 // == 0). A rank generates only its own slices of x and of the routed weights (the counter-based
@@ -29,6 +30,7 @@ struct RankLayout {
   int64_t expert_begin = 0, experts = 0;  // routed weights of experts [expert_begin, + experts)
   bool tokens_replicated = false;         // every rank holds every token (compact_psum)
   bool experts_replicated = true;         // every rank holds every expert (none, dp)
+  bool gathers_tokens = false;            // its plan covers every token, gathered (ring_ag_rs)
 };
 
 // Ok, or why cfg's parallel mode cannot run over `ranks` ranks: one line (E % R, T < R, what is not
@@ -41,14 +43,16 @@ std::string describe(const RankLayout& l);
 
 // The shapes a rank's inputs, outputs and gradients have: cfg with tokens and experts of its layout.
 MoeConfig rank_config(const MoeConfig& cfg, const RankLayout& l);
-// The config of a rank's token side (pack, dispatch, combine, shared expert): its tokens, and the
-// experts its plan sorts into: its own where its tokens are every token (compact_psum: the others' are
-// null ids), else all E (all_to_all sends each row to its expert's owner).
+// The config of a rank's token side (pack, dispatch, combine): the tokens its plan covers (its own, or
+// every token where it gathers them: ring_ag_rs), and the experts its plan sorts into: its own where
+// its plan covers every token (compact_psum, ring_ag_rs: the others' are null ids), else all E
+// (all_to_all sends each row to its expert's owner). Its shared expert runs on the tokens it holds.
 MoeConfig token_config(const MoeConfig& cfg, const RankLayout& l);
 // The rank's slices of the global inputs (bitwise the rows of make_inputs(cfg)), in host memory.
 MoeInputs make_rank_inputs(const MoeConfig& cfg, const RankLayout& l);
-// The routing a rank's block packs: its token rows of the global routing; where its experts are a
-// slice while every token is its (compact_psum), expert ids become local (id - expert_begin) and the
+// The routing a rank's block packs: its token rows of the global routing (every row where it gathers
+// the tokens); where its experts are a slice while its plan covers every token (compact_psum,
+// ring_ag_rs), expert ids become local (id - expert_begin) and the
 // other experts' assignments null ids (>= l.experts), which the plan never places.
 Routing rank_routing(const Routing& global, const RankLayout& l);
 

@@ -72,8 +72,8 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok, s
                "repeat_sort backward as an inverse-permutation gather instead of a scatter-add");
   std::string ep_comm_path = "compact_psum";
   app.add_option("--ep-comm-path", ep_comm_path,
-                 "compact_psum|ring_ag_rs|all_to_all (ep: all-reduce of the output, ring (not yet), "
-                 "all-to-all-v of rows)")
+                 "compact_psum|ring_ag_rs|all_to_all (ep: all-reduce of the output; all-gather of x and "
+                 "reduce-scatter of the output; all-to-all-v of rows)")
       ->capture_default_str();
   app.add_option("--trace-dir", opts.trace_dir,
                  "write a Chrome trace (stage spans of one extra call) per run under this directory");

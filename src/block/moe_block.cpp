@@ -15,28 +15,40 @@ MoeBlock::MoeBlock(const MoeConfig& cfg, const KernelConfig& kcfg, Backend& back
     : cfg_(cfg), kcfg_(kcfg), backend_(backend), tracer_(&backend) {
   check_supported(exchange_supports(cfg_, comm));
   exchange_ = make_exchange(cfg_, comm);
-  // The token side (pack, dispatch, combine, shared expert) runs on the tokens and experts of this
-  // rank's plan; the expert FFN on the experts it holds, sized for the rows it can receive.
+  // The token side (pack, dispatch, combine) runs on the tokens and experts of this rank's plan, the
+  // shared expert and the loss on the tokens it holds (fewer where it gathers them: split_); the expert
+  // FFN on the experts it holds, sized for the rows it can receive.
   token_cfg_ = token_config(cfg_, exchange_->layout());
+  held_cfg_ = rank_config(cfg_, exchange_->layout());
   expert_cfg_ = exchange_->expert_config();
+  split_ = exchange_->gathers_tokens();
   check_supported(backend.supports_block(token_cfg_));
   check_supported(backend.supports_block(expert_cfg_));
   const int64_t tile_rows = layout_tile_rows(cfg_.gemm_backend, kcfg_.gmm_tile_rows);
   const OpContext ctx{token_cfg_, kcfg_, backend_, tracer_, tile_rows};
+  const OpContext held_ctx{held_cfg_, kcfg_, backend_, tracer_, tile_rows};
   const OpContext expert_ctx{expert_cfg_, kcfg_, backend_, tracer_, tile_rows};
   pack_ = backend.make_pack(ctx);
   dispatch_ = backend.make_dispatch(ctx);
   expert_ffn_ = backend.make_expert_ffn(expert_ctx);
   combine_ = backend.make_combine(ctx);
-  if (cfg_.has_shared()) shared_ = backend.make_shared_expert(ctx);
+  if (cfg_.has_shared()) shared_ = backend.make_shared_expert(held_ctx);
 
-  const int64_t T = token_cfg_.tokens, H = cfg_.hidden;
+  const int64_t T = token_cfg_.tokens, T_held = held_cfg_.tokens, H = cfg_.hidden;
   plan_ = allocate_plan(token_cfg_, tile_rows, backend.memory());
   x_rows_ = backend.empty(cfg_.dtype, {plan_.max_rows, H});
   y_rows_ = backend.empty(cfg_.dtype, {plan_.max_rows, H});
   out_acc_ = backend.empty(Dtype::f32, {T, H});
+  if (split_) {
+    x_all_ = backend.empty(cfg_.dtype, {T, H});
+    held_acc_ = backend.empty(Dtype::f32, {T_held, H});
+  }
   if (cfg_.bench_pass == BenchPass::forward_backward) {
-    dy_ = backend.empty(Dtype::f32, {T, H});
+    dy_ = backend.empty(Dtype::f32, {T_held, H});
+    if (split_) {
+      dy_all_ = backend.empty(Dtype::f32, {T, H});
+      dx_held_ = backend.empty(Dtype::f32, {T_held, H});
+    }
     dy_rows_ = backend.empty(cfg_.dtype, {plan_.max_rows, H});
     dx_rows_ = backend.empty(Dtype::f32, {plan_.max_rows, H});
     dx_acc_ = backend.empty(Dtype::f32, {T, H});
@@ -56,7 +68,9 @@ FfnWeights MoeBlock::shared_weights(const MoeInputs& in, bool prebuilt_w13) cons
 Status MoeBlock::pack_and_dispatch(const MoeInputs& in, const RoutingTensors& routing) {
   tracer_("pack", [&] { pack_->forward(plan_, routing); });
   MOE_RETURN_IF_ERROR(traced("exchange_plan", [&] { return exchange_->after_plan(plan_); }));
-  tracer_("dispatch", [&] { dispatch_->forward(x_rows_, in.x, plan_); });
+  if (split_)
+    MOE_RETURN_IF_ERROR(traced("exchange_gather_x", [&] { return exchange_->gather_tokens(in.x, x_all_); }));
+  tracer_("dispatch", [&] { dispatch_->forward(x_rows_, split_ ? x_all_ : in.x, plan_); });
   return Status::ok();
 }
 
@@ -72,6 +86,17 @@ Status MoeBlock::experts_and_combine(Tensor& out, const MoeInputs& in, const Rou
   tracer_("down", [&] { expert_ffn_->down(ex_.y_rows, w, ex_.plan); });
   MOE_RETURN_IF_ERROR(
       traced("exchange_combine", [&] { return exchange_->after_expert_ffn(y_rows_, plan_); }));
+  if (split_) {
+    // Every token's routed sums here, this rank's slice of their sum over ranks plus its shared part there.
+    if (shared_)
+      tracer_("shared", [&] { shared_->forward(held_acc_, in.x, shared_weights(in, prebuilt_w13)); });
+    tracer_("combine", [&] { combine_->forward({out_acc_, out_acc_, false}, y_rows_, plan_, routing); });
+    MOE_RETURN_IF_ERROR(traced("exchange_output", [&] {
+      return exchange_->scatter_tokens(out_acc_, held_acc_, shared_ != nullptr);
+    }));
+    tracer_("output", [&] { backend_.convert(out, held_acc_); });
+    return Status::ok();
+  }
   if (shared_) tracer_("shared", [&] { shared_->forward(out_acc_, in.x, shared_weights(in, prebuilt_w13)); });
   const bool summed_across_ranks = exchange_->sums_combined_output();
   Tensor& combined = summed_across_ranks ? out_acc_ : out;
@@ -105,10 +130,13 @@ Status MoeBlock::forward_backward(Tensor& out, MoeGrads& grads, const MoeInputs&
   tracer_("loss", [&] { backend_.loss_backward(dy_, sum_sq_, out, cfg_.tokens * cfg_.hidden); });
 
   FfnWeightGrads shared_grads{grads.dsw1, grads.dsw3, grads.dsw2};
+  Tensor& shared_dx = split_ ? dx_held_ : dx_acc_;
   if (shared_)
     tracer_("shared_backward",
-            [&] { shared_->backward(dx_acc_, shared_grads, dy_, in.x, shared_weights(in, false)); });
-  tracer_("combine_backward", [&] { combine_->backward(dy_rows_, dy_, plan_, routing); });
+            [&] { shared_->backward(shared_dx, shared_grads, dy_, in.x, shared_weights(in, false)); });
+  if (split_)
+    MOE_RETURN_IF_ERROR(traced("exchange_gather_dy", [&] { return exchange_->gather_tokens(dy_, dy_all_); }));
+  tracer_("combine_backward", [&] { combine_->backward(dy_rows_, split_ ? dy_all_ : dy_, plan_, routing); });
   MOE_RETURN_IF_ERROR(
       traced("exchange_dy_rows", [&] { return exchange_->before_expert_ffn_backward(dy_rows_, plan_); }));
   FfnWeightGrads routed_grads{grads.dw1, grads.dw3, grads.dw2};
@@ -119,10 +147,14 @@ Status MoeBlock::forward_backward(Tensor& out, MoeGrads& grads, const MoeInputs&
   MOE_RETURN_IF_ERROR(
       traced("exchange_dx_rows", [&] { return exchange_->after_expert_ffn_backward(dx_rows_, plan_); }));
   const bool dx_summed_across_ranks = exchange_->sums_input_grad();
-  Tensor& dx = dx_summed_across_ranks ? dx_acc_ : grads.dx;
-  const bool with_shared = shared_ != nullptr && exchange_->adds_shared();
+  Tensor& dx = dx_summed_across_ranks || split_ ? dx_acc_ : grads.dx;
+  const bool with_shared = shared_ != nullptr && exchange_->adds_shared() && !split_;
   tracer_("dispatch_backward", [&] { dispatch_->backward({dx, dx_acc_, with_shared}, dx_rows_, plan_); });
-  if (dx_summed_across_ranks) {
+  if (split_) {
+    MOE_RETURN_IF_ERROR(traced(
+        "exchange_dx", [&] { return exchange_->scatter_tokens(dx_acc_, dx_held_, shared_ != nullptr); }));
+    tracer_("dx", [&] { backend_.convert(grads.dx, dx_held_); });
+  } else if (dx_summed_across_ranks) {
     MOE_RETURN_IF_ERROR(traced("exchange_dx", [&] { return exchange_->reduce_input_grad(dx_acc_); }));
     tracer_("dx", [&] { backend_.convert(grads.dx, dx_acc_); });
   }
@@ -133,7 +165,7 @@ Status MoeBlock::forward_backward(Tensor& out, MoeGrads& grads, const MoeInputs&
 
 double MoeBlock::loss() const {
   MOE_CHECK(!sum_sq_.empty(), "loss() of a block made for forward");
-  return sum_sq_.to_host().get(0) / double(token_cfg_.tokens * cfg_.hidden);
+  return sum_sq_.to_host().get(0) / double(held_cfg_.tokens * cfg_.hidden);
 }
 
 template <typename Fn>

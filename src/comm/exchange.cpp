@@ -6,6 +6,14 @@
 
 namespace moe {
 
+Status Exchange::gather_tokens(const Tensor&, Tensor&) {
+  MOE_CHECK(false, "gather_tokens on an exchange whose ranks hold every token they route");
+}
+
+Status Exchange::scatter_tokens(const Tensor&, Tensor&, bool) {
+  MOE_CHECK(false, "scatter_tokens on an exchange whose ranks hold every token they route");
+}
+
 Status exchange_supports(const MoeConfig& cfg, const Comm& world) {
   return parallel_supports(cfg, world.size());
 }
@@ -23,7 +31,7 @@ std::unique_ptr<Exchange> make_exchange(const MoeConfig& cfg, Comm& world) {
         case EpCommPath::all_to_all:
           return make_all_to_all_exchange(cfg, world);
         case EpCommPath::ring_ag_rs:
-          break;
+          return make_ring_ag_rs_exchange(cfg, world);
       }
       break;
   }

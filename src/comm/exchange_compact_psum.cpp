@@ -10,26 +10,13 @@
 namespace moe {
 namespace {
 
-class CompactPsumExchange final : public Exchange {
+class CompactPsumExchange final : public EveryTokenExchange {
  public:
-  CompactPsumExchange(const MoeConfig& cfg, Comm& world)
-      : layout_(rank_layout(cfg, world.rank(), world.size())),
-        expert_cfg_(rank_config(cfg, layout_)),
-        world_(world) {}
+  using EveryTokenExchange::EveryTokenExchange;
 
-  const RankLayout& layout() const override { return layout_; }
-  MoeConfig expert_config() const override { return expert_cfg_; }
-  ExpertRows expert_rows(const ExpertRows& local, Backend&, int64_t) override { return local; }
-
-  // Every rank packs every token for its own experts: no row moves.
-  Status after_plan(const DispatchPlan&) override { return Status::ok(); }
-  Status before_expert_ffn(Tensor&, const DispatchPlan&) override { return Status::ok(); }
-  Status after_expert_ffn(Tensor&, const DispatchPlan&) override { return Status::ok(); }
   bool sums_combined_output() const override { return true; }
   Status after_combine(Tensor& out) override { return all_reduce(out); }
   bool adds_shared() const override { return world_.rank() == 0; }
-  Status before_expert_ffn_backward(Tensor&, const DispatchPlan&) override { return Status::ok(); }
-  Status after_expert_ffn_backward(Tensor&, const DispatchPlan&) override { return Status::ok(); }
   bool sums_input_grad() const override { return true; }
   Status reduce_input_grad(Tensor& dx) override { return all_reduce(dx); }
   // Routed gradients are of the rank's own experts; the shared expert's are the same on every rank
@@ -41,10 +28,6 @@ class CompactPsumExchange final : public Exchange {
     return metered(meter_, all_reduce_bytes(int64_t(t.bytes()), world_.size()),
                    [&] { return world_.all_reduce_sum(t); });
   }
-
-  RankLayout layout_;
-  MoeConfig expert_cfg_;
-  Comm& world_;
 };
 
 }  // namespace

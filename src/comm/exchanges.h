@@ -11,9 +11,36 @@ namespace moe {
 
 // parallel_mode none and dp: the all-to-all EP/DP step on a data=R x expert=1 mesh (exchange_dp.cpp).
 std::unique_ptr<Exchange> make_dp_exchange(const MoeConfig& cfg, Comm& world);
-// ep compact_psum (exchange_compact_psum.cpp) and all_to_all (exchange_all_to_all.cpp).
+// ep compact_psum (exchange_compact_psum.cpp), all_to_all (exchange_all_to_all.cpp).
 std::unique_ptr<Exchange> make_compact_psum_exchange(const MoeConfig& cfg, Comm& world);
 std::unique_ptr<Exchange> make_all_to_all_exchange(const MoeConfig& cfg, Comm& world);
+// ep ring_ag_rs (exchange_ring_ag_rs.cpp).
+std::unique_ptr<Exchange> make_ring_ag_rs_exchange(const MoeConfig& cfg, Comm& world);
+
+// The base of the EP paths whose ranks pack every token for their own experts (compact_psum,
+// ring_ag_rs): no row moves, so the expert FFN runs on the block's own rows, and the row hooks do
+// nothing; the paths sum the token side's partial outputs instead.
+class EveryTokenExchange : public Exchange {
+ public:
+  EveryTokenExchange(const MoeConfig& cfg, Comm& world)
+      : world_(world),
+        layout_(rank_layout(cfg, world.rank(), world.size())),
+        expert_cfg_(token_config(cfg, layout_)) {}
+
+  const RankLayout& layout() const override { return layout_; }
+  MoeConfig expert_config() const override { return expert_cfg_; }
+  ExpertRows expert_rows(const ExpertRows& local, Backend&, int64_t) override { return local; }
+  Status after_plan(const DispatchPlan&) override { return Status::ok(); }
+  Status before_expert_ffn(Tensor&, const DispatchPlan&) override { return Status::ok(); }
+  Status after_expert_ffn(Tensor&, const DispatchPlan&) override { return Status::ok(); }
+  Status before_expert_ffn_backward(Tensor&, const DispatchPlan&) override { return Status::ok(); }
+  Status after_expert_ffn_backward(Tensor&, const DispatchPlan&) override { return Status::ok(); }
+
+ protected:
+  Comm& world_;
+  RankLayout layout_;
+  MoeConfig expert_cfg_;  // the token side's: its own experts, every token's rows
+};
 
 // Bytes a rank sends in a collective over `ranks` ranks of `bytes` (the whole buffer): all-reduce
 // 2 (R-1)/R, all-gather and reduce-scatter (R-1)/R of the gathered or scattered total.

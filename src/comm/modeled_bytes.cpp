@@ -23,8 +23,12 @@ int64_t modeled_comm_bytes(const MoeConfig& cfg, int ranks, int64_t real_assignm
           const int64_t forward = 2 * remote_rows * H * es;
           return backward ? forward + remote_rows * H * (es + 4) + shared_grads : forward;
         }
-        case EpCommPath::ring_ag_rs:
-          return 0;
+        case EpCommPath::ring_ag_rs: {
+          // All-gather of x and reduce-scatter of the f32 output; backward the same of dy and dx (f32).
+          const int64_t slice = (R - 1) * T / R * H;
+          const int64_t forward = slice * (es + 4);
+          return backward ? forward + slice * 8 + shared_grads : forward;
+        }
       }
   }
   return 0;

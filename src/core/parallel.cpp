@@ -46,7 +46,10 @@ Status parallel_supports(const MoeConfig& cfg, int ranks) {
         case EpCommPath::all_to_all:
           break;
         case EpCommPath::ring_ag_rs:
-          return Status::error(fmt::format("{} is not implemented yet (compact_psum, all_to_all are)", mode));
+          if (cfg.tokens % ranks != 0)
+            return Status::error(
+                fmt::format("{}: --tokens={} must be divisible by the {} ranks", mode, cfg.tokens, ranks));
+          break;
       }
       break;
   }
@@ -75,6 +78,7 @@ RankLayout rank_layout(const MoeConfig& cfg, int rank, int ranks) {
   l.experts_replicated = cfg.parallel_mode != ParallelMode::ep;
   l.experts = l.experts_replicated ? cfg.experts : cfg.experts / ranks;
   l.expert_begin = l.experts_replicated ? 0 : l.experts * rank;
+  l.gathers_tokens = cfg.parallel_mode == ParallelMode::ep && cfg.ep_comm_path == EpCommPath::ring_ag_rs;
   return l;
 }
 
@@ -92,7 +96,10 @@ MoeConfig rank_config(const MoeConfig& cfg, const RankLayout& l) {
 
 MoeConfig token_config(const MoeConfig& cfg, const RankLayout& l) {
   MoeConfig c = rank_config(cfg, l);
-  if (!l.tokens_replicated) c.experts = cfg.experts;
+  if (l.gathers_tokens)
+    c.tokens = cfg.tokens;
+  else if (!l.tokens_replicated)
+    c.experts = cfg.experts;
   return c;
 }
 
@@ -102,14 +109,15 @@ MoeInputs make_rank_inputs(const MoeConfig& cfg, const RankLayout& l) {
 
 Routing rank_routing(const Routing& global, const RankLayout& l) {
   const int64_t K = global.topk;
+  const int64_t begin = l.gathers_tokens ? 0 : l.token_begin,
+                tokens = l.gathers_tokens ? global.tokens : l.tokens;
   Routing r;
-  r.tokens = l.tokens;
+  r.tokens = tokens;
   r.topk = K;
   r.experts = global.experts;
-  r.ids.assign(global.ids.begin() + l.token_begin * K, global.ids.begin() + (l.token_begin + l.tokens) * K);
-  r.weights.assign(global.weights.begin() + l.token_begin * K,
-                   global.weights.begin() + (l.token_begin + l.tokens) * K);
-  if (l.tokens_replicated && !l.experts_replicated) {
+  r.ids.assign(global.ids.begin() + begin * K, global.ids.begin() + (begin + tokens) * K);
+  r.weights.assign(global.weights.begin() + begin * K, global.weights.begin() + (begin + tokens) * K);
+  if ((l.tokens_replicated || l.gathers_tokens) && !l.experts_replicated) {
     // Local expert ids; every other assignment (and every null one) becomes the null id l.experts,
     // one value, so pack's ordering of null ids has nothing to sort.
     r.experts = l.experts;

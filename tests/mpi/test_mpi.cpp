@@ -61,11 +61,11 @@ TEST(MpiBlock, EveryCommPathMatchesTheSingleProcessRun) {
   const uint64_t seed = shared_seed();
   int i = 0;
   for (ParallelMode mode : {ParallelMode::dp, ParallelMode::ep})
-    for (EpCommPath path : {EpCommPath::compact_psum, EpCommPath::all_to_all})
+    for (EpCommPath path : {EpCommPath::compact_psum, EpCommPath::all_to_all, EpCommPath::ring_ag_rs})
       for (BenchPass pass : {BenchPass::forward, BenchPass::forward_backward}) {
         if (mode == ParallelMode::dp && path != EpCommPath::compact_psum) continue;
         MoeConfig c;
-        c.tokens = 41;
+        c.tokens = path == EpCommPath::ring_ag_rs ? 44 : 41;  // ring: T % R == 0 (R = 2, 4)
         c.hidden = 24;
         c.mlp_dim = 20;
         c.experts = 12;
