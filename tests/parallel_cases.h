@@ -66,16 +66,18 @@ inline double rel_err(const Tensor& got, const Tensor& want) {
 
 inline std::string describe(const MoeConfig& c, int ranks) {
   std::string path = c.parallel_mode == ParallelMode::ep ? std::string(" ") + name(c.ep_comm_path) : "";
-  return fmt::format("R={} {}{} impl={} backend={} dtype={} pass={} T={} E={} K={} S={} null={} seed={}",
-                     ranks, name(c.parallel_mode), path, name(c.impl), name(c.gemm_backend),
-                     dtype_name(c.dtype), name(c.bench_pass), c.tokens, c.experts, c.topk,
-                     c.shared_expert_dim, c.null_routing.frac, c.seed);
+  return fmt::format(
+      "R={} mesh={}x{} {}{} impl={} backend={} dtype={} pass={} T={} E={} K={} S={} null={} seed={}", ranks,
+      c.mesh_data, c.mesh_expert, name(c.parallel_mode), path, name(c.impl), name(c.gemm_backend),
+      dtype_name(c.dtype), name(c.bench_pass), c.tokens, c.experts, c.topk, c.shared_expert_dim,
+      c.null_routing.frac, c.seed);
 }
 
 // cfg on one rank, as the reference of a parallel run.
 inline MoeConfig single_process(MoeConfig c) {
   c.parallel_mode = ParallelMode::none;
   c.ep_comm_path = EpCommPath::compact_psum;
+  c.mesh_data = c.mesh_expert = 0;
   return c;
 }
 

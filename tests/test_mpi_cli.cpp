@@ -55,6 +55,9 @@ TEST(MpiCli, EveryPathChecksAgainstTheSingleProcessReference) {
                         Case{4,
                              "--parallel-mode ep --ep-comm-path all_to_all --dtype bfloat16 "
                              "--backend ragged_dot"},
+                        Case{4,
+                             "--parallel-mode ep --ep-comm-path all_to_all --mesh data=2,expert=2 "
+                             "--dtype float32 --bench-pass forward_backward --shared-expert-dim 8"},
                         Case{2,
                              "--parallel-mode ep --ep-comm-path ring_ag_rs --dtype float32 --tokens 36 "
                              "--bench-pass forward_backward --shared-expert-dim 8"}}) {

@@ -138,6 +138,29 @@ TEST_P(ParallelBlock, NullRoutingMatchesTheSingleProcessRun) {
   for (int ranks : {2, 4}) expect_matches_single_process(c, make_routing(c), ranks);
 }
 
+// Data x expert meshes: every path over 4 ranks as 2 replicas of 2 expert shards, and as 4 x 1 and
+// 1 x 4; dp as data=4,expert=1.
+TEST_P(ParallelBlock, MeshesMatchTheSingleProcessRun) {
+  const uint64_t seed = testing::test_seed();
+  const bool dp = GetParam().mode == ParallelMode::dp;
+  int i = 0;
+  for (auto [D, X] : {std::pair{2, 2}, {4, 1}, {1, 4}}) {
+    if (dp && X != 1) continue;
+    for (BenchPass pass : {BenchPass::forward, BenchPass::forward_backward}) {
+      MoeConfig c = base_config(seed, GetParam());
+      c.mesh_data = D;
+      c.mesh_expert = X;
+      c.tokens = 40;  // T % 4 == 0 (ring)
+      c.bench_pass = pass;
+      c.dtype = i % 2 ? Dtype::bf16 : Dtype::f32;
+      c.shared_expert_dim = 8;
+      c.impl = kAllImpls[size_t(i) % kAllImpls.size()];
+      ++i;
+      expect_matches_single_process(c, make_routing(c), 4);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Paths, ParallelBlock, ::testing::ValuesIn(kPaths),
                          [](const auto& info) { return path_name(info.param); });
 
@@ -169,7 +192,7 @@ TEST(ParallelLayout, BadMeshesAreOneClearLine) {
   c.experts = 10;
   Status s = parallel_supports(c, 4);
   EXPECT_FALSE(s.is_ok());
-  EXPECT_NE(s.message().find("--experts=10 must be divisible by the 4 ranks"), std::string::npos)
+  EXPECT_NE(s.message().find("--experts=10 must be divisible by the 4 expert ranks"), std::string::npos)
       << s.message();
   c.experts = 12;
   c.tokens = 3;
@@ -178,6 +201,17 @@ TEST(ParallelLayout, BadMeshesAreOneClearLine) {
   c.parallel_mode = ParallelMode::none;
   s = parallel_supports(c, 2);
   EXPECT_NE(s.message().find("--parallel-mode none runs on one rank"), std::string::npos) << s.message();
+  c.tokens = 40;
+  c.parallel_mode = ParallelMode::ep;
+  c.mesh_data = 3;
+  c.mesh_expert = 2;
+  s = parallel_supports(c, 4);
+  EXPECT_NE(s.message().find("--mesh data=3,expert=2 is 6 ranks, but 4 were started"), std::string::npos)
+      << s.message();
+  c.parallel_mode = ParallelMode::dp;
+  c.mesh_data = 2;
+  s = parallel_supports(c, 4);
+  EXPECT_NE(s.message().find("a mesh with expert=2 is --parallel-mode ep"), std::string::npos) << s.message();
 }
 
 // A rank's slices are the global tensors' rows, bit for bit.

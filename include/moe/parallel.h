@@ -7,14 +7,18 @@
 //   ep all_to_all        its slice of T               its E/R            rows to expert owners and back
 //   ep ring_ag_rs        its slice of T (T % R == 0)  its E/R            all-gather x, reduce-scatter out
 //
-// Token slices are contiguous and balanced (rank r holds [r*T/R, (r+1)*T/R)), experts likewise (E % R
-// == 0). A rank generates only its own slices of x and of the routed weights (the counter-based
-// generator, moe/rng.h, makes element i the same whichever rank draws it), and routes its tokens with
-// the global routing's rows (made on every rank outside timing: the `runs` distribution is sequential).
+// A mesh (--mesh data=D,expert=X; dp is D = R, ep X = R by default) makes the ranks D data replicas,
+// each of X consecutive ranks: replica d holds tokens [d T/D, (d+1) T/D), which its X ranks divide as
+// the path does; expert rank x holds experts [x E/X, (x+1) E/X) (E % X == 0), replicated over replicas.
+// Token slices are contiguous and balanced. A rank generates only its own slices of x and of the routed
+// weights (the counter-based generator, moe/rng.h, makes element i the same whichever rank draws it), and
+// routes its tokens with the global routing's rows (made on every rank outside timing: the `runs`
+// distribution is sequential).
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "moe/config.h"
@@ -26,16 +30,21 @@ namespace moe {
 
 struct RankLayout {
   int rank = 0, ranks = 1;
+  int mesh_data = 1, mesh_expert = 1;               // the ranks as D data replicas x X expert shards
+  int data_rank = 0, expert_rank = 0;               // rank = data_rank * X + expert_rank
+  int64_t group_token_begin = 0, group_tokens = 0;  // the tokens of its data replica
   int64_t token_begin = 0, tokens = 0;    // x rows [token_begin, token_begin + tokens) of the global T
   int64_t expert_begin = 0, experts = 0;  // routed weights of experts [expert_begin, + experts)
-  bool tokens_replicated = false;         // every rank holds every token (compact_psum)
-  bool experts_replicated = true;         // every rank holds every expert (none, dp)
-  bool gathers_tokens = false;            // its plan covers every token, gathered (ring_ag_rs)
+  bool tokens_replicated = false;         // it holds every token of its replica (none, dp, compact_psum)
+  bool experts_replicated = true;         // it holds every expert (none, dp)
+  bool gathers_tokens = false;            // its plan covers its replica's tokens, gathered (ring_ag_rs)
 };
 
 // Ok, or why cfg's parallel mode cannot run over `ranks` ranks: one line (E % R, T < R, what is not
 // built, ...). Asked on every rank before anything is allocated, so every rank refuses alike.
 Status parallel_supports(const MoeConfig& cfg, int ranks);
+// (D, X): the mesh of cfg over `ranks` ranks (cfg.mesh_data x cfg.mesh_expert, or the mode's own).
+std::pair<int, int> mesh_of(const MoeConfig& cfg, int ranks);
 // REQUIRES: parallel_supports(cfg, ranks) is ok.
 RankLayout rank_layout(const MoeConfig& cfg, int rank, int ranks);
 // "tokens=[0,37) experts=[0,5)": a rank's share, for rows and errors.

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <optional>
+#include <tuple>
 
 #include "bench/finite.h"
 #include "bench/noise.h"
@@ -71,9 +72,7 @@ ParallelMeasure measure_parallel(Comm& comm, const MoeConfig& c, const MoeBlock&
                                  Status& status) {
   ParallelMeasure pm;
   pm.world_size = comm.size();
-  const bool ep = c.parallel_mode == ParallelMode::ep;
-  pm.mesh_data = ep ? 1 : comm.size();
-  pm.mesh_expert = ep ? comm.size() : 1;
+  std::tie(pm.mesh_data, pm.mesh_expert) = mesh_of(c, comm.size());
   for (int r = 0; r < comm.size(); ++r)
     pm.rank_layout += fmt::format("{}r{}:{}", r ? ";" : "", r, describe(rank_layout(c, r, comm.size())));
   pm.modeled_comm_bytes = modeled_comm_bytes(c, comm.size(), real);

@@ -9,9 +9,10 @@
 //                 expert side's groups (padding rows zeroed, as the grouped GEMMs require);
 //   combine:      the expert outputs gathered in arrival order -> all-to-all-v back -> scattered into
 //                 the token side's rows; the combine then sums each token's rows on its own rank.
-// Backward: dy rows travel like x rows, dx rows like y rows (f32). Only the shared expert's gradients
-// are all-reduced (its weights are replicated, its tokens sharded). Each rank moves about T*K*H/R
-// elements each way per exchange (the rows whose expert another rank owns), not T*H.
+// Backward: dy rows travel like x rows, dx rows like y rows (f32). The shared expert's gradients are
+// all-reduced (its weights are replicated, its tokens sharded). On a data x expert mesh all of this
+// happens among the X ranks of a data replica, and the routed gradients are summed over the replicas. Each
+// rank moves about T*K*H/R elements each way per exchange (the rows whose expert another rank owns), not T*H.
 // Host memory only (the plan is rebuilt on the host each step).
 #include <fmt/format.h>
 
@@ -52,8 +53,14 @@ void zero_padding_rows(Tensor& rows, const HostPlan& p) {
 class AllToAllExchange final : public Exchange {
  public:
   AllToAllExchange(const MoeConfig& cfg, Comm& world)
-      : layout_(rank_layout(cfg, world.rank(), world.size())), world_(world), R_(world.size()) {
-    expert_cfg_ = cfg;  // rows of every token may arrive: the expert side is sized for all T*K
+      : layout_(rank_layout(cfg, world.rank(), world.size())),
+        world_(world),
+        expert_(world.split(layout_.data_rank, layout_.expert_rank)),
+        data_(world.split(layout_.expert_rank, layout_.data_rank)),
+        R_(layout_.mesh_expert) {
+    // Rows of every token of its replica may arrive: the expert side is sized for all their T*K.
+    expert_cfg_ = cfg;
+    expert_cfg_.tokens = layout_.group_tokens;
     expert_cfg_.experts = layout_.experts;
     H_ = cfg.hidden;
     forward_backward_ = cfg.bench_pass == BenchPass::forward_backward;
@@ -135,12 +142,11 @@ class AllToAllExchange final : public Exchange {
   }
   bool sums_input_grad() const override { return false; }
   Status reduce_input_grad(Tensor&) override { return Status::ok(); }
-  // grads = {dw1, dw3, dw2[, dsw1, dsw3, dsw2]}: the routed ones are of the rank's own experts.
+  // grads = {dw1, dw3, dw2[, dsw1, dsw3, dsw2]}: the routed ones are of the rank's own experts, summed
+  // over the replicas that hold them too; the shared expert's (its tokens differ on every rank) over all.
   Status reduce_weight_grads(const std::vector<Tensor*>& grads) override {
-    for (size_t i = 3; i < grads.size(); ++i)
-      MOE_RETURN_IF_ERROR(metered(meter_, all_reduce_bytes(int64_t(grads[i]->bytes()), R_),
-                                  [&] { return world_.all_reduce_sum(*grads[i]); }));
-    return Status::ok();
+    MOE_RETURN_IF_ERROR(all_reduce_each(meter_, *data_, {grads.begin(), grads.begin() + 3}));
+    return all_reduce_each(meter_, world_, {grads.begin() + 3, grads.end()});
   }
 
  private:
@@ -153,10 +159,10 @@ class AllToAllExchange final : public Exchange {
     for (int p = 0; p < R_; ++p) {
       sc[size_t(p)] = send_rows[size_t(p)] * width;
       rc[size_t(p)] = recv_rows[size_t(p)] * width;
-      if (p != world_.rank()) remote += sc[size_t(p)];
+      if (p != expert_->rank()) remote += sc[size_t(p)];
     }
     return metered(meter_, remote * int64_t(dtype_size(send.dtype())),
-                   [&] { return world_.all_to_all_v(recv, rc, send, sc); });
+                   [&] { return expert_->all_to_all_v(recv, rc, send, sc); });
   }
 
   // The expert side's plan from the received counts (src-major (R, El)): groups of rows from rank 0,
@@ -222,7 +228,9 @@ class AllToAllExchange final : public Exchange {
   RankLayout layout_;
   MoeConfig expert_cfg_;
   Comm& world_;
-  const int R_;
+  std::unique_ptr<Comm> expert_;  // the X ranks of its data replica: rows travel among them
+  std::unique_ptr<Comm> data_;    // the D ranks holding its experts, one per replica
+  const int R_;                   // X
   int64_t H_ = 0, tile_rows_ = 1;
   bool forward_backward_ = false;
   ExpertRows ex_;

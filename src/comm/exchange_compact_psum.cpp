@@ -16,17 +16,19 @@ class CompactPsumExchange final : public EveryTokenExchange {
 
   bool sums_combined_output() const override { return true; }
   Status after_combine(Tensor& out) override { return all_reduce(out); }
-  bool adds_shared() const override { return world_.rank() == 0; }
+  bool adds_shared() const override { return layout_.expert_rank == 0; }
   bool sums_input_grad() const override { return true; }
   Status reduce_input_grad(Tensor& dx) override { return all_reduce(dx); }
-  // Routed gradients are of the rank's own experts; the shared expert's are the same on every rank
-  // (the same tokens, the same replicated dy).
-  Status reduce_weight_grads(const std::vector<Tensor*>&) override { return Status::ok(); }
+  // Routed gradients are of the rank's own experts, the shared expert's the same on every rank of its
+  // replica (the same tokens, the same replicated dy): both are summed over the replicas.
+  Status reduce_weight_grads(const std::vector<Tensor*>& grads) override {
+    return all_reduce_each(meter_, *data_, grads);
+  }
 
  private:
   Status all_reduce(Tensor& t) {
-    return metered(meter_, all_reduce_bytes(int64_t(t.bytes()), world_.size()),
-                   [&] { return world_.all_reduce_sum(t); });
+    return metered(meter_, all_reduce_bytes(int64_t(t.bytes()), expert_->size()),
+                   [&] { return expert_->all_reduce_sum(t); });
   }
 };
 

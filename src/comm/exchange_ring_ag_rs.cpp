@@ -20,23 +20,24 @@ class RingExchange final : public EveryTokenExchange {
   bool adds_shared() const override { return true; }
   bool sums_input_grad() const override { return false; }
   Status reduce_input_grad(Tensor&) override { return Status::ok(); }
+  // Routed gradients over the replicas holding the same experts; the shared expert's (its tokens
+  // differ on every rank) over every rank.
   Status reduce_weight_grads(const std::vector<Tensor*>& grads) override {
-    for (size_t i = 3; i < grads.size(); ++i)
-      MOE_RETURN_IF_ERROR(metered(meter_, all_reduce_bytes(int64_t(grads[i]->bytes()), world_.size()),
-                                  [&] { return world_.all_reduce_sum(*grads[i]); }));
-    return Status::ok();
+    MOE_RETURN_IF_ERROR(all_reduce_each(meter_, *data_, {grads.begin(), grads.begin() + 3}));
+    return all_reduce_each(meter_, world_, {grads.begin() + 3, grads.end()});
   }
 
   bool gathers_tokens() const override { return true; }
   Status gather_tokens(const Tensor& held, Tensor& all) override {
-    return metered(meter_, int64_t(all.bytes() - held.bytes()), [&] { return world_.all_gather(all, held); });
+    return metered(meter_, int64_t(all.bytes() - held.bytes()),
+                   [&] { return expert_->all_gather(all, held); });
   }
   Status scatter_tokens(const Tensor& all, Tensor& held, bool held_holds_start) override {
-    const int64_t bytes = int64_t(all.bytes()) * (world_.size() - 1) / world_.size();
+    const int64_t bytes = int64_t(all.bytes()) * (expert_->size() - 1) / expert_->size();
     if (!held_holds_start)
-      return metered(meter_, bytes, [&] { return world_.reduce_scatter_sum(held, all); });
+      return metered(meter_, bytes, [&] { return expert_->reduce_scatter_sum(held, all); });
     if (slice_.shape() != held.shape()) slice_ = Tensor(Dtype::f32, held.shape(), held.memory());
-    MOE_RETURN_IF_ERROR(metered(meter_, bytes, [&] { return world_.reduce_scatter_sum(slice_, all); }));
+    MOE_RETURN_IF_ERROR(metered(meter_, bytes, [&] { return expert_->reduce_scatter_sum(slice_, all); }));
     float* h = held.data<float>();          // (T/R, H) f32
     const float* s = slice_.data<float>();  // (T/R, H) f32
     const int64_t n = held.numel();

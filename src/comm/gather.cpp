@@ -1,6 +1,6 @@
 // gather_results (moe/parallel.h): each sliced tensor goes to rank 0 as one all-to-all-v in which
-// every rank sends its whole slice to rank 0 and rank 0 receives the slices in rank order (dim 0 is
-// the sliced one, so rank order is the global order).
+// every rank that owns a slice (the first rank holding it) sends it whole to rank 0, which receives the
+// slices in rank order: dim 0 is the sliced one, and the mesh orders ranks as their slices are ordered.
 #include <fmt/format.h>
 
 #include "moe/comm.h"
@@ -9,17 +9,21 @@
 namespace moe {
 namespace {
 
-// global = the ranks' `local` slices of dim 0, of rows[r] rows each (rank 0); empty elsewhere.
-Status gather_rows(Comm& world, const Tensor& local, const std::vector<int64_t>& rows, Tensor& global) {
+// global = the slices of dim 0 that the `owner` ranks hold, rows[r] rows each, in rank order (rank
+// 0); empty elsewhere. Ranks holding a copy of a lower rank's slice own nothing.
+Status gather_rows(Comm& world, const Tensor& local, const std::vector<int64_t>& rows,
+                   const std::vector<bool>& owner, Tensor& global) {
   const int R = world.size();
   std::vector<int64_t> shape = local.shape();
   const int64_t row = shape[0] == 0 ? 0 : local.numel() / shape[0];
   std::vector<int64_t> send(size_t(R), 0), recv(size_t(R), 0);
-  send[0] = local.numel();
+  if (owner[size_t(world.rank())]) send[0] = local.numel();
   int64_t total = 0;
-  for (int r = 0; r < R; ++r) total += rows[size_t(r)];
-  if (world.rank() == 0)
-    for (int r = 0; r < R; ++r) recv[size_t(r)] = rows[size_t(r)] * row;
+  for (int r = 0; r < R; ++r)
+    if (owner[size_t(r)]) {
+      total += rows[size_t(r)];
+      if (world.rank() == 0) recv[size_t(r)] = rows[size_t(r)] * row;
+    }
   shape[0] = world.rank() == 0 ? total : 0;
   global = Tensor(local.dtype(), shape);
   return world.all_to_all_v(global, recv, local, send);
@@ -32,28 +36,35 @@ Status gather_results(Comm& world, const MoeConfig& cfg, const Tensor& out, cons
   const int R = world.size();
   std::vector<RankLayout> layouts;
   std::vector<int64_t> token_rows, expert_rows;
+  std::vector<bool> token_owner, expert_owner, first_only;
   for (int r = 0; r < R; ++r) {
-    layouts.push_back(rank_layout(cfg, r, R));
-    token_rows.push_back(layouts.back().tokens);
-    expert_rows.push_back(layouts.back().experts);
+    const RankLayout l = rank_layout(cfg, r, R);
+    bool new_tokens = true, new_experts = true;
+    for (const RankLayout& q : layouts) {
+      new_tokens &= q.token_begin != l.token_begin;
+      new_experts &= q.expert_begin != l.expert_begin;
+    }
+    layouts.push_back(l);
+    token_rows.push_back(l.tokens);
+    expert_rows.push_back(l.experts);
+    token_owner.push_back(new_tokens);
+    expert_owner.push_back(new_experts);
+    first_only.push_back(r == 0);
   }
-  const RankLayout& mine = layouts[size_t(world.rank())];
-  auto gather = [&](const Tensor& local, bool replicated, const std::vector<int64_t>& rows, Tensor& global) {
-    if (!replicated) return gather_rows(world, local, rows, global);
-    global = world.rank() == 0 ? local : Tensor(local.dtype(), {0});
-    return Status::ok();
-  };
-  MOE_RETURN_IF_ERROR(gather(out, mine.tokens_replicated, token_rows, global_out));
+  MOE_RETURN_IF_ERROR(gather_rows(world, out, token_rows, token_owner, global_out));
   if (!grads) return Status::ok();
   MOE_CHECK(global_grads != nullptr, "gather_results: grads without a place for the global ones");
-  MOE_RETURN_IF_ERROR(gather(grads->dx, mine.tokens_replicated, token_rows, global_grads->dx));
-  MOE_RETURN_IF_ERROR(gather(grads->dw1, mine.experts_replicated, expert_rows, global_grads->dw1));
-  MOE_RETURN_IF_ERROR(gather(grads->dw3, mine.experts_replicated, expert_rows, global_grads->dw3));
-  MOE_RETURN_IF_ERROR(gather(grads->dw2, mine.experts_replicated, expert_rows, global_grads->dw2));
+  MOE_RETURN_IF_ERROR(gather_rows(world, grads->dx, token_rows, token_owner, global_grads->dx));
+  MOE_RETURN_IF_ERROR(gather_rows(world, grads->dw1, expert_rows, expert_owner, global_grads->dw1));
+  MOE_RETURN_IF_ERROR(gather_rows(world, grads->dw3, expert_rows, expert_owner, global_grads->dw3));
+  MOE_RETURN_IF_ERROR(gather_rows(world, grads->dw2, expert_rows, expert_owner, global_grads->dw2));
+  // The shared expert's gradients are the same on every rank: rank 0's.
   for (auto [src, dst] : {std::pair{&grads->dsw1, &global_grads->dsw1},
                           {&grads->dsw3, &global_grads->dsw3},
-                          {&grads->dsw2, &global_grads->dsw2}})
-    MOE_RETURN_IF_ERROR(gather(*src, true, {}, *dst));
+                          {&grads->dsw2, &global_grads->dsw2}}) {
+    std::vector<int64_t> rows(size_t(R), src->shape().empty() ? 0 : src->dim(0));
+    MOE_RETURN_IF_ERROR(gather_rows(world, *src, rows, first_only, *dst));
+  }
   return Status::ok();
 }
 

@@ -5,12 +5,12 @@
 namespace moe {
 namespace {
 
+// Whether a rank holds a slice of its data replica's tokens (else all of them).
 bool shards_tokens(const MoeConfig& cfg) {
   switch (cfg.parallel_mode) {
     case ParallelMode::none:
-      return false;
     case ParallelMode::dp:
-      return true;
+      return false;
     case ParallelMode::ep:
       switch (cfg.ep_comm_path) {
         case EpCommPath::compact_psum:
@@ -23,40 +23,53 @@ bool shards_tokens(const MoeConfig& cfg) {
   return false;
 }
 
+std::string mode_name(const MoeConfig& cfg) {
+  return cfg.parallel_mode == ParallelMode::ep
+             ? fmt::format("--parallel-mode ep --ep-comm-path {}", name(cfg.ep_comm_path))
+             : fmt::format("--parallel-mode {}", name(cfg.parallel_mode));
+}
+
 }  // namespace
 
-Status parallel_supports(const MoeConfig& cfg, int ranks) {
-  const std::string mode = cfg.parallel_mode == ParallelMode::ep
-                               ? fmt::format("--parallel-mode ep --ep-comm-path {}", name(cfg.ep_comm_path))
-                               : fmt::format("--parallel-mode {}", name(cfg.parallel_mode));
+std::pair<int, int> mesh_of(const MoeConfig& cfg, int ranks) {
+  if (cfg.mesh_data > 0) return {int(cfg.mesh_data), int(cfg.mesh_expert)};
   switch (cfg.parallel_mode) {
     case ParallelMode::none:
-      if (ranks != 1)
-        return Status::error(fmt::format(
-            "--parallel-mode none runs on one rank, but {} ranks were started (use dp or ep)", ranks));
-      return Status::ok();
+      return {1, 1};
     case ParallelMode::dp:
-      break;
+      return {ranks, 1};
     case ParallelMode::ep:
-      if (cfg.experts % ranks != 0)
-        return Status::error(
-            fmt::format("{}: --experts={} must be divisible by the {} ranks", mode, cfg.experts, ranks));
-      switch (cfg.ep_comm_path) {
-        case EpCommPath::compact_psum:
-        case EpCommPath::all_to_all:
-          break;
-        case EpCommPath::ring_ag_rs:
-          if (cfg.tokens % ranks != 0)
-            return Status::error(
-                fmt::format("{}: --tokens={} must be divisible by the {} ranks", mode, cfg.tokens, ranks));
-          break;
-      }
-      break;
+      return {1, ranks};
   }
-  if (shards_tokens(cfg) && cfg.tokens < ranks)
+  return {1, 1};
+}
+
+Status parallel_supports(const MoeConfig& cfg, int ranks) {
+  const std::string mode = mode_name(cfg);
+  if (cfg.parallel_mode == ParallelMode::none && ranks != 1)
+    return Status::error(fmt::format(
+        "--parallel-mode none runs on one rank, but {} ranks were started (use dp or ep)", ranks));
+  const auto [D, X] = mesh_of(cfg, ranks);
+  if (int64_t(D) * X != ranks)
+    return Status::error(fmt::format("{}: --mesh data={},expert={} is {} ranks, but {} were started", mode, D,
+                                     X, int64_t(D) * X, ranks));
+  if (cfg.parallel_mode == ParallelMode::dp && X != 1)
+    return Status::error(fmt::format(
+        "--parallel-mode dp replicates every expert (--mesh data={},expert=1); a mesh with expert={} is "
+        "--parallel-mode ep",
+        ranks, X));
+  if (cfg.experts % X != 0)
+    return Status::error(
+        fmt::format("{}: --experts={} must be divisible by the {} expert ranks", mode, cfg.experts, X));
+  const int64_t slices = shards_tokens(cfg) ? ranks : D;
+  if (cfg.parallel_mode == ParallelMode::ep && cfg.ep_comm_path == EpCommPath::ring_ag_rs &&
+      cfg.tokens % ranks != 0)
+    return Status::error(
+        fmt::format("{}: --tokens={} must be divisible by the {} ranks", mode, cfg.tokens, ranks));
+  if (cfg.tokens < slices)
     return Status::error(fmt::format("{}: --tokens={} cannot be split over {} ranks (each needs a token)",
-                                     mode, cfg.tokens, ranks));
-  if (cfg.capacity_active())
+                                     mode, cfg.tokens, slices));
+  if (cfg.capacity_active() && cfg.parallel_mode != ParallelMode::none)
     return Status::error(fmt::format("{}: --capacity-policy {} is not implemented yet for parallel runs",
                                      mode, name(cfg.capacity_policy)));
   return Status::ok();
@@ -65,19 +78,28 @@ Status parallel_supports(const MoeConfig& cfg, int ranks) {
 RankLayout rank_layout(const MoeConfig& cfg, int rank, int ranks) {
   MOE_CHECK(parallel_supports(cfg, ranks).is_ok(), "rank_layout of a configuration the ranks cannot run");
   MOE_CHECK(rank >= 0 && rank < ranks, "rank_layout: rank out of range");
+  const auto [D, X] = mesh_of(cfg, ranks);
   RankLayout l;
   l.rank = rank;
   l.ranks = ranks;
+  l.mesh_data = D;
+  l.mesh_expert = X;
+  l.data_rank = rank / X;
+  l.expert_rank = rank % X;
+  // Data replica d holds tokens [d T/D, (d+1) T/D); within it, a rank holds all of them or its slice.
+  l.group_token_begin = cfg.tokens * l.data_rank / D;
+  l.group_tokens = cfg.tokens * (l.data_rank + 1) / D - l.group_token_begin;
   l.tokens_replicated = !shards_tokens(cfg);
   if (l.tokens_replicated) {
-    l.tokens = cfg.tokens;
+    l.token_begin = l.group_token_begin;
+    l.tokens = l.group_tokens;
   } else {
-    l.token_begin = cfg.tokens * rank / ranks;
-    l.tokens = cfg.tokens * (rank + 1) / ranks - l.token_begin;
+    l.token_begin = l.group_token_begin + l.group_tokens * l.expert_rank / X;
+    l.tokens = l.group_token_begin + l.group_tokens * (l.expert_rank + 1) / X - l.token_begin;
   }
-  l.experts_replicated = cfg.parallel_mode != ParallelMode::ep;
-  l.experts = l.experts_replicated ? cfg.experts : cfg.experts / ranks;
-  l.expert_begin = l.experts_replicated ? 0 : l.experts * rank;
+  l.experts_replicated = X == 1 && cfg.parallel_mode != ParallelMode::ep;
+  l.experts = cfg.experts / X;
+  l.expert_begin = l.experts * l.expert_rank;
   l.gathers_tokens = cfg.parallel_mode == ParallelMode::ep && cfg.ep_comm_path == EpCommPath::ring_ag_rs;
   return l;
 }
@@ -97,7 +119,7 @@ MoeConfig rank_config(const MoeConfig& cfg, const RankLayout& l) {
 MoeConfig token_config(const MoeConfig& cfg, const RankLayout& l) {
   MoeConfig c = rank_config(cfg, l);
   if (l.gathers_tokens)
-    c.tokens = cfg.tokens;
+    c.tokens = l.group_tokens;
   else if (!l.tokens_replicated)
     c.experts = cfg.experts;
   return c;
@@ -109,8 +131,8 @@ MoeInputs make_rank_inputs(const MoeConfig& cfg, const RankLayout& l) {
 
 Routing rank_routing(const Routing& global, const RankLayout& l) {
   const int64_t K = global.topk;
-  const int64_t begin = l.gathers_tokens ? 0 : l.token_begin,
-                tokens = l.gathers_tokens ? global.tokens : l.tokens;
+  const int64_t begin = l.gathers_tokens ? l.group_token_begin : l.token_begin;
+  const int64_t tokens = l.gathers_tokens ? l.group_tokens : l.tokens;
   Routing r;
   r.tokens = tokens;
   r.topk = K;

@@ -57,6 +57,23 @@ void expect_matches_single_process(const MoeConfig& c, const Routing& routing) {
   parallel_cases::expect_same_results(c, routing, multi, single);
 }
 
+// A small block of cfg's shape (T, E, K) on `path`, forward_backward in float32 unless changed.
+MoeConfig block_config(uint64_t seed, int64_t tokens, int64_t experts, int64_t topk, ParallelMode mode,
+                       EpCommPath path) {
+  MoeConfig c;
+  c.tokens = tokens;
+  c.hidden = 24;
+  c.mlp_dim = 20;
+  c.experts = experts;
+  c.topk = topk;
+  c.seed = int64_t(seed);
+  c.parallel_mode = mode;
+  c.ep_comm_path = path;
+  c.bench_pass = BenchPass::forward_backward;
+  c.dtype = Dtype::f32;
+  return c;
+}
+
 TEST(MpiBlock, EveryCommPathMatchesTheSingleProcessRun) {
   const uint64_t seed = shared_seed();
   int i = 0;
@@ -64,15 +81,8 @@ TEST(MpiBlock, EveryCommPathMatchesTheSingleProcessRun) {
     for (EpCommPath path : {EpCommPath::compact_psum, EpCommPath::all_to_all, EpCommPath::ring_ag_rs})
       for (BenchPass pass : {BenchPass::forward, BenchPass::forward_backward}) {
         if (mode == ParallelMode::dp && path != EpCommPath::compact_psum) continue;
-        MoeConfig c;
-        c.tokens = path == EpCommPath::ring_ag_rs ? 44 : 41;  // ring: T % R == 0 (R = 2, 4)
-        c.hidden = 24;
-        c.mlp_dim = 20;
-        c.experts = 12;
-        c.topk = 3;
-        c.seed = int64_t(seed);
-        c.parallel_mode = mode;
-        c.ep_comm_path = path;
+        // ring: T % R == 0 (R = 2, 4)
+        MoeConfig c = block_config(seed, path == EpCommPath::ring_ag_rs ? 44 : 41, 12, 3, mode, path);
         c.bench_pass = pass;
         c.dtype = i % 2 ? Dtype::bf16 : Dtype::f32;
         c.impl = kAllImpls[size_t(i) % kAllImpls.size()];
@@ -82,19 +92,22 @@ TEST(MpiBlock, EveryCommPathMatchesTheSingleProcessRun) {
       }
 }
 
+// On 4 ranks: each EP path on a 2 x 2 data x expert mesh.
+TEST(MpiBlock, DataByExpertMeshes) {
+  if (world().size() != 4) GTEST_SKIP() << "a 2 x 2 mesh needs 4 ranks";
+  const uint64_t seed = shared_seed();
+  for (EpCommPath path : {EpCommPath::compact_psum, EpCommPath::all_to_all, EpCommPath::ring_ag_rs}) {
+    MoeConfig c = block_config(seed, 44, 6, 2, ParallelMode::ep, path);
+    c.mesh_data = 2;
+    c.mesh_expert = 2;
+    c.shared_expert_dim = 8;
+    expect_matches_single_process(c, make_routing(c));
+  }
+}
+
 // Every token on one expert: the ranks that own none receive no rows.
 TEST(MpiBlock, RanksThatReceiveNoRows) {
-  MoeConfig c;
-  c.tokens = 13;
-  c.hidden = 16;
-  c.mlp_dim = 12;
-  c.experts = 4;
-  c.topk = 1;
-  c.seed = int64_t(shared_seed());
-  c.parallel_mode = ParallelMode::ep;
-  c.ep_comm_path = EpCommPath::all_to_all;
-  c.bench_pass = BenchPass::forward_backward;
-  c.dtype = Dtype::f32;
+  MoeConfig c = block_config(shared_seed(), 13, 4, 1, ParallelMode::ep, EpCommPath::all_to_all);
   c.shared_expert_dim = 4;
   std::vector<int32_t> ids(size_t(c.tokens), 3);
   std::vector<float> weights(size_t(c.tokens), 0.75f);
