@@ -293,8 +293,8 @@ class OpsOnBackend : public ::testing::TestWithParam<std::string> {
     const Tensor y = random_host(dt, {rows, cols}, seed);
     Tensor dy_want(Dtype::f32, {rows, cols}), sum_want(Dtype::f64, {1});
     Tensor dy_got = poisoned(be(), Dtype::f32, {rows, cols}), sum_got = poisoned(be(), Dtype::f64, {1});
-    ref().loss_backward(dy_want, sum_want, y);
-    be().loss_backward(dy_got, sum_got, be().to_device(y));
+    ref().loss_backward(dy_want, sum_want, y, y.numel());
+    be().loss_backward(dy_got, sum_got, be().to_device(y), y.numel());
     EXPECT_TRUE(close("dy", dy_got, dy_want, rows * cols, 1e-6));
     EXPECT_TRUE(close("sum_sq", sum_got, sum_want, 1, 1e-12));
   }

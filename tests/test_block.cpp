@@ -175,14 +175,7 @@ TEST_P(BlockOnBackend, EdgeGridMatchesReference) {
           c.shared_expert_dim = S;
           c.bench_pass = BenchPass::forward_backward;
           c.impl = S ? Impl::baseline : Impl::fast;
-          std::vector<int32_t> ids;
-          std::vector<float> weights;
-          for (int64_t t = 0; t < c.tokens; ++t)
-            for (int64_t k = 0; k < c.topk; ++k) {
-              ids.push_back(ec.expert(t, k));
-              weights.push_back(1.0f / float(c.topk) + 0.05f * float(k));
-            }
-          run_and_check(c, routing_from(c.tokens, c.topk, c.experts, ids, weights));
+          run_and_check(c, testing::edge_routing(c.tokens, c.topk, c.experts, ec.expert));
         }
   skip_if_nothing_ran();
 }
@@ -486,14 +479,19 @@ TEST(BlockExchange, ForwardAndBackwardCrossTheCommAtTheirInsertionPoints) {
   EXPECT_EQ(log, want);
 }
 
-TEST(BlockExchange, UnbuiltParallelModesAreRefusedBeforeAllocation) {
+TEST(BlockExchange, UnbuiltCommPathsAreRefusedBeforeAllocation) {
   std::unique_ptr<Comm> comm = make_local_comm();
   MoeConfig c = small_config(1);
-  for (ParallelMode mode : {ParallelMode::dp, ParallelMode::ep}) {
-    c.parallel_mode = mode;
-    const Status s = exchange_supports(c, *comm);
-    EXPECT_FALSE(s.is_ok());
-    EXPECT_NE(s.message().find("not implemented yet"), std::string::npos) << s.message();
+  c.parallel_mode = ParallelMode::ep;
+  c.capacity_policy = CapacityPolicy::drop;
+  c.capacity_factor = 1;
+  const Status s = exchange_supports(c, *comm);
+  EXPECT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("not implemented yet"), std::string::npos) << s.message();
+  c.capacity_policy = CapacityPolicy::none;
+  for (EpCommPath path : {EpCommPath::compact_psum, EpCommPath::all_to_all, EpCommPath::ring_ag_rs}) {
+    c.ep_comm_path = path;
+    EXPECT_TRUE(exchange_supports(c, *comm).is_ok()) << name(path);
   }
 }
 

@@ -43,7 +43,11 @@ TEST(Cli, BadInputIsOneLineAndExitTwo) {
       "--experts 0",
       "--no-such-flag",
       "--quant-mode int8",
-      "--parallel-mode ep",
+      "--parallel-mode ep --capacity-policy drop --capacity-factor 1",
+      "--parallel-mode dp --capacity-policy pad --capacity-factor 1",
+      "--parallel-mode ep --mesh data=2",
+      "--parallel-mode ep --mesh data=1,expert=2",
+      "--parallel-mode ep --mesh expert=1,data=1",
       "--tokens 100000000 --hidden 100000 --experts 64",
       "--queue-mode sometimes",
       "--iters 0",
@@ -56,9 +60,9 @@ TEST(Cli, BadInputIsOneLineAndExitTwo) {
       "--device nosuch",
       "--device ''",
       "--quant-mode int9",
-      "--parallel-mode dp",
+      "--parallel-mode sideways",
       "--ep-comm-path ring_ag_rs",
-      "--ep-comm-path all_to_all --parallel-mode ep",
+      "--ep-comm-path all_to_all --parallel-mode dp",
       "--check-perturb nan",
       "--matmul-precision fast",
 
@@ -183,7 +187,8 @@ TEST(Cli, UnbuiltModesSayWhoRefusesThem) {
   const std::pair<const char*, const char*> cases[] = {
       {"--quant-mode int8_routed", "--quant-mode int8_routed is not implemented yet on backend cpu"},
       {"--quant-mode int8 --device ref", "--quant-mode int8 is not implemented yet on backend ref"},
-      {"--parallel-mode ep", "--parallel-mode ep is not implemented yet"},
+      {"--parallel-mode ep --capacity-policy drop --capacity-factor 1",
+       "--capacity-policy drop is not implemented yet for parallel runs"},
       {"--device nosuch", "expected one of cpu, ref"},
 #ifdef MOE_HAVE_CUDA
       // Without a GPU the cuda backend says why (on a GPU machine it runs: not a refusal case there).

@@ -1,19 +1,18 @@
-// The single-process comm: every collective of moe/comm.h on rank-stamped payloads (DeepEP's
-// `ones * rank`, here (rank + 1) * 1000 + index so a misplaced element shows where it came from),
-// f32 and bf16, in place and out of place, the errors a caller can cause, and split() into a
-// data x expert mesh.
+// The comms: every collective of moe/comm.h on rank-stamped payloads (DeepEP's `ones * rank`, here
+// (rank + 1) * 1000 + index so a misplaced element shows where it came from), f32 and bf16, in place
+// and out of place, the errors a caller can cause, and split() into a data x expert mesh: the local
+// comm, and 1-4 ranks as threads (make_thread_comms). tests/mpi/ runs the same under mpirun.
 #include <gtest/gtest.h>
 
+#include <thread>
+
+#include "comm_cases.h"
 #include "moe/comm.h"
 
 namespace moe {
 namespace {
 
-Tensor stamped(Dtype dt, int64_t n, int rank) {
-  Tensor t(dt, {n});
-  for (int64_t i = 0; i < n; ++i) t.set(i, double((rank + 1) * 1000 + i));
-  return t;
-}
+using comm_cases::stamped;
 
 TEST(LocalComm, IsRankZeroOfOne) {
   auto comm = make_local_comm();
@@ -82,6 +81,53 @@ TEST(LocalComm, SplitIntoADataByExpertMesh) {
   Tensor t = stamped(Dtype::f32, 5, 0);
   EXPECT_TRUE(expert->split(0, 0)->all_reduce_sum(t).is_ok());
 }
+
+// ------------------------------------------------------------------------------ thread ranks
+
+// Runs fn(comm) on each of `ranks` thread ranks of one world and waits for them.
+template <typename Fn>
+void on_thread_ranks(int ranks, Fn&& fn) {
+  std::vector<std::unique_ptr<Comm>> comms = make_thread_comms(ranks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) threads.emplace_back([&, r] { fn(*comms[size_t(r)]); });
+  for (std::thread& t : threads) t.join();
+}
+
+class ThreadComms : public ::testing::TestWithParam<int> {};
+
+TEST_P(ThreadComms, AllReduceSumsRankStampedPayloads) {
+  on_thread_ranks(GetParam(), comm_cases::all_reduce_sums_rank_stamped_payloads);
+}
+TEST_P(ThreadComms, AllGatherAndReduceScatterPlaceEachRanksSlice) {
+  on_thread_ranks(GetParam(), comm_cases::all_gather_and_reduce_scatter_place_each_ranks_slice);
+}
+TEST_P(ThreadComms, AllToAllVDeliversEachRowFromItsSender) {
+  on_thread_ranks(GetParam(), comm_cases::all_to_all_v_delivers_each_row_from_its_sender);
+}
+TEST_P(ThreadComms, SplitMakesDataByExpertMeshes) {
+  if (GetParam() % 2 != 0) GTEST_SKIP() << "a 2 x (R/2) mesh needs an even R";
+  on_thread_ranks(GetParam(), comm_cases::split_makes_data_by_expert_meshes);
+}
+
+// An argument error on one rank is returned on every rank, so none waits for it.
+TEST_P(ThreadComms, AnErrorOnOneRankIsEveryRanksError) {
+  const int R = GetParam();
+  on_thread_ranks(R, [&](Comm& comm) {
+    Tensor t(comm.rank() == R - 1 ? Dtype::s32 : Dtype::f32, {4});
+    const Status s = comm.all_reduce_sum(t);
+    EXPECT_FALSE(s.is_ok());
+    EXPECT_NE(s.message().find("int32"), std::string::npos) << s.message();
+    // Counts that do not match between ranks: an error everywhere.
+    std::vector<int64_t> sc(size_t(R), 1), rc(size_t(R), 1);
+    if (comm.rank() == 0) rc[size_t(R - 1)] = 2;
+    Tensor buf(Dtype::f32, {2 * R});
+    EXPECT_FALSE(comm.all_to_all_v(buf, rc, buf, sc).is_ok());
+    EXPECT_TRUE(comm.barrier().is_ok());  // and the world goes on
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, ThreadComms, ::testing::Values(1, 2, 3, 4),
+                         [](const auto& info) { return "R" + std::to_string(info.param); });
 
 }  // namespace
 }  // namespace moe

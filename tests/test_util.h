@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -20,6 +21,7 @@
 
 #include "moe/backend.h"
 #include "moe/pack.h"
+#include "moe/routing.h"
 
 namespace moe::testing {
 
@@ -36,6 +38,19 @@ inline uint64_t test_seed() {
   std::printf("[ seed     ] MOE_TEST_SEED=%llu\n", (unsigned long long)seed);
   ::testing::Test::RecordProperty("seed", std::to_string(seed));
   return seed;
+}
+
+// The edge grid's hand-made routings: assignment (t, k) goes to expert(t, k) with weight 1/K + 0.05 k.
+inline Routing edge_routing(int64_t tokens, int64_t topk, int64_t experts,
+                            const std::function<int32_t(int64_t t, int64_t k)>& expert) {
+  std::vector<int32_t> ids;
+  std::vector<float> weights;
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t k = 0; k < topk; ++k) {
+      ids.push_back(expert(t, k));
+      weights.push_back(1.0f / float(topk) + 0.05f * float(k));
+    }
+  return routing_from(tokens, topk, experts, ids, weights);
 }
 
 // Names of the registered backends (all, or all but `except`), for value-parameterized tests.
@@ -75,8 +90,8 @@ inline PlanVectors plan_vectors(const DispatchPlan& plan) {
   v.live_rows = stats.live_rows;
   v.dropped = stats.dropped;
   const Tensor offsets = plan.group_offset.to_host(), live = plan.group_live.to_host(),
-               rows = plan.row_assignment.to_host(),
-               weights = plan.row_weight.to_host(), assignment_row = plan.assignment_row.to_host();
+               rows = plan.row_assignment.to_host(), weights = plan.row_weight.to_host(),
+               assignment_row = plan.assignment_row.to_host();
   v.group_offset.assign(offsets.data<int64_t>(), offsets.data<int64_t>() + offsets.numel());
   v.group_live.assign(live.data<int64_t>(), live.data<int64_t>() + live.numel());
   v.row_assignment.assign(rows.data<int32_t>(), rows.data<int32_t>() + stats.rows);

@@ -54,8 +54,10 @@ class Backend {
   virtual std::unique_ptr<CombineOp> make_combine(const OpContext& ctx) = 0;
   virtual std::unique_ptr<SharedExpertOp> make_shared_expert(const OpContext& ctx) = 0;
 
-  // loss = mean(y^2) (the seed's): dy (T, H) f32 = 2 y / (T H), sum_sq (1) f64 = sum of y^2; y (T, H).
-  virtual void loss_backward(Tensor& dy, Tensor& sum_sq, const Tensor& y) = 0;
+  // loss = mean(y^2) (the seed's) over `count` elements, of which y holds some (all on one rank; a
+  // token slice on a rank of a parallel run): dy (T, H) f32 = 2 y / count, sum_sq (1) f64 = sum of y^2
+  // of y (T, H).
+  virtual void loss_backward(Tensor& dy, Tensor& sum_sq, const Tensor& y, int64_t count) = 0;
   // dst = src converted element-wise (float dtypes; narrowing rounds to nearest even). Same numel.
   virtual void convert(Tensor& dst, const Tensor& src) = 0;
   // c (R, N) = a (R, Kd) @ b, all in one dtype, f32 accumulation: the dense ceiling. b is stored

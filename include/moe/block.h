@@ -21,6 +21,7 @@
 #include "moe/inputs.h"
 #include "moe/ops.h"
 #include "moe/pack.h"
+#include "moe/parallel.h"
 #include "moe/routing.h"
 
 namespace moe {
@@ -28,11 +29,15 @@ namespace moe {
 class MoeBlock {
  public:
   // REQUIRES: backend.supports_block(cfg) and exchange_supports(cfg, comm) are ok (asked before any
-  // allocation by the caller; checked again here). backend and comm outlive the block.
+  // allocation by the caller; checked again here). backend and comm outlive the block. cfg is the
+  // global problem; over several ranks (cfg.parallel_mode dp, ep) each rank's block computes its share
+  // (layout(), moe/parallel.h).
   MoeBlock(const MoeConfig& cfg, const KernelConfig& kcfg, Backend& backend, Comm& comm);
 
   // The inputs, routing and outputs below are in the backend's memory (Backend::to_device,
-  // to_memory(routing, backend.memory()), make_grads(cfg, backend)).
+  // to_memory(routing, backend.memory()), make_grads(rank_config(cfg, layout()), backend)) and are this
+  // rank's: make_rank_inputs, rank_routing; out and dx have layout().tokens rows, the routed weights
+  // and their gradients layout().experts experts. On one rank, all of them.
 
   // out (T, H) run dtype. Packs and dispatches inside (the seed's `full` queue mode).
   Status forward(Tensor& out, const MoeInputs& in, const RoutingTensors& routing);
@@ -45,7 +50,7 @@ class MoeBlock {
   // impls build w13 = [w1|w3] inside the call, as the seed's value_and_grad does, and compute dw1 and
   // dw3 as the halves of dw13 directly.
   Status forward_backward(Tensor& out, MoeGrads& grads, const MoeInputs& in, const RoutingTensors& routing);
-  // The loss of the last forward_backward (a copy to the host).
+  // The loss of the last forward_backward (a copy to the host): the mean over this rank's tokens.
   double loss() const;
 
   // Stages, for --stage-timing: each reads the previous stage's buffers. stage_combine writes out
@@ -66,6 +71,11 @@ class MoeBlock {
   // Called around every stage (for --trace-dir); while set, the backend is synchronized around each.
   void set_stage_observer(StageTracer::Observer observer) { tracer_.set_observer(std::move(observer)); }
 
+  // This rank's share of the block, and what its exchanges moved since reset_comm_meter().
+  const RankLayout& layout() const { return exchange_->layout(); }
+  const CommMeter& comm_meter() const { return exchange_->meter(); }
+  void reset_comm_meter() { exchange_->reset_meter(); }
+
  private:
   // The weights each FFN op reads; fused impls get w13 only where the seed builds it outside the call.
   FfnWeights routed_weights(const MoeInputs& in, bool prebuilt_w13) const;
@@ -73,8 +83,15 @@ class MoeBlock {
   Status pack_and_dispatch(const MoeInputs& in, const RoutingTensors& routing);
   Status experts_and_combine(Tensor& out, const MoeInputs& in, const RoutingTensors& routing,
                              bool prebuilt_w13);
+  // Runs an Exchange hook as a traced stage (--trace-dir shows each exchange).
+  template <typename Fn>
+  Status traced(const char* stage, Fn&& hook);
 
   MoeConfig cfg_;
+  MoeConfig token_cfg_;   // the tokens and experts the rank's plan covers
+  MoeConfig held_cfg_;    // the tokens (and experts) the rank holds: its shared expert's, its outputs'
+  bool split_ = false;    // it gathers every token but holds a slice (Exchange::gathers_tokens)
+  MoeConfig expert_cfg_;  // the experts it holds, sized for every row it can receive
   KernelConfig kcfg_;
   Backend& backend_;
   StageTracer tracer_;
@@ -89,11 +106,17 @@ class MoeBlock {
   Tensor x_rows_;   // x_rows  (max_rows, H) run dtype   dispatched tokens
   Tensor y_rows_;   // y_rows  (max_rows, H) run dtype   expert outputs
   Tensor out_acc_;  // out_acc (T, H) f32                shared expert + combine
-  Tensor dy_;       // dy      (T, H) f32                loss gradient
+  Tensor dy_;       // dy      (T_held, H) f32           loss gradient
   Tensor dy_rows_;  // dy_rows (max_rows, H) run dtype
   Tensor dx_rows_;  // dx_rows (max_rows, H) f32
   Tensor dx_acc_;   // dx_acc  (T, H) f32
   Tensor sum_sq_;   // (1) f64                           sum of y^2 of the last forward_backward
+  // Where the token side is split (T tokens routed, T_held held):
+  Tensor x_all_;     // x_all    (T, H) run dtype     every rank's x
+  Tensor held_acc_;  // held_acc (T_held, H) f32      shared expert + this rank's slice of the sums
+  Tensor dy_all_;    // dy_all   (T, H) f32           every rank's dy
+  Tensor dx_held_;   // dx_held  (T_held, H) f32      shared expert's dx + this rank's slice of the sums
+  ExpertRows ex_;    // the expert FFN's plan and rows: the ones above, or the exchange's received rows
 };
 
 }  // namespace moe

@@ -1,6 +1,10 @@
 // The only way code crosses processes (architecture.md): the block's exchange points (moe/exchange.h)
-// call a Comm, never MPI or NCCL directly. This build ships the single-process LocalComm; MPI and
-// NCCL implementations slot in behind the same interface (src/comm/).
+// call a Comm, never MPI or NCCL directly. Implementations (src/comm/):
+//  - LocalComm: one process, rank 0 of 1; every collective is a copy (or nothing, in place);
+//  - ThreadComm: R ranks as R threads of one process (make_thread_comms), so every comm path is
+//    tested without mpirun; each collective meets all ranks at a barrier, reads the others' posted
+//    buffers and agrees on errors (an argument error on one rank is returned on every rank);
+//  - MpiComm: the processes of an MPI job (built when CMake finds MPI; world_comm() under mpirun).
 //
 // Buffers are Tensors, so a collective knows each buffer's dtype and memory (host, or a device that
 // NCCL reads directly). Counts are in elements. Every rank calls every collective in the same order.
@@ -39,9 +43,28 @@ class Comm {
   // The ranks that pass the same color form a new Comm, ordered by key then by rank (MPI_Comm_split):
   // a data x expert mesh is two splits of the world.
   virtual std::unique_ptr<Comm> split(int color, int key) = 0;
+  // Ends every rank of the job with `code` (MPI_Abort): for an error some ranks may not have seen, so
+  // that none waits forever in a collective. One process: exits.
+  [[noreturn]] virtual void abort(int code);
 };
 
 // One process: rank 0 of 1; every collective is a copy (or nothing, in place).
 std::unique_ptr<Comm> make_local_comm();
+
+// `ranks` ranks of one world in this process, to be driven by one thread each (rank i by comms[i]).
+// A rank that waits over 120 s for the others at a collective is an invariant failure (a test that
+// would hang aborts instead).
+std::vector<std::unique_ptr<Comm>> make_thread_comms(int ranks);
+
+// The process's world: the MPI job's when this process was started by an MPI launcher (mpirun, srun:
+// their environment says so) and the build has MPI, else the local comm. Made on first use (MPI_Init);
+// finalize_world_comm() ends it (MPI_Finalize), after every Comm split from it is gone.
+Comm& world_comm();
+void finalize_world_comm();
+// Whether this build has MPI, and whether this process was started by an MPI launcher.
+bool built_with_mpi();
+bool launched_by_mpi();
+// The number of processes the launcher says it started (1 without one).
+int launched_world_size();
 
 }  // namespace moe

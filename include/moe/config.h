@@ -112,6 +112,10 @@ struct MoeConfig {
   MatmulPrecision matmul_precision = MatmulPrecision::default_precision;
   ParallelMode parallel_mode = ParallelMode::none;
   EpCommPath ep_comm_path = EpCommPath::compact_psum;  // meaningful with parallel_mode ep only
+  // --mesh data=D,expert=X: the ranks as D data replicas of X expert shards (D * X ranks); 0 x 0: the
+  // mode's own (dp: R x 1, ep: 1 x R). In the config's JSON only when given (run_ids of runs without
+  // it are unchanged).
+  int64_t mesh_data = 0, mesh_expert = 0;
 
   int64_t assignments() const { return tokens * topk; }
   // The dtype float32 activations are rounded to where a matmul reads them (matmul_precision).

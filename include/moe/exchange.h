@@ -7,21 +7,55 @@
 //             -> combine (+ shared) -> after_combine
 //   backward: combine' -> before_expert_ffn_backward -> expert_ffn' -> after_expert_ffn_backward
 //             -> dispatch' (+ shared') -> reduce_input_grad, reduce_weight_grads
+//
+// The block's own plan and row buffers describe the rows of the tokens a rank holds (the "token
+// side"). The expert FFN runs on the rows a rank's experts multiply (the "expert side",
+// expert_rows()): the same buffers where no row moves, or the Exchange's own plan and buffers of the
+// rows it received (all_to_all), filled by before_expert_ffn and read back by after_expert_ffn.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
 #include "moe/comm.h"
 #include "moe/config.h"
 #include "moe/pack.h"
+#include "moe/parallel.h"
 #include "moe/status.h"
 
 namespace moe {
 
+class Backend;
+
+// The plan and row buffers of the rows the expert FFN multiplies (handles: shared storage).
+struct ExpertRows {
+  DispatchPlan plan;
+  Tensor x_rows;   // (plan.max_rows, H) run dtype
+  Tensor y_rows;   // (plan.max_rows, H) run dtype
+  Tensor dy_rows;  // (plan.max_rows, H) run dtype   forward_backward only
+  Tensor dx_rows;  // (plan.max_rows, H) f32         forward_backward only
+};
+
+// What one rank's exchanges moved, summed over the calls since reset (for rows: comm_s, comm_bytes).
+struct CommMeter {
+  double seconds = 0;  // wall time inside collectives
+  int64_t bytes = 0;   // bytes this rank sent to other ranks (its own rows are not counted)
+  int64_t calls = 0;   // block calls (forward or forward_backward) metered
+};
+
 class Exchange {
  public:
   virtual ~Exchange() = default;
+  // This rank's share of the block.
+  virtual const RankLayout& layout() const = 0;
+  // The config the expert FFN op is made for: the rank's experts, and rows enough for every row it
+  // can receive.
+  virtual MoeConfig expert_config() const = 0;
+  // Called once by the block after it allocated its token-side buffers (`local`, whose plan has
+  // `tile_rows` alignment): the expert side's plan and buffers.
+  virtual ExpertRows expert_rows(const ExpertRows& local, Backend& backend, int64_t tile_rows) = 0;
+
   // After pack: the ranks learn how many rows each sends to each expert's owner.
   virtual Status after_plan(const DispatchPlan& plan) = 0;
   // Around expert_ffn: dispatched rows (max_rows, H) go to the ranks owning their experts, and their
@@ -32,15 +66,47 @@ class Exchange {
   // sums_combined_output(); elsewhere the combine writes the output directly (TokenSums).
   virtual bool sums_combined_output() const = 0;
   virtual Status after_combine(Tensor& out) = 0;
+  // Whether this rank's shared-expert output and its input gradient join the sums: false on all but
+  // one rank where every rank computes the shared expert on the same tokens and the sums are summed
+  // across ranks (compact_psum).
+  virtual bool adds_shared() const = 0;
   // Backward: row gradients travel like the rows, the other way round.
   virtual Status before_expert_ffn_backward(Tensor& dy_rows, const DispatchPlan& plan) = 0;
   virtual Status after_expert_ffn_backward(Tensor& dx_rows, const DispatchPlan& plan) = 0;
   // dx (T, H) f32 of a rank's tokens (called only where sums_input_grad()); the weight gradients (run
-  // dtype) of the weights a rank holds.
+  // dtype) of the weights a rank holds: {dw1, dw3, dw2} and, with a shared expert, {dsw1, dsw3, dsw2}.
   virtual bool sums_input_grad() const = 0;
   virtual Status reduce_input_grad(Tensor& dx) = 0;
   virtual Status reduce_weight_grads(const std::vector<Tensor*>& grads) = 0;
+
+  // Where a rank's plan covers every token but it holds a slice (ring_ag_rs), the block's token side
+  // is split: pack, dispatch and combine run on every token, the shared expert, the loss and the
+  // outputs on the rank's own. gather_tokens: all (T, H) = the ranks' held (T/R, H) slices in rank
+  // order (x before the dispatch; dy, f32, before the combine's backward). scatter_tokens: held (T/R, H)
+  // f32 = the rank's slice of the sum over ranks of all (T, H) f32 (the combined output; dx), plus
+  // held's own values where held_holds_start (the shared expert's part).
+  virtual bool gathers_tokens() const { return false; }
+  virtual Status gather_tokens(const Tensor& held, Tensor& all);
+  virtual Status scatter_tokens(const Tensor& all, Tensor& held, bool held_holds_start);
+
+  // What the hooks moved since reset_meter().
+  const CommMeter& meter() const { return meter_; }
+  void reset_meter() { meter_ = CommMeter{}; }
+  void count_call() { ++meter_.calls; }
+
+ protected:
+  CommMeter meter_;
 };
+
+// The bytes a rank of `ranks` sends per call of cfg's pass on its comm path, modeled as the seed's hand
+// roofline does (spec §5) with routing spread evenly over experts: dp the all-reduce of every weight
+// gradient; compact_psum the all-reduce of the (T, H) f32 output (and of dx); all_to_all the rows of
+// its real_assignments / R assignments whose experts other ranks own ((R-1)/R of them) out and back
+// (x and y; dy and dx in the backward) plus the shared gradients' all-reduce; ring_ag_rs the
+// all-gather of x and reduce-scatter of the f32 output ((R-1)/R of (T, H) each; backward: of dy and
+// dx too) plus the shared gradients' all-reduce. All-reduces count
+// 2 (R-1)/R of the buffer (nccl-tests' bus bytes). 0 on one rank.
+int64_t modeled_comm_bytes(const MoeConfig& cfg, int ranks, int64_t real_assignments);
 
 // Ok, or why cfg's parallel mode and comm path cannot run over `world` (asked before allocating).
 Status exchange_supports(const MoeConfig& cfg, const Comm& world);

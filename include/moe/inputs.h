@@ -21,6 +21,11 @@ struct MoeInputs {
 
 // Fills every tensor from the seed's streams (rng.h) in host memory; w13/sw13 are built by concatenation.
 MoeInputs make_inputs(const MoeConfig& cfg);
+// The x rows [token_begin, + tokens) and routed weights of experts [expert_begin, + experts) of
+// make_inputs(cfg), element for element (a rank of a parallel run draws only its slices), and the
+// whole shared expert.
+MoeInputs make_inputs_slice(const MoeConfig& cfg, int64_t token_begin, int64_t tokens, int64_t expert_begin,
+                            int64_t experts);
 // The inputs in `memory` (shared, not copied, where they already are).
 MoeInputs to_memory(const MoeInputs& in, MemorySpace& memory);
 

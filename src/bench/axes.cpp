@@ -69,8 +69,8 @@ const FlagSpec* find_flag(std::string_view name) {
 
 bool is_axis_flag(std::string_view flag) {
   static const std::vector<std::string_view> kOneValue = {
-      "--out",  "--format", "--dump",    "--trace-dir",  "--topk-list", "--null-route-frac-list",
-      "--list", "--help",   "--version", "--tuning-file"};
+      "--out",  "--format", "--dump",    "--trace-dir",   "--topk-list", "--null-route-frac-list",
+      "--list", "--help",   "--version", "--tuning-file", "--mesh"};
   return std::find(kOneValue.begin(), kOneValue.end(), flag) == kOneValue.end();
 }
 

@@ -13,6 +13,7 @@
 #include "bench/plot.h"
 #include "bench/sweep.h"
 #include "bench/table.h"
+#include "moe/comm.h"
 #include "moe/tensor.h"
 
 namespace moe::bench {
@@ -36,11 +37,16 @@ int dispatch(int argc, char** argv) {
 }  // namespace moe::bench
 
 int main(int argc, char** argv) {
+  int code = 2;
   try {
-    return moe::bench::dispatch(argc, argv);
+    code = moe::bench::dispatch(argc, argv);
   } catch (const moe::AllocationError& e) {
-    // A real allocation failure is a resource the user asked for, not a bug: one line, exit 2.
+    // A real allocation failure is a resource the user asked for, not a bug: one line, exit 2. Under
+    // mpirun only this rank may have met it: the job ends (no other rank waits for it).
     std::fprintf(stderr, "moe-bench: error: %s\n", e.what());
-    return 2;
+    if (moe::world_comm().size() > 1) moe::world_comm().abort(2);
   }
+  // Under mpirun: MPI_Finalize (every rank gets here, or the job was aborted).
+  moe::finalize_world_comm();
+  return code;
 }

@@ -16,6 +16,22 @@
 #include "moe/parse.h"
 
 namespace moe::bench {
+namespace {
+
+// --mesh data=D,expert=X (both, in that order, D and X >= 1).
+Status parse_mesh(const std::string& text, int64_t& data, int64_t& expert) {
+  long long d = 0, x = 0;
+  int used = 0;
+  if (std::sscanf(text.c_str(), "data=%lld,expert=%lld%n", &d, &x, &used) != 2 || used != int(text.size()) ||
+      d < 1 || x < 1 || d > (1 << 20) || x > (1 << 20))
+    return Status::error(fmt::format(
+        "invalid --mesh '{}': expected data=D,expert=X with D, X >= 1 (e.g. data=2,expert=4)", text));
+  data = d;
+  expert = x;
+  return Status::ok();
+}
+
+}  // namespace
 
 const char* name(QueueMode q) {
   return q == QueueMode::full ? "full" : "prequeue";
@@ -60,7 +76,8 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok, s
       ->capture_default_str();
   app.add_option("--distribution", distribution, "random|runs|both")->capture_default_str();
   app.add_option("--bench-pass", bench_pass, "forward|forward_backward")->capture_default_str();
-  app.add_option("--parallel-mode", parallel_mode, "none|dp|ep (dp, ep: not implemented yet)")
+  app.add_option("--parallel-mode", parallel_mode,
+                 "none|dp|ep: one rank, or tokens (dp) or experts (ep) sharded over the ranks of mpirun")
       ->capture_default_str();
   app.add_option("--queue-mode", queue, "full|prequeue|both (forward_backward forces full)")
       ->capture_default_str();
@@ -69,9 +86,13 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok, s
   app.add_option("--dispatch-permute-mode", permute, "direct_take|repeat_sort")->capture_default_str();
   app.add_flag("--use-custom-sort-vjp", c.use_custom_sort_vjp,
                "repeat_sort backward as an inverse-permutation gather instead of a scatter-add");
-  std::string ep_comm_path = "compact_psum";
+  std::string ep_comm_path = "compact_psum", mesh;
+  app.add_option("--mesh", mesh,
+                 "data=D,expert=X: the ranks as D data replicas of X expert shards (--parallel-mode ep; "
+                 "default: dp data=R,expert=1, ep data=1,expert=R)");
   app.add_option("--ep-comm-path", ep_comm_path,
-                 "compact_psum|ring_ag_rs|all_to_all (all but compact_psum need --parallel-mode ep)")
+                 "compact_psum|ring_ag_rs|all_to_all (ep: all-reduce of the output; all-gather of x and "
+                 "reduce-scatter of the output; all-to-all-v of rows)")
       ->capture_default_str();
   app.add_option("--trace-dir", opts.trace_dir,
                  "write a Chrome trace (stage spans of one extra call) per run under this directory");
@@ -181,6 +202,7 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok, s
       parse_enum("--parallel-mode", parallel_mode, parse_parallel_mode, "none, dp, ep", c.parallel_mode));
   MOE_RETURN_IF_ERROR(parse_enum("--ep-comm-path", ep_comm_path, parse_ep_comm_path,
                                  "compact_psum, ring_ag_rs, all_to_all", c.ep_comm_path));
+  if (!mesh.empty()) MOE_RETURN_IF_ERROR(parse_mesh(mesh, c.mesh_data, c.mesh_expert));
   if (!backend_by_name(c.device))
     return Status::error(fmt::format("invalid --device '{}': expected one of {}", c.device, backend_names()));
   if (!std::isfinite(opts.check_perturb))

@@ -63,6 +63,14 @@ static const std::vector<std::string> kTextExtraKeys = {"dtype",
                                                         "timed_allocations",
                                                         "threads",
                                                         "noise_note",
+                                                        "world_size",
+                                                        "mesh_data",
+                                                        "mesh_expert",
+                                                        "tflops_per_rank",
+                                                        "comm_s",
+                                                        "comm_bytes",
+                                                        "comm_gbps",
+                                                        "modeled_comm_bytes",
                                                         "remat_mode",
                                                         "capacity_policy",
                                                         "shared_expert_dim",
@@ -148,6 +156,16 @@ ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const Protocol& p,
   r["load_avg_1m"] = m.noise.load_avg_1m;
   r["involuntary_switches"] = m.noise.involuntary_switches;
   r["steal_pct"] = m.noise.steal_pct;
+  const ParallelMeasure& pm = m.parallel;
+  r["world_size"] = pm.world_size;
+  r["mesh_data"] = pm.mesh_data;
+  r["mesh_expert"] = pm.mesh_expert;
+  r["rank_layout"] = pm.rank_layout;
+  r["tflops_per_rank"] = tflops / double(pm.world_size);
+  r["comm_s"] = pm.comm_s;
+  r["comm_bytes"] = pm.comm_bytes;
+  r["comm_gbps"] = pm.comm_s > 0 ? ResultRow(double(pm.comm_bytes) / pm.comm_s / 1e9) : ResultRow(nullptr);
+  r["modeled_comm_bytes"] = pm.modeled_comm_bytes;
   r["gemm_kernels"] = m.gemm_kernels.empty() ? "none" : m.gemm_kernels;
   r["gemm_thresholds"] = k.thresholds.to_text();
   // Full config, kernel config and environment, without repeating a key already in the row.

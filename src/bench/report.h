@@ -30,6 +30,16 @@ const char* name(OutputFormat f);
 // Keys in insertion order; values keep their JSON type (numbers stay numbers in jsonl).
 using ResultRow = nlohmann::ordered_json;
 
+// What a run over several ranks adds to its rows (one rank: world_size 1, no communication).
+struct ParallelMeasure {
+  int world_size = 1;
+  int mesh_data = 1, mesh_expert = 1;  // the ranks as a data x expert mesh
+  std::string rank_layout;             // "r0:tokens=[0,18) experts=[0,4);r1:..." (moe/parallel.h)
+  double comm_s = 0;                   // per call: the slowest rank's time inside collectives
+  int64_t comm_bytes = 0;              // per call: the most any rank sent to other ranks
+  int64_t modeled_comm_bytes = 0;      // per call and rank: the comm path's model (modeled_comm_bytes)
+};
+
 // One queue mode of a run as measured.
 struct Measured {
   const char* mode = "full";
@@ -42,12 +52,15 @@ struct Measured {
   NullRoutingStats null_stats;
   MachineNoise noise;        // while its calls ran
   std::string gemm_kernels;  // Backend::take_kernel_choices() of its calls: the variant per GEMM form
+  ParallelMeasure parallel;
 };
 
 // One row of a run: the seed's RESULT keys in its order, then ours (dtype, the five time statistics,
 // ceiling_tflops, pct_of_ceiling, ceiling_note (ceiling.h), saved_activation_bytes, tensor_bytes_live,
 // tensor_bytes_peak, timed_allocations (Measured::memory), threads, noise_note,
-// load_avg_1m, involuntary_switches, steal_pct (noise.h)), then the
+// load_avg_1m, involuntary_switches, steal_pct (noise.h), world_size, mesh_data, mesh_expert, rank_layout,
+// tflops_per_rank, comm_s, comm_bytes, comm_gbps (comm_bytes / comm_s, null without communication),
+// modeled_comm_bytes, gemm_kernels, gemm_thresholds), then the
 // full config, the kernel config and the environment, then iters, warmup, repeats, run_id, row_schema
 // (run_id.h), the command and samples_s (every timed call in seconds, one array per --repeats block).
 // TF/s uses the seed's FLOP formula and the mean time. No ceiling: ceiling_tflops and pct_of_ceiling

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <optional>
+#include <tuple>
 
 #include "bench/finite.h"
 #include "bench/noise.h"
@@ -18,6 +19,7 @@
 #include "moe/dump.h"
 #include "moe/exchange.h"
 #include "moe/file_io.h"
+#include "moe/parallel.h"
 
 namespace moe::bench {
 namespace {
@@ -49,10 +51,48 @@ Tensor perturbed(const Tensor& t, double rel) {
   return p;
 }
 
+// Over several ranks each call's time is the slowest rank's (the calls start together, behind a barrier).
+TimingStats max_over_ranks(Comm& comm, const TimingStats& t, Status& status) {
+  if (comm.size() == 1) return t;
+  const int64_t n = int64_t(t.samples.size());
+  Tensor mine(Dtype::f64, {n}), all(Dtype::f64, {n * comm.size()});
+  for (int64_t i = 0; i < n; ++i) mine.set(i, t.samples[size_t(i)]);
+  if (Status s = comm.all_gather(all, mine); !s) {
+    status = s;
+    return t;
+  }
+  std::vector<double> slowest(t.samples);
+  for (int r = 0; r < comm.size(); ++r)
+    for (int64_t i = 0; i < n; ++i) slowest[size_t(i)] = std::max(slowest[size_t(i)], all.get(r * n + i));
+  return summarize(std::move(slowest), t.blocks);
+}
+
+// The rows' parallel keys: the slowest rank's time in collectives and the most any rank sent, per call.
+ParallelMeasure measure_parallel(Comm& comm, const MoeConfig& c, const MoeBlock& block, int64_t real,
+                                 Status& status) {
+  ParallelMeasure pm;
+  pm.world_size = comm.size();
+  std::tie(pm.mesh_data, pm.mesh_expert) = mesh_of(c, comm.size());
+  for (int r = 0; r < comm.size(); ++r)
+    pm.rank_layout += fmt::format("{}r{}:{}", r ? ";" : "", r, describe(rank_layout(c, r, comm.size())));
+  pm.modeled_comm_bytes = modeled_comm_bytes(c, comm.size(), real);
+  const CommMeter& m = block.comm_meter();
+  const double calls = double(std::max<int64_t>(1, m.calls));
+  Tensor mine(Dtype::f64, {2}), all(Dtype::f64, {2 * comm.size()});
+  mine.set(0, m.seconds / calls);
+  mine.set(1, double(m.bytes) / calls);
+  if (Status s = comm.all_gather(all, mine); !s) status = s;
+  for (int r = 0; r < comm.size(); ++r) {
+    pm.comm_s = std::max(pm.comm_s, all.get(2 * r));
+    pm.comm_bytes = std::max(pm.comm_bytes, int64_t(std::llround(all.get(2 * r + 1))));
+  }
+  return pm;
+}
+
 }  // namespace
 
 Protocol protocol_of(const BenchOptions& o) {
-  return {o.iters, o.warmup, o.repeats, o.command};
+  return {o.iters, o.warmup, o.repeats, o.command, world_comm().size()};
 }
 
 RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, Comm& comm,
@@ -60,17 +100,21 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, 
                    const NullRoutingStats& null_stats, const Ceiling& ceiling, const Environment& env) {
   RunOutcome outcome;
   const bool text_stdout = o.format == OutputFormat::text || !o.out_path.empty();
+  // Over several ranks rank 0 alone prints, writes and checks (the others' stdout is closed, main.cpp).
+  const bool root = comm.rank() == 0, parallel = comm.size() > 1;
   const std::string dist = name(c.distribution);
-  const RoutingTensors routing = to_memory(host_routing, backend.memory());
   MoeBlock block(c, o.kernel, backend, comm);
-  Tensor out = backend.empty(c.dtype, {c.tokens, c.hidden});
+  // This rank's tokens, experts and routing rows (all of them on one rank).
+  const MoeConfig rc = rank_config(c, block.layout());
+  const RoutingTensors routing = to_memory(rank_routing(host_routing, block.layout()), backend.memory());
+  Tensor out = backend.empty(c.dtype, {rc.tokens, c.hidden});
   std::optional<MoeGrads> grads;
-  if (c.bench_pass == BenchPass::forward_backward) grads = make_grads(c, backend.memory());
+  if (c.bench_pass == BenchPass::forward_backward) grads = make_grads(rc, backend.memory());
 
   // The seed announces a run's trace directory before the run.
   std::string trace_run;
   std::vector<TraceEvent> events;
-  if (!o.trace_dir.empty()) {
+  if (!o.trace_dir.empty() && root) {
     const auto now = std::chrono::system_clock::now().time_since_epoch();
     trace_run = trace_run_dir(o, c, std::chrono::duration_cast<std::chrono::nanoseconds>(now).count());
     outcome.output_status = prepare_output_dir("--trace-dir directory", trace_run);
@@ -98,12 +142,13 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, 
         s = block.forward(out, in, routing);
       if (!s && outcome.output_status) outcome.output_status = s;
     };
-    if (!trace_run.empty()) {
+    if (!o.trace_dir.empty()) {
       // One extra, untimed call with every stage recorded (the seed's profiler trace, spec §1), made
       // before the timed calls so that the last call, which --check and --dump read, is a timed one.
-      block.set_stage_observer([&](const char* stage, auto start, auto end) {
-        events.push_back({stage, int(m), start, end});
-      });
+      if (root)
+        block.set_stage_observer([&](const char* stage, auto start, auto end) {
+          events.push_back({stage, int(m), start, end});
+        });
       call();
       block.set_stage_observer(nullptr);
     }
@@ -121,11 +166,19 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, 
     };
     const NoiseProbe noise_probe;
     const auto calls_start = std::chrono::steady_clock::now();
-    const TimingStats t = time_fn(
-        counted_call, o.warmup, o.iters, [&] { backend.synchronize(); }, o.repeats);
+    block.reset_comm_meter();
+    const TimingStats rank_t = time_fn_aligned(
+        counted_call, o.warmup, o.iters, [&] { backend.synchronize(); }, o.repeats,
+        [&] {
+          if (!parallel) return;
+          if (Status s = comm.barrier(); !s && outcome.output_status) outcome.output_status = s;
+        });
     MOE_CHECK(backend.kernel_measurements() == measured_by_first_call,
               "auto measured GEMM kernels after a run's first call (a shape class changed between calls)");
     const std::string gemm_kernels = backend.take_kernel_choices();
+    const TimingStats t = max_over_ranks(comm, rank_t, outcome.output_status);
+    const ParallelMeasure pm =
+        measure_parallel(comm, c, block, null_stats.real_assignments, outcome.output_status);
     const MachineNoise noise = noise_probe.finish(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - calls_start).count(),
         omp_get_max_threads(), available_cores());
@@ -142,7 +195,7 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, 
         make_row(c, o.kernel, protocol_of(o),
                  {name(mode), t, ceiling, block.saved_activation_bytes(),
                   MemoryUse{before.live_bytes, during.peak_bytes, during.allocations - before.allocations},
-                  omp_get_max_threads(), null_stats, noise, gemm_kernels},
+                  omp_get_max_threads(), null_stats, noise, gemm_kernels, pm},
                  env);
     if (text_stdout)
       fmt::print(
@@ -156,7 +209,13 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, 
     if (!outcome.output_status) return outcome;
   }
 
-  if (o.stage_timing && text_stdout) print_stage_timing(o, c, in, routing, block, backend);
+  if (o.stage_timing && text_stdout) {
+    if (parallel)
+      fmt::print("[{}] pass={} stage_timing skipped for parallel_mode={}\n", dist, name(c.bench_pass),
+                 name(c.parallel_mode));
+    else
+      print_stage_timing(o, c, in, routing, block, backend);
+  }
   if (!text_stdout) {
     static bool csv_header_printed = false;
     if (o.format == OutputFormat::csv && !csv_header_printed && !outcome.rows.empty()) {
@@ -166,18 +225,34 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, 
     for (const std::string& line : format_rows(o.format, outcome.rows)) fmt::print("{}\n", line);
   }
 
+  // --check and --dump read the global results and inputs: over several ranks the slices are gathered
+  // on rank 0, which draws the global inputs.
+  Tensor global_out = host_out;
+  std::optional<MoeGrads> global_grads = host_grads;
+  std::optional<MoeInputs> global_in_store;
+  if (parallel && (o.check || !o.dump_dir.empty())) {
+    MoeGrads gathered;
+    outcome.output_status =
+        gather_results(comm, c, host_out, host_grads ? &*host_grads : nullptr, global_out, &gathered);
+    if (!outcome.output_status) return outcome;
+    if (host_grads) global_grads = gathered;
+    if (root) global_in_store = make_inputs(c);
+  }
+  if (!root) return outcome;
+  const MoeInputs& global_in = global_in_store ? *global_in_store : host_in;
+
   if (o.check) {
-    Tensor check_out = host_out;
-    std::optional<MoeGrads> check_grads = host_grads;
+    Tensor check_out = global_out;
+    std::optional<MoeGrads> check_grads = global_grads;
     if (o.check_perturb != 0) {
-      check_out = perturbed(host_out, o.check_perturb);
+      check_out = perturbed(global_out, o.check_perturb);
       if (check_grads)
         for (Tensor* g : {&check_grads->dx, &check_grads->dw1, &check_grads->dw3, &check_grads->dw2,
                           &check_grads->dsw1, &check_grads->dsw3, &check_grads->dsw2})
           *g = perturbed(*g, o.check_perturb);
     }
     const ConditionedCheck r =
-        check_conditioned(c, host_in, host_routing, check_out, check_grads ? &*check_grads : nullptr);
+        check_conditioned(c, global_in, host_routing, check_out, check_grads ? &*check_grads : nullptr);
     // In jsonl/csv mode stdout holds rows only, so the CHECK line goes to stderr.
     fmt::print(text_stdout ? stdout : stderr, "{}\n", check_line(c, r));
     outcome.check_failed = !r.pass;
@@ -187,8 +262,8 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, 
     // The output and gradients of the last timed call: deterministic, so they belong to these inputs.
     std::string extra =
         fmt::format("{{\"kernel\": {}, \"environment\": {}}}", o.kernel.to_json(), env.to_json());
-    outcome.output_status = write_dump(o.dump_dir, c, extra, host_in, host_routing, host_out,
-                                       host_grads ? &*host_grads : nullptr);
+    outcome.output_status = write_dump(o.dump_dir, c, extra, global_in, host_routing, global_out,
+                                       global_grads ? &*global_grads : nullptr);
   }
   std::fflush(stdout);
   return outcome;

@@ -27,6 +27,7 @@ std::string run_id(const MoeConfig& c, const KernelConfig& k, const Protocol& p,
   j["iters"] = p.iters;
   j["warmup"] = p.warmup;
   j["repeats"] = p.repeats;
+  if (p.world_size != 1) j["world_size"] = p.world_size;
   return fnv1a_hex(j.dump());
 }
 

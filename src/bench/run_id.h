@@ -26,6 +26,7 @@ struct Protocol {
   int warmup = 2;
   int repeats = 1;
   std::string command;
+  int world_size = 1;  // ranks of the run: part of the identity where it is not 1 (old run_ids stay)
 };
 
 std::string run_id(const MoeConfig& c, const KernelConfig& k, const Protocol& p, std::string_view mode);

@@ -24,6 +24,7 @@
 #include "bench/store.h"
 #include "bench/threads.h"
 #include "moe/gemm.h"
+#include "moe/parallel.h"
 
 namespace moe::bench {
 namespace {
@@ -34,15 +35,18 @@ struct Sweep {
   bool resume = false;             // moe-bench sweep: skip the runs the store holds
 };
 
-// The inputs of the last point, reused while the shape, dtype, seed and device stay the same.
+// The inputs of the last point, reused while the shape, dtype, seed, device and this rank's slices stay
+// the same. A rank of a parallel run draws only its slices (moe/parallel.h).
 class InputsCache {
  public:
-  const MoeInputs& host(const MoeConfig& c, Backend& backend) {
-    const std::string key = fmt::format("{} {} {} {} {} {} {} {}", c.tokens, c.hidden, c.mlp_dim, c.experts,
-                                        c.shared_expert_dim, dtype_name(c.dtype), c.seed, backend.name());
+  const MoeInputs& host(const MoeConfig& c, Backend& backend, const Comm& comm) {
+    const RankLayout l = rank_layout(c, comm.rank(), comm.size());
+    const std::string key =
+        fmt::format("{} {} {} {} {} {} {} {} {}", c.tokens, c.hidden, c.mlp_dim, c.experts,
+                    c.shared_expert_dim, dtype_name(c.dtype), c.seed, backend.name(), describe(l));
     if (key != key_) {
       in_.reset();
-      host_ = make_inputs(c);
+      host_ = make_rank_inputs(c, l);
       in_ = to_memory(host_, backend.memory());
       key_ = key;
     }
@@ -80,10 +84,10 @@ Status prepare(const std::vector<std::string>& args, const std::string& command,
   // A jsonl store this moe-bench cannot read back is refused before it grows (the sweep re-reads it anyway).
   if (!s.opts.front().out_path.empty() && s.opts.front().format == OutputFormat::jsonl)
     MOE_RETURN_IF_ERROR(StoreIndex(s.opts.front().out_path).refresh());
-  std::unique_ptr<Comm> comm = make_local_comm();
+  Comm& comm = world_comm();
   for (const BenchOptions& o : s.opts) {
     MOE_RETURN_IF_ERROR(set_thread_count(o.kernel.threads));
-    MOE_RETURN_IF_ERROR(check_runnable(o, *backend_by_name(o.base.device), *comm));
+    MOE_RETURN_IF_ERROR(check_runnable(o, *backend_by_name(o.base.device), comm));
     MOE_RETURN_IF_ERROR(preflight(o));
     // One csv file holds one header: points whose rows have other columns (--check=false,true) cannot share
     // it.
@@ -107,7 +111,7 @@ std::string run_name(const MoeConfig& c, const Point& p) {
 // comm, the ceilings and the inputs. Each step returns an exit code to stop with, or nullopt to go on.
 class Runner {
  public:
-  explicit Runner(const Sweep& s) : s_(s), progress_(total_runs(s), s.resume), comm_(make_local_comm()) {}
+  explicit Runner(const Sweep& s) : s_(s), progress_(total_runs(s), s.resume), comm_(world_comm()) {}
 
   std::optional<int> start() {
     if (!s_.resume) return std::nullopt;
@@ -196,26 +200,33 @@ class Runner {
     }
     Backend& backend = *backend_by_name(o.base.device);
     announce_point(o, backend);
-    const MoeInputs& host_in = inputs_.host(c, backend);
+    const MoeInputs& host_in = inputs_.host(c, backend, comm_);
     const Ceiling ceiling = ceilings_.get(o.ceiling, backend, c, o.with_peak);
     // Same routing for every impl and fraction of a (distribution, topk): the null mask of a larger
     // fraction is a superset of a smaller one's.
     NullRoutingStats null_stats;
     const Routing routing = make_routing(c, &null_stats);
     RunOutcome r =
-        run_one(run_o, c, backend, *comm_, inputs_.device(), host_in, routing, null_stats, ceiling, env_);
+        run_one(run_o, c, backend, comm_, inputs_.device(), host_in, routing, null_stats, ceiling, env_);
     any_check_failed_ |= r.check_failed;
-    if (!r.output_status) return fail(r.output_status);
+    // Over several ranks an error one rank met may not be the others' (a file, a NaN in its slice):
+    // it ends the whole job, so that none waits for it in a collective.
+    if (!r.output_status) return stop(fail(r.output_status));
     if (!r.numerics) {
       fmt::print(stderr, "moe-bench: error: {}\n", r.numerics.message());
-      return 1;
+      return stop(1);
     }
-    if (!o.out_path.empty())
+    if (!o.out_path.empty() && comm_.rank() == 0)
       if (Status st = append_rows(o.out_path, o.format, r.rows); !st) return fail(st);
     if (!claimed.empty())
       if (Status st = claims_->release(claimed); !st) return fail(st);
-    progress_.done(run_name(c, s_.points[pi]));
+    if (comm_.rank() == 0) progress_.done(run_name(c, s_.points[pi]));
     return std::nullopt;
+  }
+
+  int stop(int code) {
+    if (comm_.size() > 1) comm_.abort(code);
+    return code;
   }
 
   // The seed's devices line (when the backend changes) and shape line, before a point's first run.
@@ -225,8 +236,11 @@ class Runner {
     const bool text_stdout = o.format == OutputFormat::text || !o.out_path.empty();
     if (backend.name() != last_backend_) {
       if (text_stdout) fmt::print("{}\n", devices_line({backend.devices()}));
-      fmt::print(stderr, "moe-bench: device {} ({}), {} threads\n", backend.name(), backend.description(),
-                 omp_get_max_threads());
+      if (comm_.rank() == 0)
+        fmt::print(
+            stderr, "moe-bench: device {} ({}), {} threads{}\n", backend.name(), backend.description(),
+            omp_get_max_threads(),
+            comm_.size() > 1 ? fmt::format(" on each of {} ranks ({})", comm_.size(), comm_.name()) : "");
       last_backend_ = backend.name();
     }
     if (text_stdout) fmt::print("{}\n", shape_line(o));
@@ -234,7 +248,7 @@ class Runner {
 
   const Sweep& s_;
   Progress progress_;
-  std::unique_ptr<Comm> comm_;
+  Comm& comm_;
   std::optional<StoreIndex> store_;
   std::optional<Claims> claims_;
   std::vector<std::pair<size_t, MoeConfig>> deferred_;  // (point, run) another sweep held
@@ -247,6 +261,18 @@ class Runner {
 };
 
 int run_sweep(const std::vector<std::string>& args, const std::string& command, bool resume) {
+  // Under mpirun every rank runs the same points; rank 0 alone prints results (the others' stdout
+  // goes nowhere) and writes files. Errors are printed by every rank that meets them.
+  if (!built_with_mpi() && launched_world_size() > 1)
+    return fail(Status::error(fmt::format(
+        "this moe-bench was built without MPI: under a launcher of {} processes each would run alone "
+        "(install libopenmpi-dev and rebuild)",
+        launched_world_size())));
+  Comm& world = world_comm();
+  if (world.rank() != 0 && std::freopen("/dev/null", "w", stdout) == nullptr)
+    return fail(Status::error("rank " + std::to_string(world.rank()) + ": cannot close its stdout"));
+  if (resume && world.size() > 1)
+    return fail(Status::error("moe-bench sweep under mpirun is not implemented yet (run moe-bench itself)"));
   Sweep s;
   s.resume = resume;
   bool exit_ok = false;

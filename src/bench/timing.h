@@ -40,8 +40,10 @@ inline TimingStats summarize(std::vector<double> samples, int blocks = 1) {
   return s;
 }
 
-template <typename Fn, typename Sync>
-TimingStats time_fn(Fn&& fn, int warmup, int iters, Sync&& sync, int repeats = 1) {
+// `align` runs before each clock start, outside the timed region: over several ranks a barrier, so
+// every rank's call i starts together and the run's call time is the slowest rank's (max_over_ranks).
+template <typename Fn, typename Sync, typename Align>
+TimingStats time_fn_aligned(Fn&& fn, int warmup, int iters, Sync&& sync, int repeats, Align&& align) {
   fn();
   std::vector<double> samples;
   samples.reserve(size_t(iters) * size_t(repeats));
@@ -49,6 +51,7 @@ TimingStats time_fn(Fn&& fn, int warmup, int iters, Sync&& sync, int repeats = 1
     for (int i = 0; i < warmup; ++i) fn();
     for (int i = 0; i < iters; ++i) {
       sync();
+      align();
       auto t0 = std::chrono::steady_clock::now();
       fn();
       sync();
@@ -56,6 +59,11 @@ TimingStats time_fn(Fn&& fn, int warmup, int iters, Sync&& sync, int repeats = 1
     }
   }
   return summarize(std::move(samples), repeats);
+}
+
+template <typename Fn, typename Sync>
+TimingStats time_fn(Fn&& fn, int warmup, int iters, Sync&& sync, int repeats = 1) {
+  return time_fn_aligned(fn, warmup, iters, sync, repeats, [] {});
 }
 
 }  // namespace moe::bench

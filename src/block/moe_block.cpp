@@ -13,29 +13,48 @@ void check_supported(const Status& s) {
 
 MoeBlock::MoeBlock(const MoeConfig& cfg, const KernelConfig& kcfg, Backend& backend, Comm& comm)
     : cfg_(cfg), kcfg_(kcfg), backend_(backend), tracer_(&backend) {
-  check_supported(backend.supports_block(cfg_));
   check_supported(exchange_supports(cfg_, comm));
   exchange_ = make_exchange(cfg_, comm);
+  // The token side (pack, dispatch, combine) runs on the tokens and experts of this rank's plan, the
+  // shared expert and the loss on the tokens it holds (fewer where it gathers them: split_); the expert
+  // FFN on the experts it holds, sized for the rows it can receive.
+  token_cfg_ = token_config(cfg_, exchange_->layout());
+  held_cfg_ = rank_config(cfg_, exchange_->layout());
+  expert_cfg_ = exchange_->expert_config();
+  split_ = exchange_->gathers_tokens();
+  check_supported(backend.supports_block(token_cfg_));
+  check_supported(backend.supports_block(expert_cfg_));
   const int64_t tile_rows = layout_tile_rows(cfg_.gemm_backend, kcfg_.gmm_tile_rows);
-  const OpContext ctx{cfg_, kcfg_, backend_, tracer_, tile_rows};
+  const OpContext ctx{token_cfg_, kcfg_, backend_, tracer_, tile_rows};
+  const OpContext held_ctx{held_cfg_, kcfg_, backend_, tracer_, tile_rows};
+  const OpContext expert_ctx{expert_cfg_, kcfg_, backend_, tracer_, tile_rows};
   pack_ = backend.make_pack(ctx);
   dispatch_ = backend.make_dispatch(ctx);
-  expert_ffn_ = backend.make_expert_ffn(ctx);
+  expert_ffn_ = backend.make_expert_ffn(expert_ctx);
   combine_ = backend.make_combine(ctx);
-  if (cfg_.has_shared()) shared_ = backend.make_shared_expert(ctx);
+  if (cfg_.has_shared()) shared_ = backend.make_shared_expert(held_ctx);
 
-  const int64_t T = cfg_.tokens, H = cfg_.hidden;
-  plan_ = allocate_plan(cfg_, tile_rows, backend.memory());
+  const int64_t T = token_cfg_.tokens, T_held = held_cfg_.tokens, H = cfg_.hidden;
+  plan_ = allocate_plan(token_cfg_, tile_rows, backend.memory());
   x_rows_ = backend.empty(cfg_.dtype, {plan_.max_rows, H});
   y_rows_ = backend.empty(cfg_.dtype, {plan_.max_rows, H});
   out_acc_ = backend.empty(Dtype::f32, {T, H});
+  if (split_) {
+    x_all_ = backend.empty(cfg_.dtype, {T, H});
+    held_acc_ = backend.empty(Dtype::f32, {T_held, H});
+  }
   if (cfg_.bench_pass == BenchPass::forward_backward) {
-    dy_ = backend.empty(Dtype::f32, {T, H});
+    dy_ = backend.empty(Dtype::f32, {T_held, H});
+    if (split_) {
+      dy_all_ = backend.empty(Dtype::f32, {T, H});
+      dx_held_ = backend.empty(Dtype::f32, {T_held, H});
+    }
     dy_rows_ = backend.empty(cfg_.dtype, {plan_.max_rows, H});
     dx_rows_ = backend.empty(Dtype::f32, {plan_.max_rows, H});
     dx_acc_ = backend.empty(Dtype::f32, {T, H});
     sum_sq_ = backend.empty(Dtype::f64, {1});
   }
+  ex_ = exchange_->expert_rows(ExpertRows{plan_, x_rows_, y_rows_, dy_rows_, dx_rows_}, backend, tile_rows);
 }
 
 FfnWeights MoeBlock::routed_weights(const MoeInputs& in, bool prebuilt_w13) const {
@@ -48,8 +67,10 @@ FfnWeights MoeBlock::shared_weights(const MoeInputs& in, bool prebuilt_w13) cons
 
 Status MoeBlock::pack_and_dispatch(const MoeInputs& in, const RoutingTensors& routing) {
   tracer_("pack", [&] { pack_->forward(plan_, routing); });
-  MOE_RETURN_IF_ERROR(exchange_->after_plan(plan_));
-  tracer_("dispatch", [&] { dispatch_->forward(x_rows_, in.x, plan_); });
+  MOE_RETURN_IF_ERROR(traced("exchange_plan", [&] { return exchange_->after_plan(plan_); }));
+  if (split_)
+    MOE_RETURN_IF_ERROR(traced("exchange_gather_x", [&] { return exchange_->gather_tokens(in.x, x_all_); }));
+  tracer_("dispatch", [&] { dispatch_->forward(x_rows_, split_ ? x_all_ : in.x, plan_); });
   return Status::ok();
 }
 
@@ -58,18 +79,31 @@ Status MoeBlock::pack_and_dispatch(const MoeInputs& in, const RoutingTensors& ro
 Status MoeBlock::experts_and_combine(Tensor& out, const MoeInputs& in, const RoutingTensors& routing,
                                      bool prebuilt_w13) {
   const FfnWeights w = routed_weights(in, prebuilt_w13);
-  MOE_RETURN_IF_ERROR(exchange_->before_expert_ffn(x_rows_, plan_));
-  tracer_("up", [&] { expert_ffn_->up(x_rows_, w, plan_); });
-  tracer_("down", [&] { expert_ffn_->down(y_rows_, w, plan_); });
-  MOE_RETURN_IF_ERROR(exchange_->after_expert_ffn(y_rows_, plan_));
+  exchange_->count_call();
+  MOE_RETURN_IF_ERROR(
+      traced("exchange_dispatch", [&] { return exchange_->before_expert_ffn(x_rows_, plan_); }));
+  tracer_("up", [&] { expert_ffn_->up(ex_.x_rows, w, ex_.plan); });
+  tracer_("down", [&] { expert_ffn_->down(ex_.y_rows, w, ex_.plan); });
+  MOE_RETURN_IF_ERROR(
+      traced("exchange_combine", [&] { return exchange_->after_expert_ffn(y_rows_, plan_); }));
+  if (split_) {
+    // Every token's routed sums here, this rank's slice of their sum over ranks plus its shared part there.
+    if (shared_)
+      tracer_("shared", [&] { shared_->forward(held_acc_, in.x, shared_weights(in, prebuilt_w13)); });
+    tracer_("combine", [&] { combine_->forward({out_acc_, out_acc_, false}, y_rows_, plan_, routing); });
+    MOE_RETURN_IF_ERROR(traced("exchange_output", [&] {
+      return exchange_->scatter_tokens(out_acc_, held_acc_, shared_ != nullptr);
+    }));
+    tracer_("output", [&] { backend_.convert(out, held_acc_); });
+    return Status::ok();
+  }
   if (shared_) tracer_("shared", [&] { shared_->forward(out_acc_, in.x, shared_weights(in, prebuilt_w13)); });
   const bool summed_across_ranks = exchange_->sums_combined_output();
   Tensor& combined = summed_across_ranks ? out_acc_ : out;
-  tracer_("combine", [&] {
-    combine_->forward({combined, out_acc_, shared_ != nullptr}, y_rows_, plan_, routing);
-  });
+  const bool with_shared = shared_ != nullptr && exchange_->adds_shared();
+  tracer_("combine", [&] { combine_->forward({combined, out_acc_, with_shared}, y_rows_, plan_, routing); });
   if (!summed_across_ranks) return Status::ok();
-  MOE_RETURN_IF_ERROR(exchange_->after_combine(out_acc_));
+  MOE_RETURN_IF_ERROR(traced("exchange_output", [&] { return exchange_->after_combine(out_acc_); }));
   tracer_("output", [&] { backend_.convert(out, out_acc_); });
   return Status::ok();
 }
@@ -92,36 +126,53 @@ Status MoeBlock::forward_backward(Tensor& out, MoeGrads& grads, const MoeInputs&
   MOE_CHECK(cfg_.bench_pass == BenchPass::forward_backward, "forward_backward on a block made for forward");
   MOE_RETURN_IF_ERROR(pack_and_dispatch(in, routing));
   MOE_RETURN_IF_ERROR(experts_and_combine(out, in, routing, /*prebuilt_w13=*/false));
-  tracer_("loss", [&] { backend_.loss_backward(dy_, sum_sq_, out); });
+  // The mean over the global (T, H): a rank holding a slice of the tokens contributes its share.
+  tracer_("loss", [&] { backend_.loss_backward(dy_, sum_sq_, out, cfg_.tokens * cfg_.hidden); });
 
   FfnWeightGrads shared_grads{grads.dsw1, grads.dsw3, grads.dsw2};
+  Tensor& shared_dx = split_ ? dx_held_ : dx_acc_;
   if (shared_)
     tracer_("shared_backward",
-            [&] { shared_->backward(dx_acc_, shared_grads, dy_, in.x, shared_weights(in, false)); });
-  tracer_("combine_backward", [&] { combine_->backward(dy_rows_, dy_, plan_, routing); });
-  MOE_RETURN_IF_ERROR(exchange_->before_expert_ffn_backward(dy_rows_, plan_));
+            [&] { shared_->backward(shared_dx, shared_grads, dy_, in.x, shared_weights(in, false)); });
+  if (split_)
+    MOE_RETURN_IF_ERROR(traced("exchange_gather_dy", [&] { return exchange_->gather_tokens(dy_, dy_all_); }));
+  tracer_("combine_backward", [&] { combine_->backward(dy_rows_, split_ ? dy_all_ : dy_, plan_, routing); });
+  MOE_RETURN_IF_ERROR(
+      traced("exchange_dy_rows", [&] { return exchange_->before_expert_ffn_backward(dy_rows_, plan_); }));
   FfnWeightGrads routed_grads{grads.dw1, grads.dw3, grads.dw2};
   tracer_("expert_ffn_backward", [&] {
-    expert_ffn_->backward(dx_rows_, routed_grads, dy_rows_, x_rows_, routed_weights(in, false), plan_);
+    expert_ffn_->backward(ex_.dx_rows, routed_grads, ex_.dy_rows, ex_.x_rows, routed_weights(in, false),
+                          ex_.plan);
   });
-  MOE_RETURN_IF_ERROR(exchange_->after_expert_ffn_backward(dx_rows_, plan_));
+  MOE_RETURN_IF_ERROR(
+      traced("exchange_dx_rows", [&] { return exchange_->after_expert_ffn_backward(dx_rows_, plan_); }));
   const bool dx_summed_across_ranks = exchange_->sums_input_grad();
-  Tensor& dx = dx_summed_across_ranks ? dx_acc_ : grads.dx;
-  tracer_("dispatch_backward", [&] {
-    dispatch_->backward({dx, dx_acc_, shared_ != nullptr}, dx_rows_, plan_);
-  });
-  if (dx_summed_across_ranks) {
-    MOE_RETURN_IF_ERROR(exchange_->reduce_input_grad(dx_acc_));
+  Tensor& dx = dx_summed_across_ranks || split_ ? dx_acc_ : grads.dx;
+  const bool with_shared = shared_ != nullptr && exchange_->adds_shared() && !split_;
+  tracer_("dispatch_backward", [&] { dispatch_->backward({dx, dx_acc_, with_shared}, dx_rows_, plan_); });
+  if (split_) {
+    MOE_RETURN_IF_ERROR(traced(
+        "exchange_dx", [&] { return exchange_->scatter_tokens(dx_acc_, dx_held_, shared_ != nullptr); }));
+    tracer_("dx", [&] { backend_.convert(grads.dx, dx_held_); });
+  } else if (dx_summed_across_ranks) {
+    MOE_RETURN_IF_ERROR(traced("exchange_dx", [&] { return exchange_->reduce_input_grad(dx_acc_); }));
     tracer_("dx", [&] { backend_.convert(grads.dx, dx_acc_); });
   }
   std::vector<Tensor*> weight_grads = {&grads.dw1, &grads.dw3, &grads.dw2};
   if (shared_) weight_grads.insert(weight_grads.end(), {&grads.dsw1, &grads.dsw3, &grads.dsw2});
-  return exchange_->reduce_weight_grads(weight_grads);
+  return traced("exchange_weight_grads", [&] { return exchange_->reduce_weight_grads(weight_grads); });
 }
 
 double MoeBlock::loss() const {
   MOE_CHECK(!sum_sq_.empty(), "loss() of a block made for forward");
-  return sum_sq_.to_host().get(0) / double(cfg_.tokens * cfg_.hidden);
+  return sum_sq_.to_host().get(0) / double(held_cfg_.tokens * cfg_.hidden);
+}
+
+template <typename Fn>
+Status MoeBlock::traced(const char* stage, Fn&& hook) {
+  Status s;
+  tracer_(stage, [&] { s = hook(); });
+  return s;
 }
 
 void MoeBlock::stage_pack_dispatch(const MoeInputs& in, const RoutingTensors& routing) {
@@ -149,11 +200,14 @@ int64_t MoeBlock::saved_activation_bytes() const {
   const PlanStats s = plan_stats();
   const int64_t es = int64_t(dtype_size(cfg_.dtype));
   int64_t bytes = s.rows * cfg_.hidden * es;  // dispatched rows: the expert MLP's input
-  bytes += expert_ffn_->saved_bytes(s.rows);
+  // Where rows move (all_to_all), the expert side keeps the rows it received as well.
+  const PlanStats xs = moe::plan_stats(ex_.plan);
+  if (!ex_.x_rows.same_storage(x_rows_)) bytes += xs.rows * cfg_.hidden * es;
+  bytes += expert_ffn_->saved_bytes(xs.rows);
   if (shared_) bytes += shared_->saved_bytes();
   // The plan: row_assignment and row_weight per row, assignment_row per assignment, group offsets and
   // live counts.
-  bytes += s.rows * 8 + cfg_.assignments() * 4 + (2 * cfg_.experts + 1) * 8;
+  bytes += s.rows * 8 + token_cfg_.assignments() * 4 + (2 * token_cfg_.experts + 1) * 8;
   return bytes;
 }
 

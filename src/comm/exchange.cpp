@@ -2,36 +2,40 @@
 // here.
 #include "moe/exchange.h"
 
-#include <fmt/format.h>
-
-#include "comm/exchange_single.h"
+#include "comm/exchanges.h"
 
 namespace moe {
 
+Status Exchange::gather_tokens(const Tensor&, Tensor&) {
+  MOE_CHECK(false, "gather_tokens on an exchange whose ranks hold every token they route");
+}
+
+Status Exchange::scatter_tokens(const Tensor&, Tensor&, bool) {
+  MOE_CHECK(false, "scatter_tokens on an exchange whose ranks hold every token they route");
+}
+
 Status exchange_supports(const MoeConfig& cfg, const Comm& world) {
-  switch (cfg.parallel_mode) {
-    case ParallelMode::none:
-      if (world.size() != 1)
-        return Status::error(
-            fmt::format("--parallel-mode none runs on one rank, but {} ranks were started", world.size()));
-      return Status::ok();
-    case ParallelMode::dp:
-    case ParallelMode::ep:
-      break;
-  }
-  return Status::error(
-      fmt::format("--parallel-mode {} is not implemented yet (only 'none')", name(cfg.parallel_mode)));
+  return parallel_supports(cfg, world.size());
 }
 
 std::unique_ptr<Exchange> make_exchange(const MoeConfig& cfg, Comm& world) {
+  MOE_CHECK(exchange_supports(cfg, world).is_ok(), "make_exchange of a configuration the world cannot run");
   switch (cfg.parallel_mode) {
     case ParallelMode::none:
-      return make_single_rank_exchange(world);
     case ParallelMode::dp:
+      return make_dp_exchange(cfg, world);
     case ParallelMode::ep:
+      switch (cfg.ep_comm_path) {
+        case EpCommPath::compact_psum:
+          return make_compact_psum_exchange(cfg, world);
+        case EpCommPath::all_to_all:
+          return make_all_to_all_exchange(cfg, world);
+        case EpCommPath::ring_ag_rs:
+          return make_ring_ag_rs_exchange(cfg, world);
+      }
       break;
   }
-  MOE_CHECK(false, "make_exchange: unsupported parallel mode (exchange_supports() refuses it)");
+  MOE_CHECK(false, "make_exchange: unsupported comm path (exchange_supports() refuses it)");
 }
 
 }  // namespace moe

@@ -246,6 +246,9 @@ Status MoeConfig::validate() const {
       return Status::error(
           fmt::format("invalid --null-experts={}: must be >= 0 (0 = derived)", null_routing.null_experts));
   }
+  if ((mesh_data == 0) != (mesh_expert == 0) || mesh_data < 0 || mesh_expert < 0)
+    return Status::error(
+        fmt::format("invalid --mesh data={},expert={}: both must be >= 1", mesh_data, mesh_expert));
   if (parallel_mode != ParallelMode::ep && ep_comm_path != EpCommPath::compact_psum)
     return Status::error(fmt::format("--ep-comm-path {} needs --parallel-mode ep", name(ep_comm_path)));
   if (device.empty()) return Status::error("invalid --device '': expected a backend name (see --list)");
@@ -296,6 +299,10 @@ std::string MoeConfig::to_json() const {
   j["matmul_precision"] = name(matmul_precision);
   j["parallel_mode"] = name(parallel_mode);
   j["ep_comm_path"] = name(ep_comm_path);
+  if (mesh_data != 0 || mesh_expert != 0) {
+    j["mesh_data"] = mesh_data;
+    j["mesh_expert"] = mesh_expert;
+  }
   return j.dump();
 }
 

@@ -10,20 +10,21 @@ namespace {
 // Below this many elements a parallel region costs more than the work it shares.
 constexpr int64_t kParallelMin = int64_t(1) << 15;
 
-// Element i of `t` is N(0, 1) value i of stream `key`: counter-based, so the schedule cannot change it.
-void fill_normal(Tensor& t, uint64_t key) {
+// Element i of `t` is N(0, 1) value offset + i of stream `key`: counter-based, so neither the schedule
+// nor which rank draws a slice can change it.
+void fill_normal(Tensor& t, uint64_t key, int64_t offset) {
   const int64_t n = t.numel();
   switch (t.dtype()) {
     case Dtype::f32: {
       float* p = t.data<float>();
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
-      for (int64_t i = 0; i < n; ++i) p[i] = float(random_normal(key, uint64_t(i)));
+      for (int64_t i = 0; i < n; ++i) p[i] = float(random_normal(key, uint64_t(offset + i)));
       return;
     }
     case Dtype::bf16: {
       bf16_t* p = t.data<bf16_t>();
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
-      for (int64_t i = 0; i < n; ++i) p[i] = f32_to_bf16(float(random_normal(key, uint64_t(i))));
+      for (int64_t i = 0; i < n; ++i) p[i] = f32_to_bf16(float(random_normal(key, uint64_t(offset + i))));
       return;
     }
     case Dtype::f64:
@@ -35,9 +36,12 @@ void fill_normal(Tensor& t, uint64_t key) {
   MOE_CHECK(false, std::string("inputs are float32 or bfloat16, not ") + dtype_name(t.dtype()));
 }
 
-Tensor normal_tensor(const MoeConfig& cfg, RngStream stream, std::vector<int64_t> shape) {
+// Rows [row_begin, row_begin + shape[0]) of the stream's tensor whose rows hold numel/shape[0] elements.
+Tensor normal_tensor(const MoeConfig& cfg, RngStream stream, std::vector<int64_t> shape,
+                     int64_t row_begin = 0) {
   Tensor t(cfg.dtype, std::move(shape));
-  fill_normal(t, derive_key(cfg.seed, stream));
+  const int64_t row = t.dim(0) == 0 ? 0 : t.numel() / t.dim(0);
+  fill_normal(t, derive_key(cfg.seed, stream), row_begin * row);
   return t;
 }
 
@@ -66,12 +70,21 @@ std::vector<int64_t> with_last_dim(std::vector<int64_t> shape, int64_t last) {
 }  // namespace
 
 MoeInputs make_inputs(const MoeConfig& cfg) {
-  const int64_t T = cfg.tokens, H = cfg.hidden, M = cfg.mlp_dim, E = cfg.experts, S = cfg.shared_expert_dim;
+  return make_inputs_slice(cfg, 0, cfg.tokens, 0, cfg.experts);
+}
+
+MoeInputs make_inputs_slice(const MoeConfig& cfg, int64_t token_begin, int64_t tokens, int64_t expert_begin,
+                            int64_t experts) {
+  MOE_CHECK(token_begin >= 0 && tokens >= 0 && token_begin + tokens <= cfg.tokens,
+            "token slice out of range");
+  MOE_CHECK(expert_begin >= 0 && experts >= 0 && expert_begin + experts <= cfg.experts,
+            "expert slice out of range");
+  const int64_t T = tokens, H = cfg.hidden, M = cfg.mlp_dim, E = experts, S = cfg.shared_expert_dim;
   MoeInputs in;
-  in.x = normal_tensor(cfg, kStreamX, {T, H});
-  in.w1 = normal_tensor(cfg, kStreamW1, {E, H, M});
-  in.w3 = normal_tensor(cfg, kStreamW3, {E, H, M});
-  in.w2 = normal_tensor(cfg, kStreamW2, {E, M, H});
+  in.x = normal_tensor(cfg, kStreamX, {T, H}, token_begin);
+  in.w1 = normal_tensor(cfg, kStreamW1, {E, H, M}, expert_begin);
+  in.w3 = normal_tensor(cfg, kStreamW3, {E, H, M}, expert_begin);
+  in.w2 = normal_tensor(cfg, kStreamW2, {E, M, H}, expert_begin);
   concat_last_dim(in.w13, in.w1, in.w3);
   // S == 0 still gives well-formed (H, 0) / (0, H) tensors, so shape code needs no special case.
   in.sw1 = normal_tensor(cfg, kStreamSharedW1, {H, S});

@@ -61,10 +61,10 @@ class CpuBackend final : public Backend {
     return make_shared_expert_op(ctx);
   }
 
-  void loss_backward(Tensor& dy, Tensor& sum_sq_out, const Tensor& y) override {
+  void loss_backward(Tensor& dy, Tensor& sum_sq_out, const Tensor& y, int64_t count) override {
     const int64_t n = y.numel();
     float* d = dy.data<float>();
-    const float scale = float(2.0 / double(n));
+    const float scale = float(2.0 / double(count));
     switch (y.dtype()) {
       case Dtype::f32:
       case Dtype::bf16:

@@ -81,9 +81,9 @@ class CudaBackend final : public Backend {
   std::unique_ptr<SharedExpertOp> make_shared_expert(const OpContext& ctx) override {
     return make_shared_expert_op(ctx, blas_);
   }
-  void loss_backward(Tensor& dy, Tensor& sum_sq, const Tensor& y) override {
+  void loss_backward(Tensor& dy, Tensor& sum_sq, const Tensor& y, int64_t count) override {
     if (loss_partials_.empty()) loss_partials_ = empty(Dtype::f64, {kLossPartials});
-    cuda::loss_backward(dy, sum_sq, y, loss_partials_);
+    cuda::loss_backward(dy, sum_sq, y, count, loss_partials_);
   }
   void convert(Tensor& dst, const Tensor& src) override { cuda::convert(dst, src); }
   void dense_gemm(Tensor& c, const Tensor& a, const Tensor& b, bool trans_b) override {

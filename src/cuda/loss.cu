@@ -25,12 +25,12 @@ __device__ double block_sum(double v) {
 
 template <typename Y>
 __global__ void loss_partials(float* __restrict__ dy, double* __restrict__ partials, const Y* __restrict__ y,
-                              int64_t n) {
+                              int64_t n, int64_t count) {
   double sum = 0;
   for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += int64_t(gridDim.x) * kThreads) {
     const double v = to_float(y[i]);
     sum += v * v;
-    dy[i] = float(2.0 * v / double(n));
+    dy[i] = float(2.0 * v / double(count));
   }
   const double total = block_sum(sum);
   if (threadIdx.x == 0) partials[blockIdx.x] = total;
@@ -45,7 +45,7 @@ __global__ void loss_total(double* __restrict__ sum_sq, const double* __restrict
 
 }  // namespace
 
-void loss_backward(Tensor& dy, Tensor& sum_sq, const Tensor& y, Tensor& partials) {
+void loss_backward(Tensor& dy, Tensor& sum_sq, const Tensor& y, int64_t count, Tensor& partials) {
   MOE_CHECK(dy.dtype() == Dtype::f32 && sum_sq.dtype() == Dtype::f64 && partials.numel() >= kLossPartials,
             "cuda loss: dy f32, sum_sq f64");
   const int64_t n = y.numel();
@@ -56,7 +56,7 @@ void loss_backward(Tensor& dy, Tensor& sum_sq, const Tensor& y, Tensor& partials
       using Y = decltype(tag);
       loss_partials<Y><<<unsigned(blocks), kThreads, 0, stream>>>(static_cast<float*>(dy.raw()),
                                                                   static_cast<double*>(partials.raw()),
-                                                                  static_cast<const Y*>(y.raw()), n);
+                                                                  static_cast<const Y*>(y.raw()), n, count);
     });
   CUDA_CHECK(cudaGetLastError());
   loss_total<<<1, kThreads, 0, stream>>>(static_cast<double*>(sum_sq.raw()),

@@ -22,9 +22,10 @@ std::unique_ptr<SharedExpertOp> make_shared_expert_op(const OpContext& ctx, Blas
 void convert(Tensor& dst, const Tensor& src);
 void convert(void* dst, Dtype dst_dtype, const void* src, Dtype src_dtype, int64_t n);
 
-// The seed's loss gradient: dy (n) f32 = 2 y / n, sum_sq (1) f64 = sum of y^2 (summed in f64 in a
-// fixed order); partials (>= kLossPartials) f64 scratch.
+// The seed's loss gradient over `count` elements of which y holds some (moe/backend.h): dy f32 =
+// 2 y / count, sum_sq (1) f64 = sum of y^2 (summed in f64 in a fixed order); partials (>= kLossPartials)
+// f64 scratch.
 inline constexpr int kLossPartials = 512;
-void loss_backward(Tensor& dy, Tensor& sum_sq, const Tensor& y, Tensor& partials);
+void loss_backward(Tensor& dy, Tensor& sum_sq, const Tensor& y, int64_t count, Tensor& partials);
 
 }  // namespace moe::cuda

@@ -33,13 +33,13 @@ class RefBackend final : public Backend {
     return make_shared_expert_op(ctx);
   }
 
-  void loss_backward(Tensor& dy, Tensor& sum_sq, const Tensor& y) override {
+  void loss_backward(Tensor& dy, Tensor& sum_sq, const Tensor& y, int64_t count) override {
     const int64_t n = y.numel();
     double sum = 0;
     for (int64_t i = 0; i < n; ++i) {
       const double v = y.get(i);
       sum += v * v;
-      dy.set(i, 2.0 * v / double(n));
+      dy.set(i, 2.0 * v / double(count));
     }
     sum_sq.set(0, sum);
   }

@@ -1,0 +1,150 @@
+// MpiComm: the processes of an MPI job (moe/comm.h), through MPI's C API (MPI 3.1, OpenMPI 4.1 here).
+// Built only when CMake finds MPI (MOE_HAVE_MPI). The argument checks are the other comms'
+// (comm_checks.h) and run before any MPI call, so a bad call is a Status on every rank that made it;
+// a call whose arguments differ between ranks (counts that do not match) is a bug of the caller, which
+// MPI may report or not. bf16 sums are staged in f32 (MPI has no bf16 type). Host tensors only.
+#include "comm/comm_mpi.h"
+
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include <climits>
+#include <cstdio>
+#include <cstring>
+
+#include "comm/comm_checks.h"
+
+namespace moe {
+namespace {
+
+using namespace comm_detail;
+
+Status mpi_status(const char* op, int rc) {
+  if (rc == MPI_SUCCESS) return Status::ok();
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  return Status::error(fmt::format("{}: MPI error: {}", op, std::string(text, size_t(len))));
+}
+
+// Counts and offsets as MPI's ints (elements of one `elem` type each).
+Status to_int(const char* op, const std::vector<int64_t>& v, std::vector<int>& out) {
+  out.resize(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] > INT_MAX)
+      return Status::error(fmt::format("{}: {} elements exceed MPI's int counts", op, v[i]));
+    out[i] = int(v[i]);
+  }
+  return Status::ok();
+}
+
+class MpiComm final : public Comm {
+ public:
+  MpiComm(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+  }
+  ~MpiComm() override {
+    if (owned_) MPI_Comm_free(&comm_);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* name() const override { return "mpi"; }
+
+  Status all_reduce_sum(Tensor& data) override {
+    MOE_RETURN_IF_ERROR(check_reducible("all_reduce_sum", data));
+    const int64_t n = data.numel();
+    if (n > INT_MAX) return Status::error("all_reduce_sum: more elements than MPI's int counts");
+    if (data.dtype() == Dtype::f32)
+      return mpi_status("all_reduce_sum",
+                        MPI_Allreduce(MPI_IN_PLACE, data.raw(), int(n), MPI_FLOAT, MPI_SUM, comm_));
+    std::vector<float> v = to_f32(data, 0, n);
+    MOE_RETURN_IF_ERROR(mpi_status("all_reduce_sum",
+                                   MPI_Allreduce(MPI_IN_PLACE, v.data(), int(n), MPI_FLOAT, MPI_SUM, comm_)));
+    store_f32(data, 0, v.data(), n);
+    return Status::ok();
+  }
+
+  Status all_gather(Tensor& recv, const Tensor& send) override {
+    MOE_RETURN_IF_ERROR(check_gather(recv, send, size_));
+    if (send.bytes() > size_t(INT_MAX)) return Status::error("all_gather: more bytes than MPI's int counts");
+    // A copy of send when it shares recv's storage (MPI forbids aliasing without MPI_IN_PLACE).
+    const Tensor src = send.same_storage(recv) ? send.clone() : send;
+    return mpi_status("all_gather", MPI_Allgather(src.raw(), int(send.bytes()), MPI_BYTE, recv.raw(),
+                                                  int(send.bytes()), MPI_BYTE, comm_));
+  }
+
+  Status reduce_scatter_sum(Tensor& recv, const Tensor& send) override {
+    MOE_RETURN_IF_ERROR(check_scatter(recv, send, size_));
+    const int64_t n = recv.numel();
+    if (n > INT_MAX) return Status::error("reduce_scatter_sum: more elements than MPI's int counts");
+    std::vector<float> in = to_f32(send, 0, send.numel());
+    std::vector<float> out(static_cast<size_t>(n));
+    MOE_RETURN_IF_ERROR(
+        mpi_status("reduce_scatter_sum",
+                   MPI_Reduce_scatter_block(in.data(), out.data(), int(n), MPI_FLOAT, MPI_SUM, comm_)));
+    store_f32(recv, 0, out.data(), n);
+    return Status::ok();
+  }
+
+  Status all_to_all_v(Tensor& recv, const std::vector<int64_t>& recv_counts, const Tensor& send,
+                      const std::vector<int64_t>& send_counts) override {
+    MOE_RETURN_IF_ERROR(check_counts(recv_counts, recv, send_counts, send, size_));
+    std::vector<int> sc, rc, sd, rd;
+    MOE_RETURN_IF_ERROR(to_int("all_to_all_v", send_counts, sc));
+    MOE_RETURN_IF_ERROR(to_int("all_to_all_v", recv_counts, rc));
+    MOE_RETURN_IF_ERROR(to_int("all_to_all_v", prefix_offsets(send_counts), sd));
+    MOE_RETURN_IF_ERROR(to_int("all_to_all_v", prefix_offsets(recv_counts), rd));
+    MPI_Datatype elem;
+    MPI_Type_contiguous(int(dtype_size(send.dtype())), MPI_BYTE, &elem);
+    MPI_Type_commit(&elem);
+    const Tensor src = send.same_storage(recv) ? send.clone() : send;
+    const int rc_mpi =
+        MPI_Alltoallv(src.raw(), sc.data(), sd.data(), elem, recv.raw(), rc.data(), rd.data(), elem, comm_);
+    MPI_Type_free(&elem);
+    return mpi_status("all_to_all_v", rc_mpi);
+  }
+
+  Status barrier() override { return mpi_status("barrier", MPI_Barrier(comm_)); }
+
+  std::unique_ptr<Comm> split(int color, int key) override {
+    MPI_Comm sub;
+    MOE_CHECK(MPI_Comm_split(comm_, color, key, &sub) == MPI_SUCCESS, "MPI_Comm_split failed");
+    return std::make_unique<MpiComm>(sub, /*owned=*/true);
+  }
+
+  void abort(int code) override {
+    std::fflush(nullptr);
+    MPI_Abort(MPI_COMM_WORLD, code);
+    std::_Exit(code);
+  }
+
+ private:
+  MPI_Comm comm_;
+  bool owned_;
+  int rank_ = 0, size_ = 1;
+};
+
+}  // namespace
+
+std::unique_ptr<Comm> make_mpi_world_comm() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided = 0;
+    // OpenMP threads compute; only the thread that called MPI_Init calls MPI.
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+  }
+  // Errors come back as return codes (turned into Status), not as MPI's default abort.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  return std::make_unique<MpiComm>(MPI_COMM_WORLD, /*owned=*/false);
+}
+
+void finalize_mpi() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Finalize();
+}
+
+}  // namespace moe

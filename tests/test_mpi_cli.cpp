@@ -1,0 +1,137 @@
+// moe-bench under mpirun (2 and 4 ranks, oversubscribed): --parallel-mode dp and ep over MPI with
+// --check against the single-process float64 reference, rank 0 alone printing and writing rows, the
+// rows' parallel keys, and bad input as one clear line on every rank, exit 2, no hang. SKIPPED in a
+// build without MPI.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <regex>
+
+#include "test_util.h"
+
+namespace moe {
+namespace {
+
+#ifdef MOE_MPIEXEC
+// moe-bench on `ranks` MPI ranks (one OpenMP thread each), as root where CI runs as root.
+testing::Ran mpirun(int ranks, const std::string& args) {
+  return testing::run_command(fmt::format(
+      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 timeout 120 {} -np {} "
+      "--oversubscribe --bind-to none {} {}",
+      MOE_MPIEXEC, ranks, MOE_BENCH_BINARY, args));
+}
+#define REQUIRE_MPI()
+#else
+testing::Ran mpirun(int, const std::string&) {
+  return {};
+}
+#define REQUIRE_MPI() GTEST_SKIP() << "built without MPI"
+#endif
+
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+const char* kShape =
+    "--tokens 37 --hidden 32 --mlp-dim 24 --experts 8 --topk 2 --impl fused_w13 --distribution random "
+    "--iters 2 --warmup 1 --ceiling off --check";
+
+TEST(MpiCli, EveryPathChecksAgainstTheSingleProcessReference) {
+  REQUIRE_MPI();
+  const uint64_t seed = testing::test_seed();
+  struct Case {
+    int ranks;
+    const char* flags;
+  };
+  for (const Case& k : {Case{2, "--parallel-mode dp --dtype float32 --bench-pass forward_backward"},
+                        Case{2,
+                             "--parallel-mode ep --dtype bfloat16 --bench-pass forward_backward "
+                             "--shared-expert-dim 8"},
+                        Case{4,
+                             "--parallel-mode ep --ep-comm-path all_to_all --dtype float32 "
+                             "--bench-pass forward_backward --shared-expert-dim 8"},
+                        Case{4,
+                             "--parallel-mode ep --ep-comm-path all_to_all --dtype bfloat16 "
+                             "--backend ragged_dot"},
+                        Case{4,
+                             "--parallel-mode ep --ep-comm-path all_to_all --mesh data=2,expert=2 "
+                             "--dtype float32 --bench-pass forward_backward --shared-expert-dim 8"},
+                        Case{2,
+                             "--parallel-mode ep --ep-comm-path ring_ag_rs --dtype float32 --tokens 36 "
+                             "--bench-pass forward_backward --shared-expert-dim 8"}}) {
+    const std::string args = fmt::format("{} {} --seed {}", kShape, k.flags, seed);
+    SCOPED_TRACE(args);
+    const testing::Ran r = mpirun(k.ranks, args);
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_EQ(count(r.out, "CHECK pass=true"), 1) << r.out;  // rank 0 alone prints
+    EXPECT_EQ(count(r.out, "RESULT "), 1) << r.out;
+    EXPECT_NE(r.out.find(fmt::format("world_size={}", k.ranks)), std::string::npos) << r.out;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(r.out, m, std::regex(" comm_bytes=([0-9]+)"))) << r.out;
+    const bool moves = std::string(k.flags).find("forward_backward") != std::string::npos ||
+                       std::string(k.flags).find("--parallel-mode ep") != std::string::npos;
+    EXPECT_EQ(std::stoll(m[1]) > 0, moves) << r.out;
+  }
+}
+
+TEST(MpiCli, RankZeroAloneWritesTheRows) {
+  REQUIRE_MPI();
+  const std::string dir = testing::temp_dir("mpi_rows");
+  const std::string out = dir + "/rows.jsonl";
+  const testing::Ran r =
+      mpirun(2, fmt::format("{} --parallel-mode ep --ep-comm-path all_to_all --dtype float32 "
+                            "--topk-list 1,2 --out {} --format jsonl",
+                            kShape, out));
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  const std::vector<std::string> rows = testing::split_lines(testing::read_file(out));
+  ASSERT_EQ(rows.size(), 2u) << testing::read_file(out);
+  for (const std::string& row : rows) {
+    EXPECT_NE(row.find("\"world_size\":2"), std::string::npos) << row;
+    EXPECT_NE(row.find("\"mesh_data\":1,\"mesh_expert\":2"), std::string::npos) << row;
+    EXPECT_NE(row.find("r1:tokens=[18,37) experts=[4,8)"), std::string::npos) << row;
+  }
+}
+
+// A rank killed mid-run (SIGKILL, no chance to say anything) ends every rank within 10 s, non-zero.
+TEST(MpiCli, AKilledRankEndsTheJobWithinTenSeconds) {
+  REQUIRE_MPI();
+  const uint64_t seed = testing::test_seed();
+  const std::string run = fmt::format(
+      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 timeout 100 {} -np 2 "
+      "--oversubscribe --bind-to none {} --tokens 64 --hidden 32 --mlp-dim 32 --experts 4 --topk 2 "
+      "--iters 1000000 --warmup 0 --ceiling off --parallel-mode ep --ep-comm-path all_to_all "
+      "--impl fused_w13 --distribution random --seed {}",
+      MOE_MPIEXEC, MOE_BENCH_BINARY, seed);
+  // Rank 1 is the process whose environment says so; it is killed once it has run for a second.
+  const std::string script = fmt::format(
+      "({} >/dev/null 2>&1; echo rc=$?) & "
+      "v=; for i in $(seq 300); do for p in $(pgrep -f -- '--seed {}'); do "
+      "grep -qa OMPI_COMM_WORLD_RANK=1 /proc/$p/environ 2>/dev/null && v=$p; done; "
+      "[ -n \"$v\" ] && break; sleep 0.1; done; sleep 1; start=$(date +%s%N); kill -9 $v; wait; "
+      "echo took_ms=$((($(date +%s%N) - start) / 1000000))",
+      run, seed);
+  const testing::Ran r =
+      testing::run_command("bash -c '" + std::regex_replace(script, std::regex("'"), "'\\''") + "'");
+  std::smatch rc, took;
+  ASSERT_TRUE(std::regex_search(r.out, rc, std::regex("rc=([0-9]+)"))) << r.out << r.err;
+  ASSERT_TRUE(std::regex_search(r.out, took, std::regex("took_ms=([0-9]+)"))) << r.out << r.err;
+  EXPECT_NE(std::stoi(rc[1]), 0) << r.out;
+  EXPECT_LT(std::stoll(took[1]), 10000) << r.out;
+}
+
+TEST(MpiCli, BadMeshIsOneLineOnEveryRankAndExitTwo) {
+  REQUIRE_MPI();
+  for (const char* flags :
+       {"--parallel-mode ep --experts 6", "--parallel-mode none", "--parallel-mode dp --tokens 3"}) {
+    const testing::Ran r =
+        mpirun(4, fmt::format("--tokens 37 --hidden 16 --mlp-dim 8 --experts 8 --topk 2 {}", flags));
+    EXPECT_EQ(r.exit_code, 2) << flags << "\n" << r.out << r.err;
+    EXPECT_EQ(count(r.err, "moe-bench: error: "), 4) << flags << "\n" << r.err;
+    EXPECT_EQ(r.out.find("RESULT"), std::string::npos) << r.out;
+  }
+}
+
+}  // namespace
+}  // namespace moe

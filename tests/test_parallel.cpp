@@ -1,0 +1,237 @@
+// The block over 1-4 ranks as threads (make_thread_comms, the ref backend's ops) for every parallel
+// mode and comm path,
+// against the single-process run of the same global inputs and routing and against the float64
+// oracle (--check's rule): fresh random inputs (seed printed), the MoE edge grid (empty experts, all
+// tokens on one expert, odd T, K=1, K=E), ranks that receive no rows, shared expert, null routing,
+// every impl and both layouts. Each rank draws only its slices of the inputs (make_rank_inputs).
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <functional>
+#include <thread>
+
+#include "moe/null_routing.h"
+#include "parallel_cases.h"
+#include "test_util.h"
+
+namespace moe {
+namespace {
+
+using parallel_cases::Results;
+
+// The global results of cfg run over `ranks` thread ranks (rank 0's meter), on the ref backend: the cpu
+// backend's GEMM state (oneDNN's plans and scratch) is one per process, for one caller at a time, so
+// ranks as threads of one process run the plain ops; tests/mpi/ runs the cpu backend in processes.
+Results run_ranks(const MoeConfig& cfg, const Routing& routing, int ranks) {
+  std::vector<std::unique_ptr<Comm>> comms = make_thread_comms(ranks);
+  Results res;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r)
+    threads.emplace_back([&, r] {
+      omp_set_num_threads(1);
+      Results mine = parallel_cases::run_rank(*comms[size_t(r)], cfg, routing, "ref");
+      if (r == 0) res = mine;
+    });
+  for (std::thread& t : threads) t.join();
+  return res;
+}
+
+// Runs cfg over `ranks` ranks and on one, and checks both against the oracle and each other.
+void expect_matches_single_process(const MoeConfig& cfg, const Routing& routing, int ranks) {
+  SCOPED_TRACE(parallel_cases::describe(cfg, ranks));
+  const Results single = run_ranks(parallel_cases::single_process(cfg), routing, 1);
+  parallel_cases::expect_same_results(cfg, routing, run_ranks(cfg, routing, ranks), single);
+}
+
+struct Path {
+  ParallelMode mode;
+  EpCommPath path;
+};
+const Path kPaths[] = {{ParallelMode::dp, EpCommPath::compact_psum},
+                       {ParallelMode::ep, EpCommPath::compact_psum},
+                       {ParallelMode::ep, EpCommPath::all_to_all},
+                       {ParallelMode::ep, EpCommPath::ring_ag_rs}};
+
+std::string path_name(const Path& p) {
+  return p.mode == ParallelMode::dp ? "dp" : std::string("ep_") + name(p.path);
+}
+
+class ParallelBlock : public ::testing::TestWithParam<Path> {};
+
+MoeConfig base_config(uint64_t seed, const Path& p) {
+  MoeConfig c;
+  c.tokens = 37;
+  c.hidden = 24;
+  c.mlp_dim = 20;
+  c.experts = 12;  // divisible by 1, 2, 3, 4
+  c.topk = 2;
+  c.seed = int64_t(seed);
+  c.parallel_mode = p.mode;
+  c.ep_comm_path = p.path;
+  if (p.path == EpCommPath::ring_ag_rs) c.tokens = 36;  // T % R == 0 for R = 1..4
+  return c;
+}
+
+// Fresh random inputs and routing, every impl, both layouts and dtypes, forward and forward_backward,
+// with and without a shared expert, over 1-4 ranks.
+TEST_P(ParallelBlock, MatchesTheSingleProcessRun) {
+  const uint64_t seed = testing::test_seed();
+  int i = 0;
+  for (int ranks : {1, 2, 3, 4})
+    for (Impl impl : kAllImpls)
+      for (BenchPass pass : {BenchPass::forward, BenchPass::forward_backward}) {
+        MoeConfig c = base_config(seed, GetParam());
+        c.impl = impl;
+        c.bench_pass = pass;
+        c.dtype = i % 2 ? Dtype::bf16 : Dtype::f32;
+        c.gemm_backend = i % 3 ? GemmBackend::gmm : GemmBackend::ragged_dot;
+        c.shared_expert_dim = i % 4 < 2 ? 8 : 0;
+        c.shared_fused = i % 5 == 0;
+        c.remat_mode = i % 7 == 0 ? RematMode::expert_mlp : RematMode::none;
+        c.distribution = i % 2 ? Distribution::runs : Distribution::random;
+        ++i;
+        expect_matches_single_process(c, make_routing(c), ranks);
+      }
+}
+
+// The MoE edge grid with hand-made routings: whole ranks of experts receive no rows, or every row.
+TEST_P(ParallelBlock, EdgeGridMatchesTheSingleProcessRun) {
+  const uint64_t seed = testing::test_seed();
+  struct EdgeCase {
+    const char* label;
+    int64_t tokens, experts, topk;
+    std::function<int32_t(int64_t t, int64_t k)> expert;
+  };
+  const std::vector<EdgeCase> cases = {
+      {"all tokens on one expert", 19, 4, 1, [](int64_t, int64_t) { return 2; }},
+      {"empty experts", 23, 6, 2, [](int64_t t, int64_t k) { return int32_t((t + k) % 2 == 0 ? 1 : 4); }},
+      {"K=E", 11, 4, 4, [](int64_t t, int64_t k) { return int32_t((t + k) % 4); }},
+      {"K=1 odd T", 17, 4, 1, [](int64_t t, int64_t) { return int32_t(t % 4); }},
+      {"one expert's rank gets all", 9, 6, 2, [](int64_t, int64_t k) { return int32_t(k); }},
+  };
+  for (const EdgeCase& ec : cases)
+    for (int ranks : {2, 3, 4})
+      for (Dtype dt : {Dtype::f32, Dtype::bf16}) {
+        MoeConfig c = base_config(seed, GetParam());
+        // ring_ag_rs needs T % R == 0: the case's T rounded up to a multiple of 12.
+        c.tokens = GetParam().path == EpCommPath::ring_ag_rs ? (ec.tokens + 11) / 12 * 12 : ec.tokens;
+        c.experts = ec.experts;
+        c.topk = ec.topk;
+        c.dtype = dt;
+        c.bench_pass = BenchPass::forward_backward;
+        c.shared_expert_dim = dt == Dtype::f32 ? 8 : 0;
+        c.impl = dt == Dtype::f32 ? Impl::fused_w13_preweight : Impl::fast;
+        if (!parallel_supports(c, ranks)) continue;  // E % R
+        SCOPED_TRACE(ec.label);
+        expect_matches_single_process(c, testing::edge_routing(c.tokens, c.topk, c.experts, ec.expert),
+                                      ranks);
+      }
+}
+
+TEST_P(ParallelBlock, NullRoutingMatchesTheSingleProcessRun) {
+  const uint64_t seed = testing::test_seed();
+  MoeConfig c = base_config(seed, GetParam());
+  c.bench_pass = BenchPass::forward_backward;
+  c.null_routing.frac = 0.3;
+  c.null_routing.renormalize = true;
+  for (int ranks : {2, 4}) expect_matches_single_process(c, make_routing(c), ranks);
+}
+
+// Data x expert meshes: every path over 4 ranks as 2 replicas of 2 expert shards, and as 4 x 1 and
+// 1 x 4; dp as data=4,expert=1.
+TEST_P(ParallelBlock, MeshesMatchTheSingleProcessRun) {
+  const uint64_t seed = testing::test_seed();
+  const bool dp = GetParam().mode == ParallelMode::dp;
+  int i = 0;
+  for (auto [D, X] : {std::pair{2, 2}, {4, 1}, {1, 4}}) {
+    if (dp && X != 1) continue;
+    for (BenchPass pass : {BenchPass::forward, BenchPass::forward_backward}) {
+      MoeConfig c = base_config(seed, GetParam());
+      c.mesh_data = D;
+      c.mesh_expert = X;
+      c.tokens = 40;  // T % 4 == 0 (ring)
+      c.bench_pass = pass;
+      c.dtype = i % 2 ? Dtype::bf16 : Dtype::f32;
+      c.shared_expert_dim = 8;
+      c.impl = kAllImpls[size_t(i) % kAllImpls.size()];
+      ++i;
+      expect_matches_single_process(c, make_routing(c), 4);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, ParallelBlock, ::testing::ValuesIn(kPaths),
+                         [](const auto& info) { return path_name(info.param); });
+
+// What each path moves per rank per step: all_to_all sends only the rows of other ranks' experts.
+TEST(ParallelBlockComm, EachPathMovesItsModeledBytes) {
+  const uint64_t seed = testing::test_seed();
+  MoeConfig c = base_config(seed, {ParallelMode::ep, EpCommPath::all_to_all});
+  c.dtype = Dtype::f32;
+  const Routing routing = make_routing(c);
+  const Results a2a = run_ranks(c, routing, 2);
+  // Rank 0 holds tokens [0, T/2) and experts [0, E/2): it sends the rows of its tokens for experts
+  // E/2.. (and their weights) and sends back the outputs of rank 1's rows for its experts.
+  int64_t out = 0, back = 0;
+  for (int64_t t = 0; t < c.tokens; ++t)
+    for (int64_t k = 0; k < c.topk; ++k) {
+      const bool mine = t < c.tokens / 2, my_expert = routing.ids[size_t(t * c.topk + k)] < c.experts / 2;
+      out += mine && !my_expert;
+      back += !mine && my_expert;
+    }
+  const int64_t per_call = (c.experts / 2) * 8 + out * 4 + (out + back) * c.hidden * 4;
+  EXPECT_EQ(a2a.meter.bytes, 2 * per_call);  // two forward calls
+  c.ep_comm_path = EpCommPath::compact_psum;
+  const Results psum = run_ranks(c, routing, 2);
+  EXPECT_EQ(psum.meter.bytes, 2 * c.tokens * c.hidden * 4);  // 2 calls x one all-reduce of (T, H) f32
+}
+
+TEST(ParallelLayout, BadMeshesAreOneClearLine) {
+  MoeConfig c = base_config(1, {ParallelMode::ep, EpCommPath::all_to_all});
+  c.experts = 10;
+  Status s = parallel_supports(c, 4);
+  EXPECT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("--experts=10 must be divisible by the 4 expert ranks"), std::string::npos)
+      << s.message();
+  c.experts = 12;
+  c.tokens = 3;
+  s = parallel_supports(c, 4);
+  EXPECT_NE(s.message().find("--tokens=3 cannot be split over 4 ranks"), std::string::npos) << s.message();
+  c.parallel_mode = ParallelMode::none;
+  s = parallel_supports(c, 2);
+  EXPECT_NE(s.message().find("--parallel-mode none runs on one rank"), std::string::npos) << s.message();
+  c.tokens = 40;
+  c.parallel_mode = ParallelMode::ep;
+  c.mesh_data = 3;
+  c.mesh_expert = 2;
+  s = parallel_supports(c, 4);
+  EXPECT_NE(s.message().find("--mesh data=3,expert=2 is 6 ranks, but 4 were started"), std::string::npos)
+      << s.message();
+  c.parallel_mode = ParallelMode::dp;
+  c.mesh_data = 2;
+  s = parallel_supports(c, 4);
+  EXPECT_NE(s.message().find("a mesh with expert=2 is --parallel-mode ep"), std::string::npos) << s.message();
+}
+
+// A rank's slices are the global tensors' rows, bit for bit.
+TEST(ParallelLayout, RankInputsAreSlicesOfTheGlobalInputs) {
+  MoeConfig c = base_config(testing::test_seed(), {ParallelMode::ep, EpCommPath::all_to_all});
+  c.shared_expert_dim = 4;
+  const MoeInputs all = make_inputs(c);
+  for (int r = 0; r < 3; ++r) {
+    const RankLayout l = rank_layout(c, r, 3);
+    const MoeInputs mine = make_rank_inputs(c, l);
+    for (int64_t i = 0; i < mine.x.numel(); ++i)
+      ASSERT_EQ(mine.x.get(i), all.x.get(l.token_begin * c.hidden + i));
+    const int64_t HM = c.hidden * c.mlp_dim;
+    for (int64_t i = 0; i < mine.w2.numel(); ++i)
+      ASSERT_EQ(mine.w2.get(i), all.w2.get(l.expert_begin * HM + i));
+    for (int64_t i = 0; i < mine.w13.numel(); ++i)
+      ASSERT_EQ(mine.w13.get(i), all.w13.get(l.expert_begin * 2 * HM + i));
+    EXPECT_EQ(mine.sw2.to_f64(), all.sw2.to_f64());
+  }
+}
+
+}  // namespace
+}  // namespace moe
