@@ -13,20 +13,20 @@ namespace moe {
 namespace {
 
 #ifdef MOE_MPIEXEC
+constexpr const char* kMpiexec = MOE_MPIEXEC;
+#define REQUIRE_MPI()
+#else
+constexpr const char* kMpiexec = "";
+#define REQUIRE_MPI() GTEST_SKIP() << "built without MPI"
+#endif
+
 // moe-bench on `ranks` MPI ranks (one OpenMP thread each), as root where CI runs as root.
 testing::Ran mpirun(int ranks, const std::string& args) {
   return testing::run_command(fmt::format(
       "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 timeout 120 {} -np {} "
       "--oversubscribe --bind-to none {} {}",
-      MOE_MPIEXEC, ranks, MOE_BENCH_BINARY, args));
+      kMpiexec, ranks, MOE_BENCH_BINARY, args));
 }
-#define REQUIRE_MPI()
-#else
-testing::Ran mpirun(int, const std::string&) {
-  return {};
-}
-#define REQUIRE_MPI() GTEST_SKIP() << "built without MPI"
-#endif
 
 int count(const std::string& text, const std::string& what) {
   int n = 0;
@@ -103,7 +103,7 @@ TEST(MpiCli, AKilledRankEndsTheJobWithinTenSeconds) {
       "--oversubscribe --bind-to none {} --tokens 64 --hidden 32 --mlp-dim 32 --experts 4 --topk 2 "
       "--iters 1000000 --warmup 0 --ceiling off --parallel-mode ep --ep-comm-path all_to_all "
       "--impl fused_w13 --distribution random --seed {}",
-      MOE_MPIEXEC, MOE_BENCH_BINARY, seed);
+      kMpiexec, MOE_BENCH_BINARY, seed);
   // Rank 1 is the process whose environment says so; it is killed once it has run for a second.
   const std::string script = fmt::format(
       "({} >/dev/null 2>&1; echo rc=$?) & "
