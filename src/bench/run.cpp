@@ -173,6 +173,7 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, 
           if (!parallel) return;
           if (Status s = comm.barrier(); !s && outcome.output_status) outcome.output_status = s;
         });
+    const MemoryUse during = memory.use();  // before the ranks' times and bytes are gathered
     MOE_CHECK(backend.kernel_measurements() == measured_by_first_call,
               "auto measured GEMM kernels after a run's first call (a shape class changed between calls)");
     const std::string gemm_kernels = backend.take_kernel_choices();
@@ -182,7 +183,6 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, 
     const MachineNoise noise = noise_probe.finish(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - calls_start).count(),
         omp_get_max_threads(), available_cores());
-    const MemoryUse during = memory.use();
     if (!outcome.output_status) return outcome;
     host_out = out.to_host();
     if (grads) host_grads = to_host(*grads);
