@@ -52,6 +52,8 @@ TEST(Cli, BadInputIsOneLineAndExitTwo) {
       "--queue-mode sometimes",
       "--iters 0",
       "--threads -1",
+      "--cuda-gemm-streams 0",
+      "--cuda-gemm-streams 33",
       "--dump /etc/passwd",
       "--gemm-variant blas",
       "--format yaml",

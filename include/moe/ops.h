@@ -112,7 +112,8 @@ class ExpertFfnOp {
   virtual ~ExpertFfnOp() = default;
   // up: x_rows (max_rows, H) -> the op's own up projection and SwiGLU output (times the row weight
   // for preweight impls). down: that output -> y_rows (max_rows, H) run dtype. Split so the seed's
-  // --stage-timing can time them apart; forward() is up then down.
+  // --stage-timing can time them apart; forward() is up then down. REQUIRES for down: up ran on the
+  // same plan (a device backend reads the plan's group sizes once, in up).
   virtual void up(const Tensor& x_rows, const FfnWeights& w, const DispatchPlan& plan) = 0;
   virtual void down(Tensor& y_rows, const FfnWeights& w, const DispatchPlan& plan) = 0;
   void forward(Tensor& y_rows, const Tensor& x_rows, const FfnWeights& w, const DispatchPlan& plan) {

@@ -45,8 +45,8 @@ class CudaExpertFfn final : public ExpertFfnOp {
     compute_up(remat_ ? dh_ : h_, remat_ ? dg_ : g_, x_rows, w, plan);
   }
 
+  // down follows up on the same plan (moe/ops.h), so the groups up read still hold: no second host wait.
   void down(Tensor& y_rows, const FfnWeights& w, const DispatchPlan& plan) override {
-    groups_.read(plan);
     const Tensor& g = remat_ ? dg_ : g_;
     const int64_t H = H_, M = M_;
     blas_.fork(lanes_);
