@@ -87,11 +87,18 @@ struct ExpertWeights {
 // dense: out (R, N) = a (R, Kd) @ b (Kd, N), with a and b possibly of different dtypes (the shared
 // expert's second GEMM takes f32 activations and run-dtype weights, spec §2.5). trans_a / trans_b read a
 // as (Kd, R) / b as (N, Kd) row-major.
-enum class GemmForm { nn, nn_swiglu, nt, nt_swiglu_grad, tn, tn_pair, dense };
+//
+// nn_s8: the int8 GEMM of the quant modes (spec §6, docs/design.md "Int8"): out (rows, N) =
+// lhs (rows, Kd) s8 @ rhs[e] (Kd, N) s8 summed exactly in int32, then dequantized as the seed does,
+// float(float(float(sum) * lhs_scale[r]) * rhs_scale), with rhs_scale = rhs_scale[e] (per expert) or
+// rhs_scale[e * N + n] (per output column), and stored to out_dtype (f32 or bf16), or added to a
+// float32 out (accumulate). Operands are symmetric int8 in [-127, 127]: -128 never occurs (kernels may
+// rely on it: a pair of products then fits int16). A dense int8 GEMM is one group.
+enum class GemmForm { nn, nn_swiglu, nt, nt_swiglu_grad, tn, tn_pair, dense, nn_s8 };
 inline constexpr GemmForm kGemmForms[] = {
-    GemmForm::nn, GemmForm::nn_swiglu, GemmForm::nt,   GemmForm::nt_swiglu_grad,
-    GemmForm::tn, GemmForm::tn_pair,   GemmForm::dense};
-inline constexpr int kGemmFormCount = 7;
+    GemmForm::nn, GemmForm::nn_swiglu, GemmForm::nt,    GemmForm::nt_swiglu_grad,
+    GemmForm::tn, GemmForm::tn_pair,   GemmForm::dense, GemmForm::nn_s8};
+inline constexpr int kGemmFormCount = 8;
 const char* name(GemmForm form);
 
 using GemmNnFn = void (*)(const GemmThresholds&, void* out, Dtype out_dtype, const void* lhs,
@@ -114,9 +121,19 @@ using GemmTnPairFn = void (*)(const GemmThresholds&, void* drhs_first, void* drh
 using GemmDenseFn = void (*)(const GemmThresholds&, void* out, Dtype out_dtype, const void* a, Dtype a_dtype,
                              const void* b, Dtype b_dtype, int64_t R, int64_t Kd, int64_t N, bool trans_a,
                              bool trans_b);
+// nn_s8's operands: quantized values and their scales (moe/quantize.h makes them).
+struct Int8Operands {
+  const int8_t* lhs;       // (rows, Kd)
+  const float* lhs_scale;  // (rows)
+  const int8_t* rhs;       // (E, Kd, N)
+  const float* rhs_scale;  // (E) or (E, N)
+  bool rhs_scale_per_column = false;
+};
+using GemmNnS8Fn = void (*)(const GemmThresholds&, void* out, Dtype out_dtype, Int8Operands in,
+                            GroupedShape groups, int64_t Kd, int64_t N, bool accumulate);
 // One form's function, by form (index = GemmForm); std::monostate: the variant has no kernel of it.
 using GemmFn = std::variant<std::monostate, GemmNnFn, GemmNnSwigluFn, GemmNtFn, GemmNtSwigluGradFn, GemmTnFn,
-                            GemmTnPairFn, GemmDenseFn>;
+                            GemmTnPairFn, GemmDenseFn, GemmNnS8Fn>;
 
 // What a row's supports() sees of a call.
 struct GemmCall {
@@ -203,6 +220,8 @@ class GemmKernels {
                int64_t ld_dout);
   void dense(void* out, Dtype out_dtype, const void* a, Dtype a_dtype, const void* b, Dtype b_dtype,
              int64_t R, int64_t Kd, int64_t N, bool trans_a = false, bool trans_b = false);
+  void nn_s8(void* out, Dtype out_dtype, Int8Operands in, GroupedShape groups, int64_t Kd, int64_t N,
+             bool accumulate = false);
 
   const KernelConfig& config() const { return kernel_; }
   // The rows of this table in its base order: the variants that run here (the one --gemm-variant names

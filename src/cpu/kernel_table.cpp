@@ -62,6 +62,8 @@ const char* name(GemmForm form) {
       return "tn_pair";
     case GemmForm::dense:
       return "dense";
+    case GemmForm::nn_s8:
+      return "nn_s8";
   }
   return "?";
 }
@@ -77,6 +79,7 @@ std::string GemmCall::shape_class() const {
 }
 
 std::string GemmRow::dtypes() const {
+  if (form == GemmForm::nn_s8) return "int8 -> float32,bfloat16";
   return form == GemmForm::nn_swiglu || form == GemmForm::nt_swiglu_grad
              ? "float32 or bfloat16 throughout"
              : "float32,bfloat16 -> float32,bfloat16";
@@ -136,7 +139,7 @@ const GemmRow& GemmKernels::row_for(const GemmCall& call) const {
       if (r.form == call.form && (pass == 1 || r.variant == first) &&
           r.variant->supports(call, kernel_.thresholds).empty())
         return r;
-  MOE_CHECK(false, "the reference row takes every float GEMM: " + call.shape_class());
+  MOE_CHECK(false, "the reference row takes every GEMM: " + call.shape_class());
 }
 
 template <typename Run>
@@ -304,6 +307,17 @@ void GemmKernels::dense(void* out, Dtype out_dtype, const void* a, Dtype a_dtype
   auto run = [&](const GemmRow& r) {
     std::get<GemmDenseFn>(r.fn)(kernel_.thresholds, out, out_dtype, a, a_dtype, b, b_dtype, R, Kd, N, trans_a,
                                 trans_b);
+  };
+  run(choose(call, run));
+}
+
+void GemmKernels::nn_s8(void* out, Dtype out_dtype, Int8Operands in, GroupedShape groups, int64_t Kd,
+                        int64_t N, bool accumulate) {
+  MOE_CHECK(!accumulate || out_dtype == Dtype::f32, "nn_s8 accumulates in a float32 out only");
+  GemmCall call = grouped_call(GemmForm::nn_s8, Dtype::s8, out_dtype, groups, Kd, N, 1);
+  call.accumulate = accumulate;
+  auto run = [&](const GemmRow& r) {
+    std::get<GemmNnS8Fn>(r.fn)(kernel_.thresholds, out, out_dtype, in, groups, Kd, N, accumulate);
   };
   run(choose(call, run));
 }

@@ -24,6 +24,9 @@ void grouped_gemm_tn(const GemmThresholds& k, void* drhs, Dtype out_dtype, const
                      Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout);
 void dense_gemm(const GemmThresholds& k, void* out, Dtype out_dtype, const void* a, Dtype a_dtype,
                 const void* b, Dtype b_dtype, int64_t R, int64_t Kd, int64_t N, bool trans_a, bool trans_b);
+// int8: exact integer sums (src/ref/int8_gemm.cpp).
+void grouped_gemm_nn_s8(const GemmThresholds& k, void* out, Dtype out_dtype, Int8Operands in,
+                        GroupedShape groups, int64_t Kd, int64_t N, bool accumulate);
 std::string gemm_library_version();
 std::string unavailable();
 bool bf16_arithmetic();

@@ -1,0 +1,49 @@
+// Symmetric int8 quantization, the seed's sym_int8 (spec §6): over each block of values,
+//   scale = amax / 127 + FLT_MIN (float32),  q = clip(round_half_even(x / scale), -127, 127).
+// A block of zeros gets scale FLT_MIN and q = 0 (no NaN, no Inf). Blocks: a row (per-token activations,
+// per-row gradients), an expert's whole (Kd, N) weight slice (routed GEMMs), an output column over the
+// contraction (the dense GEMMs of `int8`, AQT-like). -128 never occurs.
+//
+// Two implementations with one semantics and bitwise-equal results: the plain reference (moe::ref_quant,
+// src/ref/quantize.cpp) and the cpu backend's (moe::cpu, src/cpu/quantize.cpp: OpenMP, vectorised).
+// Both divide in float32 (not a multiply by the reciprocal, which rounds differently at ties).
+#pragma once
+
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+
+#include "moe/dtype.h"
+#include "moe/gemm.h"
+
+namespace moe {
+
+inline float quant_scale(float amax) {
+  return amax / 127.0f + FLT_MIN;
+}
+inline int8_t quantize_value(float x, float scale) {
+  const float q = std::nearbyint(x / scale);  // the default rounding mode: half to even
+  return int8_t(q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q);
+}
+inline float dequantize_value(int8_t q, float scale) {
+  return float(q) * scale;
+}
+
+#define MOE_DECLARE_QUANTIZE(ns)                                                                      \
+  namespace moe::ns {                                                                                 \
+  /* Per row: x (rows, cols) f32/bf16, rows ld_x apart -> q (rows, cols), or (cols, rows) when        \
+     transposed, and scale (rows). */                                                                 \
+  void quantize_rows(int8_t* q, float* scale, const void* x, Dtype dt, int64_t rows, int64_t cols,    \
+                     int64_t ld_x, bool transposed = false);                                          \
+  /* Per expert: w (E, Kd, N), or the column concatenation of two (E, Kd, N/2) parts -> q (E, Kd, N), \
+     or (E, N, Kd) when transposed, and scale (E) over each expert's whole slice. */                  \
+  void quantize_experts(int8_t* q, float* scale, ExpertWeights w, Dtype dt, int64_t E, int64_t Kd,    \
+                        int64_t N, bool transposed = false);                                          \
+  /* Per output column: w (Kd, N) -> q (Kd, N) and scale (N), each over its column's Kd values. */    \
+  void quantize_columns(int8_t* q, float* scale, const void* w, Dtype dt, int64_t Kd, int64_t N);     \
+  }
+
+}  // namespace moe
+
+MOE_DECLARE_QUANTIZE(ref_quant)
+MOE_DECLARE_QUANTIZE(cpu)

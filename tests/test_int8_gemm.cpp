@@ -1,0 +1,268 @@
+// The int8 pieces of the quant modes: quantization (moe/quantize.h), the cpu backend's against the plain
+// reference bit for bit, and every int8 GEMM of the kernel table (nn_s8, moe/gemm.h) against the
+// reference's exact integer sums, also bit for bit (the dequantization is the same float32 steps, so
+// nothing may differ). Fresh random inputs each run; the seed is printed (MOE_TEST_SEED replays).
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "moe/gemm.h"
+#include "moe/quantize.h"
+#include "moe/rng.h"
+#include "moe/tensor.h"
+#include "ref/gemm.h"
+#include "test_util.h"
+
+namespace moe {
+namespace {
+
+const GemmThresholds kDefaults;
+
+// Normal values times a per-row/column magnitude spread (1e-3 .. 1e3), exact zeros and halfway points,
+// so scales differ by block and rounding meets ties.
+Tensor spread(Dtype dt, int64_t rows, int64_t cols, uint64_t key) {
+  Tensor t(dt, {rows, cols});
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const uint64_t i = uint64_t(r * cols + c);
+      const double mag = std::pow(10.0, double(int64_t((r * 7 + c * 3) % 7) - 3));
+      double v = random_normal(key, i) * mag;
+      if (i % 13 == 0) v = 0.0;
+      if (i % 17 == 0) v = (double((r + c) % 5) - 2.0) + 0.5;  // ties when a block's amax is 127-ish
+      t.set(r * cols + c, float(v));
+    }
+  return t;
+}
+
+void expect_bytes_equal(const std::vector<int8_t>& a, const std::vector<int8_t>& b, const char* what) {
+  int64_t bad = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i] != b[i] && ++bad <= 5)
+      ADD_FAILURE() << what << " q[" << i << "]: " << int(a[i]) << " vs " << int(b[i]);
+  EXPECT_EQ(bad, 0) << what;
+}
+void expect_scales_equal(const std::vector<float>& a, const std::vector<float>& b, const char* what) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(std::memcmp(&a[i], &b[i], 4), 0) << what << " scale " << i;
+}
+
+// Every value is within half a step of its dequantized value, never -128, and a block's largest value
+// maps to +-127.
+void expect_round_trip(const Tensor& x, const std::vector<int8_t>& q, const std::vector<float>& scale,
+                       int64_t rows, int64_t cols, bool per_row) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const float s = scale[size_t(per_row ? r : c)], v = x.get(r * cols + c);
+      const int8_t qv = q[size_t(r * cols + c)];
+      ASSERT_NE(qv, -128);
+      ASSERT_LE(std::fabs(dequantize_value(qv, s) - v), 0.5f * s * (1 + 1e-4f)) << r << "," << c;
+    }
+}
+
+TEST(Quantize, RowsMatchTheReferenceAndRoundTrip) {
+  const uint64_t key = testing::test_seed();
+  for (Dtype dt : {Dtype::f32, Dtype::bf16})
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {7, 33}, {64, 1000}, {130, 65}, {0, 9}}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + std::to_string(rows) + "x" + std::to_string(cols));
+      Tensor x = spread(dt, rows, cols, key);
+      if (rows > 2)
+        for (int64_t c = 0; c < cols; ++c) x.set(2 * cols + c, 0.0f);  // an all-zero row
+      for (bool transposed : {false, true}) {
+        std::vector<int8_t> q(static_cast<size_t>(rows * cols)), qr(q.size());
+        std::vector<float> s(static_cast<size_t>(rows)), sr(s.size());
+        cpu::quantize_rows(q.data(), s.data(), x.raw(), dt, rows, cols, cols, transposed);
+        ref_quant::quantize_rows(qr.data(), sr.data(), x.raw(), dt, rows, cols, cols, transposed);
+        expect_bytes_equal(q, qr, transposed ? "rows transposed" : "rows");
+        expect_scales_equal(s, sr, "rows");
+        if (!transposed) expect_round_trip(x, qr, sr, rows, cols, true);
+        if (rows > 2) {
+          EXPECT_EQ(sr[2], FLT_MIN);  // a zero row: the smallest scale, zeros, no NaN
+          for (int64_t c = 0; c < cols; ++c)
+            EXPECT_EQ(qr[size_t(transposed ? c * rows + 2 : 2 * cols + c)], 0);
+        }
+      }
+    }
+}
+
+TEST(Quantize, ExpertsAndColumnsMatchTheReference) {
+  const uint64_t key = testing::test_seed() + 1;
+  for (Dtype dt : {Dtype::f32, Dtype::bf16})
+    for (int parts : {1, 2})
+      for (bool transposed : {false, true}) {
+        const int64_t E = 3, Kd = 37, part_cols = 45, N = part_cols * parts;
+        SCOPED_TRACE(std::string(dtype_name(dt)) + " parts " + std::to_string(parts) +
+                     (transposed ? " transposed" : ""));
+        std::vector<Tensor> w;
+        for (int p = 0; p < parts; ++p) w.push_back(spread(dt, E * Kd, part_cols, key + uint64_t(p)));
+        for (int64_t i = 0; i < Kd * part_cols; ++i)
+          for (Tensor& t : w) t.set(Kd * part_cols + i, 0.0f);  // expert 1 all zeros
+        const ExpertWeights view =
+            parts == 1 ? ExpertWeights(w[0].raw()) : ExpertWeights(w[0].raw(), w[1].raw());
+        std::vector<int8_t> q(static_cast<size_t>(E * Kd * N)), qr(q.size());
+        std::vector<float> s(static_cast<size_t>(E)), sr(s.size());
+        cpu::quantize_experts(q.data(), s.data(), view, dt, E, Kd, N, transposed);
+        ref_quant::quantize_experts(qr.data(), sr.data(), view, dt, E, Kd, N, transposed);
+        expect_bytes_equal(q, qr, "experts");
+        expect_scales_equal(s, sr, "experts");
+        EXPECT_EQ(sr[1], FLT_MIN);
+      }
+  for (Dtype dt : {Dtype::f32, Dtype::bf16}) {
+    const int64_t Kd = 70, N = 33;
+    Tensor w = spread(dt, Kd, N, key + 5);
+    for (int64_t k = 0; k < Kd; ++k) w.set(k * N + 4, 0.0f);  // a zero column
+    std::vector<int8_t> q(static_cast<size_t>(Kd * N)), qr(q.size());
+    std::vector<float> s(static_cast<size_t>(N)), sr(s.size());
+    cpu::quantize_columns(q.data(), s.data(), w.raw(), dt, Kd, N);
+    ref_quant::quantize_columns(qr.data(), sr.data(), w.raw(), dt, Kd, N);
+    expect_bytes_equal(q, qr, "columns");
+    expect_scales_equal(s, sr, "columns");
+    expect_round_trip(w, qr, sr, Kd, N, false);
+    EXPECT_EQ(sr[4], FLT_MIN);
+  }
+}
+
+TEST(Quantize, TheSeedsRules) {
+  // scale = amax / 127 + tiny; halves round to even; the largest magnitude is +-127.
+  const float x[] = {127.0f, 0.5f, 1.5f, 2.5f, -0.5f, -127.0f, 63.5f};
+  std::vector<int8_t> q(7);
+  float scale;
+  ref_quant::quantize_rows(q.data(), &scale, x, Dtype::f32, 1, 7, 7);
+  EXPECT_EQ(scale, 1.0f + FLT_MIN);  // == 1.0f: FLT_MIN vanishes next to 1
+  EXPECT_EQ(std::vector<int>(q.begin(), q.end()), (std::vector<int>{127, 0, 2, 2, 0, -127, 64}));
+}
+
+// ---- nn_s8 ----------------------------------------------------------------------------------------
+
+std::vector<int8_t> random_s8(int64_t n, uint64_t key) {
+  std::vector<int8_t> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = int8_t(int64_t(random_bits(key, uint64_t(i)) % 255) - 127);
+  return v;
+}
+std::vector<float> random_scales(int64_t n, uint64_t key) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = float(std::exp(random_normal(key, uint64_t(i)))) * 1e-3f;
+  return v;
+}
+
+struct S8Case {
+  const char* name;
+  std::vector<int64_t> sizes;  // rows per group
+  int64_t Kd, N;
+};
+// Odd sizes and tails of every width a kernel may block by (4, 8, 16, 32, 64 along Kd and N), empty
+// experts, all rows in one, one row, Kd = 1, and a deep reduction whose sums approach int32's range.
+const S8Case kS8Cases[] = {
+    {"odd_with_empty", {3, 0, 17, 1, 63, 65}, 17, 63},
+    {"all_rows_in_one", {0, 0, 37, 0}, 65, 3},
+    {"rows_of_one", {1, 1, 1}, 63, 17},
+    {"zero_rows", {0, 0}, 17, 65},
+    {"kd_1", {9}, 1, 40},
+    {"aligned", {64, 32}, 256, 128},
+    {"tails", {67, 5}, 259, 131},
+    {"deep", {20}, 130000, 9},
+};
+
+class EveryInt8Variant : public ::testing::TestWithParam<std::string> {};
+
+// `table`: the kernel table as --gemm-variant GetParam() makes it (no tuning file: nothing measured).
+#define MOE_INT8_TABLE_OR_SKIP(table)                                             \
+  if (const GemmVariant* v = gemm_variant(GetParam()); !v->unavailable().empty()) \
+    GTEST_SKIP() << GetParam() << ": " << v->unavailable();                       \
+  KernelConfig table##_config;                                                    \
+  table##_config.gemm_variant = GetParam();                                       \
+  table##_config.tuning_file = "none";                                            \
+  GemmKernels table(table##_config, nullptr)
+
+std::vector<std::string> int8_variant_names() {
+  std::vector<std::string> names;
+  for (const GemmVariant& v : gemm_variants())
+    if (!std::holds_alternative<std::monostate>(v.fns[size_t(GemmForm::nn_s8)])) names.push_back(v.name);
+  return names;
+}
+
+TEST_P(EveryInt8Variant, NnS8EqualsTheIntegerReferenceBitForBit) {
+  MOE_INT8_TABLE_OR_SKIP(table);
+  uint64_t key = testing::test_seed();
+  for (const S8Case& c : kS8Cases)
+    for (bool padded : {false, true})
+      for (bool per_column : {false, true})
+        for (Dtype out_dt : {Dtype::f32, Dtype::bf16})
+          for (bool accumulate : {false, true}) {
+            if (accumulate && out_dt != Dtype::f32) continue;
+            SCOPED_TRACE(std::string(c.name) + (padded ? " padded" : "") + (per_column ? " per-column" : "") +
+                         " out " + dtype_name(out_dt) + (accumulate ? " accumulate" : ""));
+            std::vector<int64_t> offset{0}, live;
+            for (int64_t s : c.sizes) {
+              offset.push_back(offset.back() + s);
+              live.push_back(padded ? s - s / 3 : s);
+            }
+            const int64_t E = int64_t(c.sizes.size()), rows = offset.back();
+            const GroupedShape groups{offset.data(), E, padded ? live.data() : nullptr};
+            const std::vector<int8_t> lhs = random_s8(rows * c.Kd, ++key),
+                                      rhs = random_s8(E * c.Kd * c.N, ++key);
+            const std::vector<float> ls = random_scales(rows, ++key),
+                                     rs = random_scales(per_column ? E * c.N : E, ++key);
+            const Int8Operands in{lhs.data(), ls.data(), rhs.data(), rs.data(), per_column};
+            Tensor got(out_dt, {rows, c.N}), want(out_dt, {rows, c.N});
+            for (int64_t i = 0; i < got.numel(); ++i) {
+              // accumulate adds to what is there (padding rows keep it); otherwise NaN shows an unwritten
+              // element
+              const float start = accumulate ? float(i % 7) - 3.0f : std::numeric_limits<float>::quiet_NaN();
+              got.set(i, start);
+              want.set(i, start);
+            }
+            table.nn_s8(got.raw(), out_dt, in, groups, c.Kd, c.N, accumulate);
+            ref_gemm::grouped_gemm_nn_s8(kDefaults, want.raw(), out_dt, in, groups, c.Kd, c.N, accumulate);
+            ASSERT_EQ(std::memcmp(got.raw(), want.raw(), size_t(got.numel()) * dtype_size(out_dt)), 0)
+                << "first difference at " << [&] {
+                     for (int64_t i = 0; i < got.numel(); ++i)
+                       if (std::memcmp(static_cast<const char*>(got.raw()) + i * dtype_size(out_dt),
+                                       static_cast<const char*>(want.raw()) + i * dtype_size(out_dt),
+                                       dtype_size(out_dt)))
+                         return std::to_string(i) + ": " + std::to_string(got.get(i)) + " vs " +
+                                std::to_string(want.get(i));
+                     return std::string("?");
+                   }();
+            EXPECT_EQ(table.take_choices(), std::string("nn_s8:") + (GetParam() == "ref" ? "ref" : [&] {
+                                              GemmCall call;
+                                              call.form = GemmForm::nn_s8;
+                                              call.in_dtype = call.b_dtype = Dtype::s8;
+                                              call.out_dtype = out_dt;
+                                              call.accumulate = accumulate;
+                                              call.experts = E;
+                                              call.Kd = c.Kd;
+                                              call.N = c.N;
+                                              return std::string(table.row_for(call).variant->name);
+                                            }()));
+          }
+}
+
+// The extremes: every product 127 * 127 or -127 * 127 over a deep reduction (the largest sums an int8
+// GEMM meets), exactly.
+TEST_P(EveryInt8Variant, NnS8ExtremeValuesSumExactly) {
+  MOE_INT8_TABLE_OR_SKIP(table);
+  const int64_t rows = 5, Kd = 4096 + 3, N = 20;
+  std::vector<int8_t> lhs(static_cast<size_t>(rows * Kd)), rhs(size_t(Kd * N));
+  for (int64_t i = 0; i < rows * Kd; ++i) lhs[size_t(i)] = (i / Kd) % 2 ? -127 : 127;
+  for (int64_t i = 0; i < Kd * N; ++i) rhs[size_t(i)] = (i % N) % 3 ? 127 : -127;
+  const std::vector<float> ls(size_t(rows), 1.0f), rs(1, 1.0f);
+  const int64_t offset[] = {0, rows};
+  std::vector<float> got(static_cast<size_t>(rows * N));
+  table.nn_s8(got.data(), Dtype::f32, {lhs.data(), ls.data(), rhs.data(), rs.data()}, {offset, 1}, Kd, N);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t n = 0; n < N; ++n) {
+      const double want = double(Kd) * 127 * 127 * ((r % 2) ? -1 : 1) * ((n % 3) ? 1 : -1);
+      ASSERT_EQ(double(got[size_t(r * N + n)]), double(float(want))) << r << "," << n;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Registry, EveryInt8Variant, ::testing::ValuesIn(int8_variant_names()),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace moe
