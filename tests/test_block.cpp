@@ -11,12 +11,14 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <cfloat>
 #include <cmath>
 #include <functional>
 #include <iostream>
 
 #include "moe/backend.h"
 #include "moe/block.h"
+#include "moe/check.h"
 #include "moe/conditioned_check.h"
 #include "moe/gemm.h"
 #include "moe/inputs.h"
@@ -145,6 +147,81 @@ TEST_P(BlockOnBackend, EveryCombinationMatchesReference) {
   skip_if_nothing_ran();
 }
 
+// The routed int8 quant modes (spec §6) against the quantization-aware reference: every mode x impl x
+// layout x dtype x pass x remat, with capacity, a shared expert (float in these modes) and null routing
+// mixed in, and the edge grid.
+TEST_P(BlockOnBackend, QuantModesMatchTheQuantizedReference) {
+  const uint64_t seed = testing::test_seed();
+  for (QuantMode q : {QuantMode::int8_routed, QuantMode::int8_routed_prequant, QuantMode::int8_all})
+    for (Dtype dt : {Dtype::f32, Dtype::bf16})
+      for (GemmBackend be : {GemmBackend::gmm, GemmBackend::ragged_dot})
+        for (Impl impl : kAllImpls)
+          for (BenchPass pass : {BenchPass::forward, BenchPass::forward_backward})
+            for (RematMode remat : {RematMode::none, RematMode::expert_mlp}) {
+              if (pass == BenchPass::forward && remat != RematMode::none) continue;
+              MoeConfig c = small_config(seed);
+              c.quant_mode = q;
+              c.dtype = dt;
+              c.gemm_backend = be;
+              c.impl = impl;
+              c.bench_pass = pass;
+              c.remat_mode = remat;
+              const int variant = int(impl) + int(be) + int(dt);
+              c.capacity_policy = variant % 3 == 1 ? CapacityPolicy::drop : CapacityPolicy::none;
+              c.capacity_factor = c.capacity_policy == CapacityPolicy::none ? 0.0 : 0.8;
+              c.shared_expert_dim = variant % 2 ? 12 : 0;
+              if (variant % 4 == 3) c.null_routing.frac = 0.25;
+              run_and_check(c, make_routing(c));
+            }
+  skip_if_nothing_ran();
+}
+
+// The int8 check can fail: a float run (what a kernel that skipped quantizing would give) is far outside
+// the int8 tolerance against the quantized reference, forward and backward.
+TEST(BlockInt8, AFloatRunFailsTheQuantizedCheck) {
+  for (BenchPass pass : {BenchPass::forward, BenchPass::forward_backward}) {
+    MoeConfig c = small_config(testing::test_seed());
+    c.dtype = Dtype::f32;
+    c.bench_pass = pass;
+    const MoeInputs in = make_inputs(c);
+    const Routing routing = make_routing(c);
+    const BlockRun run = run_block(*backend_by_name("cpu"), c, in, routing);
+    c.quant_mode = QuantMode::int8_routed;
+    const ConditionedCheck r = check_run(c, in, routing, run);
+    EXPECT_FALSE(r.pass) << name(pass);
+    EXPECT_GT(r.out_rel_err, 3 * kInt8CheckTolerance) << name(pass);
+  }
+}
+
+// Zero inputs (every scale is the smallest) give zeros, never NaN or Inf, in every quant mode.
+TEST_P(BlockOnBackend, QuantModesOfZeroInputsGiveZeros) {
+  MoeConfig probe = small_config(1);
+  probe.quant_mode = QuantMode::int8_routed;
+  if (Status s = backend().supports_block(probe); !s) GTEST_SKIP() << GetParam() << ": " << s.message();
+  for (QuantMode q : {QuantMode::int8_routed, QuantMode::int8_routed_prequant})
+    for (BenchPass pass : {BenchPass::forward, BenchPass::forward_backward}) {
+      MoeConfig c = small_config(testing::test_seed());
+      c.quant_mode = q;
+      c.bench_pass = pass;
+      c.dtype = Dtype::bf16;
+      if (!backend().supports_block(c)) continue;
+      MoeInputs in = make_inputs(c);
+      for (Tensor* t : {&in.x, &in.w1, &in.w3, &in.w2, &in.w13}) t->fill_zero();
+      if (q == QuantMode::int8_routed_prequant)
+        for (QuantizedWeight* w : {&in.q13, &in.q1, &in.q3, &in.q2})
+          if (!w->empty()) {
+            w->q.fill_zero();
+            w->qt.fill_zero();
+            for (int64_t e = 0; e < w->scale.numel(); ++e) w->scale.set(e, FLT_MIN);
+          }
+      const BlockRun run = run_block(backend(), c, in, make_routing(c));
+      for (int64_t i = 0; i < run.out.numel(); ++i) ASSERT_EQ(run.out.get(i), 0.0) << name(q) << " out " << i;
+      if (run.grads)
+        for (const Tensor* g : {&run.grads->dx, &run.grads->dw1, &run.grads->dw3, &run.grads->dw2})
+          for (int64_t i = 0; i < g->numel(); ++i) ASSERT_EQ(g->get(i), 0.0) << name(q) << " grad " << i;
+    }
+}
+
 // Edge grid with hand-made routings.
 struct EdgeCase {
   const char* label;
@@ -167,6 +244,9 @@ TEST_P(BlockOnBackend, EdgeGridMatchesReference) {
         for (int64_t S : {0, 8}) {
           SCOPED_TRACE(ec.label);
           MoeConfig c = small_config(seed);
+          // The routed int8 modes meet the edge grid too (quantized reference).
+          c.quant_mode = S ? QuantMode::int8_routed_prequant
+                           : (dt == Dtype::f32 ? QuantMode::int8_routed : QuantMode::none);
           c.tokens = ec.tokens;
           c.experts = ec.experts;
           c.topk = ec.topk;

@@ -187,8 +187,12 @@ TEST(Cli, TinyRunPrintsSeedLinesAndPassesCheck) {
 // Roadmap values parse, and whoever would run them says they are not built yet, before any run.
 TEST(Cli, UnbuiltModesSayWhoRefusesThem) {
   const std::pair<const char*, const char*> cases[] = {
-      {"--quant-mode int8_routed", "--quant-mode int8_routed is not implemented yet on backend cpu"},
-      {"--quant-mode int8 --device ref", "--quant-mode int8 is not implemented yet on backend ref"},
+      {"--quant-mode int8",
+       "--quant-mode int8 (int8 shared expert GEMMs) is not implemented yet on backend cpu"},
+      {"--quant-mode int8_all --device ref",
+       "--quant-mode int8_all (int8 shared expert GEMMs) is not implemented yet on backend ref"},
+      {"--quant-mode int8_routed --parallel-mode dp",
+       "--quant-mode int8_routed with --parallel-mode dp is not implemented yet"},
       {"--parallel-mode ep --capacity-policy drop --capacity-factor 1",
        "--capacity-policy drop is not implemented yet for parallel runs"},
       {"--device nosuch", "expected one of cpu, ref"},

@@ -56,6 +56,8 @@ const char* name(CapacityPolicy v);
 const char* name(RematMode v);
 const char* name(BenchPass v);
 const char* name(QuantMode v);
+// Whether the routed expert GEMMs run in int8 (int8_routed, int8_all, int8_routed_prequant).
+bool routed_int8(QuantMode mode);
 const char* name(MatmulPrecision v);
 const char* name(ParallelMode v);
 const char* name(EpCommPath v);

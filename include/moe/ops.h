@@ -19,6 +19,7 @@
 
 #include "moe/config.h"
 #include "moe/pack.h"
+#include "moe/quantize.h"
 #include "moe/routing.h"
 #include "moe/tensor.h"
 
@@ -70,6 +71,8 @@ struct FfnWeights {
   Tensor w3;   // up   (E, H, M)
   Tensor w2;   // down (E, M, H)
   Tensor w13;  // (E, H, 2M) or empty
+  // int8_routed_prequant's weights, quantized outside the timed calls (MoeInputs); empty otherwise.
+  QuantizedWeight q13, q1, q3, q2;
 };
 struct FfnWeightGrads {
   Tensor dw1;  // (E, H, M)

@@ -15,8 +15,20 @@
 
 #include "moe/dtype.h"
 #include "moe/gemm.h"
+#include "moe/tensor.h"
 
 namespace moe {
+
+// A routed weight (E, Kd, N) quantized per expert (int8_routed_prequant quantizes once, outside the
+// timed calls, as the seed does): q (E, Kd, N) s8, scale (E) f32, and qt (E, N, Kd) s8, the same values
+// transposed, which the backward's data-gradient GEMM reads (the seed's swap(rhs_q, 1, 2)).
+struct QuantizedWeight {
+  Tensor q, qt, scale;
+  bool empty() const { return q.empty(); }
+};
+// Quantizes w (one tensor, or the column concatenation of two parts) into a QuantizedWeight of host
+// memory (the cpu backend's quantization: bitwise the reference's).
+QuantizedWeight quantize_weight(ExpertWeights w, Dtype dt, int64_t E, int64_t Kd, int64_t N);
 
 inline float quant_scale(float amax) {
   return amax / 127.0f + FLT_MIN;

@@ -168,6 +168,10 @@ ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const Protocol& p,
   r["modeled_comm_bytes"] = pm.modeled_comm_bytes;
   r["gemm_kernels"] = m.gemm_kernels.empty() ? "none" : m.gemm_kernels;
   r["gemm_thresholds"] = k.thresholds.to_text();
+  // How the routed int8 GEMMs differentiate (docs/design.md "Int8"): the seed's custom rule for
+  // prequant, our straight-through estimator where the seed's autodiff had no backward GEMMs.
+  if (routed_int8(c.quant_mode))
+    r["int8_backward"] = c.quant_mode == QuantMode::int8_routed_prequant ? "seed_vjp" : "ste";
   // Full config, kernel config and environment, without repeating a key already in the row.
   for (const std::string& extra : {c.to_json(), k.to_json(), env.to_json()}) {
     const ResultRow fields = ResultRow::parse(extra);

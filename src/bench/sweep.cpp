@@ -42,8 +42,9 @@ class InputsCache {
   const MoeInputs& host(const MoeConfig& c, Backend& backend, const Comm& comm) {
     const RankLayout l = rank_layout(c, comm.rank(), comm.size());
     const std::string key =
-        fmt::format("{} {} {} {} {} {} {} {} {}", c.tokens, c.hidden, c.mlp_dim, c.experts,
-                    c.shared_expert_dim, dtype_name(c.dtype), c.seed, backend.name(), describe(l));
+        fmt::format("{} {} {} {} {} {} {} {} {} {}", c.tokens, c.hidden, c.mlp_dim, c.experts,
+                    c.shared_expert_dim, dtype_name(c.dtype), c.seed, backend.name(), describe(l),
+                    name(c.quant_mode));  // prequant's inputs carry quantized weights
     if (key != key_) {
       in_.reset();
       host_ = make_rank_inputs(c, l);

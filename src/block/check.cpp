@@ -21,11 +21,16 @@ double check_tolerance(Dtype dtype) {
   MOE_CHECK(false, std::string("no --check tolerance for run dtype ") + dtype_name(dtype));
 }
 
+double check_tolerance(const MoeConfig& cfg) {
+  const double floor = check_tolerance(cfg.dtype);
+  return routed_int8(cfg.quant_mode) ? std::max(floor, kInt8CheckTolerance) : floor;
+}
+
 CheckResult check_against_reference(const MoeConfig& cfg, const MoeInputs& in, const Routing& routing,
                                     const Tensor& out, const MoeGrads* grads) {
   ReferenceResult ref = reference_forward(cfg, in, routing, grads != nullptr);
   CheckResult r;
-  r.tol = check_tolerance(cfg.dtype);
+  r.tol = check_tolerance(cfg);
   r.out_rel_err = relative_error(out.to_f64(), ref.out);
   if (grads) {
     r.grad_rel_err = std::max(

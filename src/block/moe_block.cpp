@@ -58,7 +58,7 @@ MoeBlock::MoeBlock(const MoeConfig& cfg, const KernelConfig& kcfg, Backend& back
 }
 
 FfnWeights MoeBlock::routed_weights(const MoeInputs& in, bool prebuilt_w13) const {
-  return FfnWeights{in.w1, in.w3, in.w2, prebuilt_w13 ? in.w13 : Tensor()};
+  return FfnWeights{in.w1, in.w3, in.w2, prebuilt_w13 ? in.w13 : Tensor(), in.q13, in.q1, in.q3, in.q2};
 }
 
 FfnWeights MoeBlock::shared_weights(const MoeInputs& in, bool prebuilt_w13) const {

@@ -65,7 +65,7 @@ ConditionedCheck check_conditioned(const MoeConfig& cfg, const MoeInputs& in, co
                              &grads->dsw2});
 
   ConditionedCheck r;
-  const double floor = check_tolerance(cfg.dtype);
+  const double floor = check_tolerance(cfg);
   bool over_floor = false;
   for (size_t i = 0; i < refs.size(); ++i) {
     if (refs[i].second->empty()) continue;

@@ -127,6 +127,19 @@ std::optional<RematMode> parse_remat_mode(std::string_view s) {
 std::optional<BenchPass> parse_bench_pass(std::string_view s) {
   return kBenchPasses.parse(s);
 }
+bool routed_int8(QuantMode mode) {
+  switch (mode) {
+    case QuantMode::none:
+    case QuantMode::int8:
+      return false;
+    case QuantMode::int8_routed:
+    case QuantMode::int8_all:
+    case QuantMode::int8_routed_prequant:
+      return true;
+  }
+  return false;
+}
+
 std::optional<QuantMode> parse_quant_mode(std::string_view s) {
   return kQuantModes.parse(s);
 }
@@ -312,7 +325,8 @@ Status KernelConfig::validate() const {
   if (gmm_tile_rows < 1 || gmm_tile_rows > 4096)
     return Status::error(fmt::format("invalid --gmm-tile-rows={}: must be in [1, 4096]", gmm_tile_rows));
   if (cuda_gemm_streams < 1 || cuda_gemm_streams > 32)
-    return Status::error(fmt::format("invalid --cuda-gemm-streams={}: must be in [1, 32]", cuda_gemm_streams));
+    return Status::error(
+        fmt::format("invalid --cuda-gemm-streams={}: must be in [1, 32]", cuda_gemm_streams));
   return thresholds.validate();
 }
 

@@ -91,7 +91,21 @@ MoeInputs make_inputs_slice(const MoeConfig& cfg, int64_t token_begin, int64_t t
   in.sw3 = normal_tensor(cfg, kStreamSharedW3, {H, S});
   in.sw2 = normal_tensor(cfg, kStreamSharedW2, {S, H});
   concat_last_dim(in.sw13, in.sw1, in.sw3);
+  // Both forms of the first projection: inputs are shared by every impl of a run (fused ones read q13).
+  if (cfg.quant_mode == QuantMode::int8_routed_prequant) {
+    in.q13 = quantize_weight(in.w13.raw(), cfg.dtype, E, H, 2 * M);
+    in.q1 = quantize_weight(in.w1.raw(), cfg.dtype, E, H, M);
+    in.q3 = quantize_weight(in.w3.raw(), cfg.dtype, E, H, M);
+    in.q2 = quantize_weight(in.w2.raw(), cfg.dtype, E, M, H);
+  }
   return in;
+}
+
+QuantizedWeight quantize_weight(ExpertWeights w, Dtype dt, int64_t E, int64_t Kd, int64_t N) {
+  QuantizedWeight qw{Tensor(Dtype::s8, {E, Kd, N}), Tensor(Dtype::s8, {E, N, Kd}), Tensor(Dtype::f32, {E})};
+  cpu::quantize_experts(qw.q.data<int8_t>(), qw.scale.data<float>(), w, dt, E, Kd, N);
+  cpu::quantize_experts(qw.qt.data<int8_t>(), qw.scale.data<float>(), w, dt, E, Kd, N, /*transposed=*/true);
+  return qw;
 }
 
 void concat_last_dim(Tensor& w13, const Tensor& w1, const Tensor& w3) {
@@ -122,9 +136,14 @@ void split_last_dim(Tensor& d1, Tensor& d3, const Tensor& d13) {
 }
 
 MoeInputs to_memory(const MoeInputs& in, MemorySpace& memory) {
+  auto quantized = [&](const QuantizedWeight& q) {
+    return QuantizedWeight{q.q.to_memory(memory), q.qt.to_memory(memory), q.scale.to_memory(memory)};
+  };
   return MoeInputs{in.x.to_memory(memory),   in.w1.to_memory(memory),  in.w3.to_memory(memory),
                    in.w2.to_memory(memory),  in.w13.to_memory(memory), in.sw1.to_memory(memory),
-                   in.sw3.to_memory(memory), in.sw2.to_memory(memory), in.sw13.to_memory(memory)};
+                   in.sw3.to_memory(memory), in.sw2.to_memory(memory), in.sw13.to_memory(memory),
+                   quantized(in.q13),        quantized(in.q1),         quantized(in.q3),
+                   quantized(in.q2)};
 }
 
 MoeGrads make_grads(const MoeConfig& cfg, MemorySpace& memory) {

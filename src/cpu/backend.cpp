@@ -11,6 +11,7 @@
 #include "cpu/combine.h"
 #include "cpu/dispatch.h"
 #include "cpu/expert_ffn.h"
+#include "cpu/expert_ffn_int8.h"
 #include "cpu/pack.h"
 #include "cpu/shared_expert.h"
 #include "cpu/tuning.h"
@@ -39,7 +40,7 @@ class CpuBackend final : public Backend {
 
   Status supports(OpKind op, const MoeConfig& cfg) const override {
     MOE_RETURN_IF_ERROR(run_dtype_supported(*this, cfg));
-    return every_op_float_expert_ffn(*this, op, cfg);
+    return routed_int8_ops(*this, op, cfg);
   }
 
   std::unique_ptr<PackOp> make_pack(const OpContext& ctx) override { return make_pack_op(ctx); }
@@ -47,12 +48,12 @@ class CpuBackend final : public Backend {
   std::unique_ptr<ExpertFfnOp> make_expert_ffn(const OpContext& ctx) override {
     switch (ctx.cfg.quant_mode) {
       case QuantMode::none:
+      case QuantMode::int8:  // int8 quantizes the shared expert's GEMMs only
         return make_float_expert_ffn(ctx);
-      case QuantMode::int8:
       case QuantMode::int8_routed:
       case QuantMode::int8_all:
       case QuantMode::int8_routed_prequant:
-        break;
+        return make_int8_expert_ffn(ctx, cpu_int8_kernels(ctx.kernel));
     }
     MOE_CHECK(false, "make_expert_ffn: unsupported quant mode (supports() refuses it)");
   }

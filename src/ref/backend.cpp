@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "cpu/expert_ffn_int8.h"
+#include "moe/quantize.h"
 #include "ref/ref.h"
 
 namespace moe::ref {
@@ -20,13 +22,25 @@ class RefBackend final : public Backend {
   Status supports(OpKind op, const MoeConfig& cfg) const override {
     if (!is_float(cfg.dtype))
       return Status::error(fmt::format("backend ref runs float blocks, not {}", dtype_name(cfg.dtype)));
-    return every_op_float_expert_ffn(*this, op, cfg);
+    return routed_int8_ops(*this, op, cfg);
   }
 
   std::unique_ptr<PackOp> make_pack(const OpContext& ctx) override { return make_pack_op(ctx); }
   std::unique_ptr<DispatchOp> make_dispatch(const OpContext& ctx) override { return make_dispatch_op(ctx); }
   std::unique_ptr<ExpertFfnOp> make_expert_ffn(const OpContext& ctx) override {
-    return make_expert_ffn_op(ctx);
+    switch (ctx.cfg.quant_mode) {
+      case QuantMode::none:
+      case QuantMode::int8:  // int8 quantizes the shared expert's GEMMs only
+        return make_expert_ffn_op(ctx);
+      case QuantMode::int8_routed:
+      case QuantMode::int8_all:
+      case QuantMode::int8_routed_prequant:
+        // The cpu op's sequence over the reference's quantization and GEMM rows (the independent oracle of
+        // the int8 modes is the float64 block reference, moe/reference.h).
+        return cpu::make_int8_expert_ffn(ctx, {reference_gemms_, &ref_quant::quantize_rows,
+                                               &ref_quant::quantize_experts, &ref_quant::quantize_columns});
+    }
+    MOE_CHECK(false, "make_expert_ffn: unknown quant mode");
   }
   std::unique_ptr<CombineOp> make_combine(const OpContext& ctx) override { return make_combine_op(ctx); }
   std::unique_ptr<SharedExpertOp> make_shared_expert(const OpContext& ctx) override {
@@ -48,6 +62,15 @@ class RefBackend final : public Backend {
     MOE_CHECK(dst.numel() == src.numel(), "convert: element counts differ");
     for (int64_t i = 0; i < src.numel(); ++i) dst.set(i, src.get(i));
   }
+
+  // The kernel table with the reference's rows first (every form; nothing measured).
+  GemmKernels reference_gemms_{[] {
+                                 KernelConfig k;
+                                 k.gemm_variant = "ref";
+                                 k.tuning_file = "none";
+                                 return k;
+                               }(),
+                               nullptr};
 
   void dense_gemm(Tensor& c, const Tensor& a_in, const Tensor& b_in, bool trans_b) override {
     const int64_t N = c.dim(1), Kd = a_in.dim(1);

@@ -8,9 +8,11 @@
 // token), so both go through the same per-row helpers.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "moe/reference.h"
+#include "ref/reference_int8.h"
 
 namespace moe {
 namespace {
@@ -192,6 +194,9 @@ ReferenceResult reference_forward(const MoeConfig& cfg, const ReferenceParams& p
             "reference: routing ids/weights are not (T, K)");
 
   const std::vector<char> kept = kept_assignments(cfg, routing);
+  // The routed int8 modes' rows (their shared expert is float).
+  std::optional<Int8RoutedReference> int8;
+  if (routed_int8(cfg.quant_mode)) int8.emplace(cfg, p.w1, p.w3, p.w2);
   const bool threaded = A * H * M + T * H * S >= kMinWorkForThreads;
   auto weight_of = [&](int64_t a) { return double(routing.weights[size_t(a)]); };
 
@@ -211,6 +216,10 @@ ReferenceResult reference_forward(const MoeConfig& cfg, const ReferenceParams& p
       const int64_t e = routing.ids[size_t(a)];
       double* aa = act_a.data() + a * M;
       double* ab = act_b.data() + a * M;
+      if (int8) {
+        int8->row_forward(aa, ab, yt, xt, e, weight_of(a));
+        continue;
+      }
       up_proj(aa, ab, xt, p.w1.data() + e * H * M, p.w3.data() + e * H * M, H, M);
       down_proj_acc(yt, aa, ab, p.w2.data() + e * M * H, weight_of(a), M, H);
     }
@@ -244,6 +253,11 @@ ReferenceResult reference_forward(const MoeConfig& cfg, const ReferenceParams& p
       const int64_t a = t * K + k;
       if (!kept[size_t(a)]) continue;
       const int64_t e = routing.ids[size_t(a)];
+      if (int8) {
+        int8->row_backward(d_a.data() + a * M, d_b.data() + a * M, dxt, dyt, act_a.data() + a * M,
+                           act_b.data() + a * M, e, weight_of(a));
+        continue;
+      }
       row_backward(d_a.data() + a * M, d_b.data() + a * M, dxt, dyt, act_a.data() + a * M,
                    act_b.data() + a * M, p.w1.data() + e * H * M, p.w3.data() + e * H * M,
                    p.w2.data() + e * M * H, weight_of(a), H, M);

@@ -1,0 +1,211 @@
+#include "cpu/expert_ffn_int8.h"
+
+#include "cpu/backend.h"
+#include "cpu/swiglu.h"
+#include "moe/backend.h"
+#include "moe/quantize.h"
+
+namespace moe::cpu {
+namespace {
+
+char* at(Tensor& t, int64_t elements) {
+  return static_cast<char*>(t.raw()) + size_t(elements) * dtype_size(t.dtype());
+}
+
+// Rows quantized per row: q (max_rows, width) s8 and scale (max_rows) f32.
+struct QuantizedRows {
+  Tensor q, scale;
+  QuantizedRows() = default;
+  QuantizedRows(Backend& be, int64_t rows, int64_t width)
+      : q(be.empty(Dtype::s8, {rows, width})), scale(be.empty(Dtype::f32, {rows})) {}
+};
+
+// A routed weight quantized inside the call (int8_routed, int8_all): q (E, Kd, N) or its transpose.
+struct OwnQuantized {
+  Tensor q, scale;
+  OwnQuantized() = default;
+  OwnQuantized(Backend& be, int64_t E, int64_t Kd, int64_t N)
+      : q(be.empty(Dtype::s8, {E, Kd, N})), scale(be.empty(Dtype::f32, {E})) {}
+};
+
+// Forward (per group of the plan's rows; fused impls shown, others use w1 and w3 apart):
+//   xq = quant_rows(x_rows);  h = nn_s8(xq, quant_expert(w13))  [run dtype];  g = SwiGLU(h) (* weight)
+//   gq = quant_rows(g);       y = nn_s8(gq, quant_expert(w2))   [run dtype]
+// Backward (the seed's rule for prequant, our straight-through estimator for the others: the same int8
+// data-gradient GEMMs with the forward's quantized weights transposed, float weight gradients):
+//   dW2 = g^T dy;  dg = nn_s8(quant_rows(dy), w2q^T);  dh = SwiGLU'(dg, h)
+//   dW13 = x^T dh; dx = nn_s8(quant_rows(dh), w13q^T)   [f32]
+class Int8ExpertFfn final : public ExpertFfnOp {
+ public:
+  Int8ExpertFfn(const OpContext& ctx, Int8Kernels k)
+      : k_(k),
+        tracer_(ctx.tracer),
+        dt_(ctx.cfg.dtype),
+        traits_(impl_traits(ctx.cfg.impl)),
+        prequantized_(ctx.cfg.quant_mode == QuantMode::int8_routed_prequant),
+        remat_(ctx.cfg.bench_pass == BenchPass::forward_backward &&
+               ctx.cfg.remat_mode == RematMode::expert_mlp),
+        H_(ctx.cfg.hidden),
+        M_(ctx.cfg.mlp_dim),
+        E_(ctx.cfg.experts),
+        max_rows_(max_plan_rows(ctx.cfg, ctx.tile_rows)) {
+    Backend& be = ctx.backend;
+    const bool backward = ctx.cfg.bench_pass == BenchPass::forward_backward;
+    h_ = be.empty(dt_, {max_rows_, 2 * M_});
+    g_ = be.empty(dt_, {max_rows_, M_});
+    xq_ = QuantizedRows(be, max_rows_, H_);
+    gq_ = QuantizedRows(be, max_rows_, M_);
+    if (backward) {
+      dh_ = be.empty(dt_, {max_rows_, 2 * M_});
+      dg_ = be.empty(dt_, {max_rows_, M_});
+      dyq_ = QuantizedRows(be, max_rows_, H_);
+      // fused: (rows, 2M) with a scale per row; else two (rows, M) planes with a scale per row each
+      dhq_ = QuantizedRows(be, max_rows_, 2 * M_);
+      dhq_.scale = be.empty(Dtype::f32, {2 * max_rows_});
+    }
+    if (!prequantized_) {
+      const int up_parts = traits_.fuse_w13 ? 1 : 2, up_cols = 2 * M_ / up_parts;
+      for (int p = 0; p < up_parts; ++p) {
+        up_q_[p] = OwnQuantized(be, E_, H_, up_cols);
+        if (backward) up_qt_[p] = OwnQuantized(be, E_, up_cols, H_);
+      }
+      down_q_ = OwnQuantized(be, E_, M_, H_);
+      if (backward) down_qt_ = OwnQuantized(be, E_, H_, M_);
+    }
+  }
+
+  void up(const Tensor& x_rows, const FfnWeights& w, const DispatchPlan& plan) override {
+    compute_up(remat_ ? dh_ : h_, remat_ ? dg_ : g_, x_rows, w, host_view(plan));
+  }
+
+  void down(Tensor& y_rows, const FfnWeights& w, const DispatchPlan& plan) override {
+    const HostPlan p = host_view(plan);
+    Tensor& g = remat_ ? dg_ : g_;
+    const Weight w2 = down_weight(w, /*transposed=*/false);
+    tracer_("quantize_rows", [&] { quantize_rows(gq_, g.raw(), p.rows, M_, M_); });
+    k_.gemm.nn_s8(y_rows.raw(), dt_, operands(gq_, w2), groups(p), M_, H_);
+  }
+
+  void backward(Tensor& dx_rows, FfnWeightGrads& dw, const Tensor& dy_rows, const Tensor& x_rows,
+                const FfnWeights& w, const DispatchPlan& plan) override {
+    const HostPlan p = host_view(plan);
+    const int64_t rows = p.rows, H = H_, M = M_;
+    if (remat_) tracer_("remat_up", [&] { compute_up(h_, g_, x_rows, w, p); });
+    const float* row_weight = traits_.preweight ? p.row_weight : nullptr;
+    const GroupedShape gs = groups(p);
+    tracer_("down_backward", [&] {
+      k_.gemm.tn(dw.dw2.raw(), dt_, g_.raw(), dy_rows.raw(), dt_, gs, M, H, H);
+      const Weight w2t = down_weight(w, /*transposed=*/true);
+      quantize_rows(dyq_, dy_rows.raw(), rows, H, H);
+      k_.gemm.nn_s8(dg_.raw(), dt_, operands(dyq_, w2t), gs, H, M);
+    });
+    const GateUpGrad dgu = traits_.fuse_w13 ? GateUpGrad{dh_.raw(), at(dh_, M), 2 * M}
+                                            : GateUpGrad{dh_.raw(), at(dh_, rows * M), M};
+    const GateUp gu =
+        traits_.fuse_w13 ? GateUp{h_.raw(), at(h_, M), 2 * M} : GateUp{h_.raw(), at(h_, rows * M), M};
+    tracer_("swiglu_backward", [&] { swiglu_backward(dgu, dt_, dg_.raw(), gu, dt_, rows, M, row_weight); });
+    tracer_("up_backward", [&] {
+      k_.gemm.tn_pair(dw.dw1.raw(), dw.dw3.raw(), dt_, x_rows.raw(), dgu.da, dgu.db, dt_, gs, H, M, dgu.ld);
+      if (traits_.fuse_w13) {
+        quantize_rows(dhq_, dh_.raw(), rows, 2 * M, 2 * M);
+        k_.gemm.nn_s8(dx_rows.raw(), Dtype::f32, operands(dhq_, up_weight(w, 0, true)), gs, 2 * M, H);
+        return;
+      }
+      // Gate and up gradients are quantized per row apart, each against its own weight's scale.
+      for (int part = 0; part < 2; ++part) {
+        int8_t* q = dhq_.q.data<int8_t>() + part * rows * M;
+        float* s = dhq_.scale.data<float>() + part * max_rows_;
+        k_.quantize_rows(q, s, part ? dgu.db : dgu.da, dt_, rows, M, M, false);
+        const Weight wt = up_weight(w, part, true);
+        k_.gemm.nn_s8(dx_rows.raw(), Dtype::f32, {q, s, wt.q, wt.scale, false}, gs, M, H,
+                      /*accumulate=*/part == 1);
+      }
+    });
+  }
+
+  int64_t saved_bytes(int64_t rows) const override {
+    return remat_ ? 0 : rows * 3 * M_ * int64_t(dtype_size(dt_));  // h (rows, 2M) + g (rows, M)
+  }
+
+ private:
+  struct Weight {
+    const int8_t* q;
+    const float* scale;
+  };
+  static GroupedShape groups(const HostPlan& p) { return {p.group_offset, p.experts, p.group_live, true}; }
+  static Int8Operands operands(const QuantizedRows& rows, Weight w) {
+    return {rows.q.data<int8_t>(), rows.scale.data<float>(), w.q, w.scale, false};
+  }
+  void quantize_rows(QuantizedRows& out, const void* x, int64_t rows, int64_t width, int64_t ld) {
+    k_.quantize_rows(out.q.data<int8_t>(), out.scale.data<float>(), x, dt_, rows, width, ld, false);
+  }
+  static Weight view(const QuantizedWeight& q, bool transposed) {
+    MOE_CHECK(!q.empty(),
+              "int8_routed_prequant: the inputs carry no quantized weights (make_inputs makes them)");
+    return {(transposed ? q.qt : q.q).data<int8_t>(), q.scale.data<float>()};
+  }
+  static Weight view(OwnQuantized& q) { return {q.q.data<int8_t>(), q.scale.data<float>()}; }
+
+  // The first projection's weights of part p (fused: one [w1 | w3] part; else w1 = 0, w3 = 1), quantized
+  // once outside (prequant) or here: the forward's, or their transpose for the backward (the same
+  // scale, since the same values).
+  Weight up_weight(const FfnWeights& w, int p, bool transposed) {
+    if (prequantized_) return view(traits_.fuse_w13 ? w.q13 : (p ? w.q3 : w.q1), transposed);
+    OwnQuantized& q = transposed ? up_qt_[p] : up_q_[p];
+    tracer_("quantize_weights", [&] {
+      const ExpertWeights src = !traits_.fuse_w13 ? ExpertWeights((p ? w.w3 : w.w1).raw())
+                                : w.w13.empty()   ? ExpertWeights(w.w1.raw(), w.w3.raw())
+                                                  : ExpertWeights(w.w13.raw());
+      const int64_t cols = traits_.fuse_w13 ? 2 * M_ : M_;
+      k_.quantize_experts(q.q.data<int8_t>(), q.scale.data<float>(), src, dt_, E_, H_, cols, transposed);
+    });
+    return view(q);
+  }
+  Weight down_weight(const FfnWeights& w, bool transposed) {
+    if (prequantized_) return view(w.q2, transposed);
+    OwnQuantized& q = transposed ? down_qt_ : down_q_;
+    tracer_("quantize_weights", [&] {
+      k_.quantize_experts(q.q.data<int8_t>(), q.scale.data<float>(), w.w2.raw(), dt_, E_, M_, H_, transposed);
+    });
+    return view(q);
+  }
+
+  void compute_up(Tensor& h, Tensor& g, const Tensor& x_rows, const FfnWeights& w, const HostPlan& p) {
+    const int64_t rows = p.rows;
+    tracer_("quantize_rows", [&] { quantize_rows(xq_, x_rows.raw(), rows, H_, H_); });
+    if (traits_.fuse_w13) {
+      k_.gemm.nn_s8(h.raw(), dt_, operands(xq_, up_weight(w, 0, false)), groups(p), H_, 2 * M_);
+    } else {
+      k_.gemm.nn_s8(h.raw(), dt_, operands(xq_, up_weight(w, 0, false)), groups(p), H_, M_);
+      k_.gemm.nn_s8(at(h, rows * M_), dt_, operands(xq_, up_weight(w, 1, false)), groups(p), H_, M_);
+    }
+    const GateUp gu =
+        traits_.fuse_w13 ? GateUp{h.raw(), at(h, M_), 2 * M_} : GateUp{h.raw(), at(h, rows * M_), M_};
+    swiglu_forward(g.raw(), dt_, gu, dt_, rows, M_, traits_.preweight ? p.row_weight : nullptr);
+  }
+
+  Int8Kernels k_;
+  const StageTracer& tracer_;
+  Dtype dt_;
+  ImplTraits traits_;
+  bool prequantized_, remat_;
+  int64_t H_, M_, E_, max_rows_;
+  Tensor h_;   // h  (max_rows, 2M) run dtype  [gate | up] rows, or gate and up planes
+  Tensor g_;   // g  (max_rows, M)  run dtype
+  Tensor dh_;  // dh (max_rows, 2M) backward; the forward's h under expert_mlp remat
+  Tensor dg_;  // dg (max_rows, M)  backward; the forward's g under expert_mlp remat
+  QuantizedRows xq_, gq_, dyq_, dhq_;
+  OwnQuantized up_q_[2], up_qt_[2], down_q_, down_qt_;  // int8_routed / int8_all only
+};
+
+}  // namespace
+
+Int8Kernels cpu_int8_kernels(const KernelConfig& kernel) {
+  return {cpu_gemm_kernels(kernel), &cpu::quantize_rows, &cpu::quantize_experts, &cpu::quantize_columns};
+}
+
+std::unique_ptr<ExpertFfnOp> make_int8_expert_ffn(const OpContext& ctx, Int8Kernels kernels) {
+  return std::make_unique<Int8ExpertFfn>(ctx, kernels);
+}
+
+}  // namespace moe::cpu
