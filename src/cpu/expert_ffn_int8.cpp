@@ -1,5 +1,7 @@
 #include "cpu/expert_ffn_int8.h"
 
+#include <vector>
+
 #include "cpu/backend.h"
 #include "cpu/swiglu.h"
 #include "moe/backend.h"
@@ -12,20 +14,14 @@ char* at(Tensor& t, int64_t elements) {
   return static_cast<char*>(t.raw()) + size_t(elements) * dtype_size(t.dtype());
 }
 
-// Rows quantized per row: q (max_rows, width) s8 and scale (max_rows) f32.
-struct QuantizedRows {
+// Quantized values and their scales: rows quantized per row, q (rows, width) and scale (rows), or a
+// routed weight quantized inside the call (int8_routed, int8_all), q (E, Kd, N) or its transpose and
+// scale (E).
+struct Quantized {
   Tensor q, scale;
-  QuantizedRows() = default;
-  QuantizedRows(Backend& be, int64_t rows, int64_t width)
-      : q(be.empty(Dtype::s8, {rows, width})), scale(be.empty(Dtype::f32, {rows})) {}
-};
-
-// A routed weight quantized inside the call (int8_routed, int8_all): q (E, Kd, N) or its transpose.
-struct OwnQuantized {
-  Tensor q, scale;
-  OwnQuantized() = default;
-  OwnQuantized(Backend& be, int64_t E, int64_t Kd, int64_t N)
-      : q(be.empty(Dtype::s8, {E, Kd, N})), scale(be.empty(Dtype::f32, {E})) {}
+  Quantized() = default;
+  Quantized(Backend& be, std::vector<int64_t> shape, int64_t scales)
+      : q(be.empty(Dtype::s8, std::move(shape))), scale(be.empty(Dtype::f32, {scales})) {}
 };
 
 // Forward (per group of the plan's rows; fused impls shown, others use w1 and w3 apart):
@@ -53,24 +49,23 @@ class Int8ExpertFfn final : public ExpertFfnOp {
     const bool backward = ctx.cfg.bench_pass == BenchPass::forward_backward;
     h_ = be.empty(dt_, {max_rows_, 2 * M_});
     g_ = be.empty(dt_, {max_rows_, M_});
-    xq_ = QuantizedRows(be, max_rows_, H_);
-    gq_ = QuantizedRows(be, max_rows_, M_);
+    xq_ = Quantized(be, {max_rows_, H_}, max_rows_);
+    gq_ = Quantized(be, {max_rows_, M_}, max_rows_);
     if (backward) {
       dh_ = be.empty(dt_, {max_rows_, 2 * M_});
       dg_ = be.empty(dt_, {max_rows_, M_});
-      dyq_ = QuantizedRows(be, max_rows_, H_);
+      dyq_ = Quantized(be, {max_rows_, H_}, max_rows_);
       // fused: (rows, 2M) with a scale per row; else two (rows, M) planes with a scale per row each
-      dhq_ = QuantizedRows(be, max_rows_, 2 * M_);
-      dhq_.scale = be.empty(Dtype::f32, {2 * max_rows_});
+      dhq_ = Quantized(be, {max_rows_, 2 * M_}, 2 * max_rows_);
     }
     if (!prequantized_) {
       const int up_parts = traits_.fuse_w13 ? 1 : 2, up_cols = 2 * M_ / up_parts;
       for (int p = 0; p < up_parts; ++p) {
-        up_q_[p] = OwnQuantized(be, E_, H_, up_cols);
-        if (backward) up_qt_[p] = OwnQuantized(be, E_, up_cols, H_);
+        up_q_[p] = Quantized(be, {E_, H_, up_cols}, E_);
+        if (backward) up_qt_[p] = Quantized(be, {E_, up_cols, H_}, E_);
       }
-      down_q_ = OwnQuantized(be, E_, M_, H_);
-      if (backward) down_qt_ = OwnQuantized(be, E_, H_, M_);
+      down_q_ = Quantized(be, {E_, M_, H_}, E_);
+      if (backward) down_qt_ = Quantized(be, {E_, H_, M_}, E_);
     }
   }
 
@@ -93,9 +88,11 @@ class Int8ExpertFfn final : public ExpertFfnOp {
     if (remat_) tracer_("remat_up", [&] { compute_up(h_, g_, x_rows, w, p); });
     const float* row_weight = traits_.preweight ? p.row_weight : nullptr;
     const GroupedShape gs = groups(p);
+    // The transposed weights first: on-the-fly modes quantize them in a stage of their own.
+    const Weight w2t = down_weight(w, /*transposed=*/true);
+    const Weight up_t[2] = {up_weight(w, 0, true), traits_.fuse_w13 ? Weight{} : up_weight(w, 1, true)};
     tracer_("down_backward", [&] {
       k_.gemm.tn(dw.dw2.raw(), dt_, g_.raw(), dy_rows.raw(), dt_, gs, M, H, H);
-      const Weight w2t = down_weight(w, /*transposed=*/true);
       quantize_rows(dyq_, dy_rows.raw(), rows, H, H);
       k_.gemm.nn_s8(dg_.raw(), dt_, operands(dyq_, w2t), gs, H, M);
     });
@@ -108,7 +105,7 @@ class Int8ExpertFfn final : public ExpertFfnOp {
       k_.gemm.tn_pair(dw.dw1.raw(), dw.dw3.raw(), dt_, x_rows.raw(), dgu.da, dgu.db, dt_, gs, H, M, dgu.ld);
       if (traits_.fuse_w13) {
         quantize_rows(dhq_, dh_.raw(), rows, 2 * M, 2 * M);
-        k_.gemm.nn_s8(dx_rows.raw(), Dtype::f32, operands(dhq_, up_weight(w, 0, true)), gs, 2 * M, H);
+        k_.gemm.nn_s8(dx_rows.raw(), Dtype::f32, operands(dhq_, up_t[0]), gs, 2 * M, H);
         return;
       }
       // Gate and up gradients are quantized per row apart, each against its own weight's scale.
@@ -116,8 +113,7 @@ class Int8ExpertFfn final : public ExpertFfnOp {
         int8_t* q = dhq_.q.data<int8_t>() + part * rows * M;
         float* s = dhq_.scale.data<float>() + part * max_rows_;
         k_.quantize_rows(q, s, part ? dgu.db : dgu.da, dt_, rows, M, M, false);
-        const Weight wt = up_weight(w, part, true);
-        k_.gemm.nn_s8(dx_rows.raw(), Dtype::f32, {q, s, wt.q, wt.scale, false}, gs, M, H,
+        k_.gemm.nn_s8(dx_rows.raw(), Dtype::f32, {q, s, up_t[part].q, up_t[part].scale, false}, gs, M, H,
                       /*accumulate=*/part == 1);
       }
     });
@@ -129,14 +125,14 @@ class Int8ExpertFfn final : public ExpertFfnOp {
 
  private:
   struct Weight {
-    const int8_t* q;
-    const float* scale;
+    const int8_t* q = nullptr;
+    const float* scale = nullptr;
   };
   static GroupedShape groups(const HostPlan& p) { return {p.group_offset, p.experts, p.group_live, true}; }
-  static Int8Operands operands(const QuantizedRows& rows, Weight w) {
+  static Int8Operands operands(const Quantized& rows, Weight w) {
     return {rows.q.data<int8_t>(), rows.scale.data<float>(), w.q, w.scale, false};
   }
-  void quantize_rows(QuantizedRows& out, const void* x, int64_t rows, int64_t width, int64_t ld) {
+  void quantize_rows(Quantized& out, const void* x, int64_t rows, int64_t width, int64_t ld) {
     k_.quantize_rows(out.q.data<int8_t>(), out.scale.data<float>(), x, dt_, rows, width, ld, false);
   }
   static Weight view(const QuantizedWeight& q, bool transposed) {
@@ -144,14 +140,14 @@ class Int8ExpertFfn final : public ExpertFfnOp {
               "int8_routed_prequant: the inputs carry no quantized weights (make_inputs makes them)");
     return {(transposed ? q.qt : q.q).data<int8_t>(), q.scale.data<float>()};
   }
-  static Weight view(OwnQuantized& q) { return {q.q.data<int8_t>(), q.scale.data<float>()}; }
+  static Weight view(Quantized& q) { return {q.q.data<int8_t>(), q.scale.data<float>()}; }
 
   // The first projection's weights of part p (fused: one [w1 | w3] part; else w1 = 0, w3 = 1), quantized
   // once outside (prequant) or here: the forward's, or their transpose for the backward (the same
   // scale, since the same values).
   Weight up_weight(const FfnWeights& w, int p, bool transposed) {
     if (prequantized_) return view(traits_.fuse_w13 ? w.q13 : (p ? w.q3 : w.q1), transposed);
-    OwnQuantized& q = transposed ? up_qt_[p] : up_q_[p];
+    Quantized& q = transposed ? up_qt_[p] : up_q_[p];
     tracer_("quantize_weights", [&] {
       const ExpertWeights src = !traits_.fuse_w13 ? ExpertWeights((p ? w.w3 : w.w1).raw())
                                 : w.w13.empty()   ? ExpertWeights(w.w1.raw(), w.w3.raw())
@@ -163,7 +159,7 @@ class Int8ExpertFfn final : public ExpertFfnOp {
   }
   Weight down_weight(const FfnWeights& w, bool transposed) {
     if (prequantized_) return view(w.q2, transposed);
-    OwnQuantized& q = transposed ? down_qt_ : down_q_;
+    Quantized& q = transposed ? down_qt_ : down_q_;
     tracer_("quantize_weights", [&] {
       k_.quantize_experts(q.q.data<int8_t>(), q.scale.data<float>(), w.w2.raw(), dt_, E_, M_, H_, transposed);
     });
@@ -194,14 +190,14 @@ class Int8ExpertFfn final : public ExpertFfnOp {
   Tensor g_;   // g  (max_rows, M)  run dtype
   Tensor dh_;  // dh (max_rows, 2M) backward; the forward's h under expert_mlp remat
   Tensor dg_;  // dg (max_rows, M)  backward; the forward's g under expert_mlp remat
-  QuantizedRows xq_, gq_, dyq_, dhq_;
-  OwnQuantized up_q_[2], up_qt_[2], down_q_, down_qt_;  // int8_routed / int8_all only
+  Quantized xq_, gq_, dyq_, dhq_;
+  Quantized up_q_[2], up_qt_[2], down_q_, down_qt_;  // int8_routed / int8_all only
 };
 
 }  // namespace
 
 Int8Kernels cpu_int8_kernels(const KernelConfig& kernel) {
-  return {cpu_gemm_kernels(kernel), &cpu::quantize_rows, &cpu::quantize_experts, &cpu::quantize_columns};
+  return {cpu_gemm_kernels(kernel), &cpu::quantize_rows, &cpu::quantize_experts};
 }
 
 std::unique_ptr<ExpertFfnOp> make_int8_expert_ffn(const OpContext& ctx, Int8Kernels kernels) {

@@ -37,8 +37,8 @@ class RefBackend final : public Backend {
       case QuantMode::int8_routed_prequant:
         // The cpu op's sequence over the reference's quantization and GEMM rows (the independent oracle of
         // the int8 modes is the float64 block reference, moe/reference.h).
-        return cpu::make_int8_expert_ffn(ctx, {reference_gemms_, &ref_quant::quantize_rows,
-                                               &ref_quant::quantize_experts, &ref_quant::quantize_columns});
+        return cpu::make_int8_expert_ffn(
+            ctx, {reference_gemms_, &ref_quant::quantize_rows, &ref_quant::quantize_experts});
     }
     MOE_CHECK(false, "make_expert_ffn: unknown quant mode");
   }
