@@ -284,7 +284,7 @@ void grouped_gemm_nn_s8(const GemmThresholds& /*k*/, void* out, Dtype out_dtype,
   MOE_CHECK(!accumulate || out_dtype == Dtype::f32, "avx2_s8 nn_s8: accumulates in a float32 out only");
   gemm_detail::check_groups(groups, Kd, N);
   const int64_t tiles = (N + kTileCols - 1) / kTileCols;
-  const int64_t expert_bytes = tiles * (Kd + kQuad - 1) / kQuad * kQuad * kTileCols;
+  const int64_t expert_bytes = tiles * ((Kd + kQuad - 1) / kQuad) * kTileBytesPerQuad;  // tiles x panels
   // The experts with live rows, where their packed weights go, and the work items.
   std::vector<int64_t> packed_at(size_t(groups.experts), -1);
   std::vector<PackJob> pack_jobs;
