@@ -121,7 +121,7 @@ namespace moe {
 namespace {
 
 // --peak measures a register-resident peak for every ISA level this CPU runs (an AVX2 machine has the
-// float32 FMA one); --with-peak puts the run's arithmetic peak in its rows, and no block beats it.
+// float32 FMA and int8 ones); --with-peak puts the run's arithmetic peak in its rows, and no block beats it.
 TEST(CpuIsa, PeakIsMeasuredPerIsaAndRowsCarryIt) {
   const Ran r = testing::run_bench("--peak --threads 1");
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -129,6 +129,13 @@ TEST(CpuIsa, PeakIsMeasuredPerIsaAndRowsCarryIt) {
   if (isa_level() >= IsaLevel::avx512_bf16)
     EXPECT_NE(r.out.find("bf16_dp_avx512"), std::string::npos) << r.out;
   if (isa_level() >= IsaLevel::amx) EXPECT_NE(r.out.find("int8_amx"), std::string::npos) << r.out;
+  // The int8 peaks rows of int8 GEMMs compare against (best_peak(peaks, s8)).
+  if (isa_level() >= IsaLevel::avx2) {
+    EXPECT_NE(r.out.find("int8_avx2"), std::string::npos) << r.out;
+  }
+  if (isa_level() >= IsaLevel::avx512_bf16) {
+    EXPECT_NE(r.out.find("int8_vnni_avx512"), std::string::npos) << r.out;
+  }
   if (isa_level() < IsaLevel::avx2) GTEST_SKIP() << "no peak kernel below AVX2";
   const Ran run = testing::run_bench(
       "--tokens 256 --hidden 128 --mlp-dim 128 --experts 4 --topk 2 --iters 2 --warmup 0 --threads 1 "

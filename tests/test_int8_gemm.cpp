@@ -4,13 +4,16 @@
 // nothing may differ). Fresh random inputs each run; the seed is printed (MOE_TEST_SEED replays).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "cpu/gemm_variants.h"
 #include "moe/gemm.h"
 #include "moe/quantize.h"
 #include "moe/rng.h"
@@ -164,6 +167,7 @@ const S8Case kS8Cases[] = {
     {"kd_1", {9}, 1, 40},
     {"aligned", {64, 32}, 256, 128},
     {"tails", {67, 5}, 259, 131},
+    {"blocks", {130, 200}, 34, 290},  // row blocks of 64 and column blocks of 128 with tails
     {"deep", {20}, 130000, 9},
 };
 
@@ -261,6 +265,70 @@ TEST_P(EveryInt8Variant, NnS8ExtremeValuesSumExactly) {
     }
 }
 
+#ifdef MOE_HAVE_ONEDNN
+// oneDNN's nn_s8 row runs only where its int8 sums are exact (VNNI, AMX: supports()). Its plumbing
+// (groups, padding rows, the epilogue, accumulate) runs on every CPU with an s8 matmul: called directly
+// with lhs in [-127, 0], which its AVX2 kernel's shift to u8 (+128) keeps at most 128, so no vpmaddubsw
+// pair saturates (2 * 128 * 127 < 32767) and the sums are exact there too.
+TEST(OnednnInt8, PlumbingEqualsTheReferenceWhereNothingSaturates) {
+  GemmCall probe;
+  probe.form = GemmForm::nn_s8;
+  probe.in_dtype = probe.b_dtype = Dtype::s8;
+  if (onednn::supports(probe, kDefaults).starts_with("oneDNN makes no"))
+    GTEST_SKIP() << onednn::supports(probe, kDefaults);
+  uint64_t key = testing::test_seed() + 7;
+  std::vector<S8Case> cases(std::begin(kS8Cases), std::end(kS8Cases));
+  cases.push_back({"weights_reordered", {800, 3}, 40, 24});  // from 512 rows oneDNN packs the weights first
+  for (const S8Case& c : cases)
+    for (bool accumulate : {false, true}) {
+      if (c.Kd > 4096) continue;  // the deep case's sums need no second look here
+      SCOPED_TRACE(std::string(c.name) + (accumulate ? " accumulate" : ""));
+      std::vector<int64_t> offset{0}, live;
+      for (int64_t s : c.sizes) {
+        offset.push_back(offset.back() + s);
+        live.push_back(s - s / 3);
+      }
+      const int64_t E = int64_t(c.sizes.size()), rows = offset.back();
+      std::vector<int8_t> lhs = random_s8(rows * c.Kd, ++key);
+      for (int8_t& v : lhs) v = int8_t(-std::abs(int(v)));
+      const std::vector<int8_t> rhs = random_s8(E * c.Kd * c.N, ++key);
+      const std::vector<float> ls = random_scales(rows, ++key), rs = random_scales(E * c.N, ++key);
+      for (Dtype out_dt : {Dtype::f32, Dtype::bf16}) {
+        if (accumulate && out_dt != Dtype::f32) continue;
+        const GroupedShape groups{offset.data(), E, live.data()};
+        const Int8Operands in{lhs.data(), ls.data(), rhs.data(), rs.data(), true};
+        Tensor got(out_dt, {rows, c.N}), want(out_dt, {rows, c.N});
+        for (int64_t i = 0; i < got.numel(); ++i) {
+          got.set(i, float(i % 5));
+          want.set(i, float(i % 5));
+        }
+        onednn::grouped_gemm_nn_s8(kDefaults, got.raw(), out_dt, in, groups, c.Kd, c.N, accumulate);
+        ref_gemm::grouped_gemm_nn_s8(kDefaults, want.raw(), out_dt, in, groups, c.Kd, c.N, accumulate);
+        ASSERT_EQ(std::memcmp(got.raw(), want.raw(), size_t(got.numel()) * dtype_size(out_dt)), 0)
+            << dtype_name(out_dt);
+      }
+    }
+}
+
+// Where supports() calls oneDNN's int8 sums inexact, they are: 127 * 127 pairs saturate its AVX2 kernel.
+// Where they are exact it takes the call (and EveryInt8Variant checks it).
+TEST(OnednnInt8, RefusesExactlyWhereItsSumsSaturate) {
+  GemmCall probe;
+  probe.form = GemmForm::nn_s8;
+  probe.in_dtype = probe.b_dtype = Dtype::s8;
+  const std::string why = onednn::supports(probe, kDefaults);
+  if (why.starts_with("oneDNN makes no")) GTEST_SKIP() << why;
+  const int64_t rows = 2, Kd = 64, N = 8;
+  const std::vector<int8_t> lhs(size_t(rows * Kd), 127), rhs(size_t(Kd * N), 127);
+  const std::vector<float> ls(size_t(rows), 1.0f), rs(1, 1.0f);
+  const int64_t offset[] = {0, rows};
+  std::vector<float> got(size_t(rows * N));
+  onednn::grouped_gemm_nn_s8(kDefaults, got.data(), Dtype::f32,
+                             {lhs.data(), ls.data(), rhs.data(), rs.data()}, {offset, 1}, Kd, N, false);
+  const bool exact = std::all_of(got.begin(), got.end(), [&](float v) { return v == float(Kd * 127 * 127); });
+  EXPECT_EQ(exact, why.empty()) << "supports(): '" << why << "', got " << got[0] << " for " << Kd * 127 * 127;
+}
+#endif
 INSTANTIATE_TEST_SUITE_P(Registry, EveryInt8Variant, ::testing::ValuesIn(int8_variant_names()),
                          [](const auto& info) { return info.param; });
 

@@ -47,9 +47,12 @@ void print_list(const MoeConfig& c) {
       }());
   for (const GemmVariant& v : gemm_variants()) {
     const std::string why = v.unavailable();
+    const bool float_forms = !std::holds_alternative<std::monostate>(v.fns[size_t(GemmForm::nn)]);
     fmt::print("  {}: {}\n    here: {}\n", v.name, v.description,
-               why.empty() ? fmt::format("runs ({}; bf16 {})", v.version(),
-                                         v.bf16_arithmetic() ? "multiplied as bf16" : "widened to float32")
+               why.empty() ? fmt::format("runs ({}; {})", v.version(),
+                                         !float_forms          ? "int8 only"
+                                         : v.bf16_arithmetic() ? "bf16 multiplied as bf16"
+                                                               : "bf16 widened to float32")
                            : "no: " + why);
   }
   // The table auto uses here, row by row, with what each row says of this configuration's GEMMs.

@@ -39,6 +39,8 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "cpu/gemm_variants.h"
@@ -508,6 +510,92 @@ void split_columns(const std::vector<SliceJob>& jobs, const SliceForm& form) {
   MOE_CHECK(failure.empty(), "oneDNN matmul failed: " + failure);
 }
 
+// ---- int8 (nn_s8) ----------------------------------------------------------------------------------
+// One s8 x s8 -> s32 matmul per group into scratch, then the reference's dequantization
+// (src/ref/int8_gemm.cpp) in our epilogue: oneDNN's own output scales would multiply by the product of
+// the two scales, which rounds differently. Its int32 sums are exact only where it multiplies with a
+// dot-product instruction that wraps (VNNI's vpdpbusd, AMX): its AVX2 and plain AVX-512 int8 kernels
+// shift s8 src to u8 (+128) and multiply with vpmaddubsw, whose int16 pair sums saturate (255 * 127 * 2
+// > 32767), so an extreme operand pair comes out wrong (s8_exact below).
+
+// Whether oneDNN's int8 sums are exact here: VNNI (AVX-512 or AVX) or AMX in its effective ISA.
+bool s8_exact() {
+  apply_isa_cap();
+  const auto isa = unsigned(dnnl::get_effective_cpu_isa());
+  const auto has = [isa](dnnl::cpu_isa bits) { return (isa & unsigned(bits)) == unsigned(bits); };
+  return has(dnnl::cpu_isa::avx512_core_vnni) || has(dnnl::cpu_isa::avx2_vnni);
+}
+
+// c (m, n) s32 = a (m, k) s8 @ b (k, n) s8; b reordered into the layout oneDNN asks for from
+// kPackPlainMinRows rows (as the float forms: below that it copies b once anyway).
+struct S8Plan {
+  dnnl::matmul matmul;
+  memory::desc a, b, c;
+  std::optional<Conversion> b_in;
+};
+
+const S8Plan& s8_plan(int64_t m, int64_t k, int64_t n) {
+  static std::map<std::tuple<int64_t, int64_t, int64_t, int>, S8Plan> cache;
+  const int threads = omp_get_max_threads();
+  auto it = cache.find({m, k, n, threads});
+  if (it != cache.end()) return it->second;
+  try {
+    Runtime& rt = runtime();
+    S8Plan p;
+    p.a = memory::desc({m, k}, memory::data_type::s8, Tag::ab);
+    p.b = memory::desc({k, n}, memory::data_type::s8, Tag::ab);
+    p.c = memory::desc({m, n}, memory::data_type::s32, Tag::ab);
+    const bool pack_b = m >= kPackPlainMinRows;
+    const memory::desc b = pack_b ? memory::desc({k, n}, memory::data_type::s8, Tag::any) : p.b;
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p.a, b, p.c), rt.engine);
+    p.matmul = dnnl::matmul(pd);
+    // A layout of its own only (gemm:jit, on AVX2, reads b as stored: no copy then).
+    if (pack_b && pd.weights_desc() != p.b) p.b_in = make_conversion(p.b, pd.weights_desc());
+    return cache.emplace(std::tuple{m, k, n, threads}, std::move(p)).first->second;
+  } catch (const dnnl::error& e) {
+    MOE_CHECK(false, std::string("oneDNN int8 matmul setup failed: ") + e.what());
+  }
+}
+
+// Whether oneDNN makes an s8 x s8 -> s32 matmul on this CPU at all.
+bool s8_matmul_available() {
+  static const bool available = [] {
+    try {
+      const memory::desc d({16, 16}, memory::data_type::s8, Tag::ab);
+      dnnl::matmul::primitive_desc(
+          dnnl::matmul::desc(d, d, memory::desc({16, 16}, memory::data_type::s32, Tag::ab)),
+          runtime().engine);
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return available;
+}
+
+// Group g's rows of out = float(float(float(sums) * lhs_scale[r]) * rhs_scale), stored or added.
+void dequantize_rows(void* out, Dtype out_dtype, const int32_t* sums, const Int8Operands& in, int64_t e,
+                     GroupRows g, int64_t N, bool accumulate) {
+  const float* rs = in.rhs_scale + (in.rhs_scale_per_column ? e * N : e);
+  const int64_t rs_step = in.rhs_scale_per_column ? 1 : 0;
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < g.live; ++r) {
+    const int64_t row = g.row0 + r;
+    const float ls = in.lhs_scale[row];
+    const int32_t* s = sums + r * N;
+    if (out_dtype == Dtype::bf16) {
+      bf16_t* o = static_cast<bf16_t*>(out) + row * N;
+      for (int64_t n = 0; n < N; ++n) o[n] = f32_to_bf16(float(float(s[n]) * ls) * rs[n * rs_step]);
+    } else {
+      float* o = static_cast<float*>(out) + row * N;
+      for (int64_t n = 0; n < N; ++n) {
+        const float v = float(float(s[n]) * ls) * rs[n * rs_step];
+        o[n] = accumulate ? o[n] + v : v;
+      }
+    }
+  }
+}
+
 const char* isa_name(dnnl::cpu_isa isa) {
   switch (isa) {
     case dnnl::cpu_isa::all:
@@ -628,6 +716,32 @@ void grouped_gemm_tn(const GemmThresholds& /*k*/, void* drhs, Dtype out_dtype, c
   }
 }
 
+void grouped_gemm_nn_s8(const GemmThresholds& /*k*/, void* out, Dtype out_dtype, Int8Operands in,
+                        GroupedShape groups, int64_t Kd, int64_t N, bool accumulate) {
+  MOE_CHECK(out_dtype == Dtype::f32 || out_dtype == Dtype::bf16, "onednn nn_s8: float32 or bfloat16 out");
+  MOE_CHECK(!accumulate || out_dtype == Dtype::f32, "onednn nn_s8: accumulates in a float32 out only");
+  check_groups(groups, Kd, N);
+  Runtime& rt = runtime();
+  for (int64_t e = 0; e < groups.experts; ++e) {
+    const GroupRows g = group_rows(groups, e);
+    if (!accumulate) zero_padding_rows(out, out_dtype, g, N);  // left alone when accumulating
+    if (g.live == 0 || N == 0) continue;
+    auto* sums = static_cast<int32_t*>(scratch(kScratchC, size_t(g.live * N) * sizeof(int32_t)));
+    if (Kd == 0) {
+      std::memset(sums, 0, size_t(g.live * N) * sizeof(int32_t));
+    } else {
+      const S8Plan& p = s8_plan(g.live, Kd, N);
+      memory a(p.a, rt.engine, const_cast<int8_t*>(in.lhs + g.row0 * Kd));
+      memory b =
+          stage_in(p.b_in, memory(p.b, rt.engine, const_cast<int8_t*>(in.rhs + e * Kd * N)), kScratchB);
+      memory c(p.c, rt.engine, sums);
+      p.matmul.execute(rt.stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+      rt.stream.wait();
+    }
+    dequantize_rows(out, out_dtype, sums, in, e, g, N, accumulate);
+  }
+}
+
 void dense_gemm(const GemmThresholds& /*k*/, void* out, Dtype out_dtype, const void* a, Dtype a_dtype,
                 const void* b, Dtype b_dtype, int64_t R, int64_t Kd, int64_t N, bool trans_a, bool trans_b) {
   matmul(out, out_dtype, a, a_dtype, b, b_dtype, R, Kd, N, trans_a, trans_b);
@@ -661,7 +775,12 @@ bool auto_candidate() {
 }
 
 std::string supports(const GemmCall& call, const GemmThresholds& /*k*/) {
-  return gemm_detail::float_operands(call);
+  if (call.form != GemmForm::nn_s8) return gemm_detail::float_operands(call);
+  if (!s8_matmul_available()) return "oneDNN makes no s8 x s8 -> s32 matmul on this CPU";
+  if (!s8_exact())
+    return std::string("oneDNN's int8 sums at ") + isa_name(dnnl::get_effective_cpu_isa()) +
+           " saturate (vpmaddubsw of src shifted to u8), not exact: it needs VNNI or AMX";
+  return "";
 }
 
 }  // namespace moe::onednn

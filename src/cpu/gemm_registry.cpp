@@ -10,18 +10,24 @@
 namespace moe {
 namespace {
 
-// name: --gemm-variant's; ns: the variant's namespace; isa: the level its kernels need; nn_swiglu /
-// nt_swiglu_grad / tn_pair: its fused forms, or gemm_detail's compositions of its nn / nt / tn; dense
-// and nn_s8: its kernels of those, or GemmFn() for none.
-#define MOE_GEMM_VARIANT(name, ns, isa, tunable, nn_swiglu, nt_swiglu_grad, tn_pair, dense, nn_s8, \
-                         description)                                                              \
-  GemmVariant {                                                                                    \
-    name, description, isa, &ns::gemm_library_version, &ns::unavailable, &ns::bf16_arithmetic,     \
-        &ns::same_sums_on_any_thread_count, &ns::auto_candidate, tunable, &ns::supports, {         \
-      GemmFn(GemmNnFn(&ns::grouped_gemm_nn)), GemmFn(GemmNnSwigluFn(nn_swiglu)),                   \
-          GemmFn(GemmNtFn(&ns::grouped_gemm_nt)), GemmFn(GemmNtSwigluGradFn(nt_swiglu_grad)),      \
-          GemmFn(GemmTnFn(&ns::grouped_gemm_tn)), GemmFn(GemmTnPairFn(tn_pair)), dense, nn_s8      \
-    }                                                                                              \
+// A form's function, or none (monostate) for nullptr.
+template <typename Fn>
+GemmFn form_fn(Fn fn) {
+  return fn ? GemmFn(fn) : GemmFn();
+}
+
+// name: --gemm-variant's; ns: the namespace of its capability functions; isa: the level its kernels need;
+// then its function of each form, in GemmForm's order: its own, gemm_detail's composition of its others
+// (nn_swiglu, nt_swiglu_grad, tn_pair), or nullptr where it has none.
+#define MOE_GEMM_VARIANT(name, ns, isa, tunable, nn, nn_swiglu, nt, nt_swiglu_grad, tn, tn_pair, dense, \
+                         nn_s8, description)                                                            \
+  GemmVariant {                                                                                         \
+    name, description, isa, &ns::gemm_library_version, &ns::unavailable, &ns::bf16_arithmetic,          \
+        &ns::same_sums_on_any_thread_count, &ns::auto_candidate, tunable, &ns::supports, {              \
+      form_fn<GemmNnFn>(nn), form_fn<GemmNnSwigluFn>(nn_swiglu), form_fn<GemmNtFn>(nt),                 \
+          form_fn<GemmNtSwigluGradFn>(nt_swiglu_grad), form_fn<GemmTnFn>(tn),                           \
+          form_fn<GemmTnPairFn>(tn_pair), form_fn<GemmDenseFn>(dense), form_fn<GemmNnS8Fn>(nn_s8)       \
+    }                                                                                                   \
   }
 
 }  // namespace
@@ -30,8 +36,9 @@ const std::vector<GemmVariant>& gemm_variants() {
   static const std::vector<GemmVariant> variants = {
 #ifdef MOE_HAVE_DPBF16
       MOE_GEMM_VARIANT(
-          "dpbf16", dpbf16, IsaLevel::avx512_bf16, true, &dpbf16::grouped_gemm_nn_swiglu,
-          &dpbf16::grouped_gemm_nt_swiglu_grad, &dpbf16::grouped_gemm_tn_pair, GemmFn(), GemmFn(),
+          "dpbf16", dpbf16, IsaLevel::avx512_bf16, true, &dpbf16::grouped_gemm_nn,
+          &dpbf16::grouped_gemm_nn_swiglu, &dpbf16::grouped_gemm_nt, &dpbf16::grouped_gemm_nt_swiglu_grad,
+          &dpbf16::grouped_gemm_tn, &dpbf16::grouped_gemm_tn_pair, nullptr, nullptr,
           "AVX-512 micro-kernel for the block's groups (bf16: vdpbf16ps; float32: vfmadd231ps for nn, nt, "
           "and "
           "nn_swiglu from dpbf16_min_f32_swiglu_rows), weights packed panel by panel while the next panel "
@@ -39,22 +46,29 @@ const std::vector<GemmVariant>& gemm_variants() {
 #endif
 #ifdef MOE_HAVE_ONEDNN
       MOE_GEMM_VARIANT(
-          "onednn", onednn, IsaLevel::baseline, true, &gemm_detail::nn_then_swiglu<&onednn::grouped_gemm_nn>,
-          &gemm_detail::nt_then_swiglu_grad<&onednn::grouped_gemm_nt>,
-          &gemm_detail::tn_twice<&onednn::grouped_gemm_tn>, GemmFn(GemmDenseFn(&onednn::dense_gemm)),
-          GemmFn(),
-          "oneDNN 2.6 matmul per group, cached primitives; brgemm (bf16) or gemm:jit (f32, M >= 512)"),
+          "onednn", onednn, IsaLevel::baseline, true, &onednn::grouped_gemm_nn,
+          &gemm_detail::nn_then_swiglu<&onednn::grouped_gemm_nn>, &onednn::grouped_gemm_nt,
+          &gemm_detail::nt_then_swiglu_grad<&onednn::grouped_gemm_nt>, &onednn::grouped_gemm_tn,
+          &gemm_detail::tn_twice<&onednn::grouped_gemm_tn>, &onednn::dense_gemm, &onednn::grouped_gemm_nn_s8,
+          "oneDNN 2.6 matmul per group, cached primitives; brgemm (bf16) or gemm:jit (f32, M >= 512); int8: "
+          "s8 x s8 -> s32 where oneDNN's sums are exact (VNNI, AMX), then the reference's dequantization"),
 #endif
-      MOE_GEMM_VARIANT("portable", portable, IsaLevel::baseline, true,
-                       &gemm_detail::nn_then_swiglu<&portable::grouped_gemm_nn>,
+      MOE_GEMM_VARIANT("portable", portable, IsaLevel::baseline, true, &portable::grouped_gemm_nn,
+                       &gemm_detail::nn_then_swiglu<&portable::grouped_gemm_nn>, &portable::grouped_gemm_nt,
                        &gemm_detail::nt_then_swiglu_grad<&portable::grouped_gemm_nt>,
-                       &gemm_detail::tn_twice<&portable::grouped_gemm_tn>,
-                       GemmFn(GemmDenseFn(&portable::dense_gemm)), GemmFn(),
+                       &portable::grouped_gemm_tn, &gemm_detail::tn_twice<&portable::grouped_gemm_tn>,
+                       &portable::dense_gemm, nullptr,
                        "cache-blocked OpenMP f32 GEMM (bf16 widened on the fly)"),
+      MOE_GEMM_VARIANT("avx2_s8", avx2_s8, IsaLevel::avx2, true, nullptr, nullptr, nullptr, nullptr, nullptr,
+                       nullptr, nullptr, &avx2_s8::grouped_gemm_nn_s8,
+                       "AVX2 int8 micro-kernel (vpmaddubsw of |a| and b with a's sign, never saturating on "
+                       "[-127, 127]; exact int32 sums), weights packed per call; nn_s8 only"),
       MOE_GEMM_VARIANT(
-          "ref", ref_gemm, IsaLevel::baseline, false, &ref_gemm::grouped_gemm_nn_swiglu,
-          &ref_gemm::grouped_gemm_nt_swiglu_grad, &gemm_detail::tn_twice<&ref_gemm::grouped_gemm_tn>,
-          GemmFn(GemmDenseFn(&ref_gemm::dense_gemm)), GemmFn(GemmNnS8Fn(&ref_gemm::grouped_gemm_nn_s8)),
+          "ref", ref_gemm, IsaLevel::baseline, false, &ref_gemm::grouped_gemm_nn,
+          &ref_gemm::grouped_gemm_nn_swiglu, &ref_gemm::grouped_gemm_nt,
+          &ref_gemm::grouped_gemm_nt_swiglu_grad, &ref_gemm::grouped_gemm_tn,
+          &gemm_detail::tn_twice<&ref_gemm::grouped_gemm_tn>, &ref_gemm::dense_gemm,
+          &ref_gemm::grouped_gemm_nn_s8,
           "the plain reference (src/ref/gemm.cpp, int8_gemm.cpp): float64 loops and exact integer sums, "
           "every form, slow; the tests' oracle"),
   };

@@ -14,9 +14,22 @@
 #include "moe/status.h"
 #include "ref/gemm.h"
 
-// The entry points every variant has; the fused forms (nn_swiglu, nt_swiglu_grad, tn_pair) are declared
-// by the variants that have their own (the others get gemm_detail's compositions in the registry).
+// What every variant answers (GemmVariant's capability functions).
+#define MOE_DECLARE_GEMM_VARIANT_CAPABILITIES(ns)                      \
+  namespace moe::ns {                                                  \
+  std::string gemm_library_version();                                  \
+  std::string unavailable();                                           \
+  bool bf16_arithmetic();                                              \
+  bool same_sums_on_any_thread_count();                                \
+  bool auto_candidate();                                               \
+  std::string supports(const GemmCall& call, const GemmThresholds& k); \
+  }
+
+// The entry points of a float variant (nn, nt, tn, dense and the capabilities); the fused forms
+// (nn_swiglu, nt_swiglu_grad, tn_pair) are declared by the variants that have their own (the others get
+// gemm_detail's compositions in the registry), the int8 one (nn_s8) by those that have it.
 #define MOE_DECLARE_GEMM_VARIANT(ns)                                                                   \
+  MOE_DECLARE_GEMM_VARIANT_CAPABILITIES(ns)                                                            \
   namespace moe::ns {                                                                                  \
   void grouped_gemm_nn(const GemmThresholds& k, void* out, Dtype out_dtype, const void* lhs,           \
                        ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N); \
@@ -29,16 +42,18 @@
   void dense_gemm(const GemmThresholds& k, void* out, Dtype out_dtype, const void* a, Dtype a_dtype,   \
                   const void* b, Dtype b_dtype, int64_t R, int64_t Kd, int64_t N, bool trans_a,        \
                   bool trans_b);                                                                       \
-  std::string gemm_library_version();                                                                  \
-  std::string unavailable();                                                                           \
-  bool bf16_arithmetic();                                                                              \
-  bool same_sums_on_any_thread_count();                                                                \
-  bool auto_candidate();                                                                               \
-  std::string supports(const GemmCall& call, const GemmThresholds& k);                                 \
+  }
+
+// A variant's nn_s8 (moe/gemm.h).
+#define MOE_DECLARE_GEMM_NN_S8(ns)                                                              \
+  namespace moe::ns {                                                                           \
+  void grouped_gemm_nn_s8(const GemmThresholds& k, void* out, Dtype out_dtype, Int8Operands in, \
+                          GroupedShape groups, int64_t Kd, int64_t N, bool accumulate);         \
   }
 
 #ifdef MOE_HAVE_ONEDNN
 MOE_DECLARE_GEMM_VARIANT(onednn)
+MOE_DECLARE_GEMM_NN_S8(onednn)
 // dpbf16 is compiled into every build with oneDNN (its file asks GCC for AVX-512 BF16 code) and runs only
 // where isa_level() reaches avx512_bf16. It has no dense kernel (the table runs oneDNN's).
 #define MOE_HAVE_DPBF16 1
@@ -56,6 +71,10 @@ void grouped_gemm_tn_pair(const GemmThresholds& k, void* drhs_first, void* drhs_
 }  // namespace moe::dpbf16
 #endif
 MOE_DECLARE_GEMM_VARIANT(portable)
+// Our AVX2 int8 kernel (src/cpu/gemm_avx2_s8.cpp): nn_s8 only, in every build, run where isa_level() reaches
+// avx2.
+MOE_DECLARE_GEMM_VARIANT_CAPABILITIES(avx2_s8)
+MOE_DECLARE_GEMM_NN_S8(avx2_s8)
 namespace moe::gemm_detail {
 
 // Element offset -> byte pointer for a buffer of `dt`.

@@ -21,8 +21,10 @@ struct PeakKernel {
 
 constexpr PeakKernel kKernels[] = {
     {"f32_fma_avx2", Dtype::f32, IsaLevel::avx2, &isa_avx2::peak_loop_f32_fma},
+    {"int8_avx2", Dtype::s8, IsaLevel::avx2, &isa_avx2::peak_loop_int8},
     {"f32_fma_avx512", Dtype::f32, IsaLevel::avx512, &isa_avx512_bf16::peak_loop_f32_fma},
     {"bf16_dp_avx512", Dtype::bf16, IsaLevel::avx512_bf16, &isa_avx512_bf16::peak_loop_bf16_dp},
+    {"int8_vnni_avx512", Dtype::s8, IsaLevel::avx512_bf16, &isa_avx512_bf16::peak_loop_int8_vnni},
     {"bf16_amx", Dtype::bf16, IsaLevel::amx, &isa_amx::peak_loop_bf16},
     {"int8_amx", Dtype::s8, IsaLevel::amx, &isa_amx::peak_loop_int8},
 };

@@ -15,7 +15,7 @@
 namespace moe::cpu {
 
 struct ArithmeticPeak {
-  std::string name;   // "f32_fma_avx2", "f32_fma_avx512", "bf16_dp_avx512", "bf16_amx", "int8_amx"
+  std::string name;   // "f32_fma_avx2", "int8_avx2", "bf16_dp_avx512", "int8_vnni_avx512", "bf16_amx", ...
   Dtype arithmetic;   // what it multiplies: f32, bf16, s8
   double tera_per_s;  // TFLOP/s (f32, bf16) or TOP/s (int8), a multiply-add counting 2
 };
@@ -33,10 +33,12 @@ std::optional<double> best_peak(const std::vector<ArithmeticPeak>& peaks, Dtype 
 // integer ops, a multiply-add counting 2).
 namespace moe::cpu::isa_avx2 {
 double peak_loop_f32_fma(int64_t steps);
-}
+double peak_loop_int8(int64_t steps);  // int8 products, 2 operations each
+}  // namespace moe::cpu::isa_avx2
 namespace moe::cpu::isa_avx512_bf16 {
 double peak_loop_f32_fma(int64_t steps);  // AVX-512F only
 double peak_loop_bf16_dp(int64_t steps);
+double peak_loop_int8_vnni(int64_t steps);  // vpdpbusd (VNNI: the avx512_bf16 level has it)
 }  // namespace moe::cpu::isa_avx512_bf16
 namespace moe::cpu::isa_amx {
 double peak_loop_bf16(int64_t steps);
