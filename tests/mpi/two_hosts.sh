@@ -15,6 +15,7 @@ work=$(mktemp -d)
 cleanup() {
   ip netns del "$a" 2>/dev/null
   ip netns del "$b" 2>/dev/null
+  ip link del "va$id" 2>/dev/null  # a veth end not moved into a namespace yet
   rm -rf "$work"
 }
 trap cleanup EXIT
