@@ -6,6 +6,7 @@
 // (the same transport, the same placement) after its timed calls.
 #include <algorithm>
 #include <chrono>
+#include <vector>
 
 #include "comm/exchanges.h"
 
@@ -13,7 +14,7 @@ namespace moe {
 namespace {
 
 constexpr int kProbeWarmup = 2;  // the first calls set up the transport's buffers
-constexpr int kProbeIters = 5;
+constexpr int kProbeIters = 7;
 
 // The largest of each rank's value over comm: every rank of comm gets it.
 Status max_over(Comm& comm, double mine, double& result) {
@@ -50,12 +51,23 @@ Status probe(Comm& comm, CollectiveKind kind, Dtype dtype, int64_t elements, dou
                                               : comm.all_reduce_sum(send);
   };
   for (int i = 0; i < kProbeWarmup; ++i) MOE_RETURN_IF_ERROR(call());
-  MOE_RETURN_IF_ERROR(comm.barrier());
-  const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < kProbeIters; ++i) MOE_RETURN_IF_ERROR(call());
-  double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / kProbeIters;
-  MOE_RETURN_IF_ERROR(max_over(comm, seconds, seconds));  // a collective ends when its slowest rank does
+  // Each call behind a barrier, its time the slowest rank's; the fastest call: other work on the cores
+  // (ranks oversubscribed, other jobs) only ever slows a call, and where a rank is descheduled the
+  // calls' times split into two clusters far apart (10x here), so neither the mean nor the median is
+  // what the transport can do.
+  Tensor mine(Dtype::f64, {kProbeIters}), all(Dtype::f64, {kProbeIters * R});
+  for (int i = 0; i < kProbeIters; ++i) {
+    MOE_RETURN_IF_ERROR(comm.barrier());
+    const auto start = std::chrono::steady_clock::now();
+    MOE_RETURN_IF_ERROR(call());
+    mine.set(i, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  MOE_RETURN_IF_ERROR(comm.all_gather(all, mine));
+  std::vector<double> slowest(size_t(kProbeIters), 0.0);
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < kProbeIters; ++i)
+      slowest[size_t(i)] = std::max(slowest[size_t(i)], all.get(int64_t(r) * kProbeIters + i));
+  const double seconds = *std::min_element(slowest.begin(), slowest.end());
   const int64_t bytes = int64_t(send.bytes());
   const int64_t bus = kind == CollectiveKind::all_to_all ? bytes / R * (R - 1) : all_reduce_bytes(bytes, R);
   gbps = seconds > 0 ? double(bus) / seconds / 1e9 : 0;
