@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "moe/comm.h"
+#include "moe/parallel.h"
 
 namespace moe::comm_cases {
 
@@ -89,6 +90,25 @@ inline void split_makes_data_by_expert_meshes(Comm& world) {
   double want = 0;
   for (int d = 0; d < R / X; ++d) want += d * X + expert_index;
   EXPECT_EQ(t.get(0), want);
+}
+
+// gather_text (moe/parallel.h): rank r's text, r + 1 lines long (rank 1's empty: a rank may have
+// nothing to say), arrives on rank 0 in rank order; the others get nothing.
+inline void gather_text_brings_each_ranks_text_to_rank_zero(Comm& comm) {
+  auto text_of = [](int r) {
+    std::string t;
+    for (int i = 0; r != 1 && i <= r; ++i)
+      t += "rank " + std::to_string(r) + " line " + std::to_string(i) + "\n";
+    return t;
+  };
+  std::vector<std::string> all;
+  ASSERT_TRUE(gather_text(comm, text_of(comm.rank()), all).is_ok());
+  if (comm.rank() != 0) {
+    EXPECT_TRUE(all.empty());
+    return;
+  }
+  ASSERT_EQ(int(all.size()), comm.size());
+  for (int r = 0; r < comm.size(); ++r) EXPECT_EQ(all[size_t(r)], text_of(r)) << r;
 }
 
 }  // namespace moe::comm_cases

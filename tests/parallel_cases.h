@@ -22,12 +22,13 @@ struct Results {
   Tensor out;                     // global (rank 0; empty elsewhere)
   std::optional<MoeGrads> grads;  // global (rank 0), forward_backward
   CommMeter meter;                // this rank's
+  CommPeak peak;                  // this rank's, where run_rank was asked to measure it
 };
 
 // Runs cfg's block twice on this rank of `comm` (the second call reuses every buffer) from its
 // slices of the inputs and routing, and gathers the global results on rank 0.
 inline Results run_rank(Comm& comm, const MoeConfig& cfg, const Routing& routing,
-                        const std::string& device = "cpu") {
+                        const std::string& device = "cpu", bool measure_peak = false) {
   Backend& be = *backend_by_name(device);
   MoeBlock block(cfg, {}, be, comm);
   const RankLayout& l = block.layout();
@@ -43,6 +44,9 @@ inline Results run_rank(Comm& comm, const MoeConfig& cfg, const Routing& routing
   EXPECT_TRUE(s.is_ok()) << s.message();
   Results res;
   res.meter = block.comm_meter();
+  if (measure_peak) {
+    EXPECT_TRUE(measure_comm_peak(res.meter, res.peak).is_ok());
+  }
   std::optional<MoeGrads> host_grads;
   if (grads) host_grads = to_host(*grads);
   MoeGrads global_grads;
@@ -78,6 +82,7 @@ inline MoeConfig single_process(MoeConfig c) {
   c.parallel_mode = ParallelMode::none;
   c.ep_comm_path = EpCommPath::compact_psum;
   c.mesh_data = c.mesh_expert = 0;
+  c.ep_overlap = 1;
   return c;
 }
 

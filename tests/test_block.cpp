@@ -573,7 +573,8 @@ TEST(BlockExchange, UnbuiltCommPathsAreRefusedBeforeAllocation) {
   EXPECT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("not implemented yet"), std::string::npos) << s.message();
   c.capacity_policy = CapacityPolicy::none;
-  for (EpCommPath path : {EpCommPath::compact_psum, EpCommPath::all_to_all, EpCommPath::ring_ag_rs}) {
+  for (EpCommPath path :
+       {EpCommPath::compact_psum, EpCommPath::all_to_all, EpCommPath::ring_ag_rs, EpCommPath::masked_psum}) {
     c.ep_comm_path = path;
     EXPECT_TRUE(exchange_supports(c, *comm).is_ok()) << name(path);
   }

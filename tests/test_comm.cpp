@@ -104,6 +104,9 @@ TEST_P(ThreadComms, AllGatherAndReduceScatterPlaceEachRanksSlice) {
 TEST_P(ThreadComms, AllToAllVDeliversEachRowFromItsSender) {
   on_thread_ranks(GetParam(), comm_cases::all_to_all_v_delivers_each_row_from_its_sender);
 }
+TEST_P(ThreadComms, GatherTextBringsEachRanksTextToRankZero) {
+  on_thread_ranks(GetParam(), comm_cases::gather_text_brings_each_ranks_text_to_rank_zero);
+}
 TEST_P(ThreadComms, SplitMakesDataByExpertMeshes) {
   if (GetParam() % 2 != 0) GTEST_SKIP() << "a 2 x (R/2) mesh needs an even R";
   on_thread_ranks(GetParam(), comm_cases::split_makes_data_by_expert_meshes);

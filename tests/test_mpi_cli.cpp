@@ -5,7 +5,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 
 #include "test_util.h"
 
@@ -58,6 +60,9 @@ TEST(MpiCli, EveryPathChecksAgainstTheSingleProcessReference) {
                         Case{4,
                              "--parallel-mode ep --ep-comm-path all_to_all --mesh data=2,expert=2 "
                              "--dtype float32 --bench-pass forward_backward --shared-expert-dim 8"},
+                        Case{4,
+                             "--parallel-mode ep --ep-comm-path all_to_all --ep-overlap 3 --dtype bfloat16 "
+                             "--shared-expert-dim 8"},
                         Case{2,
                              "--parallel-mode ep --ep-comm-path ring_ag_rs --dtype float32 --tokens 36 "
                              "--bench-pass forward_backward --shared-expert-dim 8"}}) {
@@ -119,6 +124,71 @@ TEST(MpiCli, AKilledRankEndsTheJobWithinTenSeconds) {
   ASSERT_TRUE(std::regex_search(r.out, took, std::regex("took_ms=([0-9]+)"))) << r.out << r.err;
   EXPECT_NE(std::stoi(rc[1]), 0) << r.out;
   EXPECT_LT(std::stoll(took[1]), 10000) << r.out;
+}
+
+// The rows carry the bandwidth the step's collectives reach alone (measured in the same job) and the
+// share of it the step got; --stage-timing and --trace-dir show every rank's stages, each exchange one.
+TEST(MpiCli, RowsCarryTheCommPeakAndEveryRanksStages) {
+  REQUIRE_MPI();
+  const std::string dir = testing::temp_dir("mpi_trace");
+  const testing::Ran r = mpirun(
+      2,
+      fmt::format("{} --parallel-mode ep --ep-comm-path all_to_all --dtype float32 --bench-pass "
+                  "forward_backward --shared-expert-dim 8 --stage-timing --trace-dir {} --out {}/rows.jsonl "
+                  "--format jsonl",
+                  kShape, dir, dir));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto row = nlohmann::json::parse(testing::split_lines(testing::read_file(dir + "/rows.jsonl")).at(0));
+  // Rows travel by all-to-all, the shared expert's gradients by all-reduce: both probed.
+  for (const char* key :
+       {"comm_peak_a2a_gbps", "comm_peak_allreduce_gbps", "comm_peak_gbps", "pct_of_comm_peak"})
+    EXPECT_GT(row[key].get<double>(), 0) << key << " " << row.dump();
+  EXPECT_NEAR(row["pct_of_comm_peak"].get<double>(),
+              100 * row["comm_gbps"].get<double>() / row["comm_peak_gbps"].get<double>(), 1e-6);
+  const std::string text = r.out + r.err;  // --out: the text lines go to stdout anyway
+  for (int rank : {0, 1}) {
+    for (const char* stage : {"pack", "exchange_plan", "exchange_dispatch", "up", "exchange_combine",
+                              "exchange_dy_rows", "exchange_dx_rows", "exchange_weight_grads"})
+      EXPECT_NE(text.find(fmt::format("pass=forward_backward rank={} stage {}_s=", rank, stage)),
+                std::string::npos)
+          << rank << " " << stage << "\n"
+          << text;
+    EXPECT_EQ(count(text, fmt::format("rank={} stage_pct ", rank)), 1) << text;
+  }
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex("trace_dir=(\\S+)"))) << r.out;
+  const auto trace = nlohmann::json::parse(testing::read_file(m[1].str() + "/trace.json"));
+  std::set<std::pair<int, std::string>> seen;
+  for (const auto& e : trace["traceEvents"]) seen.insert({e["pid"].get<int>(), e["name"].get<std::string>()});
+  for (int rank : {0, 1})
+    for (const char* stage :
+         {"process_name", "exchange_dispatch", "up", "exchange_combine", "exchange_dx_rows"})
+      EXPECT_TRUE(seen.count({rank, stage})) << rank << " " << stage;
+}
+
+// moe-bench sweep under mpirun: rank 0 owns the store (each run's rows written once) and every rank
+// takes its verdicts, so a wider sweep over the same store runs only the new runs and a repeated one none.
+TEST(MpiCli, SweepResumesFromRankZerosStore) {
+  REQUIRE_MPI();
+  const std::string store = testing::temp_dir("mpi_sweep") + "/store.jsonl";
+  auto sweep = [&](const char* topks) {
+    return mpirun(2, fmt::format("sweep --out {} --tokens 37 --hidden 32 --mlp-dim 24 --experts 8 --impl "
+                                 "fused_w13 --distribution random --iters 2 --warmup 1 --ceiling off "
+                                 "--parallel-mode ep --ep-comm-path all_to_all --topk-list {}",
+                                 store, topks));
+  };
+  const testing::Ran first = sweep("1");
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  EXPECT_EQ(testing::split_lines(testing::read_file(store)).size(), 1u);
+  const testing::Ran wider = sweep("1,2");
+  ASSERT_EQ(wider.exit_code, 0) << wider.out << wider.err;
+  EXPECT_EQ(count(wider.err, "1 of 2 runs were in"), 1) << wider.err;  // rank 0 alone says so
+  const testing::Ran again = sweep("2,1");
+  ASSERT_EQ(again.exit_code, 0) << again.out << again.err;
+  EXPECT_EQ(count(again.err, "2 of 2 runs were in"), 1) << again.err;
+  const std::vector<std::string> rows = testing::split_lines(testing::read_file(store));
+  ASSERT_EQ(rows.size(), 2u) << testing::read_file(store);
+  for (const std::string& row : rows) EXPECT_NE(row.find("\"world_size\":2"), std::string::npos) << row;
 }
 
 TEST(MpiCli, BadMeshIsOneLineOnEveryRankAndExitTwo) {

@@ -51,7 +51,8 @@ struct Path {
 const Path kPaths[] = {{ParallelMode::dp, EpCommPath::compact_psum},
                        {ParallelMode::ep, EpCommPath::compact_psum},
                        {ParallelMode::ep, EpCommPath::all_to_all},
-                       {ParallelMode::ep, EpCommPath::ring_ag_rs}};
+                       {ParallelMode::ep, EpCommPath::ring_ag_rs},
+                       {ParallelMode::ep, EpCommPath::masked_psum}};
 
 std::string path_name(const Path& p) {
   return p.mode == ParallelMode::dp ? "dp" : std::string("ep_") + name(p.path);
@@ -187,6 +188,85 @@ TEST(ParallelBlockComm, EachPathMovesItsModeledBytes) {
   EXPECT_EQ(psum.meter.bytes, 2 * c.tokens * c.hidden * 4);  // 2 calls x one all-reduce of (T, H) f32
 }
 
+// The peak each path's bytes are measured against: an all-to-all where rows travel, an all-reduce
+// where sums do, each of the step's largest message; a row's comm time at those peaks is positive and
+// every rank of a collective agrees on what it probed.
+TEST(ParallelBlockComm, ThePeakProbesTheStepsCollectives) {
+  MoeConfig c = base_config(testing::test_seed(), {ParallelMode::ep, EpCommPath::all_to_all});
+  c.dtype = Dtype::f32;
+  const Routing routing = make_routing(c);
+  for (EpCommPath path : {EpCommPath::all_to_all, EpCommPath::compact_psum}) {
+    c.ep_comm_path = path;
+    std::vector<std::unique_ptr<Comm>> comms = make_thread_comms(2);
+    std::vector<parallel_cases::Results> res(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        res[size_t(r)] =
+            parallel_cases::run_rank(*comms[size_t(r)], c, routing, "ref", /*measure_peak=*/true);
+      });
+    for (std::thread& t : threads) t.join();
+    const bool a2a = path == EpCommPath::all_to_all;
+    for (const parallel_cases::Results& r : res) {
+      SCOPED_TRACE(name(path));
+      // Forward: all_to_all moves rows (and counts, weights) by all-to-all only; compact_psum sums.
+      EXPECT_EQ(r.meter.a2a_bytes, a2a ? r.meter.bytes : 0);
+      EXPECT_EQ(r.peak.a2a_gbps > 0, a2a);
+      EXPECT_EQ(r.peak.reduce_gbps > 0, !a2a);
+      EXPECT_GT(r.peak.ideal_seconds(r.meter), 0);
+      // The largest message: a2a the rows a rank sends (its live rows, to both ranks); psum (T, H) f32.
+      if (a2a) {
+        EXPECT_EQ(r.meter.a2a.dtype, Dtype::f32);
+        EXPECT_EQ(r.meter.a2a.elements % c.hidden, 0);
+      } else {
+        EXPECT_EQ(r.meter.reduce.elements, c.tokens * c.hidden);
+        EXPECT_EQ(r.meter.a2a.comm, nullptr);
+      }
+    }
+  }
+}
+
+// --ep-overlap: the rows in chunks, each chunk's dispatch overlapping the experts of the one before,
+// give the results of one exchange, bit for bit on the ref backend (a row's output depends on its own
+// row alone), and move the same bytes: 2-4 ranks, chunks that some groups have fewer rows than.
+TEST(ParallelBlockOverlap, ChunksGiveTheResultsOfOneExchange) {
+  const uint64_t seed = testing::test_seed();
+  int i = 0;
+  for (int ranks : {2, 3, 4})
+    for (int64_t chunks : {2, 3, 7}) {
+      MoeConfig c = base_config(seed, {ParallelMode::ep, EpCommPath::all_to_all});
+      c.impl = kAllImpls[size_t(i) % kAllImpls.size()];
+      c.dtype = i % 2 ? Dtype::bf16 : Dtype::f32;
+      c.shared_expert_dim = i % 3 ? 8 : 0;
+      c.gemm_backend = i % 2 ? GemmBackend::gmm : GemmBackend::ragged_dot;
+      ++i;
+      const Routing routing = make_routing(c);
+      const Results plain = run_ranks(c, routing, ranks);
+      c.ep_overlap = chunks;
+      SCOPED_TRACE(parallel_cases::describe(c, ranks) + " ep_overlap=" + std::to_string(chunks));
+      const Results overlapped = run_ranks(c, routing, ranks);
+      EXPECT_EQ(overlapped.out.to_f64(), plain.out.to_f64());
+      EXPECT_EQ(overlapped.meter.bytes, plain.meter.bytes);
+    }
+}
+
+// Overlapped chunks on a data x expert mesh and where whole ranks receive no rows, against the
+// single-process run and the oracle.
+TEST(ParallelBlockOverlap, MeshesAndIdleRanksMatchTheSingleProcessRun) {
+  MoeConfig c = base_config(testing::test_seed(), {ParallelMode::ep, EpCommPath::all_to_all});
+  c.ep_overlap = 2;
+  c.tokens = 40;
+  c.shared_expert_dim = 8;
+  c.mesh_data = 2;
+  c.mesh_expert = 2;
+  expect_matches_single_process(c, make_routing(c), 4);
+  c.mesh_data = c.mesh_expert = 0;
+  c.experts = 4;
+  c.topk = 1;
+  expect_matches_single_process(c, testing::edge_routing(c.tokens, 1, 4, [](int64_t, int64_t) { return 3; }),
+                                4);
+}
+
 TEST(ParallelLayout, BadMeshesAreOneClearLine) {
   MoeConfig c = base_config(1, {ParallelMode::ep, EpCommPath::all_to_all});
   c.experts = 10;
@@ -212,6 +292,45 @@ TEST(ParallelLayout, BadMeshesAreOneClearLine) {
   c.mesh_data = 2;
   s = parallel_supports(c, 4);
   EXPECT_NE(s.message().find("a mesh with expert=2 is --parallel-mode ep"), std::string::npos) << s.message();
+  // --ep-overlap: the all_to_all path's forward only.
+  c = base_config(1, {ParallelMode::ep, EpCommPath::compact_psum});
+  c.ep_overlap = 2;
+  s = parallel_supports(c, 2);
+  EXPECT_NE(s.message().find("--ep-overlap=2 overlaps the rows' all-to-all"), std::string::npos)
+      << s.message();
+  c.ep_comm_path = EpCommPath::all_to_all;
+  EXPECT_TRUE(parallel_supports(c, 2).is_ok());
+  c.bench_pass = BenchPass::forward_backward;
+  s = parallel_supports(c, 2);
+  EXPECT_NE(s.message().find("--ep-overlap=2 is implemented for --bench-pass forward only"),
+            std::string::npos)
+      << s.message();
+}
+
+// masked_psum (the seed's first EP, spec §5.2): a rank's plan holds every real assignment, the other
+// ranks' experts' on a local expert with weight 0 (computed, adding nothing); null ones stay null.
+TEST(ParallelLayout, MaskedPsumKeepsEveryAssignmentWeighingZero) {
+  MoeConfig c = base_config(testing::test_seed(), {ParallelMode::ep, EpCommPath::masked_psum});
+  c.null_routing.frac = 0.25;
+  const Routing global = make_routing(c);
+  for (int r = 0; r < 3; ++r) {
+    const RankLayout l = rank_layout(c, r, 3);
+    const Routing mine = rank_routing(global, l);
+    ASSERT_EQ(mine.ids.size(), global.ids.size());
+    int64_t masked = 0;
+    for (size_t i = 0; i < global.ids.size(); ++i) {
+      const int32_t g = global.ids[i];
+      const bool real = g >= 0 && g < c.experts, own = g >= l.expert_begin && g < l.expert_begin + l.experts;
+      if (!real) {
+        EXPECT_EQ(mine.ids[i], l.experts);
+        continue;
+      }
+      EXPECT_LT(mine.ids[i], l.experts);
+      EXPECT_EQ(mine.weights[i], own ? global.weights[i] : 0.0f);
+      masked += !own;
+    }
+    EXPECT_GT(masked, 0);
+  }
 }
 
 // A rank's slices are the global tensors' rows, bit for bit.

@@ -159,6 +159,21 @@ TEST(Table, DefaultColumnsAreTheVaryingKeysThenTheMetrics) {
   EXPECT_EQ(table_rows(r.out).size(), 2u) << "rows of one configuration pooled";
 }
 
+// Runs over other rank counts (world_size is in no config's JSON) are rows of their own.
+TEST(Table, RunsOverOtherRankCountsAreRowsOfTheirOwn) {
+  const std::string dir = temp_dir("table_ranks");
+  MoeConfig c = tiny(2);
+  c.parallel_mode = ParallelMode::ep;
+  bench::ResultRow two = timed_row(c, {1, 1.1}), four = timed_row(c, {2, 2.1});
+  two["world_size"] = 2;
+  four["world_size"] = 4;
+  four["run_id"] = "0123456789abcdef";
+  const std::string s = store(dir + "/s.jsonl", {two, four});
+  const auto r = run_bench("table " + s + " --columns world_size,time_s");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(table_rows(r.out).size(), 2u) << r.out;
+}
+
 TEST(Plot, RendersAPngAndAnSvgWithErrorBars) {
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) GTEST_SKIP() << "gnuplot not installed";
   const std::string dir = temp_dir("plot");

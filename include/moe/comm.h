@@ -43,6 +43,10 @@ class Comm {
   // The ranks that pass the same color form a new Comm, ordered by key then by rank (MPI_Comm_split):
   // a data x expert mesh is two splits of the world.
   virtual std::unique_ptr<Comm> split(int color, int key) = 0;
+  // Whether a thread other than the one that made the comm may call it (one thread at a time): an MPI
+  // library below MPI_THREAD_SERIALIZED says no. --ep-overlap runs its collectives on a thread of their
+  // own only where it may.
+  virtual bool calls_from_any_thread() const { return true; }
   // Ends every rank of the job with `code` (MPI_Abort): for an error some ranks may not have seen, so
   // that none waits forever in a collective. One process: exits.
   [[noreturn]] virtual void abort(int code);

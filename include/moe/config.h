@@ -31,7 +31,7 @@ enum class QuantMode { none, int8, int8_routed, int8_all, int8_routed_prequant }
 // float32 activations that reach a matmul; float32 runs multiply in float32 either way.
 enum class MatmulPrecision { default_precision, highest };
 enum class ParallelMode { none, dp, ep };
-enum class EpCommPath { compact_psum, ring_ag_rs, all_to_all };
+enum class EpCommPath { compact_psum, ring_ag_rs, all_to_all, masked_psum };
 
 enum class NullRoutingMode { independent, take_until_null };
 
@@ -118,6 +118,9 @@ struct MoeConfig {
   // mode's own (dp: R x 1, ep: 1 x R). In the config's JSON only when given (run_ids of runs without
   // it are unchanged).
   int64_t mesh_data = 0, mesh_expert = 0;
+  // --ep-overlap N (ep all_to_all, forward): the rows travel in N chunks, each chunk's dispatch
+  // overlapping the experts of the one before (1: no overlap). In the config's JSON only where not 1.
+  int64_t ep_overlap = 1;
 
   int64_t assignments() const { return tokens * topk; }
   // The dtype float32 activations are rounded to where a matmul reads them (matmul_precision).

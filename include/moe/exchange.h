@@ -15,11 +15,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "moe/comm.h"
 #include "moe/config.h"
+#include "moe/ops.h"
 #include "moe/pack.h"
 #include "moe/parallel.h"
 #include "moe/status.h"
@@ -37,12 +39,46 @@ struct ExpertRows {
   Tensor dx_rows;  // (plan.max_rows, H) f32         forward_backward only
 };
 
+// The two kinds of collective a step's bytes travel by, for the bandwidth each can reach
+// (measure_comm_peak): all-to-all-v, and the reductions and gathers (all-reduce, all-gather,
+// reduce-scatter: bus bytes at one busbw, nccl-tests' convention).
+enum class CollectiveKind { all_to_all, reduce };
+
+// The largest message one kind of collective carried on a comm of several ranks: what the peak probe
+// repeats.
+struct CommMessage {
+  Comm* comm = nullptr;  // null: no collective of this kind crossed ranks
+  Dtype dtype = Dtype::f32;
+  int64_t elements = 0;  // this rank's buffer: what it sends (all-to-all), sums or gathers (reduce)
+};
+
 // What one rank's exchanges moved, summed over the calls since reset (for rows: comm_s, comm_bytes).
 struct CommMeter {
-  double seconds = 0;  // wall time inside collectives
-  int64_t bytes = 0;   // bytes this rank sent to other ranks (its own rows are not counted)
-  int64_t calls = 0;   // block calls (forward or forward_backward) metered
+  double seconds = 0;       // wall time inside collectives
+  int64_t bytes = 0;        // bytes this rank sent to other ranks (its own rows are not counted)
+  int64_t a2a_bytes = 0;    // the part of `bytes` all-to-alls sent
+  int64_t calls = 0;        // block calls (forward or forward_backward) metered
+  CommMessage a2a, reduce;  // the largest message of each kind
+
+  // Adds one collective of `kind` over `comm` whose buffer was `elements` of `dtype`, which sent
+  // `sent` bytes to other ranks in `s` seconds.
+  void add(CollectiveKind kind, Comm& comm, Dtype dtype, int64_t elements, int64_t sent, double s);
+  // Adds what `now` metered since `before` (two copies of one meter); the largest messages become now's.
+  void add_since(const CommMeter& before, const CommMeter& now);
 };
+
+// The bus bandwidth (GB/s, nccl-tests' busbw: the bytes a rank sends to other ranks per second) an
+// all-to-all and an all-reduce of a meter's largest messages reach on their comms, measured in this
+// process by repeating them alone. 0 where the meter saw no collective of that kind.
+struct CommPeak {
+  double a2a_gbps = 0;
+  double reduce_gbps = 0;
+  // The seconds a meter's bytes would take at these peaks (0 where it moved none).
+  double ideal_seconds(const CommMeter& m) const;
+};
+// Every rank calls it with its meter, after the calls it metered (the probes are collectives on the
+// meter's comms, which must be alive).
+Status measure_comm_peak(const CommMeter& meter, CommPeak& peak);
 
 class Exchange {
  public:
@@ -62,6 +98,14 @@ class Exchange {
   // outputs come back into y_rows.
   virtual Status before_expert_ffn(Tensor& x_rows, const DispatchPlan& plan) = 0;
   virtual Status after_expert_ffn(Tensor& y_rows, const DispatchPlan& plan) = 0;
+  // --ep-overlap N (all_to_all, forward): instead of the three steps above, the exchange sends the rows
+  // in N chunks and calls `experts` on each chunk's rows as they arrive, so that a chunk's dispatch and
+  // combine overlap the experts of its neighbours; y_rows gets every output back. `tracer` records its
+  // own stages (exchange_dispatch, exchange_combine) between the experts'.
+  virtual bool overlaps_expert_ffn() const { return false; }
+  virtual Status overlapped_expert_ffn(Tensor& x_rows, Tensor& y_rows, const DispatchPlan& plan,
+                                       const StageTracer& tracer,
+                                       const std::function<void(ExpertRows&)>& experts);
   // After combine: out (T, H) f32 partial sums become the block's output. Called only where
   // sums_combined_output(); elsewhere the combine writes the output directly (TokenSums).
   virtual bool sums_combined_output() const = 0;

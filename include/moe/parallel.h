@@ -6,6 +6,8 @@
 //   ep compact_psum      all T (replicated)           its E/R            output and dx (all-reduce)
 //   ep all_to_all        its slice of T               its E/R            rows to expert owners and back
 //   ep ring_ag_rs        its slice of T (T % R == 0)  its E/R            all-gather x, reduce-scatter out
+//   ep masked_psum       all T (replicated)           its E/R            output and dx (all-reduce); its
+//                        plan holds every assignment, the other ranks' experts' masked (weight 0)
 //
 // A mesh (--mesh data=D,expert=X; dp is D = R, ep X = R by default) makes the ranks D data replicas,
 // each of X consecutive ranks: replica d holds tokens [d T/D, (d+1) T/D), which its X ranks divide as
@@ -38,6 +40,7 @@ struct RankLayout {
   bool tokens_replicated = false;         // it holds every token of its replica (none, dp, compact_psum)
   bool experts_replicated = true;         // it holds every expert (none, dp)
   bool gathers_tokens = false;            // its plan covers its replica's tokens, gathered (ring_ag_rs)
+  bool masks_other_experts = false;  // its plan places every assignment, the others' masked (masked_psum)
 };
 
 // Ok, or why cfg's parallel mode cannot run over `ranks` ranks: one line (E % R, T < R, what is not
@@ -62,7 +65,9 @@ MoeInputs make_rank_inputs(const MoeConfig& cfg, const RankLayout& l);
 // The routing a rank's block packs: its token rows of the global routing (every row where it gathers
 // the tokens); where its experts are a slice while its plan covers every token (compact_psum,
 // ring_ag_rs), expert ids become local (id - expert_begin) and the
-// other experts' assignments null ids (>= l.experts), which the plan never places.
+// other experts' assignments null ids (>= l.experts), which the plan never places; where it masks them
+// (masked_psum, the seed's dense dispatch buffer), they keep a local id (id % l.experts) and weigh 0, so
+// they run through the experts and add nothing.
 Routing rank_routing(const Routing& global, const RankLayout& l);
 
 }  // namespace moe
@@ -77,5 +82,8 @@ class Comm;
 // `world` calls it.
 Status gather_results(Comm& world, const MoeConfig& cfg, const Tensor& out, const MoeGrads* grads,
                       Tensor& global_out, MoeGrads* global_grads);
+// Every rank's `mine` on rank 0 (all, in rank order; empty elsewhere): a rank's stage times and trace
+// events for rank 0 to print and write. Every rank of `world` calls it.
+Status gather_text(Comm& world, const std::string& mine, std::vector<std::string>& all);
 
 }  // namespace moe

@@ -67,7 +67,7 @@ struct Matching {
 
 Status pair_up(const CompareOptions& o, const std::vector<ResultRow>& base,
                const std::vector<ResultRow>& fresh, Matching& m) {
-  const std::vector<std::string>& keys = config_keys();
+  const std::vector<std::string>& keys = run_keys();
   m.match = o.by;
   if (o.by.empty()) {
     for (const std::string& k : keys) {
@@ -118,7 +118,7 @@ Status pairs_table(const Matching& m, const Metric& metric, MarkdownTable& table
     paired.push_back(b->front());
     paired.push_back(n->front());
   }
-  const std::vector<std::string> keys = minus(config_keys(), m.treatment);
+  const std::vector<std::string> keys = minus(run_keys(), m.treatment);
   const std::vector<std::string> shown = varying_keys(paired, keys);
   same = minus(keys, shown);
   for (const std::string& k : shown) table.column(k, paired.front()->value(k, ResultRow()).is_number());

@@ -64,6 +64,10 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok, s
   num.add("--hidden", c.hidden, "H, hidden size", 1, kMax64);
   num.add("--mlp-dim", c.mlp_dim, "M, per-expert intermediate size", 1, kMax64);
   num.add("--experts", c.experts, "E, routed experts", 1, kMax64);
+  num.add("--ep-overlap", c.ep_overlap,
+          "N chunks of rows whose dispatch overlaps the experts of the previous (ep all_to_all, forward; 1 = "
+          "off)",
+          1, 1024);
   num.add("--topk", opts.topk_flag, "K, experts per token (unless --topk-list)", -kMax64, kMax64);
   app.add_option("--topk-list", topk_list, "comma list of K values, overrides --topk (e.g. 1,2,4,8)");
   num.add("--shared-expert-dim", c.shared_expert_dim, "S, shared expert size (0 = none)", 0, kMax64);
@@ -90,9 +94,11 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok, s
   app.add_option("--mesh", mesh,
                  "data=D,expert=X: the ranks as D data replicas of X expert shards (--parallel-mode ep; "
                  "default: dp data=R,expert=1, ep data=1,expert=R)");
-  app.add_option("--ep-comm-path", ep_comm_path,
-                 "compact_psum|ring_ag_rs|all_to_all (ep: all-reduce of the output; all-gather of x and "
-                 "reduce-scatter of the output; all-to-all-v of rows)")
+  app.add_option(
+         "--ep-comm-path", ep_comm_path,
+         "compact_psum|ring_ag_rs|all_to_all|masked_psum (ep: all-reduce of the output; all-gather of x and "
+         "reduce-scatter of the output; all-to-all-v of rows; the seed's first EP: every assignment "
+         "through the local experts, the others' masked, all-reduce of the output)")
       ->capture_default_str();
   app.add_option("--trace-dir", opts.trace_dir,
                  "write a Chrome trace (stage spans of one extra call) per run under this directory");
@@ -201,7 +207,7 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok, s
   MOE_RETURN_IF_ERROR(
       parse_enum("--parallel-mode", parallel_mode, parse_parallel_mode, "none, dp, ep", c.parallel_mode));
   MOE_RETURN_IF_ERROR(parse_enum("--ep-comm-path", ep_comm_path, parse_ep_comm_path,
-                                 "compact_psum, ring_ag_rs, all_to_all", c.ep_comm_path));
+                                 "compact_psum, ring_ag_rs, all_to_all, masked_psum", c.ep_comm_path));
   if (!mesh.empty()) MOE_RETURN_IF_ERROR(parse_mesh(mesh, c.mesh_data, c.mesh_expert));
   if (!backend_by_name(c.device))
     return Status::error(fmt::format("invalid --device '{}': expected one of {}", c.device, backend_names()));

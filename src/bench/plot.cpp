@@ -78,7 +78,7 @@ Status plot_script(const PlotOptions& o, std::string& script) {
   }
   for (const auto& [s, by_x] : cells)
     for (const auto& [x, cell] : by_x)
-      if (const auto differ = varying_keys(cell, config_keys()); !differ.empty())
+      if (const auto differ = varying_keys(cell, run_keys()); !differ.empty())
         return Status::error(fmt::format(
             "{}: the rows at {}={}{} differ in {}: select one (STORE:key=value) or make it the --series",
             o.store, o.x, x, o.series.empty() ? "" : fmt::format(" {}={}", o.series, s),

@@ -71,6 +71,8 @@ static const std::vector<std::string> kTextExtraKeys = {"dtype",
                                                         "comm_bytes",
                                                         "comm_gbps",
                                                         "modeled_comm_bytes",
+                                                        "comm_peak_gbps",
+                                                        "pct_of_comm_peak",
                                                         "remat_mode",
                                                         "capacity_policy",
                                                         "shared_expert_dim",
@@ -166,6 +168,13 @@ ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const Protocol& p,
   r["comm_bytes"] = pm.comm_bytes;
   r["comm_gbps"] = pm.comm_s > 0 ? ResultRow(double(pm.comm_bytes) / pm.comm_s / 1e9) : ResultRow(nullptr);
   r["modeled_comm_bytes"] = pm.modeled_comm_bytes;
+  r["ep_overlap"] = c.ep_overlap;  // in every row (the config's JSON has it only where it is not 1)
+  auto positive_or_null = [](double v) { return v > 0 ? ResultRow(v) : ResultRow(nullptr); };
+  r["comm_peak_a2a_gbps"] = positive_or_null(pm.peak_a2a_gbps);
+  r["comm_peak_allreduce_gbps"] = positive_or_null(pm.peak_reduce_gbps);
+  r["comm_peak_gbps"] =
+      positive_or_null(pm.ideal_comm_s > 0 ? double(pm.comm_bytes) / pm.ideal_comm_s / 1e9 : 0);
+  r["pct_of_comm_peak"] = positive_or_null(pm.comm_s > 0 ? 100.0 * pm.ideal_comm_s / pm.comm_s : 0);
   r["gemm_kernels"] = m.gemm_kernels.empty() ? "none" : m.gemm_kernels;
   r["gemm_thresholds"] = k.thresholds.to_text();
   // How the routed int8 GEMMs differentiate (docs/design.md "Int8"): the seed's custom rule for

@@ -38,6 +38,11 @@ struct ParallelMeasure {
   double comm_s = 0;                   // per call: the slowest rank's time inside collectives
   int64_t comm_bytes = 0;              // per call: the most any rank sent to other ranks
   int64_t modeled_comm_bytes = 0;      // per call and rank: the comm path's model (modeled_comm_bytes)
+  // The busbw (GB/s) an all-to-all and an all-reduce of the step's largest messages reach alone
+  // (measure_comm_peak; the slowest group's, 0 where the step had none), and the seconds per call the
+  // step's bytes would take at them (the slowest rank's).
+  double peak_a2a_gbps = 0, peak_reduce_gbps = 0;
+  double ideal_comm_s = 0;
 };
 
 // One queue mode of a run as measured.
@@ -60,7 +65,9 @@ struct Measured {
 // tensor_bytes_peak, timed_allocations (Measured::memory), threads, noise_note,
 // load_avg_1m, involuntary_switches, steal_pct (noise.h), world_size, mesh_data, mesh_expert, rank_layout,
 // tflops_per_rank, comm_s, comm_bytes, comm_gbps (comm_bytes / comm_s, null without communication),
-// modeled_comm_bytes, gemm_kernels, gemm_thresholds), then the
+// modeled_comm_bytes, ep_overlap, comm_peak_a2a_gbps, comm_peak_allreduce_gbps (measure_comm_peak),
+// comm_peak_gbps (comm_bytes over the seconds they would take at those peaks), pct_of_comm_peak (comm_gbps /
+// comm_peak_gbps; null without communication), gemm_kernels, gemm_thresholds), then the
 // full config, the kernel config and the environment, then iters, warmup, repeats, run_id, row_schema
 // (run_id.h), the command and samples_s (every timed call in seconds, one array per --repeats block).
 // TF/s uses the seed's FLOP formula and the mean time. No ceiling: ceiling_tflops and pct_of_ceiling

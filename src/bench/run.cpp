@@ -10,6 +10,7 @@
 
 #include "bench/finite.h"
 #include "bench/noise.h"
+#include "bench/rank_stages.h"
 #include "bench/seed_lines.h"
 #include "bench/threads.h"
 #include "bench/timing.h"
@@ -67,26 +68,71 @@ TimingStats max_over_ranks(Comm& comm, const TimingStats& t, Status& status) {
   return summarize(std::move(slowest), t.blocks);
 }
 
-// The rows' parallel keys: the slowest rank's time in collectives and the most any rank sent, per call.
-ParallelMeasure measure_parallel(Comm& comm, const MoeConfig& c, const MoeBlock& block, int64_t real,
-                                 Status& status) {
+// The rows' parallel keys from each rank's meter of the timed calls: the slowest rank's time in
+// collectives and the most any rank sent, per call, against the bandwidth the step's collectives reach
+// alone (measured once per run: `peak`, on the comms of the meter's largest messages).
+ParallelMeasure measure_parallel(Comm& comm, const MoeConfig& c, const CommMeter& m, int64_t real,
+                                 std::optional<CommPeak>& peak, Status& status) {
   ParallelMeasure pm;
   pm.world_size = comm.size();
   std::tie(pm.mesh_data, pm.mesh_expert) = mesh_of(c, comm.size());
   for (int r = 0; r < comm.size(); ++r)
     pm.rank_layout += fmt::format("{}r{}:{}", r ? ";" : "", r, describe(rank_layout(c, r, comm.size())));
   pm.modeled_comm_bytes = modeled_comm_bytes(c, comm.size(), real);
-  const CommMeter& m = block.comm_meter();
+  if (!peak && comm.size() > 1) {
+    peak.emplace();
+    if (Status s = measure_comm_peak(m, *peak); !s) status = s;
+  }
+  const CommPeak p = peak.value_or(CommPeak{});
   const double calls = double(std::max<int64_t>(1, m.calls));
-  Tensor mine(Dtype::f64, {2}), all(Dtype::f64, {2 * comm.size()});
+  constexpr int kKeys = 5;
+  Tensor mine(Dtype::f64, {kKeys}), all(Dtype::f64, {kKeys * comm.size()});
   mine.set(0, m.seconds / calls);
   mine.set(1, double(m.bytes) / calls);
+  mine.set(2, p.ideal_seconds(m) / calls);
+  mine.set(3, p.a2a_gbps);
+  mine.set(4, p.reduce_gbps);
   if (Status s = comm.all_gather(all, mine); !s) status = s;
+  // The slowest group's peak: 0 (none measured) is no bound.
+  auto slowest = [](double a, double b) { return a == 0 ? b : b == 0 ? a : std::min(a, b); };
   for (int r = 0; r < comm.size(); ++r) {
-    pm.comm_s = std::max(pm.comm_s, all.get(2 * r));
-    pm.comm_bytes = std::max(pm.comm_bytes, int64_t(std::llround(all.get(2 * r + 1))));
+    const double* k = all.data<double>() + kKeys * r;
+    pm.comm_s = std::max(pm.comm_s, k[0]);
+    pm.comm_bytes = std::max(pm.comm_bytes, int64_t(std::llround(k[1])));
+    pm.ideal_comm_s = std::max(pm.ideal_comm_s, k[2]);
+    pm.peak_a2a_gbps = slowest(pm.peak_a2a_gbps, k[3]);
+    pm.peak_reduce_gbps = slowest(pm.peak_reduce_gbps, k[4]);
   }
   return pm;
+}
+
+// --stage-timing over several ranks (rank_stages.h): `call` repeated as the timed calls are (warmup,
+// then iters, each behind a barrier) with every stage observed on every rank; rank 0 gets the lines.
+template <typename Call>
+Status time_rank_stages(const BenchOptions& o, const MoeConfig& c, Comm& comm, MoeBlock& block, Call&& call,
+                        std::string& lines) {
+  StageClock clock;
+  bool recording = false;
+  block.set_stage_observer([&](const char* stage, auto start, auto end) {
+    if (recording) clock.add(stage, std::chrono::duration<double>(end - start).count());
+  });
+  Status status;
+  for (int i = 0; i < o.warmup + o.iters && status; ++i) {
+    recording = i >= o.warmup;
+    status = comm.barrier();
+    if (status) call();
+  }
+  block.set_stage_observer(nullptr);
+  std::vector<std::string> per_rank;
+  MOE_RETURN_IF_ERROR(status);
+  MOE_RETURN_IF_ERROR(gather_text(comm, clock.encode(o.iters), per_rank));
+  lines = rank_stage_lines(c, per_rank);
+  return Status::ok();
+}
+
+// Keeps the first error of a run.
+void keep_first_error(Status& kept, const Status& s) {
+  if (!s && kept) kept = s;
 }
 
 }  // namespace
@@ -127,6 +173,8 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, 
   // explicitly (no copy on a host backend).
   Tensor host_out;
   std::optional<MoeGrads> host_grads;
+  std::optional<CommPeak> comm_peak;  // measured after the first queue mode's timed calls
+  std::string rank_stages;            // --stage-timing over several ranks: rank 0's lines
   for (size_t m = 0; m < o.queue_modes.size(); ++m) {
     const QueueMode mode = o.queue_modes[m];
     // The call this (pass, queue mode) times; prequeue packs and dispatches once, outside it.
@@ -145,12 +193,25 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, 
     if (!o.trace_dir.empty()) {
       // One extra, untimed call with every stage recorded (the seed's profiler trace, spec §1), made
       // before the timed calls so that the last call, which --check and --dump read, is a timed one.
-      if (root)
-        block.set_stage_observer([&](const char* stage, auto start, auto end) {
-          events.push_back({stage, int(m), start, end});
-        });
+      // Every rank records its own stages from the end of one barrier; rank 0 gathers them.
+      std::vector<TraceEvent> mine;
+      block.set_stage_observer([&](const char* stage, auto start, auto end) {
+        mine.push_back({stage, int(m), start, end, comm.rank()});
+      });
+      if (parallel) keep_first_error(outcome.output_status, comm.barrier());
+      const auto origin = std::chrono::steady_clock::now();
       call();
       block.set_stage_observer(nullptr);
+      if (!parallel) {
+        events.insert(events.end(), mine.begin(), mine.end());
+      } else {
+        std::vector<std::string> texts;
+        keep_first_error(outcome.output_status, gather_text(comm, encode_trace_events(mine, origin), texts));
+        for (size_t r = 0; r < texts.size(); ++r) {
+          const std::vector<TraceEvent> got = decode_trace_events(texts[r], int(r), origin);
+          events.insert(events.end(), got.begin(), got.end());
+        }
+      }
     }
     MemorySpace& memory = backend.memory();
     memory.reset_peak();
@@ -160,29 +221,39 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, 
     (void)backend.take_kernel_choices();  // the ceiling's and earlier runs'
     int calls = 0;
     int64_t measured_by_first_call = 0;
+    // Only the timed calls are metered: the untimed and warmup calls start without a barrier, so their
+    // collectives would count a rank's wait for the others still in the previous call.
+    CommMeter timed_meter;
+    bool timed = false;  // set by the barrier before each timed call
     auto counted_call = [&] {
+      const CommMeter before = block.comm_meter();
       call();
+      if (timed) timed_meter.add_since(before, block.comm_meter());
+      timed = false;
       if (++calls == 1) measured_by_first_call = backend.kernel_measurements();
     };
     const NoiseProbe noise_probe;
     const auto calls_start = std::chrono::steady_clock::now();
-    block.reset_comm_meter();
     const TimingStats rank_t = time_fn_aligned(
         counted_call, o.warmup, o.iters, [&] { backend.synchronize(); }, o.repeats,
         [&] {
+          timed = true;
           if (!parallel) return;
-          if (Status s = comm.barrier(); !s && outcome.output_status) outcome.output_status = s;
+          keep_first_error(outcome.output_status, comm.barrier());
         });
     const MemoryUse during = memory.use();  // before the ranks' times and bytes are gathered
+    const MachineNoise noise = noise_probe.finish(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - calls_start).count(),
+        omp_get_max_threads(), available_cores());
     MOE_CHECK(backend.kernel_measurements() == measured_by_first_call,
               "auto measured GEMM kernels after a run's first call (a shape class changed between calls)");
     const std::string gemm_kernels = backend.take_kernel_choices();
     const TimingStats t = max_over_ranks(comm, rank_t, outcome.output_status);
     const ParallelMeasure pm =
-        measure_parallel(comm, c, block, null_stats.real_assignments, outcome.output_status);
-    const MachineNoise noise = noise_probe.finish(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - calls_start).count(),
-        omp_get_max_threads(), available_cores());
+        measure_parallel(comm, c, timed_meter, null_stats.real_assignments, comm_peak, outcome.output_status);
+    // After the meter was read: these calls are not the timed ones.
+    if (o.stage_timing && text_stdout && parallel && m == 0)
+      keep_first_error(outcome.output_status, time_rank_stages(o, c, comm, block, call, rank_stages));
     if (!outcome.output_status) return outcome;
     host_out = out.to_host();
     if (grads) host_grads = to_host(*grads);
@@ -211,8 +282,7 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, 
 
   if (o.stage_timing && text_stdout) {
     if (parallel)
-      fmt::print("[{}] pass={} stage_timing skipped for parallel_mode={}\n", dist, name(c.bench_pass),
-                 name(c.parallel_mode));
+      fmt::print("{}", rank_stages);
     else
       print_stage_timing(o, c, in, routing, block, backend);
   }

@@ -219,6 +219,16 @@ const std::vector<std::string>& config_keys() {
   return keys;
 }
 
+const std::vector<std::string>& run_keys() {
+  static const std::vector<std::string> keys = [] {
+    std::vector<std::string> k = config_keys();
+    for (const char* extra : {"world_size", "mesh_data", "mesh_expert", "ep_overlap"})
+      if (std::find(k.begin(), k.end(), extra) == k.end()) k.push_back(extra);
+    return k;
+  }();
+  return keys;
+}
+
 const std::vector<std::string>& environment_keys() {
   static const std::vector<std::string> keys = keys_of({Environment{}.to_json()}, {});
   return keys;

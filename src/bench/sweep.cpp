@@ -82,9 +82,6 @@ Status prepare(const std::vector<std::string>& args, const std::string& command,
   if (s.opts.front().list || s.opts.front().peak) return Status::ok();
   if (s.points.size() > 1 && !s.opts.front().dump_dir.empty())
     return Status::error("--dump takes a single run (one distribution, topk and impl)");
-  // A jsonl store this moe-bench cannot read back is refused before it grows (the sweep re-reads it anyway).
-  if (!s.opts.front().out_path.empty() && s.opts.front().format == OutputFormat::jsonl)
-    MOE_RETURN_IF_ERROR(StoreIndex(s.opts.front().out_path).refresh());
   Comm& comm = world_comm();
   for (const BenchOptions& o : s.opts) {
     MOE_RETURN_IF_ERROR(set_thread_count(o.kernel.threads));
@@ -108,24 +105,50 @@ std::string run_name(const MoeConfig& c, const Point& p) {
   return s;
 }
 
+// FNV-1a 64 of the points' flags: what every rank must agree on before any runs.
+int64_t plan_hash(const Sweep& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (const Point& p : s.points)
+    for (const std::string& a : p.args)
+      for (char ch : a + '\0') h = (h ^ uint8_t(ch)) * 1099511628211ull;
+  return int64_t(h);
+}
+
+// Over several ranks: the same points on every rank (a --plan file or the command line may differ
+// between hosts), else one line on every rank.
+Status check_ranks_agree(Comm& world, const Sweep& s) {
+  if (world.size() == 1) return Status::ok();
+  Tensor mine(Dtype::s64, {1}), all(Dtype::s64, {world.size()});
+  mine.data<int64_t>()[0] = plan_hash(s);
+  MOE_RETURN_IF_ERROR(world.all_gather(all, mine));
+  for (int r = 1; r < world.size(); ++r)
+    if (all.data<int64_t>()[r] != all.data<int64_t>()[0])
+      return Status::error(fmt::format(
+          "rank {} has other sweep points than rank 0 (a --plan file or flags that differ between hosts?)",
+          r));
+  return Status::ok();
+}
+
 // Runs the points of a prepared sweep, with what their runs share: the store, the progress line, the
 // comm, the ceilings and the inputs. Each step returns an exit code to stop with, or nullopt to go on.
 class Runner {
  public:
   explicit Runner(const Sweep& s) : s_(s), progress_(total_runs(s), s.resume), comm_(world_comm()) {}
 
+  // Over several ranks rank 0 alone reads and writes the store and its claims; the others take its
+  // verdicts (share_verdict), so every rank runs the same runs.
   std::optional<int> start() {
-    if (!s_.resume) return std::nullopt;
+    if (!s_.resume || comm_.rank() != 0) return std::nullopt;
     store_.emplace(s_.opts.front().out_path);
     claims_.emplace(s_.opts.front().out_path);
-    if (Status st = store_->refresh(); !st) return fail(st);
+    if (Status st = store_->refresh(); !st) return stop(fail(st));
     return std::nullopt;
   }
 
   // The runs other sweeps held when their turn came: each is waited for until its rows are in the store
   // (skipped) or its claimer has died (run here).
   std::optional<int> deferred() {
-    if (!deferred_.empty())
+    if (!deferred_.empty() && comm_.rank() == 0)
       fmt::print(stderr, "moe-bench: waiting for {} run{} that other sweeps are running in {}\n",
                  deferred_.size(), deferred_.size() == 1 ? "" : "s", s_.opts.front().out_path);
     while (!deferred_.empty()) {
@@ -163,7 +186,7 @@ class Runner {
   }
 
   int finish() const {
-    if (s_.resume && progress_.skipped_runs() > 0)
+    if (s_.resume && progress_.skipped_runs() > 0 && comm_.rank() == 0)
       fmt::print(stderr, "moe-bench: {} of {} runs were in {} already; ran {}\n", progress_.skipped_runs(),
                  total_runs(s_), s_.opts.front().out_path, progress_.ran());
     return any_check_failed_ ? 1 : 0;
@@ -181,11 +204,13 @@ class Runner {
     const BenchOptions& o = s_.opts[pi];
     BenchOptions run_o = o;
     std::vector<std::string> claimed;
-    if (store_) {  // resume: only the queue modes whose rows the store lacks, once claimed (claims.h)
+    if (s_.resume) {  // only the queue modes whose rows the store lacks, once claimed (claims.h)
       std::vector<std::string> ids;
       for (QueueMode m : o.queue_modes) ids.push_back(run_id(c, o.kernel, protocol_of(o), name(m)));
       Claims::Verdict verdict = Claims::Verdict::mine;
-      if (Status st = claims_->claim(ids, *store_, verdict, claimed); !st) return fail(st);
+      if (store_)
+        if (Status st = claims_->claim(ids, *store_, verdict, claimed); !st) return stop(fail(st));
+      if (Status st = share_verdict(ids, verdict, claimed); !st) return stop(fail(st));
       if (verdict == Claims::Verdict::taken) {
         deferred_.emplace_back(pi, c);
         return std::nullopt;
@@ -219,10 +244,30 @@ class Runner {
     }
     if (!o.out_path.empty() && comm_.rank() == 0)
       if (Status st = append_rows(o.out_path, o.format, r.rows); !st) return fail(st);
-    if (!claimed.empty())
-      if (Status st = claims_->release(claimed); !st) return fail(st);
+    if (!claimed.empty() && claims_)
+      if (Status st = claims_->release(claimed); !st) return stop(fail(st));
     if (comm_.rank() == 0) progress_.done(run_name(c, s_.points[pi]));
     return std::nullopt;
+  }
+
+  // Rank 0's verdict on a run and the ids it claimed, on every rank (nothing to do on one).
+  Status share_verdict(const std::vector<std::string>& ids, Claims::Verdict& verdict,
+                       std::vector<std::string>& claimed) {
+    if (comm_.size() == 1) return Status::ok();
+    const int64_t n = 1 + int64_t(ids.size());
+    Tensor mine(Dtype::s64, {n}), all(Dtype::s64, {n * comm_.size()});
+    int64_t* m = mine.data<int64_t>();  // (1 + ids) verdict, then 1 per claimed id
+    m[0] = int64_t(verdict);
+    for (size_t i = 0; i < ids.size(); ++i)
+      m[1 + i] = std::find(claimed.begin(), claimed.end(), ids[i]) != claimed.end();
+    MOE_RETURN_IF_ERROR(comm_.all_gather(all, mine));
+    const int64_t* root = all.data<int64_t>();  // rank 0's
+    verdict = Claims::Verdict(root[0]);
+    if (comm_.rank() == 0) return Status::ok();
+    claimed.clear();
+    for (size_t i = 0; i < ids.size(); ++i)
+      if (root[1 + i]) claimed.push_back(ids[i]);
+    return Status::ok();
   }
 
   int stop(int code) {
@@ -272,8 +317,6 @@ int run_sweep(const std::vector<std::string>& args, const std::string& command, 
   Comm& world = world_comm();
   if (world.rank() != 0 && std::freopen("/dev/null", "w", stdout) == nullptr)
     return fail(Status::error("rank " + std::to_string(world.rank()) + ": cannot close its stdout"));
-  if (resume && world.size() > 1)
-    return fail(Status::error("moe-bench sweep under mpirun is not implemented yet (run moe-bench itself)"));
   Sweep s;
   s.resume = resume;
   bool exit_ok = false;
@@ -286,6 +329,15 @@ int run_sweep(const std::vector<std::string>& args, const std::string& command, 
     if (first.peak) print_peaks();
     return 0;
   }
+  if (Status st = check_ranks_agree(world, s); !st) return fail(st);
+  // A jsonl store this moe-bench cannot read back is refused before it grows (the sweep re-reads it
+  // anyway); rank 0 owns it, and an error only it meets ends the job.
+  if (!first.out_path.empty() && first.format == OutputFormat::jsonl && world.rank() == 0)
+    if (Status st = StoreIndex(first.out_path).refresh(); !st) {
+      const int code = fail(st);
+      if (world.size() > 1) world.abort(code);
+      return code;
+    }
   Runner runner(s);
   if (std::optional<int> stop = runner.start()) return *stop;
   for (size_t pi = 0; pi < s.points.size(); ++pi)

@@ -14,12 +14,12 @@ namespace moe::bench {
 
 Status rows_table(const std::vector<ResultRow>& rows, const std::vector<std::string>& columns,
                   std::string& markdown) {
-  const auto groups = group_rows(rows, config_keys());
+  const auto groups = group_rows(rows, run_keys());
   std::vector<std::string> cols = columns;
   if (cols.empty()) {
     std::vector<const ResultRow*> all;
     for (const ResultRow& r : rows) all.push_back(&r);
-    cols = varying_keys(all, config_keys());
+    cols = varying_keys(all, run_keys());
     for (const char* m : {"tflops", "tokens_per_s", "time_s", "pct_of_ceiling"}) cols.push_back(m);
   }
   // A column some rows lack (check_pass in a store of --check and plain rows) is an empty cell there;

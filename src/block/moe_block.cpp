@@ -80,12 +80,21 @@ Status MoeBlock::experts_and_combine(Tensor& out, const MoeInputs& in, const Rou
                                      bool prebuilt_w13) {
   const FfnWeights w = routed_weights(in, prebuilt_w13);
   exchange_->count_call();
-  MOE_RETURN_IF_ERROR(
-      traced("exchange_dispatch", [&] { return exchange_->before_expert_ffn(x_rows_, plan_); }));
-  tracer_("up", [&] { expert_ffn_->up(ex_.x_rows, w, ex_.plan); });
-  tracer_("down", [&] { expert_ffn_->down(ex_.y_rows, w, ex_.plan); });
-  MOE_RETURN_IF_ERROR(
-      traced("exchange_combine", [&] { return exchange_->after_expert_ffn(y_rows_, plan_); }));
+  if (exchange_->overlaps_expert_ffn()) {
+    // --ep-overlap: the exchange runs the experts on each chunk of rows as it arrives.
+    MOE_RETURN_IF_ERROR(
+        exchange_->overlapped_expert_ffn(x_rows_, y_rows_, plan_, tracer_, [&](ExpertRows& chunk) {
+          tracer_("up", [&] { expert_ffn_->up(chunk.x_rows, w, chunk.plan); });
+          tracer_("down", [&] { expert_ffn_->down(chunk.y_rows, w, chunk.plan); });
+        }));
+  } else {
+    MOE_RETURN_IF_ERROR(
+        traced("exchange_dispatch", [&] { return exchange_->before_expert_ffn(x_rows_, plan_); }));
+    tracer_("up", [&] { expert_ffn_->up(ex_.x_rows, w, ex_.plan); });
+    tracer_("down", [&] { expert_ffn_->down(ex_.y_rows, w, ex_.plan); });
+    MOE_RETURN_IF_ERROR(
+        traced("exchange_combine", [&] { return exchange_->after_expert_ffn(y_rows_, plan_); }));
+  }
   if (split_) {
     // Every token's routed sums here, this rank's slice of their sum over ranks plus its shared part there.
     if (shared_)

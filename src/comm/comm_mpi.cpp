@@ -38,6 +38,13 @@ Status to_int(const char* op, const std::vector<int64_t>& v, std::vector<int>& o
   return Status::ok();
 }
 
+// The thread support MPI_Init_thread provided.
+int thread_level() {
+  int level = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&level);
+  return level;
+}
+
 class MpiComm final : public Comm {
  public:
   MpiComm(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
@@ -105,6 +112,8 @@ class MpiComm final : public Comm {
     return mpi_status("all_to_all_v", rc_mpi);
   }
 
+  bool calls_from_any_thread() const override { return thread_level() >= MPI_THREAD_SERIALIZED; }
+
   Status barrier() override { return mpi_status("barrier", MPI_Barrier(comm_)); }
 
   std::unique_ptr<Comm> split(int color, int key) override {
@@ -132,8 +141,9 @@ std::unique_ptr<Comm> make_mpi_world_comm() {
   MPI_Initialized(&initialized);
   if (!initialized) {
     int provided = 0;
-    // OpenMP threads compute; only the thread that called MPI_Init calls MPI.
-    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+    // OpenMP threads compute and never call MPI; --ep-overlap's comm thread calls it while the main
+    // thread computes, one thread at a time (MpiComm::calls_from_any_thread).
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
   }
   // Errors come back as return codes (turned into Status), not as MPI's default abort.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);

@@ -14,6 +14,11 @@ Status Exchange::scatter_tokens(const Tensor&, Tensor&, bool) {
   MOE_CHECK(false, "scatter_tokens on an exchange whose ranks hold every token they route");
 }
 
+Status Exchange::overlapped_expert_ffn(Tensor&, Tensor&, const DispatchPlan&, const StageTracer&,
+                                       const std::function<void(ExpertRows&)>&) {
+  MOE_CHECK(false, "overlapped_expert_ffn on an exchange that does not overlap its experts");
+}
+
 Status exchange_supports(const MoeConfig& cfg, const Comm& world) {
   return parallel_supports(cfg, world.size());
 }
@@ -27,6 +32,8 @@ std::unique_ptr<Exchange> make_exchange(const MoeConfig& cfg, Comm& world) {
     case ParallelMode::ep:
       switch (cfg.ep_comm_path) {
         case EpCommPath::compact_psum:
+        // masked_psum moves what compact_psum moves; its plan differs (rank_routing masks, not drops).
+        case EpCommPath::masked_psum:
           return make_compact_psum_exchange(cfg, world);
         case EpCommPath::all_to_all:
           return make_all_to_all_exchange(cfg, world);

@@ -18,6 +18,7 @@
 
 #include <cstring>
 
+#include "comm/comm_worker.h"
 #include "comm/exchanges.h"
 #include "moe/backend.h"
 
@@ -50,6 +51,21 @@ void zero_padding_rows(Tensor& rows, const HostPlan& p) {
   }
 }
 
+// The first of n rows that chunk c of `chunks` takes (the rows of a group split as evenly as can be).
+int64_t chunk_begin(int64_t n, int64_t c, int64_t chunks) {
+  return n * c / chunks;
+}
+
+// One chunk of the step's rows (all of them without --ep-overlap): of every (rank, local expert) group
+// of live rows, its share, with the expert side's plan and buffers of the rows it receives.
+struct Chunk {
+  ExpertRows ex;
+  Tensor send, recv;                          // (T_l*K, H), (T*K, H) run dtype: rows in flight
+  std::vector<int64_t> send_rows, recv_rows;  // (R) rows to and from each rank
+  std::vector<int64_t> send_row_of;           // token-side row of each row sent, in order
+  std::vector<int64_t> recv_pos;              // expert-side row of each row received, in order
+};
+
 class AllToAllExchange final : public Exchange {
  public:
   AllToAllExchange(const MoeConfig& cfg, Comm& world)
@@ -57,33 +73,42 @@ class AllToAllExchange final : public Exchange {
         world_(world),
         expert_(world.split(layout_.data_rank, layout_.expert_rank)),
         data_(world.split(layout_.expert_rank, layout_.data_rank)),
-        R_(layout_.mesh_expert) {
+        R_(layout_.mesh_expert),
+        chunks_(size_t(cfg.ep_overlap)) {
     // Rows of every token of its replica may arrive: the expert side is sized for all their T*K.
     expert_cfg_ = cfg;
     expert_cfg_.tokens = layout_.group_tokens;
     expert_cfg_.experts = layout_.experts;
     H_ = cfg.hidden;
     forward_backward_ = cfg.bench_pass == BenchPass::forward_backward;
-    send_rows_.assign(size_t(R_), 0);
-    recv_rows_.assign(size_t(R_), 0);
+    for (Chunk& k : chunks_) {
+      k.send_rows.assign(size_t(R_), 0);
+      k.recv_rows.assign(size_t(R_), 0);
+    }
+    // The overlapped pipeline's collectives run on a thread of their own where the comm allows it.
+    if (chunks_.size() > 1) worker_ = std::make_unique<CommWorker>(expert_->calls_from_any_thread());
   }
 
   const RankLayout& layout() const override { return layout_; }
   MoeConfig expert_config() const override { return expert_cfg_; }
 
+  // Every chunk has buffers of the whole step's size (a chunk may hold every row: one busy expert).
   ExpertRows expert_rows(const ExpertRows& local, Backend& backend, int64_t tile_rows) override {
     MOE_CHECK(local.x_rows.on_host(), "the all_to_all exchange runs on host memory");
     tile_rows_ = tile_rows;
     const Dtype dt = local.x_rows.dtype();
     const int64_t send_max = local.plan.tokens * local.plan.topk, recv_max = expert_cfg_.assignments();
-    ex_.plan = allocate_plan(expert_cfg_, tile_rows, backend.memory());
-    ex_.x_rows = backend.empty(dt, {ex_.plan.max_rows, H_});
-    ex_.y_rows = backend.empty(dt, {ex_.plan.max_rows, H_});
-    send_ = backend.empty(dt, {send_max, H_});
-    recv_ = backend.empty(dt, {recv_max, H_});
+    for (Chunk& k : chunks_) {
+      k.ex.plan = allocate_plan(expert_cfg_, tile_rows, backend.memory());
+      k.ex.x_rows = backend.empty(dt, {k.ex.plan.max_rows, H_});
+      k.ex.y_rows = backend.empty(dt, {k.ex.plan.max_rows, H_});
+      k.send = backend.empty(dt, {send_max, H_});
+      k.recv = backend.empty(dt, {recv_max, H_});
+    }
+    ExpertRows& ex = chunks_[0].ex;
     if (forward_backward_) {
-      ex_.dy_rows = backend.empty(dt, {ex_.plan.max_rows, H_});
-      ex_.dx_rows = backend.empty(Dtype::f32, {ex_.plan.max_rows, H_});
+      ex.dy_rows = backend.empty(dt, {ex.plan.max_rows, H_});
+      ex.dx_rows = backend.empty(Dtype::f32, {ex.plan.max_rows, H_});
       send_f32_ = backend.empty(Dtype::f32, {send_max, H_});
       recv_f32_ = backend.empty(Dtype::f32, {recv_max, H_});
     }
@@ -91,54 +116,113 @@ class AllToAllExchange final : public Exchange {
     counts_recv_ = Tensor(Dtype::s64, {R_ * layout_.experts});
     weights_send_ = Tensor(Dtype::f32, {send_max});
     weights_recv_ = Tensor(Dtype::f32, {recv_max});
-    return ex_;
+    return ex;
   }
 
   Status after_plan(const DispatchPlan& plan) override {
     const HostPlan p = host_view(plan);
-    const int64_t El = layout_.experts;
-    // Live rows per (owner, local expert), and the live rows in plan order (= owner order).
+    const int64_t El = layout_.experts, N = int64_t(chunks_.size());
+    // Live rows per (owner, local expert), and the live rows in plan order (= owner order) with their
+    // weights; each chunk's rows in the same order.
     int64_t* counts = counts_send_.data<int64_t>();
     float* w_send = weights_send_.data<float>();
-    send_row_of_.clear();
-    for (int p_ = 0; p_ < R_; ++p_) {
-      send_rows_[size_t(p_)] = 0;
+    std::vector<int64_t> send_all(size_t(R_), 0);
+    int64_t sent = 0;
+    for (Chunk& k : chunks_) {
+      k.send_row_of.clear();
+      std::fill(k.send_rows.begin(), k.send_rows.end(), 0);
+    }
+    for (int p_ = 0; p_ < R_; ++p_)
       for (int64_t j = 0; j < El; ++j) {
-        const int64_t e = p_ * El + j, live = p.group_live[e];
+        const int64_t e = p_ * El + j, live = p.group_live[e], first = p.group_offset[e];
         counts[p_ * El + j] = live;
-        send_rows_[size_t(p_)] += live;
-        for (int64_t r = p.group_offset[e]; r < p.group_offset[e] + live; ++r) {
-          w_send[send_row_of_.size()] = p.row_weight[r];
-          send_row_of_.push_back(r);
+        send_all[size_t(p_)] += live;
+        for (int64_t r = first; r < first + live; ++r) w_send[sent++] = p.row_weight[r];
+        for (int64_t c = 0; c < N; ++c) {
+          Chunk& k = chunks_[size_t(c)];
+          const int64_t b = chunk_begin(live, c, N), end = chunk_begin(live, c + 1, N);
+          for (int64_t r = first + b; r < first + end; ++r) k.send_row_of.push_back(r);
+          k.send_rows[size_t(p_)] += end - b;
         }
       }
-    }
     const std::vector<int64_t> per_rank(size_t(R_), El);
     MOE_RETURN_IF_ERROR(exchange(counts_recv_, per_rank, counts_send_, per_rank));
     const int64_t* got = counts_recv_.data<int64_t>();
-    for (int src = 0; src < R_; ++src) {
-      recv_rows_[size_t(src)] = 0;
-      for (int64_t j = 0; j < El; ++j) recv_rows_[size_t(src)] += got[src * El + j];
-    }
-    MOE_RETURN_IF_ERROR(exchange(weights_recv_, recv_rows_, weights_send_, send_rows_));
-    build_expert_plan(got);
+    std::vector<int64_t> recv_all(size_t(R_), 0);
+    for (int src = 0; src < R_; ++src)
+      for (int64_t j = 0; j < El; ++j) recv_all[size_t(src)] += got[src * El + j];
+    MOE_RETURN_IF_ERROR(exchange(weights_recv_, recv_all, weights_send_, send_all));
+    for (int64_t c = 0; c < N; ++c) build_expert_plan(chunks_[size_t(c)], got, c);
     return Status::ok();
   }
 
   Status before_expert_ffn(Tensor& x_rows, const DispatchPlan&) override {
-    return to_experts(ex_.x_rows, x_rows, send_, recv_);
+    Chunk& k = chunks_[0];
+    pack_rows(k.send, x_rows, k.send_row_of);
+    MOE_RETURN_IF_ERROR(exchange(k.recv, k.recv_rows, k.send, k.send_rows));
+    place_rows(k.ex.x_rows, k, k.recv);
+    return Status::ok();
   }
   Status after_expert_ffn(Tensor& y_rows, const DispatchPlan& plan) override {
-    return from_experts(y_rows, plan, ex_.y_rows, recv_, send_);
+    Chunk& k = chunks_[0];
+    return from_experts(y_rows, plan, k, k.ex.y_rows, k.recv, k.send);
   }
+
+  // --ep-overlap N: chunk c + 1's rows travel while chunk c's run through the experts, and chunk c's
+  // outputs travel back while chunk c + 1's do. The worker runs the collectives in submit order:
+  // dispatch 0, dispatch 1, combine 0, dispatch 2, combine 1, ... (the same on every rank); this thread
+  // packs and places rows and runs the experts.
+  bool overlaps_expert_ffn() const override { return chunks_.size() > 1; }
+  Status overlapped_expert_ffn(Tensor& x_rows, Tensor& y_rows, const DispatchPlan& plan,
+                               const StageTracer& tracer,
+                               const std::function<void(ExpertRows&)>& experts) override {
+    const size_t N = chunks_.size();
+    std::vector<std::future<Status>> dispatched(N), combined(N);
+    auto dispatch = [&](size_t c) {
+      Chunk& k = chunks_[c];
+      tracer("exchange_dispatch", [&] { pack_rows(k.send, x_rows, k.send_row_of); });
+      dispatched[c] =
+          worker_->submit([this, &k] { return exchange(k.recv, k.recv_rows, k.send, k.send_rows); });
+    };
+    Status status;
+    dispatch(0);
+    for (size_t c = 0; c < N; ++c) {
+      Chunk& k = chunks_[c];
+      if (c + 1 < N) dispatch(c + 1);
+      tracer("exchange_dispatch", [&] {
+        keep(status, dispatched[c].get());
+        place_rows(k.ex.x_rows, k, k.recv);
+      });
+      experts(k.ex);
+      // The outputs go back from the buffers the rows came in by (recv), into those they left (send).
+      tracer("exchange_combine", [&] { pack_rows(k.recv, k.ex.y_rows, k.recv_pos); });
+      combined[c] =
+          worker_->submit([this, &k] { return exchange(k.send, k.send_rows, k.recv, k.recv_rows); });
+    }
+    tracer("exchange_combine", [&] {
+      for (size_t c = 0; c < N; ++c) {
+        keep(status, combined[c].get());
+        copy_rows(y_rows.raw(), chunks_[c].send_row_of, chunks_[c].send.raw(), {},
+                  int64_t(chunks_[c].send_row_of.size()), row_bytes(y_rows));
+      }
+      zero_padding_rows(y_rows, host_view(plan));
+    });
+    return status;
+  }
+
   bool sums_combined_output() const override { return false; }
   Status after_combine(Tensor&) override { return Status::ok(); }
   bool adds_shared() const override { return true; }
   Status before_expert_ffn_backward(Tensor& dy_rows, const DispatchPlan&) override {
-    return to_experts(ex_.dy_rows, dy_rows, send_, recv_);
+    Chunk& k = chunks_[0];
+    pack_rows(k.send, dy_rows, k.send_row_of);
+    MOE_RETURN_IF_ERROR(exchange(k.recv, k.recv_rows, k.send, k.send_rows));
+    place_rows(k.ex.dy_rows, k, k.recv);
+    return Status::ok();
   }
   Status after_expert_ffn_backward(Tensor& dx_rows, const DispatchPlan& plan) override {
-    return from_experts(dx_rows, plan, ex_.dx_rows, recv_f32_, send_f32_);
+    Chunk& k = chunks_[0];
+    return from_experts(dx_rows, plan, k, k.ex.dx_rows, recv_f32_, send_f32_);
   }
   bool sums_input_grad() const override { return false; }
   Status reduce_input_grad(Tensor&) override { return Status::ok(); }
@@ -150,46 +234,63 @@ class AllToAllExchange final : public Exchange {
   }
 
  private:
+  static void keep(Status& kept, Status s) {
+    if (!s && kept) kept = std::move(s);
+  }
+  size_t row_bytes(const Tensor& rows) const { return size_t(H_) * dtype_size(rows.dtype()); }
+
   // An all-to-all-v of rows (counts in rows of the tensors' row width), metered.
   Status exchange(Tensor& recv, const std::vector<int64_t>& recv_rows, const Tensor& send,
                   const std::vector<int64_t>& send_rows) {
     const int64_t width = send.dim(0) == 0 ? 0 : send.numel() / send.dim(0);
     std::vector<int64_t> sc(static_cast<size_t>(R_)), rc(static_cast<size_t>(R_));
-    int64_t remote = 0;
+    int64_t remote = 0, total = 0;
     for (int p = 0; p < R_; ++p) {
       sc[size_t(p)] = send_rows[size_t(p)] * width;
       rc[size_t(p)] = recv_rows[size_t(p)] * width;
       if (p != expert_->rank()) remote += sc[size_t(p)];
+      total += sc[size_t(p)];
     }
-    return metered(meter_, remote * int64_t(dtype_size(send.dtype())),
+    return metered(meter_, CollectiveKind::all_to_all, *expert_, send.dtype(), total,
+                   remote * int64_t(dtype_size(send.dtype())),
                    [&] { return expert_->all_to_all_v(recv, rc, send, sc); });
   }
 
-  // The expert side's plan from the received counts (src-major (R, El)): groups of rows from rank 0,
-  // 1, ... padded at the tail; recv_pos_[i] is the row of the i-th received row.
-  void build_expert_plan(const int64_t* got) {
-    int64_t* offset = ex_.plan.group_offset.data<int64_t>();        // (El+1)
-    int64_t* live = ex_.plan.group_live.data<int64_t>();            // (El)
-    int32_t* assignment = ex_.plan.row_assignment.data<int32_t>();  // (max_rows)
-    float* weight = ex_.plan.row_weight.data<float>();              // (max_rows)
-    const int64_t El = layout_.experts;
+  // Chunk c's expert-side plan from the received counts (src-major (R, El)): local expert j's group is
+  // chunk c's share of its rows from rank 0, 1, ..., padded at the tail; k.recv_pos[i] is the row of
+  // the chunk's i-th received row, and weights_recv_ (the whole step's, in arrival order) gives its weight.
+  void build_expert_plan(Chunk& k, const int64_t* got, int64_t c) {
+    int64_t* offset = k.ex.plan.group_offset.data<int64_t>();        // (El+1)
+    int64_t* live = k.ex.plan.group_live.data<int64_t>();            // (El)
+    int32_t* assignment = k.ex.plan.row_assignment.data<int32_t>();  // (max_rows)
+    float* weight = k.ex.plan.row_weight.data<float>();              // (max_rows)
+    const int64_t El = layout_.experts, N = int64_t(chunks_.size());
+    std::fill(k.recv_rows.begin(), k.recv_rows.end(), 0);
     offset[0] = 0;
     for (int64_t j = 0; j < El; ++j) {
       live[j] = 0;
-      for (int src = 0; src < R_; ++src) live[j] += got[src * El + j];
+      for (int src = 0; src < R_; ++src) {
+        const int64_t n = got[src * El + j], part = chunk_begin(n, c + 1, N) - chunk_begin(n, c, N);
+        live[j] += part;
+        k.recv_rows[size_t(src)] += part;
+      }
       offset[j + 1] = offset[j] + round_up(live[j], tile_rows_);
     }
     std::vector<int64_t> fill(offset, offset + El);
-    recv_pos_.clear();
+    k.recv_pos.clear();
     const float* w = weights_recv_.data<float>();
+    int64_t arrival = 0;  // the row's place in the whole step's arrival order (src, j, row)
     for (int src = 0; src < R_; ++src)
-      for (int64_t j = 0; j < El; ++j)
-        for (int64_t k = 0; k < got[src * El + j]; ++k) {
+      for (int64_t j = 0; j < El; ++j) {
+        const int64_t n = got[src * El + j];
+        for (int64_t i = chunk_begin(n, c, N); i < chunk_begin(n, c + 1, N); ++i) {
           const int64_t row = fill[size_t(j)]++;
-          weight[row] = w[recv_pos_.size()];
-          assignment[row] = int32_t(recv_pos_.size());  // the arrival index: any id >= 0 marks it live
-          recv_pos_.push_back(row);
+          weight[row] = w[arrival + i];
+          assignment[row] = int32_t(k.recv_pos.size());  // the arrival index: any id >= 0 marks it live
+          k.recv_pos.push_back(row);
         }
+        arrival += n;
+      }
     int64_t live_rows = 0;
     for (int64_t j = 0; j < El; ++j) {
       live_rows += live[j];
@@ -198,29 +299,29 @@ class AllToAllExchange final : public Exchange {
         weight[r] = 0;
       }
     }
-    int64_t* stats = ex_.plan.stats.data<int64_t>();
+    int64_t* stats = k.ex.plan.stats.data<int64_t>();
     stats[0] = offset[El];
     stats[1] = live_rows;
     stats[2] = 0;
   }
 
-  // rows (token side) -> staging in plan order -> all-to-all -> the expert side's groups.
-  Status to_experts(Tensor& expert_rows, const Tensor& rows, Tensor& send, Tensor& recv) {
-    const size_t row_bytes = size_t(H_) * dtype_size(rows.dtype());
-    copy_rows(send.raw(), {}, rows.raw(), send_row_of_, int64_t(send_row_of_.size()), row_bytes);
-    MOE_RETURN_IF_ERROR(exchange(recv, recv_rows_, send, send_rows_));
-    copy_rows(expert_rows.raw(), recv_pos_, recv.raw(), {}, int64_t(recv_pos_.size()), row_bytes);
-    zero_padding_rows(expert_rows, host_view(ex_.plan));
-    return Status::ok();
+  // staging = rows[order[i]] for each i: rows packed in the order they travel.
+  void pack_rows(Tensor& staging, const Tensor& rows, const std::vector<int64_t>& order) {
+    copy_rows(staging.raw(), {}, rows.raw(), order, int64_t(order.size()), row_bytes(rows));
+  }
+  // The rows a chunk received (staging, in arrival order) into the expert side's groups.
+  void place_rows(Tensor& expert_rows, const Chunk& k, const Tensor& staging) {
+    copy_rows(expert_rows.raw(), k.recv_pos, staging.raw(), {}, int64_t(k.recv_pos.size()),
+              row_bytes(expert_rows));
+    zero_padding_rows(expert_rows, host_view(k.ex.plan));
   }
 
   // The expert side's rows -> staging in arrival order -> all-to-all back -> the token side's rows.
-  Status from_experts(Tensor& rows, const DispatchPlan& plan, const Tensor& expert_rows, Tensor& send,
-                      Tensor& recv) {
-    const size_t row_bytes = size_t(H_) * dtype_size(rows.dtype());
-    copy_rows(send.raw(), {}, expert_rows.raw(), recv_pos_, int64_t(recv_pos_.size()), row_bytes);
-    MOE_RETURN_IF_ERROR(exchange(recv, send_rows_, send, recv_rows_));
-    copy_rows(rows.raw(), send_row_of_, recv.raw(), {}, int64_t(send_row_of_.size()), row_bytes);
+  Status from_experts(Tensor& rows, const DispatchPlan& plan, const Chunk& k, const Tensor& expert_rows,
+                      Tensor& send, Tensor& recv) {
+    pack_rows(send, expert_rows, k.recv_pos);
+    MOE_RETURN_IF_ERROR(exchange(recv, k.send_rows, send, k.recv_rows));
+    copy_rows(rows.raw(), k.send_row_of, recv.raw(), {}, int64_t(k.send_row_of.size()), row_bytes(rows));
     zero_padding_rows(rows, host_view(plan));
     return Status::ok();
   }
@@ -233,14 +334,11 @@ class AllToAllExchange final : public Exchange {
   const int R_;                   // X
   int64_t H_ = 0, tile_rows_ = 1;
   bool forward_backward_ = false;
-  ExpertRows ex_;
-  Tensor send_, recv_;                          // (T_l*K, H), (T*K, H) run dtype: rows in flight
-  Tensor send_f32_, recv_f32_;                  // the same in f32, for dx rows
-  Tensor counts_send_, counts_recv_;            // (R * El) s64: live rows per (rank, local expert)
-  Tensor weights_send_, weights_recv_;          // (T_l*K), (T*K) f32: the rows' combine weights
-  std::vector<int64_t> send_rows_, recv_rows_;  // (R) rows to and from each rank
-  std::vector<int64_t> send_row_of_;            // token-side row of each row sent, in order
-  std::vector<int64_t> recv_pos_;               // expert-side row of each row received, in order
+  std::vector<Chunk> chunks_;           // --ep-overlap of them (1: the whole step)
+  std::unique_ptr<CommWorker> worker_;  // the overlapped pipeline's collectives
+  Tensor send_f32_, recv_f32_;          // (T_l*K, H), (T*K, H) f32: dx rows in flight
+  Tensor counts_send_, counts_recv_;    // (R * El) s64: live rows per (rank, local expert)
+  Tensor weights_send_, weights_recv_;  // (T_l*K), (T*K) f32: the rows' combine weights
 };
 
 }  // namespace

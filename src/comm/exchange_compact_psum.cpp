@@ -5,6 +5,9 @@
 // sums. Backward: dy is replicated, so each rank's expert gradients are complete; the partial dx sums
 // are all-reduced (the transpose of the forward all-reduce). The seed's padding bug (padding counted
 // into the first local group) has no counterpart: the plan pads each group at its own tail.
+// masked_psum (spec §5.2, the seed's first EP) is this exchange over a plan of every assignment: the
+// other ranks' experts' rows are masked (rank_routing: a local id, weight 0), so each rank runs T*K rows
+// through its experts instead of its own T*K/R, and moves the same bytes.
 #include "comm/exchanges.h"
 
 namespace moe {
@@ -26,10 +29,7 @@ class CompactPsumExchange final : public EveryTokenExchange {
   }
 
  private:
-  Status all_reduce(Tensor& t) {
-    return metered(meter_, all_reduce_bytes(int64_t(t.bytes()), expert_->size()),
-                   [&] { return expert_->all_reduce_sum(t); });
-  }
+  Status all_reduce(Tensor& t) { return metered_all_reduce(meter_, *expert_, t); }
 };
 
 }  // namespace

@@ -42,10 +42,7 @@ class DpExchange final : public Exchange {
   Status reduce_input_grad(Tensor&) override { return Status::ok(); }
   // Data parallelism: every data rank holds the same weights, so their gradients are summed.
   Status reduce_weight_grads(const std::vector<Tensor*>& grads) override {
-    for (Tensor* g : grads)
-      MOE_RETURN_IF_ERROR(metered(meter_, all_reduce_bytes(int64_t(g->bytes()), data_->size()),
-                                  [&] { return data_->all_reduce_sum(*g); }));
-    return Status::ok();
+    return all_reduce_each(meter_, *data_, grads);
   }
 
  private:

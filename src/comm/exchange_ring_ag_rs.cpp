@@ -29,15 +29,17 @@ class RingExchange final : public EveryTokenExchange {
 
   bool gathers_tokens() const override { return true; }
   Status gather_tokens(const Tensor& held, Tensor& all) override {
-    return metered(meter_, int64_t(all.bytes() - held.bytes()),
-                   [&] { return expert_->all_gather(all, held); });
+    return metered(meter_, CollectiveKind::reduce, *expert_, all.dtype(), all.numel(),
+                   int64_t(all.bytes() - held.bytes()), [&] { return expert_->all_gather(all, held); });
   }
   Status scatter_tokens(const Tensor& all, Tensor& held, bool held_holds_start) override {
     const int64_t bytes = int64_t(all.bytes()) * (expert_->size() - 1) / expert_->size();
     if (!held_holds_start)
-      return metered(meter_, bytes, [&] { return expert_->reduce_scatter_sum(held, all); });
+      return metered(meter_, CollectiveKind::reduce, *expert_, all.dtype(), all.numel(), bytes,
+                     [&] { return expert_->reduce_scatter_sum(held, all); });
     if (slice_.shape() != held.shape()) slice_ = Tensor(Dtype::f32, held.shape(), held.memory());
-    MOE_RETURN_IF_ERROR(metered(meter_, bytes, [&] { return expert_->reduce_scatter_sum(slice_, all); }));
+    MOE_RETURN_IF_ERROR(metered(meter_, CollectiveKind::reduce, *expert_, all.dtype(), all.numel(), bytes,
+                                [&] { return expert_->reduce_scatter_sum(slice_, all); }));
     float* h = held.data<float>();          // (T/R, H) f32
     const float* s = slice_.data<float>();  // (T/R, H) f32
     const int64_t n = held.numel();

@@ -11,7 +11,7 @@ namespace moe {
 
 // parallel_mode none and dp: the all-to-all EP/DP step on a data=R x expert=1 mesh (exchange_dp.cpp).
 std::unique_ptr<Exchange> make_dp_exchange(const MoeConfig& cfg, Comm& world);
-// ep compact_psum (exchange_compact_psum.cpp), all_to_all (exchange_all_to_all.cpp).
+// ep compact_psum and masked_psum (exchange_compact_psum.cpp), all_to_all (exchange_all_to_all.cpp).
 std::unique_ptr<Exchange> make_compact_psum_exchange(const MoeConfig& cfg, Comm& world);
 std::unique_ptr<Exchange> make_all_to_all_exchange(const MoeConfig& cfg, Comm& world);
 // ep ring_ag_rs (exchange_ring_ag_rs.cpp).
@@ -23,14 +23,22 @@ inline int64_t all_reduce_bytes(int64_t bytes, int ranks) {
   return 2 * (ranks - 1) * bytes / ranks;
 }
 
-// Runs one collective, adding its wall time and `bytes` sent to the meter.
+// Runs one collective of `kind` on `comm` over a buffer of `elements` of `dtype` (what it sends, sums
+// or gathers), adding its wall time and the `bytes` it sends to other ranks to the meter.
 template <typename Fn>
-Status metered(CommMeter& meter, int64_t bytes, Fn&& collective) {
+Status metered(CommMeter& meter, CollectiveKind kind, Comm& comm, Dtype dtype, int64_t elements,
+               int64_t bytes, Fn&& collective) {
   const auto start = std::chrono::steady_clock::now();
   Status s = collective();
-  meter.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  meter.bytes += bytes;
+  meter.add(kind, comm, dtype, elements, bytes,
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   return s;
+}
+
+// An all-reduce of t over comm, metered.
+inline Status metered_all_reduce(CommMeter& meter, Comm& comm, Tensor& t) {
+  return metered(meter, CollectiveKind::reduce, comm, t.dtype(), t.numel(),
+                 all_reduce_bytes(int64_t(t.bytes()), comm.size()), [&] { return comm.all_reduce_sum(t); });
 }
 
 // The base of the EP paths whose ranks pack every token for their own experts (compact_psum,
@@ -64,9 +72,7 @@ class EveryTokenExchange : public Exchange {
 
 // Sums each tensor over `comm`, metered.
 inline Status all_reduce_each(CommMeter& meter, Comm& comm, const std::vector<Tensor*>& tensors) {
-  for (Tensor* t : tensors)
-    MOE_RETURN_IF_ERROR(metered(meter, all_reduce_bytes(int64_t(t->bytes()), comm.size()),
-                                [&] { return comm.all_reduce_sum(*t); }));
+  for (Tensor* t : tensors) MOE_RETURN_IF_ERROR(metered_all_reduce(meter, comm, *t));
   return Status::ok();
 }
 

@@ -1,7 +1,9 @@
-// gather_results (moe/parallel.h): each sliced tensor goes to rank 0 as one all-to-all-v in which
-// every rank that owns a slice (the first rank holding it) sends it whole to rank 0, which receives the
+// gather_results and gather_text (moe/parallel.h): each sliced tensor goes to rank 0 as one all-to-all-v in
+// which every rank that owns a slice (the first rank holding it) sends it whole to rank 0, which receives the
 // slices in rank order: dim 0 is the sliced one, and the mesh orders ranks as their slices are ordered.
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "moe/comm.h"
 #include "moe/parallel.h"
@@ -65,6 +67,28 @@ Status gather_results(Comm& world, const MoeConfig& cfg, const Tensor& out, cons
     std::vector<int64_t> rows(size_t(R), src->shape().empty() ? 0 : src->dim(0));
     MOE_RETURN_IF_ERROR(gather_rows(world, *src, rows, first_only, *dst));
   }
+  return Status::ok();
+}
+
+Status gather_text(Comm& world, const std::string& mine, std::vector<std::string>& all) {
+  const int R = world.size();
+  Tensor length(Dtype::s64, {1}), lengths(Dtype::s64, {R});
+  length.data<int64_t>()[0] = int64_t(mine.size());
+  MOE_RETURN_IF_ERROR(world.all_gather(lengths, length));
+  const int64_t* n = lengths.data<int64_t>();  // (R)
+  std::vector<int64_t> send(size_t(R), 0), recv(size_t(R), 0);
+  send[0] = int64_t(mine.size());
+  int64_t total = 0;
+  if (world.rank() == 0)
+    for (int r = 0; r < R; ++r) total += recv[size_t(r)] = n[r];
+  Tensor text(Dtype::s8, {std::max<int64_t>(1, int64_t(mine.size()))});
+  std::copy(mine.begin(), mine.end(), static_cast<char*>(text.raw()));
+  Tensor got(Dtype::s8, {std::max<int64_t>(1, total)});
+  MOE_RETURN_IF_ERROR(world.all_to_all_v(got, recv, text, send));
+  all.clear();
+  if (world.rank() != 0) return Status::ok();
+  const char* at = static_cast<const char*>(got.raw());
+  for (int r = 0; r < R; ++r, at += n[r - 1]) all.emplace_back(at, size_t(n[r]));
   return Status::ok();
 }
 

@@ -20,7 +20,8 @@ int64_t modeled_comm_bytes(const MoeConfig& cfg, int ranks, int64_t real_assignm
       return routed_grads + shared_over_world;
     case ParallelMode::ep:
       switch (cfg.ep_comm_path) {
-        case EpCommPath::compact_psum: {
+        case EpCommPath::compact_psum:
+        case EpCommPath::masked_psum: {
           const int64_t shared_over_replicas = backward ? all_reduce_bytes(3 * H * S * es, D) : 0;
           return all_reduce_bytes(Tg * H * 4, X) * (backward ? 2 : 1) + routed_grads + shared_over_replicas;
         }

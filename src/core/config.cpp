@@ -61,9 +61,10 @@ constexpr NameTable<MatmulPrecision, 2> kMatmulPrecisions{
     {{{MatmulPrecision::default_precision, "default"}, {MatmulPrecision::highest, "highest"}}}};
 constexpr NameTable<ParallelMode, 3> kParallelModes{
     {{{ParallelMode::none, "none"}, {ParallelMode::dp, "dp"}, {ParallelMode::ep, "ep"}}}};
-constexpr NameTable<EpCommPath, 3> kEpCommPaths{{{{EpCommPath::compact_psum, "compact_psum"},
+constexpr NameTable<EpCommPath, 4> kEpCommPaths{{{{EpCommPath::compact_psum, "compact_psum"},
                                                   {EpCommPath::ring_ag_rs, "ring_ag_rs"},
-                                                  {EpCommPath::all_to_all, "all_to_all"}}}};
+                                                  {EpCommPath::all_to_all, "all_to_all"},
+                                                  {EpCommPath::masked_psum, "masked_psum"}}}};
 
 }  // namespace
 
@@ -262,6 +263,8 @@ Status MoeConfig::validate() const {
   if ((mesh_data == 0) != (mesh_expert == 0) || mesh_data < 0 || mesh_expert < 0)
     return Status::error(
         fmt::format("invalid --mesh data={},expert={}: both must be >= 1", mesh_data, mesh_expert));
+  if (ep_overlap < 1)
+    return Status::error(fmt::format("invalid --ep-overlap={}: must be >= 1 (1 = no overlap)", ep_overlap));
   if (parallel_mode != ParallelMode::ep && ep_comm_path != EpCommPath::compact_psum)
     return Status::error(fmt::format("--ep-comm-path {} needs --parallel-mode ep", name(ep_comm_path)));
   if (device.empty()) return Status::error("invalid --device '': expected a backend name (see --list)");
@@ -316,6 +319,7 @@ std::string MoeConfig::to_json() const {
     j["mesh_data"] = mesh_data;
     j["mesh_expert"] = mesh_expert;
   }
+  if (ep_overlap != 1) j["ep_overlap"] = ep_overlap;
   return j.dump();
 }
 

@@ -14,6 +14,7 @@ bool shards_tokens(const MoeConfig& cfg) {
     case ParallelMode::ep:
       switch (cfg.ep_comm_path) {
         case EpCommPath::compact_psum:
+        case EpCommPath::masked_psum:
           return false;
         case EpCommPath::ring_ag_rs:
         case EpCommPath::all_to_all:
@@ -69,6 +70,15 @@ Status parallel_supports(const MoeConfig& cfg, int ranks) {
   if (cfg.tokens < slices)
     return Status::error(fmt::format("{}: --tokens={} cannot be split over {} ranks (each needs a token)",
                                      mode, cfg.tokens, slices));
+  if (cfg.ep_overlap > 1 &&
+      (cfg.parallel_mode != ParallelMode::ep || cfg.ep_comm_path != EpCommPath::all_to_all))
+    return Status::error(
+        fmt::format("{}: --ep-overlap={} overlaps the rows' all-to-all with the experts: "
+                    "--parallel-mode ep --ep-comm-path all_to_all only",
+                    mode, cfg.ep_overlap));
+  if (cfg.ep_overlap > 1 && cfg.bench_pass != BenchPass::forward)
+    return Status::error(fmt::format("{}: --ep-overlap={} is implemented for --bench-pass forward only", mode,
+                                     cfg.ep_overlap));
   if (cfg.capacity_active() && cfg.parallel_mode != ParallelMode::none)
     return Status::error(fmt::format("{}: --capacity-policy {} is not implemented yet for parallel runs",
                                      mode, name(cfg.capacity_policy)));
@@ -101,6 +111,8 @@ RankLayout rank_layout(const MoeConfig& cfg, int rank, int ranks) {
   l.experts = cfg.experts / X;
   l.expert_begin = l.experts * l.expert_rank;
   l.gathers_tokens = cfg.parallel_mode == ParallelMode::ep && cfg.ep_comm_path == EpCommPath::ring_ag_rs;
+  l.masks_other_experts =
+      cfg.parallel_mode == ParallelMode::ep && cfg.ep_comm_path == EpCommPath::masked_psum;
   return l;
 }
 
@@ -143,9 +155,18 @@ Routing rank_routing(const Routing& global, const RankLayout& l) {
     // Local expert ids; every other assignment (and every null one) becomes the null id l.experts,
     // one value, so pack's ordering of null ids has nothing to sort.
     r.experts = l.experts;
-    for (int32_t& id : r.ids) {
+    for (size_t i = 0; i < r.ids.size(); ++i) {
+      int32_t& id = r.ids[i];
       const int64_t local = int64_t(id) - l.expert_begin;
-      id = int32_t(local >= 0 && local < l.experts ? local : l.experts);
+      if (local >= 0 && local < l.experts) {
+        id = int32_t(local);
+      } else if (l.masks_other_experts && id >= 0 && id < global.experts) {
+        // The seed's masked dispatch: the row is computed (spread over the local experts) and weighs 0.
+        id = int32_t(id % l.experts);
+        r.weights[i] = 0;
+      } else {
+        id = int32_t(l.experts);
+      }
     }
   }
   return r;

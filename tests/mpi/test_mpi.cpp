@@ -33,6 +33,9 @@ TEST(Mpi, AllGatherAndReduceScatterPlaceEachRanksSlice) {
 TEST(Mpi, AllToAllVDeliversEachRowFromItsSender) {
   comm_cases::all_to_all_v_delivers_each_row_from_its_sender(world());
 }
+TEST(Mpi, GatherTextBringsEachRanksTextToRankZero) {
+  comm_cases::gather_text_brings_each_ranks_text_to_rank_zero(world());
+}
 TEST(Mpi, SplitMakesDataByExpertMeshes) {
   comm_cases::split_makes_data_by_expert_meshes(world());
 }
@@ -78,7 +81,8 @@ TEST(MpiBlock, EveryCommPathMatchesTheSingleProcessRun) {
   const uint64_t seed = shared_seed();
   int i = 0;
   for (ParallelMode mode : {ParallelMode::dp, ParallelMode::ep})
-    for (EpCommPath path : {EpCommPath::compact_psum, EpCommPath::all_to_all, EpCommPath::ring_ag_rs})
+    for (EpCommPath path :
+         {EpCommPath::compact_psum, EpCommPath::all_to_all, EpCommPath::ring_ag_rs, EpCommPath::masked_psum})
       for (BenchPass pass : {BenchPass::forward, BenchPass::forward_backward}) {
         if (mode == ParallelMode::dp && path != EpCommPath::compact_psum) continue;
         // ring: T % R == 0 (R = 2, 4)
@@ -96,11 +100,26 @@ TEST(MpiBlock, EveryCommPathMatchesTheSingleProcessRun) {
 TEST(MpiBlock, DataByExpertMeshes) {
   if (world().size() != 4) GTEST_SKIP() << "a 2 x 2 mesh needs 4 ranks";
   const uint64_t seed = shared_seed();
-  for (EpCommPath path : {EpCommPath::compact_psum, EpCommPath::all_to_all, EpCommPath::ring_ag_rs}) {
+  for (EpCommPath path :
+       {EpCommPath::compact_psum, EpCommPath::all_to_all, EpCommPath::ring_ag_rs, EpCommPath::masked_psum}) {
     MoeConfig c = block_config(seed, 44, 6, 2, ParallelMode::ep, path);
     c.mesh_data = 2;
     c.mesh_expert = 2;
     c.shared_expert_dim = 8;
+    expect_matches_single_process(c, make_routing(c));
+  }
+}
+
+// --ep-overlap over MPI (the cpu backend; the chunks' collectives on the comm thread): the
+// single-process results.
+TEST(MpiBlock, OverlappedChunksMatchTheSingleProcessRun) {
+  const uint64_t seed = shared_seed();
+  for (int64_t chunks : {2, 3}) {
+    MoeConfig c = block_config(seed, 41, 12, 3, ParallelMode::ep, EpCommPath::all_to_all);
+    c.bench_pass = BenchPass::forward;
+    c.ep_overlap = chunks;
+    c.shared_expert_dim = chunks == 2 ? 8 : 0;
+    c.dtype = chunks == 2 ? Dtype::f32 : Dtype::bf16;
     expect_matches_single_process(c, make_routing(c));
   }
 }
