@@ -104,7 +104,8 @@ std::optional<CeilingMode> parse_ceiling_mode(std::string_view s) {
 Ceiling CeilingCache::get(CeilingMode mode, Backend& backend, const MoeConfig& c, bool with_peak) {
   Ceiling ceiling = measured(mode, backend, c);
   if (!with_peak || std::string(backend.name()) != "cpu") return ceiling;
-  const Dtype arithmetic = backend.gemm_arithmetic(c.dtype);
+  // The routed int8 modes' expert GEMMs multiply int8: their peak is the CPU's int8 one.
+  const Dtype arithmetic = routed_int8(c.quant_mode) ? Dtype::s8 : backend.gemm_arithmetic(c.dtype);
   const std::string key = fmt::format("threads={} {}", omp_get_max_threads(), dtype_name(arithmetic));
   auto it = peaks_.find(key);
   if (it == peaks_.end())

@@ -34,7 +34,8 @@ struct Ceiling {
   Dtype arithmetic = Dtype::f32;
   bool widened = false;
   // The physical limit beside the library's: the CPU's register-resident peak for `arithmetic`
-  // (cpu/peak.h) with the run's threads, where a run asks for it (--with-peak) on the cpu backend.
+  // (cpu/peak.h) with the run's threads, where a run asks for it (--with-peak) on the cpu backend; the
+  // int8 peak (TOP/s) for the routed int8 quant modes.
   std::optional<double> peak_tflops;
 };
 
