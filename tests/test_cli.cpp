@@ -185,6 +185,34 @@ TEST(Cli, TinyRunPrintsSeedLinesAndPassesCheck) {
 }
 
 // Roadmap values parse, and whoever would run them says they are not built yet, before any run.
+// An int8 run reports how far it is from quant_mode none on the same inputs (issue 23 item 4): a few
+// quantization steps, neither zero (it quantized) nor wild; and how its backward differentiates.
+TEST(Cli, Int8RowsCarryTheirErrorAgainstFloat) {
+  for (const char* pass : {"forward", "forward_backward"}) {
+    Ran r = run_bench(std::string(kTiny) +
+                      " --quant-mode int8_routed --impl fused_w13 --distribution random "
+                      "--format jsonl --bench-pass " +
+                      pass);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto row = nlohmann::json::parse(r.out.substr(0, r.out.find('\n')));
+    EXPECT_EQ(row["int8_backward"], "ste");
+    EXPECT_GT(row["quant_rel_err"].get<double>(), 1e-4) << pass;
+    EXPECT_LT(row["quant_rel_err"].get<double>(), 0.1) << pass;
+    if (std::string(pass) == "forward_backward") {
+      EXPECT_GT(row["quant_grad_rel_err"].get<double>(), 1e-4);
+      EXPECT_LT(row["quant_grad_rel_err"].get<double>(), 0.1);
+    } else {
+      EXPECT_TRUE(row["quant_grad_rel_err"].is_null());
+    }
+  }
+  Ran text = run_bench(std::string(kTiny) +
+                       " --quant-mode int8_routed_prequant --impl baseline --distribution random");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("int8_backward=seed_vjp quant_rel_err=0."), std::string::npos) << text.out;
+  Ran none = run_bench(std::string(kTiny) + " --impl baseline --distribution random");
+  EXPECT_EQ(none.out.find("quant_rel_err"), std::string::npos) << "float rows have no quant keys";
+}
+
 TEST(Cli, UnbuiltModesSayWhoRefusesThem) {
   const std::pair<const char*, const char*> cases[] = {
       {"--quant-mode int8",

@@ -95,6 +95,14 @@ static std::string spaces_to_underscores(std::string s) {
   return s;
 }
 
+// One value of a text RESULT line.
+static std::string text_value(const ResultRow& v) {
+  return v.is_number_float() ? fmt::format("{:.6f}", v.get<double>())
+         : v.is_string()     ? spaces_to_underscores(v.get<std::string>())
+         : v.is_null()       ? "none"  // no ceiling: the GEMM was too small to time
+                             : v.dump();
+}
+
 std::string result_text(const ResultRow& r) {
   std::string line = fmt::format(
       "RESULT distribution={} mode={} pass={} impl={} backend={} topk={} null_target={:.3f} "
@@ -107,12 +115,11 @@ std::string result_text(const ResultRow& r) {
       r["tokens_per_s"].get<double>());
   for (const std::string& k : kTextExtraKeys) {
     const auto& v = r[k];
-    line += " " + k + "=" +
-            (v.is_number_float() ? fmt::format("{:.6f}", v.get<double>())
-             : v.is_string()     ? spaces_to_underscores(v.get<std::string>())
-             : v.is_null()       ? "none"  // no ceiling: the GEMM was too small to time
-                                 : v.dump());
+    line += " " + k + "=" + text_value(v);
   }
+  // Keys only some rows have (the quant modes').
+  for (const char* k : {"int8_backward", "quant_rel_err", "quant_grad_rel_err"})
+    if (r.contains(k)) line += std::string(" ") + k + "=" + text_value(r[k]);
   return line;
 }
 
@@ -181,6 +188,10 @@ ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const Protocol& p,
   // prequant, our straight-through estimator where the seed's autodiff had no backward GEMMs.
   if (routed_int8(c.quant_mode))
     r["int8_backward"] = c.quant_mode == QuantMode::int8_routed_prequant ? "seed_vjp" : "ste";
+  if (c.quant_mode != QuantMode::none) {
+    r["quant_rel_err"] = m.quant_rel_err ? ResultRow(*m.quant_rel_err) : ResultRow(nullptr);
+    r["quant_grad_rel_err"] = m.quant_grad_rel_err ? ResultRow(*m.quant_grad_rel_err) : ResultRow(nullptr);
+  }
   // Full config, kernel config and environment, without repeating a key already in the row.
   for (const std::string& extra : {c.to_json(), k.to_json(), env.to_json()}) {
     const ResultRow fields = ResultRow::parse(extra);

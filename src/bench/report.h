@@ -58,6 +58,9 @@ struct Measured {
   MachineNoise noise;        // while its calls ran
   std::string gemm_kernels;  // Backend::take_kernel_choices() of its calls: the variant per GEMM form
   ParallelMeasure parallel;
+  // quant modes: relative error of the output and the worst gradient against quant_mode none on the
+  // same inputs (bench/quant_error.h); nullopt where not measured.
+  std::optional<double> quant_rel_err, quant_grad_rel_err;
 };
 
 // One row of a run: the seed's RESULT keys in its order, then ours (dtype, the five time statistics,

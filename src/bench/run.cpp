@@ -10,6 +10,7 @@
 
 #include "bench/finite.h"
 #include "bench/noise.h"
+#include "bench/quant_error.h"
 #include "bench/rank_stages.h"
 #include "bench/seed_lines.h"
 #include "bench/threads.h"
@@ -168,6 +169,11 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, 
     if (text_stdout) fmt::print("trace_dir={}\n", trace_run);
   }
   const std::string stats_lines = routing_lines(c, host_routing, null_stats);
+  // A quant run's float counterpart, run once before its timed calls (nothing of it stays in the
+  // backend's memory).
+  std::optional<FloatResults> float_counterpart;
+  if (c.quant_mode != QuantMode::none && !parallel)
+    float_counterpart = float_results(c, o.kernel, backend, comm, in, routing);
 
   // --check, --dump and the finiteness scan read host copies of the last timed call's results, made
   // explicitly (no copy on a host backend).
@@ -262,12 +268,15 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, 
                                                    c.topk, name(c.impl), name(mode), s.message()));
       return outcome;
     }
-    ResultRow row =
-        make_row(c, o.kernel, protocol_of(o),
-                 {name(mode), t, ceiling, block.saved_activation_bytes(),
-                  MemoryUse{before.live_bytes, during.peak_bytes, during.allocations - before.allocations},
-                  omp_get_max_threads(), null_stats, noise, gemm_kernels, pm},
-                 env);
+    QuantError qe;
+    if (float_counterpart)
+      qe = quant_error(*float_counterpart, host_out, host_grads ? &*host_grads : nullptr);
+    ResultRow row = make_row(
+        c, o.kernel, protocol_of(o),
+        {name(mode), t, ceiling, block.saved_activation_bytes(),
+         MemoryUse{before.live_bytes, during.peak_bytes, during.allocations - before.allocations},
+         omp_get_max_threads(), null_stats, noise, gemm_kernels, pm, qe.out_rel_err, qe.grad_rel_err},
+        env);
     if (text_stdout)
       fmt::print(
           "{}{}{}\n",

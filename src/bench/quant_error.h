@@ -1,0 +1,30 @@
+// quant_rel_err (issue 23 item 4): how far a quant mode's results are from quant_mode none on the same
+// inputs and routing. The float block runs once, untimed, before the quant run's timed calls, and only
+// its results are kept (host doubles, not tensors: the timed calls' memory counters see none of it).
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "moe/backend.h"
+#include "moe/comm.h"
+#include "moe/config.h"
+#include "moe/inputs.h"
+#include "moe/routing.h"
+
+namespace moe::bench {
+
+struct FloatResults {
+  std::vector<double> out;                 // (T, H)
+  std::vector<std::vector<double>> grads;  // dx, dw1, dw3, dw2, dsw1, dsw3, dsw2 (forward_backward)
+};
+struct QuantError {
+  std::optional<double> out_rel_err, grad_rel_err;  // grad: the worst gradient
+};
+
+// c's block with quant_mode none, one call. REQUIRES: c.quant_mode != none, one rank.
+FloatResults float_results(const MoeConfig& c, const KernelConfig& k, Backend& backend, Comm& comm,
+                           const MoeInputs& in, const RoutingTensors& routing);
+QuantError quant_error(const FloatResults& f, const Tensor& host_out, const MoeGrads* host_grads);
+
+}  // namespace moe::bench
