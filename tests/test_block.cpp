@@ -147,12 +147,13 @@ TEST_P(BlockOnBackend, EveryCombinationMatchesReference) {
   skip_if_nothing_ran();
 }
 
-// The routed int8 quant modes (spec §6) against the quantization-aware reference: every mode x impl x
-// layout x dtype x pass x remat, with capacity, a shared expert (float in these modes) and null routing
-// mixed in, and the edge grid.
+// The int8 quant modes (spec §6) against the quantization-aware reference: every mode x impl x layout x
+// dtype x pass x remat, with capacity, a shared expert (int8 in int8 and int8_all, fused and split) and
+// null routing mixed in, and the edge grid.
 TEST_P(BlockOnBackend, QuantModesMatchTheQuantizedReference) {
   const uint64_t seed = testing::test_seed();
-  for (QuantMode q : {QuantMode::int8_routed, QuantMode::int8_routed_prequant, QuantMode::int8_all})
+  for (QuantMode q :
+       {QuantMode::int8, QuantMode::int8_routed, QuantMode::int8_routed_prequant, QuantMode::int8_all})
     for (Dtype dt : {Dtype::f32, Dtype::bf16})
       for (GemmBackend be : {GemmBackend::gmm, GemmBackend::ragged_dot})
         for (Impl impl : kAllImpls)
@@ -169,7 +170,9 @@ TEST_P(BlockOnBackend, QuantModesMatchTheQuantizedReference) {
               const int variant = int(impl) + int(be) + int(dt);
               c.capacity_policy = variant % 3 == 1 ? CapacityPolicy::drop : CapacityPolicy::none;
               c.capacity_factor = c.capacity_policy == CapacityPolicy::none ? 0.0 : 0.8;
-              c.shared_expert_dim = variant % 2 ? 12 : 0;
+              // int8 quantizes the shared expert only: mostly with one (without, it runs none's GEMMs).
+              c.shared_expert_dim = quantizes_dense(q) ? (variant % 5 == 4 ? 0 : 12) : (variant % 2 ? 12 : 0);
+              c.shared_fused = (variant + int(pass)) % 2 == 0;
               if (variant % 4 == 3) c.null_routing.frac = 0.25;
               run_and_check(c, make_routing(c));
             }
@@ -191,6 +194,21 @@ TEST(BlockInt8, AFloatRunFailsTheQuantizedCheck) {
     EXPECT_FALSE(r.pass) << name(pass);
     EXPECT_GT(r.out_rel_err, 3 * kInt8CheckTolerance) << name(pass);
   }
+  // And in int8, where only the shared expert's GEMMs are quantized: a float shared expert fails.
+  for (bool fused : {false, true}) {
+    MoeConfig c = small_config(testing::test_seed());
+    c.dtype = Dtype::f32;
+    c.bench_pass = BenchPass::forward_backward;
+    c.shared_expert_dim = 24;
+    c.shared_fused = fused;
+    const MoeInputs in = make_inputs(c);
+    const Routing routing = make_routing(c);
+    const BlockRun run = run_block(*backend_by_name("cpu"), c, in, routing);
+    c.quant_mode = QuantMode::int8;
+    const ConditionedCheck r = check_run(c, in, routing, run);
+    EXPECT_FALSE(r.pass) << "fused " << fused;
+    EXPECT_GT(r.grad_rel_err, kInt8CheckTolerance) << "fused " << fused;
+  }
 }
 
 // Zero inputs (every scale is the smallest) give zeros, never NaN or Inf, in every quant mode.
@@ -198,15 +216,19 @@ TEST_P(BlockOnBackend, QuantModesOfZeroInputsGiveZeros) {
   MoeConfig probe = small_config(1);
   probe.quant_mode = QuantMode::int8_routed;
   if (Status s = backend().supports_block(probe); !s) GTEST_SKIP() << GetParam() << ": " << s.message();
-  for (QuantMode q : {QuantMode::int8_routed, QuantMode::int8_routed_prequant})
+  for (QuantMode q :
+       {QuantMode::int8, QuantMode::int8_routed, QuantMode::int8_all, QuantMode::int8_routed_prequant})
     for (BenchPass pass : {BenchPass::forward, BenchPass::forward_backward}) {
       MoeConfig c = small_config(testing::test_seed());
       c.quant_mode = q;
       c.bench_pass = pass;
       c.dtype = Dtype::bf16;
+      c.shared_expert_dim = 8;
+      c.shared_fused = pass == BenchPass::forward;
       if (!backend().supports_block(c)) continue;
       MoeInputs in = make_inputs(c);
-      for (Tensor* t : {&in.x, &in.w1, &in.w3, &in.w2, &in.w13}) t->fill_zero();
+      for (Tensor* t : {&in.x, &in.w1, &in.w3, &in.w2, &in.w13, &in.sw1, &in.sw3, &in.sw2, &in.sw13})
+        t->fill_zero();
       if (q == QuantMode::int8_routed_prequant)
         for (QuantizedWeight* w : {&in.q13, &in.q1, &in.q3, &in.q2})
           if (!w->empty()) {
@@ -217,7 +239,8 @@ TEST_P(BlockOnBackend, QuantModesOfZeroInputsGiveZeros) {
       const BlockRun run = run_block(backend(), c, in, make_routing(c));
       for (int64_t i = 0; i < run.out.numel(); ++i) ASSERT_EQ(run.out.get(i), 0.0) << name(q) << " out " << i;
       if (run.grads)
-        for (const Tensor* g : {&run.grads->dx, &run.grads->dw1, &run.grads->dw3, &run.grads->dw2})
+        for (const Tensor* g : {&run.grads->dx, &run.grads->dw1, &run.grads->dw3, &run.grads->dw2,
+                                &run.grads->dsw1, &run.grads->dsw3, &run.grads->dsw2})
           for (int64_t i = 0; i < g->numel(); ++i) ASSERT_EQ(g->get(i), 0.0) << name(q) << " grad " << i;
     }
 }
@@ -244,8 +267,10 @@ TEST_P(BlockOnBackend, EdgeGridMatchesReference) {
         for (int64_t S : {0, 8}) {
           SCOPED_TRACE(ec.label);
           MoeConfig c = small_config(seed);
-          // The routed int8 modes meet the edge grid too (quantized reference).
-          c.quant_mode = S ? QuantMode::int8_routed_prequant
+          // The int8 modes meet the edge grid too (quantized reference): with a shared expert, int8_all
+          // and int8 (the shared GEMMs) in f32, prequant in bf16.
+          const QuantMode with_shared = be == GemmBackend::gmm ? QuantMode::int8_all : QuantMode::int8;
+          c.quant_mode = S ? (dt == Dtype::f32 ? with_shared : QuantMode::int8_routed_prequant)
                            : (dt == Dtype::f32 ? QuantMode::int8_routed : QuantMode::none);
           c.tokens = ec.tokens;
           c.experts = ec.experts;

@@ -42,7 +42,7 @@ TEST(Cli, BadInputIsOneLineAndExitTwo) {
       "--mlp-dim -1",
       "--experts 0",
       "--no-such-flag",
-      "--quant-mode int8",
+      "--quant-mode int4",
       "--parallel-mode ep --capacity-policy drop --capacity-factor 1",
       "--parallel-mode dp --capacity-policy pad --capacity-factor 1",
       "--parallel-mode ep --mesh data=2",
@@ -211,16 +211,24 @@ TEST(Cli, Int8RowsCarryTheirErrorAgainstFloat) {
   EXPECT_NE(text.out.find("int8_backward=seed_vjp quant_rel_err=0."), std::string::npos) << text.out;
   Ran none = run_bench(std::string(kTiny) + " --impl baseline --distribution random");
   EXPECT_EQ(none.out.find("quant_rel_err"), std::string::npos) << "float rows have no quant keys";
+  // int8 quantizes the shared expert's GEMMs (AQT-like, its backward a straight-through estimator).
+  const std::string int8_shared = std::string(kTiny) +
+                                  " --quant-mode int8 --shared-expert-dim 24 --bench-pass forward_backward "
+                                  "--impl fused_w13 --distribution random";
+  Ran checked = run_bench(int8_shared + " --check");
+  ASSERT_EQ(checked.exit_code, 0) << checked.err;
+  EXPECT_NE(checked.out.find("CHECK pass=true"), std::string::npos) << checked.out;
+  Ran shared = run_bench(int8_shared + " --format jsonl");
+  ASSERT_EQ(shared.exit_code, 0) << shared.err;
+  const auto row = nlohmann::json::parse(shared.out.substr(0, shared.out.find('\n')));
+  EXPECT_EQ(row["int8_backward"], "ste");
+  EXPECT_GT(row["quant_rel_err"].get<double>(), 1e-4);
+  EXPECT_GT(row["quant_grad_rel_err"].get<double>(), 1e-4);
+  EXPECT_LT(row["quant_grad_rel_err"].get<double>(), 0.1);
 }
 
 TEST(Cli, UnbuiltModesSayWhoRefusesThem) {
   const std::pair<const char*, const char*> cases[] = {
-      {"--quant-mode int8",
-       "--quant-mode int8 (int8 shared expert GEMMs) is not implemented yet on backend cpu"},
-      {"--quant-mode int8_all --device ref",
-       "--quant-mode int8_all (int8 shared expert GEMMs) is not implemented yet on backend ref"},
-      {"--quant-mode int8_routed --parallel-mode dp",
-       "--quant-mode int8_routed with --parallel-mode dp is not implemented yet"},
       {"--parallel-mode ep --capacity-policy drop --capacity-factor 1",
        "--capacity-policy drop is not implemented yet for parallel runs"},
       {"--device nosuch", "expected one of cpu, ref"},
@@ -269,10 +277,15 @@ TEST(Cli, APerturbedResultFailsCheck) {
 }
 
 TEST(Cli, ListShowsEveryBackendAndWhatItRuns) {
-  Ran r = run_bench("--list --quant-mode int8");
+  Ran r = run_bench("--list --quant-mode int8_all --shared-expert-dim 8");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  for (const char* want :
-       {"  cpu: ", "  ref: ", "    pack           yes", "    expert_ffn     no: --quant-mode int8"})
+  std::vector<std::string> wants = {"  cpu: ", "  ref: ", "    pack           yes", "    expert_ffn     yes",
+                                    "    shared_expert  yes"};
+#ifdef MOE_HAVE_CUDA
+  if (moe::backend_by_name("cuda")->available())  // else every op says there is no GPU
+    wants.push_back("    expert_ffn     no: --quant-mode int8_all is not implemented yet on backend cuda");
+#endif
+  for (const std::string& want : wants)
     EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
 }
 

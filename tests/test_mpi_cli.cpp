@@ -81,6 +81,38 @@ TEST(MpiCli, EveryPathChecksAgainstTheSingleProcessReference) {
   }
 }
 
+// The quant modes over ranks (issue 20 item 5, issue 23): --check against the quantized reference, and
+// quant_rel_err of the global results, equal to the single-process run's (same quantized values).
+TEST(MpiCli, QuantModesCheckAndReportTheSingleProcessError) {
+  REQUIRE_MPI();
+  const uint64_t seed = testing::test_seed();
+  struct Case {
+    int ranks;
+    const char* parallel;
+    const char* quant;
+  };
+  for (const Case& k : {Case{2, "--parallel-mode dp", "int8_all"},
+                        Case{2, "--parallel-mode ep --ep-comm-path all_to_all", "int8_routed_prequant"},
+                        Case{4, "--parallel-mode ep --mesh data=2,expert=2", "int8"}}) {
+    const std::string flags = fmt::format(
+        "{} --dtype float32 --bench-pass forward_backward --shared-expert-dim 8 --seed {} --quant-mode {}",
+        kShape, seed, k.quant);
+    SCOPED_TRACE(flags + " " + k.parallel);
+    const testing::Ran multi = mpirun(k.ranks, flags + " " + k.parallel);
+    ASSERT_EQ(multi.exit_code, 0) << multi.out << multi.err;
+    EXPECT_EQ(count(multi.out, "CHECK pass=true"), 1) << multi.out;
+    const testing::Ran single = testing::run_bench(flags);
+    ASSERT_EQ(single.exit_code, 0) << single.out << single.err;
+    std::smatch a, b;
+    const std::regex err(" quant_rel_err=([0-9.e+-]+) quant_grad_rel_err=([0-9.e+-]+)");
+    ASSERT_TRUE(std::regex_search(multi.out, a, err)) << multi.out;
+    ASSERT_TRUE(std::regex_search(single.out, b, err)) << single.out;
+    EXPECT_GT(std::stod(a[1]), 1e-4);
+    EXPECT_NEAR(std::stod(a[1]), std::stod(b[1]), 1e-3 * std::stod(b[1]));
+    EXPECT_NEAR(std::stod(a[2]), std::stod(b[2]), 1e-2 * std::stod(b[2]));
+  }
+}
+
 TEST(MpiCli, RankZeroAloneWritesTheRows) {
   REQUIRE_MPI();
   const std::string dir = testing::temp_dir("mpi_rows");

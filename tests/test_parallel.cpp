@@ -162,6 +162,26 @@ TEST_P(ParallelBlock, MeshesMatchTheSingleProcessRun) {
   }
 }
 
+// The int8 quant modes over 2 and 4 ranks (each rank quantizes its own slices: per-row, per-expert and
+// per-column scales never span ranks, so the single-process values), with a shared expert, fused and split.
+TEST_P(ParallelBlock, QuantModesMatchTheSingleProcessRun) {
+  const uint64_t seed = testing::test_seed();
+  int i = 0;
+  for (QuantMode q :
+       {QuantMode::int8, QuantMode::int8_routed, QuantMode::int8_all, QuantMode::int8_routed_prequant})
+    for (int ranks : {2, 4}) {
+      MoeConfig c = base_config(seed, GetParam());
+      c.quant_mode = q;
+      c.bench_pass = i % 3 == 2 ? BenchPass::forward : BenchPass::forward_backward;
+      c.dtype = i % 2 ? Dtype::bf16 : Dtype::f32;
+      c.impl = kAllImpls[size_t(i) % kAllImpls.size()];
+      c.shared_expert_dim = 8;
+      c.shared_fused = i % 2 == 0;
+      ++i;
+      expect_matches_single_process(c, make_routing(c), ranks);
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Paths, ParallelBlock, ::testing::ValuesIn(kPaths),
                          [](const auto& info) { return path_name(info.param); });
 

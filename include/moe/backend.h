@@ -91,8 +91,5 @@ Status not_implemented(const Backend& backend, OpKind op);
 // supports() of a backend with every op whose expert FFN op is the float one only (quant_mode none):
 // the refusal every int8 mode gets until its op is registered there.
 Status every_op_float_expert_ffn(const Backend& backend, OpKind op, const MoeConfig& cfg);
-// supports() of a backend with the routed int8 expert FFN ops (int8_routed, int8_routed_prequant, the
-// routed half of int8_all) on one process.
-Status routed_int8_ops(const Backend& backend, OpKind op, const MoeConfig& cfg);
 
 }  // namespace moe

@@ -3,12 +3,12 @@
 // every differentiated tensor. Tolerances per dtype (docs/design.md):
 //   float32  out 1e-5, grads 1e-5   (f32 accumulation, exp_approx ~1e-7)
 //   bfloat16 out 2e-2, grads 2e-2   (bf16 storage of x, weights, h, g and row outputs: 2^-9 per rounding)
-// The routed int8 modes raise the floor to kInt8CheckTolerance: the fast path and the reference quantize
-// the same values, but an intermediate (g, dy, dh) that float32 and float64 round a hair apart lands
-// on the other side of a rounding boundary now and then, and that element moves by a whole quantization
-// step (1/127 of its row's largest value): measured 1.2e-4 in a float32 dx at T=256 H=64. Still an order
-// below int8's own error against float (a kernel that skipped quantizing, or used a wrong scale, is
-// off by 3e-3 or more: tests/test_block.cpp checks that it fails).
+// A run with int8 GEMMs (routed, or the shared expert's) raises the floor to kInt8CheckTolerance: the fast
+// path and the reference quantize the same values, but an intermediate (g, dy, dh) that float32 and float64
+// round a hair apart lands on the other side of a rounding boundary now and then, and that element moves by a
+// whole quantization step (1/127 of its row's largest value): measured 1.2e-4 in a float32 dx at T=256 H=64.
+// Still an order below int8's own error against float (a kernel that skipped quantizing, or used a wrong
+// scale, is off by 3e-3 or more: tests/test_block.cpp checks that it fails).
 #pragma once
 
 #include "moe/config.h"
@@ -20,7 +20,7 @@ namespace moe {
 
 double check_tolerance(Dtype dtype);
 inline constexpr double kInt8CheckTolerance = 1e-3;
-// The floor of a run of cfg: its dtype's, raised for the routed int8 modes.
+// The floor of a run of cfg: its dtype's, raised where it has int8 GEMMs.
 double check_tolerance(const MoeConfig& cfg);
 
 struct CheckResult {

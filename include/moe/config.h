@@ -58,6 +58,8 @@ const char* name(BenchPass v);
 const char* name(QuantMode v);
 // Whether the routed expert GEMMs run in int8 (int8_routed, int8_all, int8_routed_prequant).
 bool routed_int8(QuantMode mode);
+// Whether the shared expert's (dense) GEMMs run in int8 (int8, int8_all).
+bool quantizes_dense(QuantMode mode);
 const char* name(MatmulPrecision v);
 const char* name(ParallelMode v);
 const char* name(EpCommPath v);
@@ -138,6 +140,8 @@ struct MoeConfig {
   Status validate() const;
   std::string to_json() const;
 };
+// Whether any GEMM of a block of cfg runs in int8 (int8 without a shared expert runs none's GEMMs).
+bool any_int8_gemm(const MoeConfig& cfg);
 
 // The thresholds at which the cpu backend's GEMM kernels change course. Each was measured on one
 // machine (docs/kernels.md names it); they live here, not as constants in the kernels, so a run prints

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "moe/block.h"
+#include "moe/parallel.h"
 #include "moe/reference.h"
 
 namespace moe::bench {
@@ -12,40 +13,66 @@ std::vector<const Tensor*> grad_tensors(const MoeGrads& g) {
   return {&g.dx, &g.dw1, &g.dw3, &g.dw2, &g.dsw1, &g.dsw3, &g.dsw2};
 }
 
+// The global results on rank 0 (gathered over several ranks; the rank's own on one).
+Status global_results(Comm& comm, const MoeConfig& c, const Tensor& out, const MoeGrads* grads,
+                      Tensor& global_out, std::optional<MoeGrads>& global_grads) {
+  if (comm.size() == 1) {
+    global_out = out;
+    if (grads) global_grads = *grads;
+    return Status::ok();
+  }
+  MoeGrads gathered;
+  MOE_RETURN_IF_ERROR(gather_results(comm, c, out, grads, global_out, grads ? &gathered : nullptr));
+  if (grads) global_grads = std::move(gathered);
+  return Status::ok();
+}
+
 }  // namespace
 
-FloatResults float_results(const MoeConfig& c, const KernelConfig& k, Backend& backend, Comm& comm,
-                           const MoeInputs& in, const RoutingTensors& routing) {
-  MOE_CHECK(c.quant_mode != QuantMode::none && comm.size() == 1, "float_results: a quant run on one rank");
+Status float_results(FloatResults& f, const MoeConfig& c, const KernelConfig& k, Backend& backend, Comm& comm,
+                     const MoeInputs& in, const RoutingTensors& routing) {
+  MOE_CHECK(c.quant_mode != QuantMode::none, "float_results: a quant run");
   MoeConfig fc = c;
   fc.quant_mode = QuantMode::none;
   MoeBlock block(fc, k, backend, comm);
-  Tensor out = backend.empty(c.dtype, {c.tokens, c.hidden});
-  FloatResults f;
+  const MoeConfig rc = rank_config(fc, block.layout());
+  Tensor out = backend.empty(c.dtype, {rc.tokens, c.hidden});
+  std::optional<MoeGrads> grads;
   if (c.bench_pass == BenchPass::forward_backward) {
-    MoeGrads grads = make_grads(fc, backend.memory());
-    MOE_CHECK(block.forward_backward(out, grads, in, routing).is_ok(), "the float run of a quant run failed");
-    backend.synchronize();
-    for (const Tensor* g : grad_tensors(grads)) f.grads.push_back(g->to_host().to_f64());
+    grads = make_grads(rc, backend.memory());
+    MOE_RETURN_IF_ERROR(block.forward_backward(out, *grads, in, routing));
   } else {
-    MOE_CHECK(block.forward(out, in, routing).is_ok(), "the float run of a quant run failed");
-    backend.synchronize();
+    MOE_RETURN_IF_ERROR(block.forward(out, in, routing));
   }
-  f.out = out.to_host().to_f64();
-  return f;
+  backend.synchronize();
+  std::optional<MoeGrads> host_grads;
+  if (grads) host_grads = to_host(*grads);
+  Tensor global_out;
+  std::optional<MoeGrads> global_grads;
+  MOE_RETURN_IF_ERROR(
+      global_results(comm, c, out.to_host(), host_grads ? &*host_grads : nullptr, global_out, global_grads));
+  if (comm.rank() != 0) return Status::ok();
+  f.out = global_out.to_f64();
+  if (global_grads)
+    for (const Tensor* g : grad_tensors(*global_grads)) f.grads.push_back(g->to_f64());
+  return Status::ok();
 }
 
-QuantError quant_error(const FloatResults& f, const Tensor& host_out, const MoeGrads* host_grads) {
-  QuantError e;
-  e.out_rel_err = relative_error(host_out.to_f64(), f.out);
-  if (host_grads && !f.grads.empty()) {
+Status quant_error(QuantError& e, Comm& comm, const MoeConfig& c, const FloatResults& f,
+                   const Tensor& host_out, const MoeGrads* host_grads) {
+  Tensor global_out;
+  std::optional<MoeGrads> global_grads;
+  MOE_RETURN_IF_ERROR(global_results(comm, c, host_out, host_grads, global_out, global_grads));
+  if (comm.rank() != 0) return Status::ok();
+  e.out_rel_err = relative_error(global_out.to_f64(), f.out);
+  if (global_grads && !f.grads.empty()) {
     double worst = 0;
-    const std::vector<const Tensor*> got = grad_tensors(*host_grads);
+    const std::vector<const Tensor*> got = grad_tensors(*global_grads);
     for (size_t i = 0; i < got.size(); ++i)
       if (!f.grads[i].empty()) worst = std::max(worst, relative_error(got[i]->to_f64(), f.grads[i]));
     e.grad_rel_err = worst;
   }
-  return e;
+  return Status::ok();
 }
 
 }  // namespace moe::bench

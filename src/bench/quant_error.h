@@ -1,6 +1,8 @@
 // quant_rel_err (issue 23 item 4): how far a quant mode's results are from quant_mode none on the same
 // inputs and routing. The float block runs once, untimed, before the quant run's timed calls, and only
 // its results are kept (host doubles, not tensors: the timed calls' memory counters see none of it).
+// Over several ranks both runs' global results are compared on rank 0 (gathered from the ranks' slices,
+// as --check does), so the error is the single-process run's.
 #pragma once
 
 #include <optional>
@@ -15,16 +17,19 @@
 namespace moe::bench {
 
 struct FloatResults {
-  std::vector<double> out;                 // (T, H)
+  std::vector<double> out;                 // (T, H) global: rank 0's; empty on other ranks
   std::vector<std::vector<double>> grads;  // dx, dw1, dw3, dw2, dsw1, dsw3, dsw2 (forward_backward)
 };
 struct QuantError {
   std::optional<double> out_rel_err, grad_rel_err;  // grad: the worst gradient
 };
 
-// c's block with quant_mode none, one call. REQUIRES: c.quant_mode != none, one rank.
-FloatResults float_results(const MoeConfig& c, const KernelConfig& k, Backend& backend, Comm& comm,
-                           const MoeInputs& in, const RoutingTensors& routing);
-QuantError quant_error(const FloatResults& f, const Tensor& host_out, const MoeGrads* host_grads);
+// c's block with quant_mode none, one call, on every rank of comm (each rank's in and routing: its
+// slices). REQUIRES: c.quant_mode != none.
+Status float_results(FloatResults& f, const MoeConfig& c, const KernelConfig& k, Backend& backend, Comm& comm,
+                     const MoeInputs& in, const RoutingTensors& routing);
+// Every rank calls it with its host results of the quant run; rank 0 gets the errors, the others none.
+Status quant_error(QuantError& e, Comm& comm, const MoeConfig& c, const FloatResults& f,
+                   const Tensor& host_out, const MoeGrads* host_grads);
 
 }  // namespace moe::bench

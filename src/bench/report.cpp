@@ -184,9 +184,10 @@ ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const Protocol& p,
   r["pct_of_comm_peak"] = positive_or_null(pm.comm_s > 0 ? 100.0 * pm.ideal_comm_s / pm.comm_s : 0);
   r["gemm_kernels"] = m.gemm_kernels.empty() ? "none" : m.gemm_kernels;
   r["gemm_thresholds"] = k.thresholds.to_text();
-  // How the routed int8 GEMMs differentiate (docs/design.md "Int8"): the seed's custom rule for
-  // prequant, our straight-through estimator where the seed's autodiff had no backward GEMMs.
-  if (routed_int8(c.quant_mode))
+  // How the int8 GEMMs differentiate (docs/design.md "Int8"): the seed's custom rule for prequant, our
+  // straight-through estimator where the seed's autodiff had no backward GEMMs (and AQT's, with round to
+  // nearest even, for the shared expert's).
+  if (any_int8_gemm(c))
     r["int8_backward"] = c.quant_mode == QuantMode::int8_routed_prequant ? "seed_vjp" : "ste";
   if (c.quant_mode != QuantMode::none) {
     r["quant_rel_err"] = m.quant_rel_err ? ResultRow(*m.quant_rel_err) : ResultRow(nullptr);

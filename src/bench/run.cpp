@@ -172,8 +172,11 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, 
   // A quant run's float counterpart, run once before its timed calls (nothing of it stays in the
   // backend's memory).
   std::optional<FloatResults> float_counterpart;
-  if (c.quant_mode != QuantMode::none && !parallel)
-    float_counterpart = float_results(c, o.kernel, backend, comm, in, routing);
+  if (c.quant_mode != QuantMode::none) {
+    outcome.output_status =
+        float_results(float_counterpart.emplace(), c, o.kernel, backend, comm, in, routing);
+    if (!outcome.output_status) return outcome;
+  }
 
   // --check, --dump and the finiteness scan read host copies of the last timed call's results, made
   // explicitly (no copy on a host backend).
@@ -263,14 +266,18 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, 
     if (!outcome.output_status) return outcome;
     host_out = out.to_host();
     if (grads) host_grads = to_host(*grads);
+    // Before the finiteness scan, which one rank alone may fail: the gather is collective.
+    QuantError qe;
+    if (float_counterpart) {
+      outcome.output_status =
+          quant_error(qe, comm, c, *float_counterpart, host_out, host_grads ? &*host_grads : nullptr);
+      if (!outcome.output_status) return outcome;
+    }
     if (Status s = check_finite(host_out, host_grads ? &*host_grads : nullptr); !s) {
       outcome.numerics = Status::error(fmt::format("run distribution={} topk={} impl={} mode={}: {}", dist,
                                                    c.topk, name(c.impl), name(mode), s.message()));
       return outcome;
     }
-    QuantError qe;
-    if (float_counterpart)
-      qe = quant_error(*float_counterpart, host_out, host_grads ? &*host_grads : nullptr);
     ResultRow row = make_row(
         c, o.kernel, protocol_of(o),
         {name(mode), t, ceiling, block.saved_activation_bytes(),

@@ -23,7 +23,7 @@ double check_tolerance(Dtype dtype) {
 
 double check_tolerance(const MoeConfig& cfg) {
   const double floor = check_tolerance(cfg.dtype);
-  return routed_int8(cfg.quant_mode) ? std::max(floor, kInt8CheckTolerance) : floor;
+  return any_int8_gemm(cfg) ? std::max(floor, kInt8CheckTolerance) : floor;
 }
 
 CheckResult check_against_reference(const MoeConfig& cfg, const MoeInputs& in, const Routing& routing,

@@ -141,6 +141,13 @@ bool routed_int8(QuantMode mode) {
   return false;
 }
 
+bool quantizes_dense(QuantMode mode) {
+  return mode == QuantMode::int8 || mode == QuantMode::int8_all;
+}
+bool any_int8_gemm(const MoeConfig& cfg) {
+  return routed_int8(cfg.quant_mode) || (quantizes_dense(cfg.quant_mode) && cfg.has_shared());
+}
+
 std::optional<QuantMode> parse_quant_mode(std::string_view s) {
   return kQuantModes.parse(s);
 }

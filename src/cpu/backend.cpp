@@ -14,6 +14,7 @@
 #include "cpu/expert_ffn_int8.h"
 #include "cpu/pack.h"
 #include "cpu/shared_expert.h"
+#include "cpu/shared_expert_int8.h"
 #include "cpu/tuning.h"
 #include "cpu/vec_math.h"
 #include "moe/gemm.h"
@@ -39,8 +40,7 @@ class CpuBackend final : public Backend {
   void synchronize() override {}
 
   Status supports(OpKind op, const MoeConfig& cfg) const override {
-    MOE_RETURN_IF_ERROR(run_dtype_supported(*this, cfg));
-    return routed_int8_ops(*this, op, cfg);
+    return run_dtype_supported(*this, cfg);  // every op in every quant mode and parallel mode
   }
 
   std::unique_ptr<PackOp> make_pack(const OpContext& ctx) override { return make_pack_op(ctx); }
@@ -59,6 +59,8 @@ class CpuBackend final : public Backend {
   }
   std::unique_ptr<CombineOp> make_combine(const OpContext& ctx) override { return make_combine_op(ctx); }
   std::unique_ptr<SharedExpertOp> make_shared_expert(const OpContext& ctx) override {
+    if (quantizes_dense(ctx.cfg.quant_mode))
+      return make_int8_shared_expert(ctx, cpu_int8_kernels(ctx.kernel));
     return make_shared_expert_op(ctx);
   }
 

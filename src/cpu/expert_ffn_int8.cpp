@@ -197,7 +197,7 @@ class Int8ExpertFfn final : public ExpertFfnOp {
 }  // namespace
 
 Int8Kernels cpu_int8_kernels(const KernelConfig& kernel) {
-  return {cpu_gemm_kernels(kernel), &cpu::quantize_rows, &cpu::quantize_experts};
+  return {cpu_gemm_kernels(kernel), &cpu::quantize_rows, &cpu::quantize_experts, &cpu::quantize_columns};
 }
 
 std::unique_ptr<ExpertFfnOp> make_int8_expert_ffn(const OpContext& ctx, Int8Kernels kernels) {

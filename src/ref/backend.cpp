@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "cpu/expert_ffn_int8.h"
+#include "cpu/shared_expert_int8.h"
 #include "moe/quantize.h"
 #include "ref/ref.h"
 
@@ -22,7 +23,7 @@ class RefBackend final : public Backend {
   Status supports(OpKind op, const MoeConfig& cfg) const override {
     if (!is_float(cfg.dtype))
       return Status::error(fmt::format("backend ref runs float blocks, not {}", dtype_name(cfg.dtype)));
-    return routed_int8_ops(*this, op, cfg);
+    return Status::ok();  // every op in every quant mode and parallel mode
   }
 
   std::unique_ptr<PackOp> make_pack(const OpContext& ctx) override { return make_pack_op(ctx); }
@@ -37,13 +38,14 @@ class RefBackend final : public Backend {
       case QuantMode::int8_routed_prequant:
         // The cpu op's sequence over the reference's quantization and GEMM rows (the independent oracle of
         // the int8 modes is the float64 block reference, moe/reference.h).
-        return cpu::make_int8_expert_ffn(
-            ctx, {reference_gemms_, &ref_quant::quantize_rows, &ref_quant::quantize_experts});
+        return cpu::make_int8_expert_ffn(ctx, reference_int8_kernels());
     }
     MOE_CHECK(false, "make_expert_ffn: unknown quant mode");
   }
   std::unique_ptr<CombineOp> make_combine(const OpContext& ctx) override { return make_combine_op(ctx); }
   std::unique_ptr<SharedExpertOp> make_shared_expert(const OpContext& ctx) override {
+    if (quantizes_dense(ctx.cfg.quant_mode))
+      return cpu::make_int8_shared_expert(ctx, reference_int8_kernels());
     return make_shared_expert_op(ctx);
   }
 
@@ -61,6 +63,13 @@ class RefBackend final : public Backend {
   void convert(Tensor& dst, const Tensor& src) override {
     MOE_CHECK(dst.numel() == src.numel(), "convert: element counts differ");
     for (int64_t i = 0; i < src.numel(); ++i) dst.set(i, src.get(i));
+  }
+
+  // The cpu int8 ops' sequences over the reference's quantization and GEMM rows (the independent oracle of
+  // the int8 modes is the float64 block reference, moe/reference.h).
+  cpu::Int8Kernels reference_int8_kernels() {
+    return {reference_gemms_, &ref_quant::quantize_rows, &ref_quant::quantize_experts,
+            &ref_quant::quantize_columns};
   }
 
   // The kernel table with the reference's rows first (every form; nothing measured).

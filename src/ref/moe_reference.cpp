@@ -194,9 +194,11 @@ ReferenceResult reference_forward(const MoeConfig& cfg, const ReferenceParams& p
             "reference: routing ids/weights are not (T, K)");
 
   const std::vector<char> kept = kept_assignments(cfg, routing);
-  // The routed int8 modes' rows (their shared expert is float).
+  // The int8 modes' rows: routed (int8_routed, int8_all, int8_routed_prequant) and shared (int8, int8_all).
   std::optional<Int8RoutedReference> int8;
   if (routed_int8(cfg.quant_mode)) int8.emplace(cfg, p.w1, p.w3, p.w2);
+  std::optional<Int8SharedReference> int8_shared;
+  if (quantizes_dense(cfg.quant_mode) && S > 0) int8_shared.emplace(cfg, p.sw1, p.sw3, p.sw2);
   const bool threaded = A * H * M + T * H * S >= kMinWorkForThreads;
   auto weight_of = [&](int64_t a) { return double(routing.weights[size_t(a)]); };
 
@@ -226,8 +228,12 @@ ReferenceResult reference_forward(const MoeConfig& cfg, const ReferenceParams& p
     if (S > 0) {
       double* sa = sh_a.data() + t * S;
       double* sb = sh_b.data() + t * S;
-      up_proj(sa, sb, xt, p.sw1.data(), p.sw3.data(), H, S);
-      down_proj_acc(yt, sa, sb, p.sw2.data(), 1.0, S, H);
+      if (int8_shared) {
+        int8_shared->row_forward(sa, sb, yt, xt);
+      } else {
+        up_proj(sa, sb, xt, p.sw1.data(), p.sw3.data(), H, S);
+        down_proj_acc(yt, sa, sb, p.sw2.data(), 1.0, S, H);
+      }
     }
   }
 
@@ -262,7 +268,10 @@ ReferenceResult reference_forward(const MoeConfig& cfg, const ReferenceParams& p
                    act_b.data() + a * M, p.w1.data() + e * H * M, p.w3.data() + e * H * M,
                    p.w2.data() + e * M * H, weight_of(a), H, M);
     }
-    if (S > 0) {
+    if (S > 0 && int8_shared) {
+      int8_shared->row_backward(dsh_a.data() + t * S, dsh_b.data() + t * S, dxt, dyt, sh_a.data() + t * S,
+                                sh_b.data() + t * S);
+    } else if (S > 0) {
       row_backward(dsh_a.data() + t * S, dsh_b.data() + t * S, dxt, dyt, sh_a.data() + t * S,
                    sh_b.data() + t * S, p.sw1.data(), p.sw3.data(), p.sw2.data(), 1.0, H, S);
     }

@@ -5,14 +5,8 @@
 #include "ref/reference_int8.h"
 
 namespace moe {
-namespace {
 
-// n values rounded to the run dtype, quantized as one block.
-struct QuantizedRow {
-  std::vector<int8_t> q;
-  float scale = 0;
-};
-QuantizedRow quantize(const double* v, int64_t n, Dtype dt) {
+QuantizedRow quantize_row(const double* v, int64_t n, Dtype dt) {
   std::vector<float> f(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) f[size_t(i)] = float(round_to_dtype(v[i], dt));
   QuantizedRow r{std::vector<int8_t>(static_cast<size_t>(n)), 0.0f};
@@ -20,10 +14,11 @@ QuantizedRow quantize(const double* v, int64_t n, Dtype dt) {
   return r;
 }
 
-// The seed's dequantization of an exact integer sum.
-double dequantize(int64_t sum, float row_scale, float weight_scale) {
+double dequantize_sum(int64_t sum, float row_scale, float weight_scale) {
   return double(float(float(float(sum) * row_scale) * weight_scale));
 }
+
+namespace {
 
 void quantize_experts(std::vector<int8_t>& q, std::vector<float>& s, const std::vector<double>& first,
                       const std::vector<double>* second, int64_t E, int64_t Kd, int64_t N) {
@@ -66,24 +61,24 @@ float Int8RoutedReference::up_scale(int64_t e, int part) const {
 void Int8RoutedReference::row_forward(double* a, double* b, double* y, const double* x, int64_t e,
                                       double weight) const {
   const int64_t H = H_, M = M_;
-  const QuantizedRow xq = quantize(x, H, dt_);
+  const QuantizedRow xq = quantize_row(x, H, dt_);
   std::vector<double> g(static_cast<size_t>(M));
   for (int64_t n = 0; n < M; ++n) {
     double h[2];
     for (int part = 0; part < 2; ++part) {
       int64_t sum = 0;
       for (int64_t k = 0; k < H; ++k) sum += int64_t(xq.q[size_t(k)]) * up(e, part, k, n);
-      h[part] = round_to_dtype(dequantize(sum, xq.scale, up_scale(e, part)), dt_);
+      h[part] = round_to_dtype(dequantize_sum(sum, xq.scale, up_scale(e, part)), dt_);
     }
     a[n] = h[0];
     b[n] = h[1];
     g[size_t(n)] = ref::silu(h[0]) * h[1] * (preweight_ ? weight : 1.0);
   }
-  const QuantizedRow gq = quantize(g.data(), M, dt_);
+  const QuantizedRow gq = quantize_row(g.data(), M, dt_);
   for (int64_t j = 0; j < H; ++j) {
     int64_t sum = 0;
     for (int64_t n = 0; n < M; ++n) sum += int64_t(gq.q[size_t(n)]) * q2_[size_t((e * M + n) * H + j)];
-    y[j] += (preweight_ ? 1.0 : weight) * round_to_dtype(dequantize(sum, gq.scale, s2_[size_t(e)]), dt_);
+    y[j] += (preweight_ ? 1.0 : weight) * round_to_dtype(dequantize_sum(sum, gq.scale, s2_[size_t(e)]), dt_);
   }
 }
 
@@ -94,13 +89,13 @@ void Int8RoutedReference::row_backward(double* da, double* db, double* dx, const
   // SwiGLU's backward for preweight impls).
   std::vector<double> dyr(static_cast<size_t>(H));
   for (int64_t j = 0; j < H; ++j) dyr[size_t(j)] = (preweight_ ? 1.0 : weight) * dy[j];
-  const QuantizedRow dyq = quantize(dyr.data(), H, dt_);
+  const QuantizedRow dyq = quantize_row(dyr.data(), H, dt_);
   std::vector<double> dh(static_cast<size_t>(2 * M));  // [dgate | dup] as stored
   for (int64_t n = 0; n < M; ++n) {
     int64_t sum = 0;
     for (int64_t j = 0; j < H; ++j) sum += int64_t(dyq.q[size_t(j)]) * q2_[size_t((e * M + n) * H + j)];
     const double dg =
-        round_to_dtype(dequantize(sum, dyq.scale, s2_[size_t(e)]), dt_) * (preweight_ ? weight : 1.0);
+        round_to_dtype(dequantize_sum(sum, dyq.scale, s2_[size_t(e)]), dt_) * (preweight_ ? weight : 1.0);
     dh[size_t(n)] = da[n] = round_to_dtype(dg * b[n] * ref::silu_grad(a[n]), dt_);
     dh[size_t(M + n)] = db[n] = round_to_dtype(dg * ref::silu(a[n]), dt_);
   }
@@ -108,12 +103,12 @@ void Int8RoutedReference::row_backward(double* da, double* db, double* dx, const
   const int parts = fused_ ? 1 : 2;
   const int64_t width = 2 * M / parts;
   for (int p = 0; p < parts; ++p) {
-    const QuantizedRow dq = quantize(dh.data() + p * width, width, dt_);
+    const QuantizedRow dq = quantize_row(dh.data() + p * width, width, dt_);
     for (int64_t k = 0; k < H; ++k) {
       int64_t sum = 0;
       for (int64_t c = 0; c < width; ++c)
         sum += int64_t(dq.q[size_t(c)]) * up(e, fused_ ? int(c / M) : p, k, c % M);
-      dx[k] += dequantize(sum, dq.scale, up_scale(e, p));
+      dx[k] += dequantize_sum(sum, dq.scale, up_scale(e, p));
     }
   }
 }

@@ -51,20 +51,6 @@ Status not_implemented(const Backend& backend, OpKind op) {
   return Status::error(fmt::format("op {} is not implemented yet on backend {}", name(op), backend.name()));
 }
 
-Status routed_int8_ops(const Backend& backend, OpKind op, const MoeConfig& cfg) {
-  if (cfg.quant_mode == QuantMode::none) return Status::ok();
-  if (cfg.parallel_mode != ParallelMode::none)
-    return Status::error(fmt::format("--quant-mode {} with --parallel-mode {} is not implemented yet",
-                                     name(cfg.quant_mode), name(cfg.parallel_mode)));
-  const bool int8_shared = cfg.quant_mode == QuantMode::int8 || cfg.quant_mode == QuantMode::int8_all;
-  if (int8_shared && (op == OpKind::shared_expert || (op == OpKind::expert_ffn && !cfg.has_shared())))
-    return Status::error(
-        fmt::format("--quant-mode {} (int8 shared expert GEMMs) is not implemented yet on "
-                    "backend {}",
-                    name(cfg.quant_mode), backend.name()));
-  return Status::ok();
-}
-
 Status every_op_float_expert_ffn(const Backend& backend, OpKind op, const MoeConfig& cfg) {
   switch (op) {
     case OpKind::expert_ffn:

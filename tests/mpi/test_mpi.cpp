@@ -124,6 +124,23 @@ TEST(MpiBlock, OverlappedChunksMatchTheSingleProcessRun) {
   }
 }
 
+// The int8 quant modes on the cpu backend's int8 kernels in processes: the single-process results.
+TEST(MpiBlock, QuantModesMatchTheSingleProcessRun) {
+  const uint64_t seed = shared_seed();
+  int i = 0;
+  for (QuantMode q : {QuantMode::int8, QuantMode::int8_all, QuantMode::int8_routed_prequant})
+    for (EpCommPath path : {EpCommPath::compact_psum, EpCommPath::all_to_all}) {
+      MoeConfig c = block_config(seed, 41, 12, 3, i % 3 ? ParallelMode::ep : ParallelMode::dp, path);
+      c.quant_mode = q;
+      c.shared_expert_dim = 8;
+      c.shared_fused = i % 2 == 1;
+      c.dtype = i % 2 ? Dtype::bf16 : Dtype::f32;
+      c.impl = kAllImpls[size_t(i) % kAllImpls.size()];
+      ++i;
+      expect_matches_single_process(c, make_routing(c));
+    }
+}
+
 // Every token on one expert: the ranks that own none receive no rows.
 TEST(MpiBlock, RanksThatReceiveNoRows) {
   MoeConfig c = block_config(shared_seed(), 13, 4, 1, ParallelMode::ep, EpCommPath::all_to_all);
