@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <sstream>
 
 #include "bench/ceiling.h"
@@ -281,6 +282,32 @@ TEST(Harness, StageTimesAddUpToTheForward) {
   }
   EXPECT_GT(ratio, 0.4);
   EXPECT_LT(ratio, 2.5);
+}
+
+// A quant run's stage timing adds the quantization inside up and down: the weights' in int8_routed (a
+// stage of its own, issue 23 item 5), none in prequant (quantized outside the timed calls).
+TEST(Harness, QuantStageTimingShowsTheWeightQuantization) {
+  const std::regex line(R"(\[random\] pass=forward stage quant quantize_weights_s=([0-9.]+) )"
+                        R"(quantize_rows_s=([0-9.]+) pct_of_up_down weights=[0-9.]+ rows=[0-9.]+)");
+  for (const char* mode : {"int8_routed", "int8_routed_prequant"}) {
+    const std::string out = run_stdout(
+        std::string("--tokens 256 --hidden 64 --mlp-dim 64 --experts 4 --topk 2 --impl fused_w13 "
+                    "--distribution random --iters 2 --warmup 1 --stage-timing --threads 1 --quant-mode ") +
+        mode);
+    ASSERT_NE(out.find("stage_pct pack="), std::string::npos) << out;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(out, m, line)) << out;
+    EXPECT_GT(std::stod(m[2]), 0.0) << mode;  // rows are quantized in every mode
+    if (std::string(mode) == "int8_routed")
+      EXPECT_GT(std::stod(m[1]), 0.0);
+    else
+      EXPECT_EQ(std::stod(m[1]), 0.0);
+  }
+  EXPECT_EQ(run_stdout("--tokens 64 --hidden 32 --mlp-dim 32 --experts 4 --topk 2 --iters 1 --warmup 0 "
+                       "--stage-timing --threads 1")
+                .find("stage quant"),
+            std::string::npos)
+      << "float runs print the seed's lines only";
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <optional>
+#include <string_view>
 #include <tuple>
 
 #include "bench/finite.h"
@@ -43,6 +44,22 @@ void print_stage_timing(const BenchOptions& o, const MoeConfig& c, const MoeInpu
   double down = time_fn([&] { block.stage_down(in); }, o.warmup, o.iters, sync).mean;
   double combine = time_fn([&] { block.stage_combine(out, routing); }, o.warmup, o.iters, sync).mean;
   fmt::print("{}", stage_lines(c, pack, up, down, combine));
+  if (c.quant_mode == QuantMode::none) return;
+  // Beyond the seed: what quantizing costs inside up and down (int8_routed and int8_all quantize the
+  // weights in every call), from the ops' own sub-stages over as many more up + down calls.
+  double weights_s = 0, rows_s = 0;
+  block.set_stage_observer(
+      [&](const char* stage, StageTracer::Clock::time_point start, StageTracer::Clock::time_point end) {
+        const double s = std::chrono::duration<double>(end - start).count();
+        if (std::string_view(stage) == "quantize_weights") weights_s += s;
+        if (std::string_view(stage) == "quantize_rows") rows_s += s;
+      });
+  for (int i = 0; i < o.iters; ++i) {
+    block.stage_up(in);
+    block.stage_down(in);
+  }
+  block.set_stage_observer(nullptr);
+  fmt::print("{}", quant_stage_line(c, weights_s / o.iters, rows_s / o.iters, up + down));
 }
 
 // --check-perturb: the host copies --check compares, scaled by (1 + rel) (fresh copies: on a host

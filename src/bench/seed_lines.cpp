@@ -83,4 +83,13 @@ std::string stage_lines(const MoeConfig& c, double pack_s, double up_s, double d
       100 * down_s / total, 100 * combine_s / total);
 }
 
+std::string quant_stage_line(const MoeConfig& c, double quantize_weights_s, double quantize_rows_s,
+                             double up_down_s) {
+  return fmt::format(
+      "[{0}] pass=forward stage quant quantize_weights_s={1:.6f} quantize_rows_s={2:.6f} "
+      "pct_of_up_down weights={3:.1f} rows={4:.1f}\n",
+      name(c.distribution), quantize_weights_s, quantize_rows_s, 100 * quantize_weights_s / up_down_s,
+      100 * quantize_rows_s / up_down_s);
+}
+
 }  // namespace moe::bench

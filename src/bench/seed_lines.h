@@ -38,5 +38,9 @@ std::string routing_lines(const MoeConfig& c, const Routing& routing, const Null
 
 // The five --stage-timing lines (seconds per stage and their percentages of the 4-stage sum).
 std::string stage_lines(const MoeConfig& c, double pack_s, double up_s, double down_s, double combine_s);
+// Beyond the seed, after the stage lines of a quant run: the quantization inside up and down (mean
+// seconds per up + down), and its share of their time.
+std::string quant_stage_line(const MoeConfig& c, double quantize_weights_s, double quantize_rows_s,
+                             double up_down_s);
 
 }  // namespace moe::bench
