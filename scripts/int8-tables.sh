@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Reproduces the seed's int8 A/B tables (logbook 000: none vs int8_routed vs int8_routed_prequant, shared
-# expert on and off, topk 2 and 8, forward and forward_backward) at a CPU size, speed and accuracy side by
-# side from the tool's own rows, and times issue 23's speed shape (T=8192 H=1024 M=1024 E=16 K=2
-# fused_w13 bf16). Writes $OUT_DIR/int8.jsonl (the rows) and prints the tables (`moe-bench table`).
-# int8 and int8_all need the int8 shared expert, which is not built yet: they are left out.
+# Reproduces the seed's int8 A/B tables (logbook 000: none vs int8 vs int8_routed vs int8_all vs
+# int8_routed_prequant, shared expert on and off, topk 2 and 8, forward and forward_backward) at a CPU
+# size, speed and accuracy side by side from the tool's own rows, and times issue 23's speed shape
+# (T=8192 H=1024 M=1024 E=16 K=2 fused_w13 bf16). Writes $OUT_DIR/int8.jsonl (the rows) and prints the
+# tables (`moe-bench table`).
 # Usage: [OUT_DIR=docs/results] [ITERS=3] scripts/int8-tables.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +14,7 @@ bench=build/moe-bench
 rows=$out_dir/int8.jsonl
 common=(--distribution random --impl fused_w13 --dtype bfloat16 --iters "$iters" --warmup 1 --format jsonl
   --out "$rows")
-modes=(none int8_routed int8_routed_prequant)
+modes=(none int8 int8_routed int8_all int8_routed_prequant)
 for pass in forward forward_backward; do
   for mode in "${modes[@]}"; do
     for shared in 0 512; do

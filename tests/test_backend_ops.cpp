@@ -79,35 +79,49 @@ std::vector<Case> edge_grid(uint64_t seed) {
   };
   std::vector<Case> cases;
   int variant = 0;
+  // A case of shape s in dt; `set` fills the rest of its config (from `variant`) before the routing.
+  const auto add = [&](const Shape& s, Dtype dt, Impl impl, const std::string& label, auto&& set) {
+    Case c;
+    c.cfg.tokens = s.T;
+    c.cfg.hidden = 24;
+    c.cfg.mlp_dim = 20;
+    c.cfg.experts = s.E;
+    c.cfg.topk = s.K;
+    c.cfg.dtype = dt;
+    c.cfg.impl = impl;
+    c.cfg.seed = seed + uint64_t(variant);
+    set(c.cfg);
+    if (s.tweak) s.tweak(c.cfg);
+    c.kernel.gmm_tile_rows = 8;
+    c.routing = s.id ? routing_of(s.T, s.K, s.E, seed + 7, s.id) : make_routing(c.cfg);
+    c.label = fmt::format("{} {} {}", s.label, dtype_name(dt), label);
+    cases.push_back(std::move(c));
+    ++variant;
+  };
   for (const Shape& s : shapes)
     for (Dtype dt : {Dtype::f32, Dtype::bf16})
       for (GemmBackend be : {GemmBackend::gmm, GemmBackend::ragged_dot})
-        for (Impl impl : {Impl::baseline, Impl::fused_w13_preweight, Impl::fast}) {
-          Case c;
-          c.cfg.tokens = s.T;
-          c.cfg.hidden = 24;
-          c.cfg.mlp_dim = 20;
-          c.cfg.experts = s.E;
-          c.cfg.topk = s.K;
-          c.cfg.shared_expert_dim = s.S;
-          c.cfg.shared_fused = variant % 2 == 0;
-          c.cfg.dtype = dt;
-          c.cfg.gemm_backend = be;
-          c.cfg.impl = impl;
-          c.cfg.bench_pass = BenchPass::forward_backward;
-          c.cfg.remat_mode = variant % 3 == 0 ? RematMode::expert_mlp : RematMode::none;
-          c.cfg.permute_mode = variant % 4 == 1 ? PermuteMode::repeat_sort : PermuteMode::direct_take;
-          c.cfg.use_custom_sort_vjp = variant % 8 == 1;
-          c.cfg.matmul_precision =
-              variant % 5 == 2 ? MatmulPrecision::highest : MatmulPrecision::default_precision;
-          c.cfg.seed = seed + uint64_t(variant);
-          if (s.tweak) s.tweak(c.cfg);
-          c.kernel.gmm_tile_rows = 8;
-          c.routing = s.id ? routing_of(s.T, s.K, s.E, seed + 7, s.id) : make_routing(c.cfg);
-          c.label = fmt::format("{} {} {} {}", s.label, dtype_name(dt), name(be), name(impl));
-          cases.push_back(std::move(c));
-          ++variant;
-        }
+        for (Impl impl : {Impl::baseline, Impl::fused_w13_preweight, Impl::fast})
+          add(s, dt, impl, fmt::format("{} {}", name(be), name(impl)), [&](MoeConfig& c) {
+            c.shared_expert_dim = s.S;
+            c.shared_fused = variant % 2 == 0;
+            c.gemm_backend = be;
+            c.bench_pass = BenchPass::forward_backward;
+            c.remat_mode = variant % 3 == 0 ? RematMode::expert_mlp : RematMode::none;
+            c.permute_mode = variant % 4 == 1 ? PermuteMode::repeat_sort : PermuteMode::direct_take;
+            c.use_custom_sort_vjp = variant % 8 == 1;
+            c.matmul_precision =
+                variant % 5 == 2 ? MatmulPrecision::highest : MatmulPrecision::default_precision;
+          });
+  // impl ref_dp (forward only, no shared expert, null routing or capacity): its 256-row blocks, the
+  // padding and the trailing blocks multiplied, must leave the rows the reference computes.
+  for (const Shape& s : shapes)
+    for (Dtype dt : {Dtype::f32, Dtype::bf16})
+      if (!s.tweak)
+        add(s, dt, Impl::ref_dp, "ref_dp", [&](MoeConfig& c) {
+          c.bench_pass = BenchPass::forward;
+          c.renormalize_topk = dt == Dtype::bf16;
+        });
   return cases;
 }
 
@@ -256,8 +270,7 @@ class OpsOnBackend : public ::testing::TestWithParam<std::string> {
   }
 
   OpContext context(const Case& c, Backend& b) {
-    return OpContext{c.cfg, c.kernel, b, tracer_,
-                     layout_tile_rows(c.cfg.gemm_backend, c.kernel.gmm_tile_rows)};
+    return OpContext{c.cfg, c.kernel, b, tracer_, layout_tile_rows(c.cfg, c.kernel.gmm_tile_rows)};
   }
   // The case's plan from the ref backend's pack (host memory).
   DispatchPlan ref_plan(const Case& c) {
@@ -318,11 +331,14 @@ class OpsOnBackend : public ::testing::TestWithParam<std::string> {
     auto ref_op = ref().make_expert_ffn(context(c, ref()));
     auto op = be().make_expert_ffn(context(c, be()));
     const Tensor dy_rows = random_host(c.cfg.dtype, {plan.max_rows, H}, seed_ + 8);
+    // A forward-only impl (ref_dp) has no backward: its y_rows alone.
+    const bool backward = c.cfg.bench_pass == BenchPass::forward_backward;
     // inputs: x_rows, w1, w3, w2, dy_rows -> outputs: y_rows, dx_rows, dw1, dw3, dw2 (host).
     auto reference = [&](const std::vector<Tensor>& in) {
       const FfnWeights rw{in[1], in[2], in[3], Tensor()};
       Tensor y = poisoned(ref(), c.cfg.dtype, {plan.max_rows, H});
       ref_op->forward(y, in[0], rw, plan);
+      if (!backward) return std::vector<Tensor>{y};
       Tensor dx = poisoned(ref(), Dtype::f32, {plan.max_rows, H});
       FfnWeightGrads dw{poisoned(ref(), c.cfg.dtype, {E, H, M}), poisoned(ref(), c.cfg.dtype, {E, H, M}),
                         poisoned(ref(), c.cfg.dtype, {E, M, H})};
@@ -338,7 +354,7 @@ class OpsOnBackend : public ::testing::TestWithParam<std::string> {
     Tensor dx_got = poisoned(be(), Dtype::f32, {plan.max_rows, H});
     FfnWeightGrads dw_got{poisoned(be(), c.cfg.dtype, {E, H, M}), poisoned(be(), c.cfg.dtype, {E, H, M}),
                           poisoned(be(), c.cfg.dtype, {E, M, H})};
-    op->backward(dx_got, dw_got, be().to_device(dy_rows), be_x_rows, be_w, be_plan);
+    if (backward) op->backward(dx_got, dw_got, be().to_device(dy_rows), be_x_rows, be_w, be_plan);
     const Tensor* got[] = {&y_got, &dx_got, &dw_got.dw1, &dw_got.dw3, &dw_got.dw2};
     const char* names[] = {"y_rows", "dx_rows", "dw1", "dw3", "dw2"};
     const int64_t counts[] = {rows * H, rows * H, E * H * M, E * H * M, E * M * H};

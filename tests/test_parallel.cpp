@@ -60,6 +60,23 @@ std::string path_name(const Path& p) {
 
 class ParallelBlock : public ::testing::TestWithParam<Path> {};
 
+// The MoE edge grid as hand-made routings: whole ranks of experts receive no rows, or every row.
+struct EdgeCase {
+  const char* label;
+  int64_t tokens, experts, topk;
+  std::function<int32_t(int64_t t, int64_t k)> expert;
+};
+const std::vector<EdgeCase>& edge_cases() {
+  static const std::vector<EdgeCase> cases = {
+      {"all tokens on one expert", 19, 4, 1, [](int64_t, int64_t) { return 2; }},
+      {"empty experts", 23, 6, 2, [](int64_t t, int64_t k) { return int32_t((t + k) % 2 == 0 ? 1 : 4); }},
+      {"K=E", 11, 4, 4, [](int64_t t, int64_t k) { return int32_t((t + k) % 4); }},
+      {"K=1 odd T", 17, 4, 1, [](int64_t t, int64_t) { return int32_t(t % 4); }},
+      {"one expert's rank gets all", 9, 6, 2, [](int64_t, int64_t k) { return int32_t(k); }},
+  };
+  return cases;
+}
+
 MoeConfig base_config(uint64_t seed, const Path& p) {
   MoeConfig c;
   c.tokens = 37;
@@ -99,19 +116,7 @@ TEST_P(ParallelBlock, MatchesTheSingleProcessRun) {
 // The MoE edge grid with hand-made routings: whole ranks of experts receive no rows, or every row.
 TEST_P(ParallelBlock, EdgeGridMatchesTheSingleProcessRun) {
   const uint64_t seed = testing::test_seed();
-  struct EdgeCase {
-    const char* label;
-    int64_t tokens, experts, topk;
-    std::function<int32_t(int64_t t, int64_t k)> expert;
-  };
-  const std::vector<EdgeCase> cases = {
-      {"all tokens on one expert", 19, 4, 1, [](int64_t, int64_t) { return 2; }},
-      {"empty experts", 23, 6, 2, [](int64_t t, int64_t k) { return int32_t((t + k) % 2 == 0 ? 1 : 4); }},
-      {"K=E", 11, 4, 4, [](int64_t t, int64_t k) { return int32_t((t + k) % 4); }},
-      {"K=1 odd T", 17, 4, 1, [](int64_t t, int64_t) { return int32_t(t % 4); }},
-      {"one expert's rank gets all", 9, 6, 2, [](int64_t, int64_t k) { return int32_t(k); }},
-  };
-  for (const EdgeCase& ec : cases)
+  for (const EdgeCase& ec : edge_cases())
     for (int ranks : {2, 3, 4})
       for (Dtype dt : {Dtype::f32, Dtype::bf16}) {
         MoeConfig c = base_config(seed, GetParam());
@@ -285,6 +290,63 @@ TEST(ParallelBlockOverlap, MeshesAndIdleRanksMatchTheSingleProcessRun) {
   c.topk = 1;
   expect_matches_single_process(c, testing::edge_routing(c.tokens, 1, 4, [](int64_t, int64_t) { return 3; }),
                                 4);
+}
+
+// impl ref_dp, the seed's DP baseline (spec §5.5): tokens sharded over 1-4 data ranks (and a data=4
+// mesh), weights replicated, its 256-row blocks, its softmax-over-E routing with and without
+// renormalizing, forward only: the single-process run and the oracle, fresh inputs and the edge grid.
+TEST(ParallelRefDp, MatchesTheSingleProcessRun) {
+  const uint64_t seed = testing::test_seed();
+  int i = 0;
+  for (int ranks : {1, 2, 3, 4})
+    for (Dtype dt : {Dtype::f32, Dtype::bf16}) {
+      MoeConfig c = base_config(seed, {ParallelMode::dp, EpCommPath::compact_psum});
+      c.impl = Impl::ref_dp;
+      c.dtype = dt;
+      c.renormalize_topk = i % 2 == 1;
+      c.distribution = i % 3 == 2 ? Distribution::runs : Distribution::random;
+      if (ranks == 4 && dt == Dtype::bf16) c.mesh_data = 4, c.mesh_expert = 1;
+      ++i;
+      expect_matches_single_process(c, make_routing(c), ranks);
+    }
+  for (const EdgeCase& ec : edge_cases())
+    for (int ranks : {2, 4}) {
+      MoeConfig c = base_config(seed, {ParallelMode::dp, EpCommPath::compact_psum});
+      c.impl = Impl::ref_dp;
+      c.tokens = ec.tokens;
+      c.experts = ec.experts;
+      c.topk = ec.topk;
+      SCOPED_TRACE(ec.label);
+      expect_matches_single_process(c, testing::edge_routing(c.tokens, c.topk, c.experts, ec.expert), ranks);
+    }
+}
+
+// ref_dp is the seed's forward-only DP baseline: what it never ran is one clear line.
+TEST(ParallelRefDp, WhatTheSeedsBaselineNeverRanIsRefused) {
+  MoeConfig c = base_config(1, {ParallelMode::dp, EpCommPath::compact_psum});
+  c.impl = Impl::ref_dp;
+  EXPECT_TRUE(c.validate().is_ok());
+  const auto refused = [](MoeConfig bad, const char* what) {
+    const Status s = bad.validate();
+    EXPECT_FALSE(s.is_ok()) << what;
+    EXPECT_NE(s.message().find(what), std::string::npos) << s.message();
+  };
+  MoeConfig bad = c;
+  bad.bench_pass = BenchPass::forward_backward;
+  refused(bad, "--bench-pass forward_backward is not part of it");
+  bad = c;
+  bad.shared_expert_dim = 8;
+  refused(bad, "a shared expert is not part of it");
+  bad = c;
+  bad.parallel_mode = ParallelMode::ep;
+  refused(bad, "--parallel-mode ep (ref_dp replicates the weights");
+  bad = c;
+  bad.null_routing.frac = 0.2;
+  refused(bad, "null routing is not part of it");
+  bad = c;
+  bad.impl = Impl::fused_w13;
+  bad.renormalize_topk = true;
+  refused(bad, "--renormalize-topk is the seed's profile-harness routing");
 }
 
 TEST(ParallelLayout, BadMeshesAreOneClearLine) {

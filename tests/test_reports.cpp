@@ -174,6 +174,59 @@ TEST(Table, RunsOverOtherRankCountsAreRowsOfTheirOwn) {
   EXPECT_EQ(table_rows(r.out).size(), 2u) << r.out;
 }
 
+// The seed's DP baseline (impl ref_dp), our DP and its own routing variants are rows of their own.
+TEST(Table, RefDpRowsAreNeverPooledWithOtherPaths) {
+  const std::string dir = temp_dir("table_ref_dp");
+  MoeConfig c = tiny(2);
+  c.parallel_mode = ParallelMode::dp;
+  MoeConfig ref_dp = c, renormalized = c;
+  ref_dp.impl = renormalized.impl = Impl::ref_dp;
+  renormalized.renormalize_topk = true;
+  std::vector<ResultRow> rows = {timed_row(c, {1, 1.1}), timed_row(ref_dp, {2, 2.1}),
+                                 timed_row(renormalized, {3, 3.1})};
+  for (ResultRow& r : rows) r["world_size"] = 2;
+  const std::string s = store(dir + "/s.jsonl", rows);
+  const auto r = run_bench("table " + s + " --columns impl,renormalize_topk,time_s");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto cells = table_rows(r.out);
+  ASSERT_EQ(cells.size(), 3u) << r.out;
+  EXPECT_EQ(cells[0][0], "fused_w13");
+  EXPECT_EQ(cells[1][0], "ref_dp");
+  EXPECT_EQ(cells[1][1], "false");
+  EXPECT_EQ(cells[2][1], "true");
+}
+
+// moe-bench log keys runs as table does: rows over other rank counts or meshes are other runs, and
+// its Config lines say which the entry holds.
+TEST(Log, RunsOverOtherRankCountsAndMeshesAreNotPooled) {
+  const std::string dir = temp_dir("log_ranks");
+  MoeConfig c = tiny(2);
+  c.parallel_mode = ParallelMode::ep;
+  MoeConfig meshed = c;
+  meshed.mesh_data = meshed.mesh_expert = 2;
+  ResultRow two = timed_row(c, {1, 1.1}), four = timed_row(c, {2, 2.1}), mesh = timed_row(meshed, {3, 3.1});
+  two["world_size"] = 2;
+  four["world_size"] = 4;
+  mesh["world_size"] = 4;
+  for (ResultRow* r : {&two, &four}) {
+    (*r)["mesh_data"] = 1;
+    (*r)["mesh_expert"] = (*r)["world_size"];
+  }
+  mesh["mesh_data"] = mesh["mesh_expert"] = 2;
+  four["run_id"] = "0123456789abcdef";
+  mesh["run_id"] = "fedcba9876543210";
+  const std::string s = store(dir + "/s.jsonl", {two, four, mesh});
+  LogOptions o;
+  o.id = "RL-MPI-001";
+  o.hypothesis = "h";
+  o.store = s;
+  std::string entry;
+  ASSERT_TRUE(log_entry(o, entry));
+  EXPECT_NE(entry.find("world_size in {2, 4}"), std::string::npos) << entry;
+  EXPECT_NE(entry.find("mesh_data in {1, 2}; mesh_expert in {2, 4}"), std::string::npos) << entry;
+  EXPECT_EQ(table_rows(entry.substr(entry.find("- Result:"))).size(), 3u) << entry;
+}
+
 TEST(Plot, RendersAPngAndAnSvgWithErrorBars) {
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) GTEST_SKIP() << "gnuplot not installed";
   const std::string dir = temp_dir("plot");

@@ -83,6 +83,40 @@ TEST(RoutingTopk, MatchesFullStableSortOnTiedRandomLogits) {
 
 // -------------------------------------------------------------------------------------- distributions
 
+// impl ref_dp's routing (spec §5.5): softmax over all E, then top-k of the probabilities, optionally
+// renormalized: route_topk's ids, weights exp(l) / sum_E exp(l) (computed here in double), and
+// route_topk's weights once renormalized.
+TEST(RoutingTopk, SoftmaxOverEveryExpertThenTopk) {
+  const int64_t T = 64, E = 7, K = 3;
+  std::vector<float> logits(size_t(T * E));
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = float(random_normal(testing::test_seed(), i));
+  const Routing topk = route_topk(logits, T, E, K);
+  const Routing raw = route_softmax_topk(logits, T, E, K, false);
+  const Routing renorm = route_softmax_topk(logits, T, E, K, true);
+  EXPECT_EQ(raw.ids, topk.ids);
+  EXPECT_EQ(renorm.ids, topk.ids);
+  for (int64_t t = 0; t < T; ++t) {
+    double sum = 0, kept = 0;
+    for (int64_t e = 0; e < E; ++e) sum += std::exp(double(logits[size_t(t * E + e)]));
+    for (int64_t k = 0; k < K; ++k) {
+      const size_t a = size_t(t * K + k);
+      const double p = std::exp(double(logits[size_t(t * E + raw.ids[a])])) / sum;
+      EXPECT_NEAR(raw.weights[a], p, 1e-6 * p) << t << "," << k;
+      EXPECT_NEAR(renorm.weights[a], topk.weights[a], 1e-6) << t << "," << k;
+      kept += raw.weights[a];
+    }
+    EXPECT_LT(kept, 1.0) << "the other experts' probability is not given back without renormalizing";
+  }
+  MoeConfig c;
+  c.tokens = T;
+  c.experts = E;
+  c.topk = K;
+  c.impl = Impl::ref_dp;
+  EXPECT_EQ(make_routing(c).weights,
+            route_softmax_topk(sample_router_logits(c, c.distribution, distribution_key(c)), T, E, K, false)
+                .weights);
+}
+
 TEST(RoutingDistribution, RandomLogitsAreTheCounterStream) {
   const uint64_t seed = testing::test_seed();
   MoeConfig cfg = small_config(seed, Dtype::f32, 0);

@@ -15,7 +15,10 @@
 namespace moe {
 
 enum class Distribution { random, runs };
-enum class Impl { baseline, fused_w13, preweight, fused_w13_preweight, scatter, fast };
+// ref_dp: the seed's DP baseline of its profile harness (spec §5.5), not of the hillclimb matrix: its
+// routing (softmax over E, then top-k), every expert group padded to 256-row blocks and a static block
+// count, per-block weight copies, forward only (docs/design.md, "The seed's DP baseline").
+enum class Impl { baseline, fused_w13, preweight, fused_w13_preweight, scatter, fast, ref_dp };
 enum class GemmBackend { gmm, ragged_dot };
 enum class PackStrategy { argsort, tuple_sort, expert_score_sort };
 enum class PermuteMode { direct_take, repeat_sort };
@@ -76,7 +79,7 @@ std::optional<MatmulPrecision> parse_matmul_precision(std::string_view s);
 std::optional<ParallelMode> parse_parallel_mode(std::string_view s);
 std::optional<EpCommPath> parse_ep_comm_path(std::string_view s);
 
-extern const std::vector<Impl> kAllImpls;  // the order `--impl both` runs them in
+extern const std::vector<Impl> kAllImpls;  // the order `--impl both` runs them in (not ref_dp)
 
 // The seed's impl matrix (spec §3.4).
 struct ImplTraits {
@@ -123,6 +126,10 @@ struct MoeConfig {
   // --ep-overlap N (ep all_to_all, forward): the rows travel in N chunks, each chunk's dispatch
   // overlapping the experts of the one before (1: no overlap). In the config's JSON only where not 1.
   int64_t ep_overlap = 1;
+  // --renormalize-topk (impl ref_dp): the seed's profile harness rescales the K selected softmax
+  // probabilities to sum to 1 (its flag); without it they are the probabilities over all E. In the
+  // config's JSON for ref_dp only (every other impl's weights are the softmax over the K selected).
+  bool renormalize_topk = false;
 
   int64_t assignments() const { return tokens * topk; }
   // The dtype float32 activations are rounded to where a matmul reads them (matmul_precision).

@@ -41,9 +41,19 @@ struct DispatchPlan {
 // The contiguous layout's group alignment for a config: gmm -> KernelConfig::gmm_tile_rows,
 // ragged_dot -> 1 (exact).
 int64_t layout_tile_rows(GemmBackend backend, int64_t gmm_tile_rows);
+// The tile of a config's plan: impl ref_dp's block (kRefDpBlockRows, the seed's block_b), else the
+// layout's above.
+int64_t layout_tile_rows(const MoeConfig& cfg, int64_t gmm_tile_rows);
+
+// impl ref_dp (spec §5.5): every expert group padded to a multiple of 256 rows, in a buffer of a static
+// ref_dp_blocks(cfg) = ceil((A + E * 256) / 256) blocks whatever the routing (JAX's static shapes): the
+// blocks past the last group are multiplied too, on zero rows.
+inline constexpr int64_t kRefDpBlockRows = 256;
+int64_t ref_dp_blocks(const MoeConfig& cfg);
 
 // The most rows any routing of `cfg` can need at `tile_rows`: every assignment live plus the tile
-// padding of at most min(E, A) non-empty groups, or E tile-padded capacity slots under `pad`.
+// padding of at most min(E, A) non-empty groups, or E tile-padded capacity slots under `pad`; ref_dp's
+// static blocks.
 int64_t max_plan_rows(const MoeConfig& cfg, int64_t tile_rows);
 
 // Allocates (does not fill) a plan for `cfg` in `memory`.

@@ -42,12 +42,19 @@ std::vector<float> sample_router_logits(const MoeConfig& cfg, Distribution dist,
 // of the K selected logits (max-subtracted, f32).
 Routing route_topk(const std::vector<float>& logits, int64_t tokens, int64_t experts, int64_t topk);
 
+// The seed's profile-harness routing (spec §5.5, impl ref_dp): p = softmax of each row of logits (T, E)
+// over all E, then the top K of p (ids as route_topk's), weights p at them, rescaled to sum to 1 when
+// `renormalize` (then equal to route_topk's up to rounding).
+Routing route_softmax_topk(const std::vector<float>& logits, int64_t tokens, int64_t experts, int64_t topk,
+                           bool renormalize);
+
 // The key a run's router logits (and its null mask, null_routing.h) derive from:
 // derive_key(derive_key(seed, kStreamRoute), distribution), independent of the other distributions run.
 uint64_t distribution_key(const MoeConfig& cfg);
 
-// The routing a run uses: top-k of logits drawn from distribution_key(cfg), then null routing when
-// cfg.null_routing is active (null_routing.h). `null_stats` (optional) receives the null statistics.
+// The routing a run uses: top-k of logits drawn from distribution_key(cfg) (route_softmax_topk for impl
+// ref_dp), then null routing when cfg.null_routing is active (null_routing.h). `null_stats` (optional)
+// receives the null statistics.
 struct NullRoutingStats;
 Routing make_routing(const MoeConfig& cfg, NullRoutingStats* null_stats = nullptr);
 

@@ -36,6 +36,7 @@ void print_list(const MoeConfig& c) {
   }
   fmt::print("impls:");
   for (Impl i : kAllImpls) fmt::print(" {}", name(i));
+  fmt::print(" {} (the seed's DP baseline, not in 'both')", name(Impl::ref_dp));
   fmt::print(
       "\ngrouped_gemm backends: gmm (contiguous layout, tile-padded groups) ragged_dot (exact groups)\n");
   fmt::print(

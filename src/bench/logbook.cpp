@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <ctime>
 #include <filesystem>
@@ -32,17 +33,22 @@ std::string now_local() {
 std::string config_lines(const std::vector<ResultRow>& rows, const std::string& stores) {
   std::vector<const ResultRow*> all;
   for (const ResultRow& r : rows) all.push_back(&r);
-  const std::vector<std::string> varied = varying_keys(all, config_keys());
+  // run_keys, not config_keys: rows of other rank counts or meshes are other runs (the table below
+  // groups by them too), and the entry must say which it holds.
+  const std::vector<std::string> varied = varying_keys(all, run_keys());
   std::vector<std::string> fixed;
-  for (const std::string& k : config_keys())
-    if (std::find(varied.begin(), varied.end(), k) == varied.end()) fixed.push_back(k);
+  for (const std::string& k : run_keys()) {
+    // A key no row has (world_size in rows of one process made before it existed) says nothing.
+    const bool any = std::any_of(all.begin(), all.end(), [&](const ResultRow* r) { return r->contains(k); });
+    if (any && std::find(varied.begin(), varied.end(), k) == varied.end()) fixed.push_back(k);
+  }
   std::string s = fmt::format("  - fixed: `{}`\n", key_values(rows.front(), fixed));
   if (!varied.empty()) {
     std::vector<std::string> axes;
     for (const std::string& k : varied) {
       std::vector<std::string> values;
       for (const ResultRow* r : all) {
-        const std::string v = value_text((*r)[k]);
+        const std::string v = value_text(r->value(k, ResultRow()));
         if (std::find(values.begin(), values.end(), v) == values.end()) values.push_back(v);
       }
       axes.push_back(fmt::format("{} in {{{}}}", k, fmt::join(values, ", ")));

@@ -76,7 +76,9 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok, s
       ->capture_default_str();
   app.add_option("--backend", backend, "gmm (contiguous, tile-padded groups) | ragged_dot (exact groups)")
       ->capture_default_str();
-  app.add_option("--impl", impl, "baseline|fused_w13|preweight|fused_w13_preweight|scatter|fast|both")
+  app.add_option("--impl", impl,
+                 "baseline|fused_w13|preweight|fused_w13_preweight|scatter|fast|both, or ref_dp (the seed's "
+                 "DP baseline, spec 5.5)")
       ->capture_default_str();
   app.add_option("--distribution", distribution, "random|runs|both")->capture_default_str();
   app.add_option("--bench-pass", bench_pass, "forward|forward_backward")->capture_default_str();
@@ -128,6 +130,9 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok, s
   // The seed folds it into a key as a uint32 (jax.random.fold_in).
   num.add("--null-route-seed", c.null_routing.seed, "folded into the null-mask key", 0, 0xffffffffll);
   app.add_option("--null-routing-mode", null_mode, "independent|take_until_null")->capture_default_str();
+  app.add_flag(
+      "--renormalize-topk", c.renormalize_topk,
+      "--impl ref_dp: rescale the top-k softmax probabilities to sum to 1 (the profile harness's flag)");
   app.add_flag("--renormalize-real-after-null", c.null_routing.renormalize,
                "renormalize each token's remaining real weights to sum to 1");
   num.add("--iters", opts.iters, "timed iterations", 1, kMaxInt);
@@ -242,9 +247,9 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok, s
     opts.impls = kAllImpls;
   } else {
     Impl one = Impl::fused_w13;
-    MOE_RETURN_IF_ERROR(parse_enum("--impl", impl, parse_impl,
-                                   "baseline, fused_w13, preweight, fused_w13_preweight, scatter, fast, both",
-                                   one));
+    MOE_RETURN_IF_ERROR(
+        parse_enum("--impl", impl, parse_impl,
+                   "baseline, fused_w13, preweight, fused_w13_preweight, scatter, fast, ref_dp, both", one));
     opts.impls = {one};
   }
   opts.distributions.clear();
@@ -275,6 +280,9 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok, s
 
   MOE_RETURN_IF_ERROR(check_gemm_variant(opts.kernel.gemm_variant));
 
+  // The impl's own rules (ref_dp's) are checked per run (check_runnable); here the first impl's, so a
+  // flag only one impl takes (--renormalize-topk) is seen with it.
+  c.impl = opts.impls.front();
   // Every run's config (one per topk) must be valid.
   for (int64_t k : opts.topks) {
     c.topk = k;

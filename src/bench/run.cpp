@@ -380,6 +380,9 @@ Status check_runnable(const BenchOptions& o, Backend& backend, const Comm& comm)
         c.topk = k;
         c.impl = impl;
         c.null_routing.frac = f;
+        // The impl's own rules too (ref_dp refuses what the seed's baseline never ran): options
+        // validated the flags with the default impl.
+        MOE_RETURN_IF_ERROR(c.validate());
         MOE_RETURN_IF_ERROR(backend.supports_block(c));
         MOE_RETURN_IF_ERROR(exchange_supports(c, comm));
       }

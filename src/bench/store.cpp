@@ -222,7 +222,7 @@ const std::vector<std::string>& config_keys() {
 const std::vector<std::string>& run_keys() {
   static const std::vector<std::string> keys = [] {
     std::vector<std::string> k = config_keys();
-    for (const char* extra : {"world_size", "mesh_data", "mesh_expert", "ep_overlap"})
+    for (const char* extra : {"world_size", "mesh_data", "mesh_expert", "ep_overlap", "renormalize_topk"})
       if (std::find(k.begin(), k.end(), extra) == k.end()) k.push_back(extra);
     return k;
   }();

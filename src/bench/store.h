@@ -56,9 +56,10 @@ Status load_selection(const StoreSelection& s, std::vector<ResultRow>& rows);
 // The keys that say what a row measured: MoeConfig's and KernelConfig's fields, the queue mode and the
 // timing protocol (iters, warmup, repeats), in that order.
 const std::vector<std::string>& config_keys();
-// config_keys and the keys of a parallel run that a row's config JSON holds only where given (the mesh,
-// ep_overlap) or not at all (world_size): what table, compare and plot group rows by, so that runs over
-// different rank counts or meshes are never one group (a row without one reads null there).
+// config_keys and the keys a row's config JSON holds only where given (the mesh, ep_overlap, ref_dp's
+// renormalize_topk) or not at all (world_size): what table, compare, plot and log group rows by, so
+// that runs over different rank counts or meshes are never one group (a row without one reads null
+// there).
 const std::vector<std::string>& run_keys();
 // The environment keys (build, machine, date) of a row.
 const std::vector<std::string>& environment_keys();

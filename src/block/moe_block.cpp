@@ -24,7 +24,7 @@ MoeBlock::MoeBlock(const MoeConfig& cfg, const KernelConfig& kcfg, Backend& back
   split_ = exchange_->gathers_tokens();
   check_supported(backend.supports_block(token_cfg_));
   check_supported(backend.supports_block(expert_cfg_));
-  const int64_t tile_rows = layout_tile_rows(cfg_.gemm_backend, kcfg_.gmm_tile_rows);
+  const int64_t tile_rows = layout_tile_rows(cfg_, kcfg_.gmm_tile_rows);
   const OpContext ctx{token_cfg_, kcfg_, backend_, tracer_, tile_rows};
   const OpContext held_ctx{held_cfg_, kcfg_, backend_, tracer_, tile_rows};
   const OpContext expert_ctx{expert_cfg_, kcfg_, backend_, tracer_, tile_rows};

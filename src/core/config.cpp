@@ -31,12 +31,13 @@ struct NameTable {
 
 constexpr NameTable<Distribution, 2> kDistributions{
     {{{Distribution::random, "random"}, {Distribution::runs, "runs"}}}};
-constexpr NameTable<Impl, 6> kImpls{{{{Impl::baseline, "baseline"},
+constexpr NameTable<Impl, 7> kImpls{{{{Impl::baseline, "baseline"},
                                       {Impl::fused_w13, "fused_w13"},
                                       {Impl::preweight, "preweight"},
                                       {Impl::fused_w13_preweight, "fused_w13_preweight"},
                                       {Impl::scatter, "scatter"},
-                                      {Impl::fast, "fast"}}}};
+                                      {Impl::fast, "fast"},
+                                      {Impl::ref_dp, "ref_dp"}}}};
 constexpr NameTable<GemmBackend, 2> kBackends{
     {{{GemmBackend::gmm, "gmm"}, {GemmBackend::ragged_dot, "ragged_dot"}}}};
 constexpr NameTable<PackStrategy, 3> kPackStrategies{
@@ -200,6 +201,8 @@ ImplTraits impl_traits(Impl impl) {
       return {false, false, true};
     case Impl::fast:
       return {true, false, true};
+    case Impl::ref_dp:  // w1 and w3 apart; routing weights multiplied after w2, then a scatter-add
+      return {false, false, true};
   }
   MOE_CHECK(false, "unknown impl");
 }
@@ -221,12 +224,53 @@ double MoeConfig::estimated_bytes() const {
   if (capacity_active() && capacity_policy == CapacityPolicy::pad)
     rows = std::max(rows, E * double(capacity()) + E * 64);
   double es = double(dtype_size(dtype));
-  double params = (3 * E * H * M + 3 * H * S) * es * 2;        // weights + fused copies
+  double params = (3 * E * H * M + 3 * H * S) * es * 2;  // weights + fused copies
+  if (impl == Impl::ref_dp) {
+    // Its static blocks of 256 rows and a copy of the three weight matrices per block.
+    const double blocks = std::ceil((T * K + E * 256) / 256);
+    rows = blocks * 256;
+    params += 3 * blocks * H * M * es;
+  }
   double acts = (T * H * 3) * 4 + rows * (H * 2 + M * 4) * 4;  // x/out/dx + row buffers (f32 bound)
   double shared = T * S * 3 * 4;
   double grads = bench_pass == BenchPass::forward_backward ? params + acts : 0;
   return params + acts + shared + grads;
 }
+
+// ref_dp is the seed's profile-harness path as it was: what that harness never ran is refused, not
+// approximated.
+namespace {
+
+Status validate_ref_dp(const MoeConfig& c) {
+  if (c.impl != Impl::ref_dp) {
+    if (c.renormalize_topk)
+      return Status::error(
+          "--renormalize-topk is the seed's profile-harness routing (--impl ref_dp): every other impl's "
+          "weights are the softmax over the K selected logits already");
+    return Status::ok();
+  }
+  const char* what = nullptr;
+  if (c.bench_pass != BenchPass::forward)
+    what = "--bench-pass forward_backward";
+  else if (c.has_shared())
+    what = "a shared expert";
+  else if (c.null_routing.frac != 0)
+    what = "null routing";
+  else if (c.capacity_active())
+    what = "a capacity policy";
+  else if (c.quant_mode != QuantMode::none)
+    what = "a quant mode";
+  else if (c.parallel_mode == ParallelMode::ep)
+    what = "--parallel-mode ep (ref_dp replicates the weights: --parallel-mode dp)";
+  if (what)
+    return Status::error(fmt::format(
+        "--impl ref_dp is the seed's forward-only DP baseline (spec §5.5, no shared expert, quant mode "
+        "none): {} is not part of it",
+        what));
+  return Status::ok();
+}
+
+}  // namespace
 
 // Expert ids, null slot ids included, stay far inside int32.
 constexpr int64_t kMaxExperts = int64_t(1) << 20;
@@ -275,6 +319,7 @@ Status MoeConfig::validate() const {
   if (parallel_mode != ParallelMode::ep && ep_comm_path != EpCommPath::compact_psum)
     return Status::error(fmt::format("--ep-comm-path {} needs --parallel-mode ep", name(ep_comm_path)));
   if (device.empty()) return Status::error("invalid --device '': expected a backend name (see --list)");
+  MOE_RETURN_IF_ERROR(validate_ref_dp(*this));
   if (null_routing_active() && capacity_policy != CapacityPolicy::none)
     return Status::error("Null routing currently requires capacity_policy='none' in this harness.");
   // Index math uses int32 row ids; keep every count well inside that range.
@@ -327,6 +372,7 @@ std::string MoeConfig::to_json() const {
     j["mesh_expert"] = mesh_expert;
   }
   if (ep_overlap != 1) j["ep_overlap"] = ep_overlap;
+  if (impl == Impl::ref_dp) j["renormalize_topk"] = renormalize_topk;
   return j.dump();
 }
 

@@ -21,9 +21,21 @@ int64_t layout_tile_rows(GemmBackend backend, int64_t gmm_tile_rows) {
   MOE_CHECK(false, "unknown grouped GEMM backend");
 }
 
+int64_t layout_tile_rows(const MoeConfig& cfg, int64_t gmm_tile_rows) {
+  return cfg.impl == Impl::ref_dp ? kRefDpBlockRows : layout_tile_rows(cfg.gemm_backend, gmm_tile_rows);
+}
+
+int64_t ref_dp_blocks(const MoeConfig& cfg) {
+  return (cfg.assignments() + cfg.experts * kRefDpBlockRows + kRefDpBlockRows - 1) / kRefDpBlockRows;
+}
+
 int64_t max_plan_rows(const MoeConfig& cfg, int64_t tile_rows) {
   MOE_CHECK(tile_rows >= 1, "max_plan_rows: tile_rows must be >= 1");
   const int64_t A = cfg.assignments(), E = cfg.experts;
+  if (cfg.impl == Impl::ref_dp) {
+    MOE_CHECK(tile_rows == kRefDpBlockRows, "max_plan_rows: ref_dp's plan is laid out in 256-row blocks");
+    return ref_dp_blocks(cfg) * kRefDpBlockRows;  // >= A + min(E, A) * 255: every group fits
+  }
   if (cfg.capacity_active() && cfg.capacity_policy == CapacityPolicy::pad)
     return E * round_up(cfg.capacity(), tile_rows);
   return A + std::min(E, A) * (tile_rows - 1);

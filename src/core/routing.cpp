@@ -153,6 +153,29 @@ Routing route_topk(const std::vector<float>& logits, int64_t tokens, int64_t exp
   return r;
 }
 
+Routing route_softmax_topk(const std::vector<float>& logits, int64_t tokens, int64_t experts, int64_t topk,
+                           bool renormalize) {
+  // The ids are route_topk's: softmax is monotone, so the K largest probabilities are the K largest
+  // logits, ties alike.
+  Routing r = route_topk(logits, tokens, experts, topk);
+#pragma omp parallel for schedule(static) if (tokens * experts >= kParallelMin)
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* row = logits.data() + t * experts;
+    const float top = row[r.ids[size_t(t * topk)]];
+    float sum = 0.0f;
+    for (int64_t e = 0; e < experts; ++e) sum += std::exp(row[e] - top);
+    float* w = r.weights.data() + t * topk;
+    float kept = 0.0f;
+    for (int64_t k = 0; k < topk; ++k) {
+      w[k] = std::exp(row[r.ids[size_t(t * topk + k)]] - top) / sum;
+      kept += w[k];
+    }
+    if (renormalize)
+      for (int64_t k = 0; k < topk; ++k) w[k] /= kept;
+  }
+  return r;
+}
+
 uint64_t distribution_key(const MoeConfig& cfg) {
   // Keyed by the distribution itself, not its position in the run's list (the seed splits by position),
   // so a distribution routes identically whichever others run beside it.
@@ -161,7 +184,10 @@ uint64_t distribution_key(const MoeConfig& cfg) {
 
 Routing make_routing(const MoeConfig& cfg, NullRoutingStats* null_stats) {
   const uint64_t key = distribution_key(cfg);
-  Routing r = route_topk(sample_router_logits(cfg, cfg.distribution, key), cfg.tokens, cfg.experts, cfg.topk);
+  const std::vector<float> logits = sample_router_logits(cfg, cfg.distribution, key);
+  Routing r = cfg.impl == Impl::ref_dp
+                  ? route_softmax_topk(logits, cfg.tokens, cfg.experts, cfg.topk, cfg.renormalize_topk)
+                  : route_topk(logits, cfg.tokens, cfg.experts, cfg.topk);
   NullRoutingStats stats = apply_null_routing(r, cfg.null_routing, key);
   if (null_stats) *null_stats = stats;
   return r;

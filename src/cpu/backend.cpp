@@ -49,7 +49,7 @@ class CpuBackend final : public Backend {
     switch (ctx.cfg.quant_mode) {
       case QuantMode::none:
       case QuantMode::int8:  // int8 quantizes the shared expert's GEMMs only
-        return make_float_expert_ffn(ctx);
+        return ctx.cfg.impl == Impl::ref_dp ? make_ref_dp_expert_ffn(ctx) : make_float_expert_ffn(ctx);
       case QuantMode::int8_routed:
       case QuantMode::int8_all:
       case QuantMode::int8_routed_prequant:

@@ -10,5 +10,8 @@
 namespace moe::cpu {
 
 std::unique_ptr<ExpertFfnOp> make_float_expert_ffn(const OpContext& ctx);
+// impl ref_dp (src/cpu/expert_ffn_ref_dp.cpp): the seed's DP baseline, per-block weight copies and
+// padded blocks multiplied. Forward only.
+std::unique_ptr<ExpertFfnOp> make_ref_dp_expert_ffn(const OpContext& ctx);
 
 }  // namespace moe::cpu

@@ -54,6 +54,10 @@ Status not_implemented(const Backend& backend, OpKind op) {
 Status every_op_float_expert_ffn(const Backend& backend, OpKind op, const MoeConfig& cfg) {
   switch (op) {
     case OpKind::expert_ffn:
+      if (cfg.impl == Impl::ref_dp)
+        return Status::error(fmt::format(
+            "--impl ref_dp (the seed's DP baseline's expert MLP) is not implemented on backend {}",
+            backend.name()));
       break;
     case OpKind::pack:
     case OpKind::dispatch:
