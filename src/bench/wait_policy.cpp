@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -111,10 +112,15 @@ double probe_cpu_share(int threads, int milliseconds) {
     share[size_t(i)] = (seconds(CLOCK_THREAD_CPUTIME_ID) - cpu0) / (wall - wall0);
   };
   std::vector<std::thread> others;
-  for (int i = 1; i < threads; ++i) others.emplace_back(spin, i);
+  // A thread the system will not start is set_thread_count's error to report (one line, exit 2), not
+  // the probe's: it measures the threads it has.
+  try {
+    for (int i = 1; i < threads; ++i) others.emplace_back(spin, i);
+  } catch (const std::system_error&) {
+  }
   spin(0);
   for (std::thread& t : others) t.join();
-  return std::min(1.0, *std::min_element(share.begin(), share.end()));
+  return std::min(1.0, *std::min_element(share.begin(), share.begin() + 1 + ptrdiff_t(others.size())));
 }
 
 WaitChoice choose_wait_policy(WaitPolicy flag, const EnvLookup& env, const std::function<double()>& probe,
