@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <cstdlib>
+
 #include "cpu/peak.h"
 #include "cpu/tuning.h"
 #include "moe/backend.h"
@@ -20,12 +22,18 @@ void print_peaks() {
     fmt::print("{:<16} {:>10.3f}  {}\n", p.name, p.tera_per_s, dtype_name(p.arithmetic));
 }
 
-void print_list(const MoeConfig& c) {
+void print_list(const MoeConfig& c, WaitPolicy wait, int threads) {
   const CpuIsa& cpu = cpu_isa();
   fmt::print("cpu: {}\n  isa level: {} (detected {}{})\n  extensions: {}\n", cpu.model,
              isa_level_name(cpu.level()), isa_level_name(cpu.detected),
              cpu.capped_by_env ? fmt::format(", held to {} by MOE_MAX_ISA", isa_level_name(cpu.cap)) : "",
              cpu.extensions());
+  std::string warning;
+  const WaitChoice w = choose_wait_policy(
+      wait, [](const char* v) { return std::getenv(v); }, [threads] { return probe_cpu_share(threads); },
+      &warning);
+  fmt::print("openmp wait policy (--wait-policy {}, {} threads): a run now would wait {}{}\n", name(wait),
+             threads, describe(w), warning.empty() ? "" : "; " + warning);
   fmt::print("backends (--device; first = default), for this configuration:\n");
   for (Backend* b : registered_backends()) {
     fmt::print("  {}: {}\n", b->name(), b->description());

@@ -148,6 +148,12 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok, s
   // Any int64, as the seed's jax.random.PRNGKey(seed) accepts.
   num.add("--seed", c.seed, "master seed of inputs and routing", std::numeric_limits<int64_t>::min(), kMax64);
   num.add("--threads", opts.kernel.threads, "CPU threads (0 = all cores)", 0, kMaxInt);
+  std::string wait_policy = "auto";
+  app.add_option("--wait-policy", wait_policy,
+                 "how OpenMP threads wait: auto (spin where our threads have their cores, else passive; "
+                 "measured at start), spin, passive, bounded (spin briefly, then sleep); OMP_WAIT_POLICY or "
+                 "GOMP_SPINCOUNT in the environment win")
+      ->capture_default_str();
   num.add("--gmm-tile-rows", opts.kernel.gmm_tile_rows, "gmm backend: group row alignment", 1, 4096);
   num.add("--cuda-gemm-streams", opts.kernel.cuda_gemm_streams,
           "cuda: streams the per-expert GEMMs of a grouped GEMM run on concurrently", 1, 32);
@@ -195,6 +201,7 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok, s
   for (auto [flag, value] : {std::pair{"--out", &opts.out_path}, {"--dump", &opts.dump_dir}})
     if (app.count(flag) > 0 && value->empty())
       return Status::error(fmt::format("invalid {} '': expected a path", flag));
+  MOE_RETURN_IF_ERROR(parse_wait_policy(wait_policy, opts.wait_policy));
   MOE_RETURN_IF_ERROR(
       parse_enum("--ceiling", ceiling, parse_ceiling_mode, "off, once, every-run", opts.ceiling));
   if (format == "text")

@@ -10,6 +10,7 @@
 
 #include "bench/ceiling.h"
 #include "bench/report.h"
+#include "bench/wait_policy.h"
 #include "moe/config.h"
 #include "moe/status.h"
 
@@ -42,7 +43,10 @@ struct BenchOptions {
   bool list = false;
   bool peak = false;       // --peak: print the arithmetic peaks of this CPU, then exit
   bool with_peak = false;  // --with-peak: rows carry peak_tflops and pct_of_peak (cpu backend)
-  std::string command;     // the command line that asked for the run (shell-quoted), stored in every row
+  // --wait-policy: how OpenMP threads wait, one per process (bench/wait_policy.h); not part of a run's
+  // identity: rows carry the policy that ran (wait_policy, wait_policy_reason).
+  WaitPolicy wait_policy = WaitPolicy::automatic;
+  std::string command;  // the command line that asked for the run (shell-quoted), stored in every row
 };
 
 // One flag as the sweep expander and the plan reader see it (src/bench/axes.h).

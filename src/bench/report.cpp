@@ -63,6 +63,8 @@ static const std::vector<std::string> kTextExtraKeys = {"dtype",
                                                         "timed_allocations",
                                                         "threads",
                                                         "noise_note",
+                                                        "wait_policy",
+                                                        "wait_policy_reason",
                                                         "world_size",
                                                         "mesh_data",
                                                         "mesh_expert",
@@ -165,6 +167,8 @@ ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const Protocol& p,
   r["load_avg_1m"] = m.noise.load_avg_1m;
   r["involuntary_switches"] = m.noise.involuntary_switches;
   r["steal_pct"] = m.noise.steal_pct;
+  r["wait_policy"] = name(m.wait.policy);
+  r["wait_policy_reason"] = m.wait.reason;
   const ParallelMeasure& pm = m.parallel;
   r["world_size"] = pm.world_size;
   r["mesh_data"] = pm.mesh_data;

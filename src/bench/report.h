@@ -15,6 +15,7 @@
 #include "bench/noise.h"
 #include "bench/run_id.h"
 #include "bench/timing.h"
+#include "bench/wait_policy.h"
 #include "moe/conditioned_check.h"
 #include "moe/config.h"
 #include "moe/environment.h"
@@ -61,12 +62,14 @@ struct Measured {
   // quant modes: relative error of the output and the worst gradient against quant_mode none on the
   // same inputs (bench/quant_error.h); nullopt where not measured.
   std::optional<double> quant_rel_err, quant_grad_rel_err;
+  WaitChoice wait;  // how its OpenMP threads waited (bench/wait_policy.h): the process's policy
 };
 
 // One row of a run: the seed's RESULT keys in its order, then ours (dtype, the five time statistics,
 // ceiling_tflops, pct_of_ceiling, ceiling_note (ceiling.h), saved_activation_bytes, tensor_bytes_live,
 // tensor_bytes_peak, timed_allocations (Measured::memory), threads, noise_note,
-// load_avg_1m, involuntary_switches, steal_pct (noise.h), world_size, mesh_data, mesh_expert, rank_layout,
+// load_avg_1m, involuntary_switches, steal_pct (noise.h), wait_policy, wait_policy_reason (wait_policy.h),
+// world_size, mesh_data, mesh_expert, rank_layout,
 // tflops_per_rank, comm_s, comm_bytes, comm_gbps (comm_bytes / comm_s, null without communication),
 // modeled_comm_bytes, ep_overlap, comm_peak_a2a_gbps, comm_peak_allreduce_gbps (measure_comm_peak),
 // comm_peak_gbps (comm_bytes over the seconds they would take at those peaks), pct_of_comm_peak (comm_gbps /

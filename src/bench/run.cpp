@@ -295,12 +295,13 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, 
                                                    c.topk, name(c.impl), name(mode), s.message()));
       return outcome;
     }
-    ResultRow row = make_row(
-        c, o.kernel, protocol_of(o),
-        {name(mode), t, ceiling, block.saved_activation_bytes(),
-         MemoryUse{before.live_bytes, during.peak_bytes, during.allocations - before.allocations},
-         omp_get_max_threads(), null_stats, noise, gemm_kernels, pm, qe.out_rel_err, qe.grad_rel_err},
-        env);
+    ResultRow row =
+        make_row(c, o.kernel, protocol_of(o),
+                 {name(mode), t, ceiling, block.saved_activation_bytes(),
+                  MemoryUse{before.live_bytes, during.peak_bytes, during.allocations - before.allocations},
+                  omp_get_max_threads(), null_stats, noise, gemm_kernels, pm, qe.out_rel_err, qe.grad_rel_err,
+                  process_wait_policy()},
+                 env);
     if (text_stdout)
       fmt::print(
           "{}{}{}\n",

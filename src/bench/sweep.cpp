@@ -23,6 +23,7 @@
 #include "bench/seed_lines.h"
 #include "bench/store.h"
 #include "bench/threads.h"
+#include "bench/wait_policy.h"
 #include "moe/gemm.h"
 #include "moe/parallel.h"
 
@@ -61,8 +62,10 @@ class InputsCache {
   std::optional<MoeInputs> in_;
 };
 
-// Parses and checks every point before any runs.
-Status prepare(const std::vector<std::string>& args, const std::string& command, Sweep& s, bool& exit_ok) {
+// Parses every point; nothing here may start MPI or read a file twice (the process may execute itself
+// again after it: settle_wait_policy).
+Status parse_points(const std::vector<std::string>& args, const std::string& command, Sweep& s,
+                    bool& exit_ok) {
   MOE_RETURN_IF_ERROR(expand_axes(args, s.points));
   for (const Point& p : s.points) {
     std::vector<std::string> argv_text = {"moe-bench"};
@@ -79,6 +82,24 @@ Status prepare(const std::vector<std::string>& args, const std::string& command,
     if (s.resume && o.format != OutputFormat::jsonl)
       return Status::error("moe-bench sweep writes its store as jsonl: drop --format");
   }
+  for (const BenchOptions& o : s.opts)
+    if (o.wait_policy != s.opts.front().wait_policy)
+      return Status::error(
+          "--wait-policy takes one value: it is the whole process's (OpenMP reads it at start)");
+  return Status::ok();
+}
+
+// The threads auto's probe starts: the most any point runs.
+int most_threads(const Sweep& s) {
+  int most = 1;
+  for (const BenchOptions& o : s.opts)
+    most = std::max(most, o.kernel.threads > 0 ? o.kernel.threads : omp_get_max_threads());
+  // A count set_thread_count will refuse is not started here either.
+  return std::min(most, kMaxThreadsPerCore * available_cores());
+}
+
+// Checks every point before any runs.
+Status check_points(Sweep& s) {
   if (s.opts.front().list || s.opts.front().peak) return Status::ok();
   if (s.points.size() > 1 && !s.opts.front().dump_dir.empty())
     return Status::error("--dump takes a single run (one distribution, topk and impl)");
@@ -284,9 +305,10 @@ class Runner {
       if (text_stdout) fmt::print("{}\n", devices_line({backend.devices()}));
       if (comm_.rank() == 0)
         fmt::print(
-            stderr, "moe-bench: device {} ({}), {} threads{}\n", backend.name(), backend.description(),
-            omp_get_max_threads(),
-            comm_.size() > 1 ? fmt::format(" on each of {} ranks ({})", comm_.size(), comm_.name()) : "");
+            stderr, "moe-bench: device {} ({}), {} threads{}, OpenMP waits {}\n", backend.name(),
+            backend.description(), omp_get_max_threads(),
+            comm_.size() > 1 ? fmt::format(" on each of {} ranks ({})", comm_.size(), comm_.name()) : "",
+            describe(process_wait_policy()));
       last_backend_ = backend.name();
     }
     if (text_stdout) fmt::print("{}\n", shape_line(o));
@@ -306,7 +328,7 @@ class Runner {
   bool any_check_failed_ = false;
 };
 
-int run_sweep(const std::vector<std::string>& args, const std::string& command, bool resume) {
+int run_sweep(const std::vector<std::string>& args, const std::string& command, bool resume, char** argv) {
   // Under mpirun every rank runs the same points; rank 0 alone prints results (the others' stdout
   // goes nowhere) and writes files. Errors are printed by every rank that meets them.
   if (!built_with_mpi() && launched_world_size() > 1)
@@ -314,18 +336,22 @@ int run_sweep(const std::vector<std::string>& args, const std::string& command, 
         "this moe-bench was built without MPI: under a launcher of {} processes each would run alone "
         "(install libopenmpi-dev and rebuild)",
         launched_world_size())));
-  Comm& world = world_comm();
-  if (world.rank() != 0 && std::freopen("/dev/null", "w", stdout) == nullptr)
-    return fail(Status::error("rank " + std::to_string(world.rank()) + ": cannot close its stdout"));
   Sweep s;
   s.resume = resume;
   bool exit_ok = false;
-  if (Status st = prepare(args, command, s, exit_ok); !st) return fail(st);
+  if (Status st = parse_points(args, command, s, exit_ok); !st) return fail(st);
   if (exit_ok) return 0;
   const BenchOptions& first = s.opts.front();
+  // Before MPI starts and anything is allocated: this may execute the program again. --list only says
+  // what a run would choose.
+  if (!first.list) settle_wait_policy(first.wait_policy, most_threads(s), argv);
+  Comm& world = world_comm();
+  if (world.rank() != 0 && std::freopen("/dev/null", "w", stdout) == nullptr)
+    return fail(Status::error("rank " + std::to_string(world.rank()) + ": cannot close its stdout"));
+  if (Status st = check_points(s); !st) return fail(st);
   if (first.list || first.peak) {
     if (Status st = set_thread_count(first.kernel.threads); !st) return fail(st);
-    if (first.list) print_list(first.base);
+    if (first.list) print_list(first.base, first.wait_policy, most_threads(s));
     if (first.peak) print_peaks();
     return 0;
   }
@@ -350,7 +376,7 @@ int run_sweep(const std::vector<std::string>& args, const std::string& command, 
 
 int bench_main(int argc, char** argv) {
   const std::vector<std::string> all(argv, argv + argc);
-  return run_sweep({all.begin() + 1, all.end()}, shell_quote(all), false);
+  return run_sweep({all.begin() + 1, all.end()}, shell_quote(all), false, argv);
 }
 
 int sweep_main(int argc, char** argv) {
@@ -376,7 +402,7 @@ int sweep_main(int argc, char** argv) {
     args.insert(args.end(), from_plan.begin(), from_plan.end());
   }
   args.insert(args.end(), rest.begin(), rest.end());
-  return run_sweep(args, shell_quote(all), true);
+  return run_sweep(args, shell_quote(all), true, argv);
 }
 
 }  // namespace moe::bench
