@@ -12,6 +12,7 @@ iters=${ITERS:-3}
 mkdir -p "$out_dir"
 bench=build/moe-bench
 rows=$out_dir/int8.jsonl
+rm -f "$rows"  # the tables are this run's rows only
 common=(--distribution random --impl fused_w13 --dtype bfloat16 --iters "$iters" --warmup 1 --format jsonl
   --out "$rows")
 modes=(none int8 int8_routed int8_all int8_routed_prequant)
