@@ -92,6 +92,48 @@ TEST(Quantize, RowsMatchTheReferenceAndRoundTrip) {
     }
 }
 
+// Per token, then gathered: a dispatched buffer (each token's row copied to its assignments' rows in
+// scattered order, a dropped assignment, a token with none) gives the values of quantizing every row,
+// on both implementations; rows that are no token's are left alone.
+TEST(Quantize, TokenRowsEqualEveryRowQuantized) {
+  const uint64_t key = testing::test_seed() + 2;
+  const int64_t tokens = 9, topk = 3, cols = 70, rows = tokens * topk + 2;  // two rows nobody's
+  for (Dtype dt : {Dtype::f32, Dtype::bf16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const Tensor x = spread(dt, tokens, cols, key);
+    std::vector<int32_t> assignment_row(size_t(tokens * topk));
+    for (int64_t a = 0; a < tokens * topk; ++a)
+      assignment_row[size_t(a)] = int32_t((a * 7 + 2) % (tokens * topk));
+    assignment_row[4] = -1;  // token 1 lost one assignment
+    for (int64_t k = 0; k < topk; ++k) assignment_row[size_t(5 * topk + k)] = -1;  // token 5 lost all
+    Tensor rows_x(dt, {rows, cols});
+    rows_x.fill_zero();
+    for (int64_t a = 0; a < tokens * topk; ++a)
+      if (assignment_row[size_t(a)] >= 0)
+        for (int64_t c = 0; c < cols; ++c)
+          rows_x.set(assignment_row[size_t(a)] * cols + c, x.get((a / topk) * cols + c));
+    std::vector<int8_t> every(static_cast<size_t>(rows * cols)), q(every.size(), 99), qr(every.size(), 99);
+    std::vector<float> every_s(static_cast<size_t>(rows)), s(every_s.size(), -1.0f), sr(every_s.size(), -1.0f);
+    ref_quant::quantize_rows(every.data(), every_s.data(), rows_x.raw(), dt, rows, cols, cols);
+    cpu::quantize_token_rows(q.data(), s.data(), rows_x.raw(), dt, tokens, topk, cols, assignment_row.data());
+    ref_quant::quantize_token_rows(qr.data(), sr.data(), rows_x.raw(), dt, tokens, topk, cols,
+                                   assignment_row.data());
+    expect_bytes_equal(q, qr, "token rows");
+    expect_scales_equal(s, sr, "token rows");
+    std::vector<bool> written(size_t(rows), false);
+    for (int32_t r : assignment_row)
+      if (r >= 0) written[size_t(r)] = true;
+    for (int64_t r = 0; r < rows; ++r) {
+      if (!written[size_t(r)]) {
+        EXPECT_EQ(s[size_t(r)], -1.0f) << "row " << r << " is no token's: left alone";
+        continue;
+      }
+      EXPECT_EQ(s[size_t(r)], every_s[size_t(r)]) << "row " << r;
+      for (int64_t c = 0; c < cols; ++c) ASSERT_EQ(q[size_t(r * cols + c)], every[size_t(r * cols + c)]) << r;
+    }
+  }
+}
+
 TEST(Quantize, ExpertsAndColumnsMatchTheReference) {
   const uint64_t key = testing::test_seed() + 1;
   for (Dtype dt : {Dtype::f32, Dtype::bf16})

@@ -41,18 +41,23 @@ inline float dequantize_value(int8_t q, float scale) {
   return float(q) * scale;
 }
 
-#define MOE_DECLARE_QUANTIZE(ns)                                                                      \
-  namespace moe::ns {                                                                                 \
-  /* Per row: x (rows, cols) f32/bf16, rows ld_x apart -> q (rows, cols), or (cols, rows) when        \
-     transposed, and scale (rows). */                                                                 \
-  void quantize_rows(int8_t* q, float* scale, const void* x, Dtype dt, int64_t rows, int64_t cols,    \
-                     int64_t ld_x, bool transposed = false);                                          \
-  /* Per expert: w (E, Kd, N), or the column concatenation of two (E, Kd, N/2) parts -> q (E, Kd, N), \
-     or (E, N, Kd) when transposed, and scale (E) over each expert's whole slice. */                  \
-  void quantize_experts(int8_t* q, float* scale, ExpertWeights w, Dtype dt, int64_t E, int64_t Kd,    \
-                        int64_t N, bool transposed = false);                                          \
-  /* Per output column: w (Kd, N) -> q (Kd, N) and scale (N), each over its column's Kd values. */    \
-  void quantize_columns(int8_t* q, float* scale, const void* w, Dtype dt, int64_t Kd, int64_t N);     \
+#define MOE_DECLARE_QUANTIZE(ns)                                                                           \
+  namespace moe::ns {                                                                                      \
+  /* Per row: x (rows, cols) f32/bf16, rows ld_x apart -> q (rows, cols), or (cols, rows) when             \
+     transposed, and scale (rows). */                                                                      \
+  void quantize_rows(int8_t* q, float* scale, const void* x, Dtype dt, int64_t rows, int64_t cols,         \
+                     int64_t ld_x, bool transposed = false);                                               \
+  /* Per expert: w (E, Kd, N), or the column concatenation of two (E, Kd, N/2) parts -> q (E, Kd, N),      \
+     or (E, N, Kd) when transposed, and scale (E) over each expert's whole slice. */                       \
+  void quantize_experts(int8_t* q, float* scale, ExpertWeights w, Dtype dt, int64_t E, int64_t Kd,         \
+                        int64_t N, bool transposed = false);                                               \
+  /* Per output column: w (Kd, N) -> q (Kd, N) and scale (N), each over its column's Kd values. */         \
+  void quantize_columns(int8_t* q, float* scale, const void* w, Dtype dt, int64_t Kd, int64_t N);          \
+  /* Per token, then gathered (the seed's activation pre-quant): x (rows, cols) holds copies of token      \
+     t's row at rows assignment_row[t * topk + k] (-1: none); the first is quantized per row and its       \
+     values and scale copied to the others: q (rows, cols), scale (rows); other rows left alone. */        \
+  void quantize_token_rows(int8_t* q, float* scale, const void* x, Dtype dt, int64_t tokens, int64_t topk, \
+                           int64_t cols, const int32_t* assignment_row);                                   \
   }
 
 }  // namespace moe

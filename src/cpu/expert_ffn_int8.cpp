@@ -39,6 +39,7 @@ class Int8ExpertFfn final : public ExpertFfnOp {
         dt_(ctx.cfg.dtype),
         traits_(impl_traits(ctx.cfg.impl)),
         prequantized_(ctx.cfg.quant_mode == QuantMode::int8_routed_prequant),
+        per_token_(ctx.cfg.parallel_mode != ParallelMode::ep),
         remat_(ctx.cfg.bench_pass == BenchPass::forward_backward &&
                ctx.cfg.remat_mode == RematMode::expert_mlp),
         H_(ctx.cfg.hidden),
@@ -168,7 +169,14 @@ class Int8ExpertFfn final : public ExpertFfnOp {
 
   void compute_up(Tensor& h, Tensor& g, const Tensor& x_rows, const FfnWeights& w, const HostPlan& p) {
     const int64_t rows = p.rows;
-    tracer_("quantize_rows", [&] { quantize_rows(xq_, x_rows.raw(), rows, H_, H_); });
+    tracer_("quantize_rows", [&] {
+      if (per_token_) {
+        k_.quantize_token_rows(xq_.q.data<int8_t>(), xq_.scale.data<float>(), x_rows.raw(), dt_, p.tokens,
+                               p.topk, H_, p.assignment_row);
+      } else {
+        quantize_rows(xq_, x_rows.raw(), rows, H_, H_);
+      }
+    });
     if (traits_.fuse_w13) {
       k_.gemm.nn_s8(h.raw(), dt_, operands(xq_, up_weight(w, 0, false)), groups(p), H_, 2 * M_);
     } else {
@@ -184,7 +192,9 @@ class Int8ExpertFfn final : public ExpertFfnOp {
   const StageTracer& tracer_;
   Dtype dt_;
   ImplTraits traits_;
-  bool prequantized_, remat_;
+  // x quantized once per token and copied to its rows, as the seed does outside EP (where the rows an
+  // op holds came from other ranks and are quantized per row, as the seed's EP paths do).
+  bool prequantized_, per_token_, remat_;
   int64_t H_, M_, E_, max_rows_;
   Tensor h_;   // h  (max_rows, 2M) run dtype  [gate | up] rows, or gate and up planes
   Tensor g_;   // g  (max_rows, M)  run dtype
@@ -197,7 +207,8 @@ class Int8ExpertFfn final : public ExpertFfnOp {
 }  // namespace
 
 Int8Kernels cpu_int8_kernels(const KernelConfig& kernel) {
-  return {cpu_gemm_kernels(kernel), &cpu::quantize_rows, &cpu::quantize_experts, &cpu::quantize_columns};
+  return {cpu_gemm_kernels(kernel), &cpu::quantize_rows, &cpu::quantize_experts, &cpu::quantize_columns,
+          &cpu::quantize_token_rows};
 }
 
 std::unique_ptr<ExpertFfnOp> make_int8_expert_ffn(const OpContext& ctx, Int8Kernels kernels) {

@@ -18,6 +18,7 @@ struct Int8Kernels {
   void (*quantize_rows)(int8_t*, float*, const void*, Dtype, int64_t, int64_t, int64_t, bool);
   void (*quantize_experts)(int8_t*, float*, ExpertWeights, Dtype, int64_t, int64_t, int64_t, bool);
   void (*quantize_columns)(int8_t*, float*, const void*, Dtype, int64_t, int64_t);
+  void (*quantize_token_rows)(int8_t*, float*, const void*, Dtype, int64_t, int64_t, int64_t, const int32_t*);
 };
 Int8Kernels cpu_int8_kernels(const KernelConfig& kernel);
 

@@ -168,4 +168,25 @@ void quantize_columns(int8_t* q, float* scale, const void* w, Dtype dt, int64_t 
     }
 }
 
+void quantize_token_rows(int8_t* q, float* scale, const void* x, Dtype dt, int64_t tokens, int64_t topk,
+                         int64_t cols, const int32_t* assignment_row) {
+  check_float(dt);
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < tokens; ++t) {
+    int64_t first = -1;
+    for (int64_t k = 0; k < topk; ++k) {
+      const int64_t r = assignment_row[t * topk + k];
+      if (r < 0) continue;
+      if (first < 0) {
+        first = r;
+        scale[r] = quant_scale(amax_of(x, dt, r * cols, cols));
+        quantize_run(q + r * cols, 1, x, dt, r * cols, cols, scale[r]);
+      } else {
+        scale[r] = scale[first];
+        std::memcpy(q + r * cols, q + first * cols, size_t(cols));
+      }
+    }
+  }
+}
+
 }  // namespace moe::cpu

@@ -69,7 +69,7 @@ class RefBackend final : public Backend {
   // the int8 modes is the float64 block reference, moe/reference.h).
   cpu::Int8Kernels reference_int8_kernels() {
     return {reference_gemms_, &ref_quant::quantize_rows, &ref_quant::quantize_experts,
-            &ref_quant::quantize_columns};
+            &ref_quant::quantize_columns, &ref_quant::quantize_token_rows};
   }
 
   // The kernel table with the reference's rows first (every form; nothing measured).

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <map>
 #include <vector>
 
 #include "moe/status.h"
@@ -54,6 +56,22 @@ void quantize_columns(int8_t* q, float* scale, const void* w, Dtype dt, int64_t 
     scale[n] = quant_scale(amax);
     for (int64_t k = 0; k < Kd; ++k) q[k * N + n] = quantize_value(load(w, dt, k * N + n), scale[n]);
   }
+}
+
+void quantize_token_rows(int8_t* q, float* scale, const void* x, Dtype dt, int64_t tokens, int64_t topk,
+                         int64_t cols, const int32_t* assignment_row) {
+  // Every row a token has is quantized from that token's first row (the seed quantizes x per token).
+  std::map<int64_t, int64_t> source_of_row;
+  for (int64_t t = 0; t < tokens; ++t) {
+    int64_t first = -1;
+    for (int64_t k = 0; k < topk; ++k)
+      if (const int64_t r = assignment_row[t * topk + k]; r >= 0)
+        source_of_row[r] = first < 0 ? (first = r) : first;
+  }
+  const auto* bytes = static_cast<const std::byte*>(x);
+  for (const auto& [row, source] : source_of_row)
+    quantize_rows(q + row * cols, scale + row, bytes + size_t(source * cols) * dtype_size(dt), dt, 1, cols,
+                  cols);
 }
 
 }  // namespace moe::ref_quant
