@@ -257,10 +257,10 @@ TEST_P(BlockOnBackend, QuantModesOfZeroInputsGiveZeros) {
           }
       const BlockRun run = run_block(backend(), c, in, make_routing(c));
       for (int64_t i = 0; i < run.out.numel(); ++i) ASSERT_EQ(run.out.get(i), 0.0) << name(q) << " out " << i;
-      if (run.grads)
-        for (const Tensor* g : {&run.grads->dx, &run.grads->dw1, &run.grads->dw3, &run.grads->dw2,
-                                &run.grads->dsw1, &run.grads->dsw3, &run.grads->dsw2})
-          for (int64_t i = 0; i < g->numel(); ++i) ASSERT_EQ(g->get(i), 0.0) << name(q) << " grad " << i;
+      if (!run.grads) continue;
+      for (const Tensor* g : {&run.grads->dx, &run.grads->dw1, &run.grads->dw3, &run.grads->dw2,
+                              &run.grads->dsw1, &run.grads->dsw3, &run.grads->dsw2})
+        for (int64_t i = 0; i < g->numel(); ++i) ASSERT_EQ(g->get(i), 0.0) << name(q) << " grad " << i;
     }
 }
 
