@@ -212,6 +212,12 @@ TEST(Cli, Int8RowsCarryTheirErrorAgainstFloat) {
   Ran none = run_bench(std::string(kTiny) + " --impl baseline --distribution random");
   EXPECT_EQ(none.out.find("quant_rel_err"), std::string::npos) << "float rows have no quant keys";
   // int8 quantizes the shared expert's GEMMs (AQT-like, its backward a straight-through estimator).
+  Ran no_shared = run_bench(std::string(kTiny) + " --quant-mode int8 --impl fused_w13 --distribution random");
+  ASSERT_EQ(no_shared.exit_code, 0) << no_shared.err;
+  EXPECT_NE(no_shared.err.find("--quant-mode int8 quantizes the shared expert's GEMMs only"),
+            std::string::npos)
+      << no_shared.err;
+  EXPECT_NE(no_shared.out.find("quant_rel_err=0.000000 "), std::string::npos) << no_shared.out;
   const std::string int8_shared = std::string(kTiny) +
                                   " --quant-mode int8 --shared-expert-dim 24 --bench-pass forward_backward "
                                   "--impl fused_w13 --distribution random";

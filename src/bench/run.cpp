@@ -189,6 +189,10 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, 
   // A quant run's float counterpart, run once before its timed calls (nothing of it stays in the
   // backend's memory).
   std::optional<FloatResults> float_counterpart;
+  if (root && quantizes_dense(c.quant_mode) && !routed_int8(c.quant_mode) && !c.has_shared())
+    fmt::print(stderr,
+               "moe-bench: --quant-mode int8 quantizes the shared expert's GEMMs only; without one "
+               "(--shared-expert-dim 0) it runs quant_mode none's GEMMs, as the seed does\n");
   if (c.quant_mode != QuantMode::none) {
     outcome.output_status =
         float_results(float_counterpart.emplace(), c, o.kernel, backend, comm, in, routing);
