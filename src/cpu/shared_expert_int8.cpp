@@ -91,7 +91,7 @@ class Int8SharedExpert final : public SharedExpertOp {
     tracer_("quantize_weights", [&] {
       quantize_transposed(down_qt_, w.w2.raw(), S, H);
       if (fused_) {
-        quantize_transposed(up_qt_[0], sw13_->raw(), H, 2 * S);
+        quantize_transposed(up_qt_[0], w13_of(w).raw(), H, 2 * S);
       } else {
         quantize_transposed(up_qt_[0], w.w1.raw(), H, S);
         quantize_transposed(up_qt_[1], w.w3.raw(), H, S);
@@ -151,27 +151,24 @@ class Int8SharedExpert final : public SharedExpertOp {
   // [sw1 | sw3] as the fused form multiplies by (the caller's, or built here inside the timed call, as
   // the seed builds it); the backward quantizes the same copy.
   const Tensor& build_w13(const FfnWeights& w) {
-    sw13_ = &w.w13;
-    if (w.w13.empty()) {
-      concat_last_dim(sw13_work_, w.w1, w.w3);
-      sw13_ = &sw13_work_;
-    }
-    return *sw13_;
+    if (w.w13.empty()) concat_last_dim(sw13_work_, w.w1, w.w3);
+    return w13_of(w);
   }
+  // The [sw1 | sw3] the forward of w used (the backward runs after it, on the same weights).
+  const Tensor& w13_of(const FfnWeights& w) const { return w.w13.empty() ? sw13_work_ : w.w13; }
 
   Int8Kernels k_;
   const StageTracer& tracer_;
   Dtype dt_;
   bool fused_;
   int64_t T_, H_, S_;
-  int64_t one_group_[2];          // the dense GEMMs as one group of T rows
-  Tensor hs_;                     // hs  (T, 2S) f32  [gate | up] rows, or gate and up planes of (T, S)
-  Tensor gs_;                     // gs  (T, S)  f32
-  Tensor ds_;                     // ds  (T, S)  f32
-  Tensor dhs_;                    // dhs (T, 2S) f32  as hs
-  Tensor sw13_work_;              // sw13 (H, 2S) run dtype, built when the caller has not
-  const Tensor* sw13_ = nullptr;  // the [sw1 | sw3] the last forward used
-  Tensor dsw13_;                  // dsw13 (H, 2S) run dtype
+  int64_t one_group_[2];  // the dense GEMMs as one group of T rows
+  Tensor hs_;             // hs  (T, 2S) f32  [gate | up] rows, or gate and up planes of (T, S)
+  Tensor gs_;             // gs  (T, S)  f32
+  Tensor ds_;             // ds  (T, S)  f32
+  Tensor dhs_;            // dhs (T, 2S) f32  as hs
+  Tensor sw13_work_;      // sw13 (H, 2S) run dtype, built when the caller has not
+  Tensor dsw13_;          // dsw13 (H, 2S) run dtype
   Quantized xq_, gq_, dyq_, dhq_;
   Quantized up_q_[2], up_qt_[2], down_q_, down_qt_;
 };
