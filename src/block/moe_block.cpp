@@ -62,7 +62,8 @@ FfnWeights MoeBlock::routed_weights(const MoeInputs& in, bool prebuilt_w13) cons
 }
 
 FfnWeights MoeBlock::shared_weights(const MoeInputs& in, bool prebuilt_w13) const {
-  return FfnWeights{in.sw1, in.sw3, in.sw2, prebuilt_w13 ? in.sw13 : Tensor()};
+  return FfnWeights{in.sw1, in.sw3, in.sw2, prebuilt_w13 ? in.sw13 : Tensor(),
+                    {},     {},     {},     {}};  // no pre-quantized shared weights
 }
 
 Status MoeBlock::pack_and_dispatch(const MoeInputs& in, const RoutingTensors& routing) {
