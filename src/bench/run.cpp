@@ -189,7 +189,7 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, 
   // A quant run's float counterpart, run once before its timed calls (nothing of it stays in the
   // backend's memory).
   std::optional<FloatResults> float_counterpart;
-  if (root && quantizes_dense(c.quant_mode) && !routed_int8(c.quant_mode) && !c.has_shared())
+  if (root && c.quant_mode == QuantMode::int8 && !c.has_shared())
     fmt::print(stderr,
                "moe-bench: --quant-mode int8 quantizes the shared expert's GEMMs only; without one "
                "(--shared-expert-dim 0) it runs quant_mode none's GEMMs, as the seed does\n");
