@@ -83,7 +83,7 @@ overlap_cmds=$(section_commands)
 mv "$new_rows" "$rows"
 
 cols=parallel_mode,ep_comm_path,world_size,topk,tflops,tflops_per_rank,tokens_per_s,comm_s
-bytes=ep_comm_path,world_size,topk,modeled_comm_bytes,comm_bytes,comm_gbps,comm_peak_a2a_gbps,comm_peak_allreduce_gbps,pct_of_comm_peak
+bytes=ep_comm_path,world_size,topk,modeled_comm_bytes,comm_bytes,comm_transfer_s,comm_wait_s,comm_gbps,comm_peak_a2a_gbps,comm_peak_allreduce_gbps,pct_of_comm_peak
 {
   echo "# EP vs DP over MPI ranks (CPU reproduction of the seed's logbooks 001 and 003)"
   echo
@@ -123,7 +123,9 @@ bytes=ep_comm_path,world_size,topk,modeled_comm_bytes,comm_bytes,comm_gbps,comm_
   echo
   echo "modeled_comm_bytes is the path's model with routing spread evenly (the seed's hand roofline),"
   echo "comm_bytes the most any rank sent; the peaks are an all-to-all and an all-reduce of the step's"
-  echo "largest messages repeated alone in the same job (nccl-tests' busbw)."
+  echo "largest messages repeated alone in the same job (nccl-tests' busbw). comm_transfer_s is the time the"
+  echo "collectives took to move the bytes (each timed as its last-arriving rank's), comm_wait_s the most a"
+  echo "rank waited in them for a later one (load skew); comm_gbps and pct_of_comm_peak are over the transfer."
   echo
   for ranks in 2 4; do
     "$bench" table "$rows:tokens=2048,bench_pass=forward_backward,world_size=$ranks" --columns $bytes
@@ -185,7 +187,7 @@ bytes=ep_comm_path,world_size,topk,modeled_comm_bytes,comm_bytes,comm_gbps,comm_
   echo
   for chunks in 1 2 4; do
     "$bench" table "$rows:tokens=2048,bench_pass=forward,ep_overlap=$chunks" \
-      --columns ep_overlap,topk,time_s,tokens_per_s,tflops,comm_s,comm_bytes,pct_of_comm_peak
+      --columns ep_overlap,topk,time_s,tokens_per_s,tflops,comm_s,comm_wait_s,comm_bytes,pct_of_comm_peak
     echo
   done
 } >"$report"

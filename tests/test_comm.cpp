@@ -4,8 +4,10 @@
 // comm, and 1-4 ranks as threads (make_thread_comms). tests/mpi/ runs the same under mpirun.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <thread>
 
+#include "comm/exchanges.h"
 #include "comm_cases.h"
 #include "moe/comm.h"
 
@@ -127,6 +129,44 @@ TEST_P(ThreadComms, AnErrorOnOneRankIsEveryRanksError) {
     EXPECT_FALSE(comm.all_to_all_v(buf, rc, buf, sc).is_ok());
     EXPECT_TRUE(comm.barrier().is_ok());  // and the world goes on
   });
+}
+
+// A collective's transfer time is its last arrival's time in it: each counts as the least time any
+// rank of its own comm spent there (a 2 x 2 mesh: one world collective, then two on each pair), and the
+// rest of a rank's time is its wait for a later rank.
+TEST(CommTransfer, EachCollectiveCountsAsItsCommsLastArrival) {
+  constexpr int kRanks = 4;
+  constexpr auto kLate = std::chrono::milliseconds(200);
+  std::vector<CommMeter> meters(kRanks);
+  std::vector<double> transfer(kRanks, -1);
+  on_thread_ranks(kRanks, [&](Comm& world) {
+    const int r = world.rank();
+    std::unique_ptr<Comm> pair = world.split(r / 2, r);
+    CommMeter& meter = meters[size_t(r)];
+    Tensor t = stamped(Dtype::f32, 16, r);
+    auto reduce = [&](Comm& comm) { EXPECT_TRUE(metered_all_reduce(meter, comm, t).is_ok()); };
+    if (r == 3) std::this_thread::sleep_for(kLate);  // every other rank waits for it
+    reduce(world);
+    reduce(*pair);
+    if (r == 0) std::this_thread::sleep_for(kLate);  // rank 1 waits for it; ranks 2 and 3 do not
+    reduce(*pair);
+    EXPECT_TRUE(measure_comm_transfer(meter, transfer[size_t(r)]).is_ok());
+  });
+  auto least = [&](size_t i, std::vector<int> ranks) {
+    double s = meters[size_t(ranks[0])].log.at(i).seconds;
+    for (int q : ranks) s = std::min(s, meters[size_t(q)].log.at(i).seconds);
+    return s;
+  };
+  for (int r = 0; r < kRanks; ++r) {
+    ASSERT_EQ(meters[size_t(r)].log.size(), 3u) << r;
+    const std::vector<int> pair = {r / 2 * 2, r / 2 * 2 + 1};
+    EXPECT_DOUBLE_EQ(transfer[size_t(r)], least(0, {0, 1, 2, 3}) + least(1, pair) + least(2, pair)) << r;
+    EXPECT_LE(transfer[size_t(r)], meters[size_t(r)].seconds) << r;
+  }
+  const double late = std::chrono::duration<double>(kLate).count();
+  EXPECT_GT(meters[1].seconds - transfer[1], late / 2);  // it waited at the world's and at its pair's
+  EXPECT_GT(meters[0].seconds - transfer[0], late / 2);  // it waited for rank 3 at the world's
+  EXPECT_LT(meters[3].log[0].seconds, late / 2);         // the late rank did not wait
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, ThreadComms, ::testing::Values(1, 2, 3, 4),

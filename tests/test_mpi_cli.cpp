@@ -214,6 +214,12 @@ TEST(MpiCli, RowsCarryTheCommPeakAndEveryRanksStages) {
     EXPECT_GT(row[key].get<double>(), 0) << key << " " << row.dump();
   EXPECT_NEAR(row["pct_of_comm_peak"].get<double>(),
               100 * row["comm_gbps"].get<double>() / row["comm_peak_gbps"].get<double>(), 1e-6);
+  // The time inside collectives splits into moving bytes and waiting for a later rank.
+  EXPECT_GT(row["comm_transfer_s"].get<double>(), 0) << row.dump();
+  EXPECT_LE(row["comm_transfer_s"].get<double>(), row["comm_s"].get<double>()) << row.dump();
+  EXPECT_GE(row["comm_wait_s"].get<double>(), 0) << row.dump();
+  EXPECT_NEAR(row["comm_gbps"].get<double>(),
+              row["comm_bytes"].get<double>() / row["comm_transfer_s"].get<double>() / 1e9, 1e-9);
   const std::string text = r.out + r.err;  // --out: the text lines go to stdout anyway
   for (int rank : {0, 1}) {
     for (const char* stage : {"pack", "exchange_plan", "exchange_dispatch", "up", "exchange_combine",

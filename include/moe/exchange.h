@@ -52,13 +52,20 @@ struct CommMessage {
   int64_t elements = 0;  // this rank's buffer: what it sends (all-to-all), sums or gathers (reduce)
 };
 
+// One collective as a meter timed it: its comm and this rank's wall time inside it.
+struct TimedCollective {
+  Comm* comm = nullptr;
+  double seconds = 0;
+};
+
 // What one rank's exchanges moved, summed over the calls since reset (for rows: comm_s, comm_bytes).
 struct CommMeter {
-  double seconds = 0;       // wall time inside collectives
-  int64_t bytes = 0;        // bytes this rank sent to other ranks (its own rows are not counted)
-  int64_t a2a_bytes = 0;    // the part of `bytes` all-to-alls sent
-  int64_t calls = 0;        // block calls (forward or forward_backward) metered
-  CommMessage a2a, reduce;  // the largest message of each kind
+  double seconds = 0;                // wall time inside collectives
+  int64_t bytes = 0;                 // bytes this rank sent to other ranks (its own rows are not counted)
+  int64_t a2a_bytes = 0;             // the part of `bytes` all-to-alls sent
+  int64_t calls = 0;                 // block calls (forward or forward_backward) metered
+  CommMessage a2a, reduce;           // the largest message of each kind
+  std::vector<TimedCollective> log;  // every collective, in order (measure_comm_transfer)
 
   // Adds one collective of `kind` over `comm` whose buffer was `elements` of `dtype`, which sent
   // `sent` bytes to other ranks in `s` seconds.
@@ -79,6 +86,14 @@ struct CommPeak {
 // Every rank calls it with its meter, after the calls it metered (the probes are collectives on the
 // meter's comms, which must be alive).
 Status measure_comm_peak(const CommMeter& meter, CommPeak& peak);
+
+// The part of a meter's time inside collectives that moved bytes rather than waited for a later rank:
+// a rank entering a collective first waits there until the last one arrives, and that last rank's time
+// in it is the transfer (plus the transport's own latency). So each collective counts as the least
+// time any rank of its comm spent in it, and `seconds` is their sum; the rest of meter.seconds is this
+// rank's wait for the others (load skew). Every rank calls it with its meter, after the calls it metered
+// (one all-gather per comm the meter used, in the order of first use; the meter's comms must be alive).
+Status measure_comm_transfer(const CommMeter& meter, double& seconds);
 
 class Exchange {
  public:

@@ -70,6 +70,8 @@ static const std::vector<std::string> kTextExtraKeys = {"dtype",
                                                         "mesh_expert",
                                                         "tflops_per_rank",
                                                         "comm_s",
+                                                        "comm_transfer_s",
+                                                        "comm_wait_s",
                                                         "comm_bytes",
                                                         "comm_gbps",
                                                         "modeled_comm_bytes",
@@ -176,8 +178,12 @@ ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const Protocol& p,
   r["rank_layout"] = pm.rank_layout;
   r["tflops_per_rank"] = tflops / double(pm.world_size);
   r["comm_s"] = pm.comm_s;
+  r["comm_transfer_s"] = pm.comm_transfer_s;
+  r["comm_wait_s"] = pm.comm_wait_s;
   r["comm_bytes"] = pm.comm_bytes;
-  r["comm_gbps"] = pm.comm_s > 0 ? ResultRow(double(pm.comm_bytes) / pm.comm_s / 1e9) : ResultRow(nullptr);
+  // The rate the bytes moved at: over the transfer time, not the wait for a later rank's compute.
+  r["comm_gbps"] = pm.comm_transfer_s > 0 ? ResultRow(double(pm.comm_bytes) / pm.comm_transfer_s / 1e9)
+                                          : ResultRow(nullptr);
   r["modeled_comm_bytes"] = pm.modeled_comm_bytes;
   r["ep_overlap"] = c.ep_overlap;  // in every row (the config's JSON has it only where it is not 1)
   auto positive_or_null = [](double v) { return v > 0 ? ResultRow(v) : ResultRow(nullptr); };
@@ -185,7 +191,8 @@ ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const Protocol& p,
   r["comm_peak_allreduce_gbps"] = positive_or_null(pm.peak_reduce_gbps);
   r["comm_peak_gbps"] =
       positive_or_null(pm.ideal_comm_s > 0 ? double(pm.comm_bytes) / pm.ideal_comm_s / 1e9 : 0);
-  r["pct_of_comm_peak"] = positive_or_null(pm.comm_s > 0 ? 100.0 * pm.ideal_comm_s / pm.comm_s : 0);
+  r["pct_of_comm_peak"] =
+      positive_or_null(pm.comm_transfer_s > 0 ? 100.0 * pm.ideal_comm_s / pm.comm_transfer_s : 0);
   r["gemm_kernels"] = m.gemm_kernels.empty() ? "none" : m.gemm_kernels;
   r["gemm_thresholds"] = k.thresholds.to_text();
   // How the int8 GEMMs differentiate (docs/design.md "Int8"): the seed's custom rule for prequant, our

@@ -37,8 +37,11 @@ struct ParallelMeasure {
   int mesh_data = 1, mesh_expert = 1;  // the ranks as a data x expert mesh
   std::string rank_layout;             // "r0:tokens=[0,18) experts=[0,4);r1:..." (moe/parallel.h)
   double comm_s = 0;                   // per call: the slowest rank's time inside collectives
-  int64_t comm_bytes = 0;              // per call: the most any rank sent to other ranks
-  int64_t modeled_comm_bytes = 0;      // per call and rank: the comm path's model (modeled_comm_bytes)
+  // Per call: the most time any rank's collectives took to move their bytes (each timed as its comm's
+  // last arrival's: measure_comm_transfer), and the most any rank waited in them for a later rank.
+  double comm_transfer_s = 0, comm_wait_s = 0;
+  int64_t comm_bytes = 0;          // per call: the most any rank sent to other ranks
+  int64_t modeled_comm_bytes = 0;  // per call and rank: the comm path's model (modeled_comm_bytes)
   // The busbw (GB/s) an all-to-all and an all-reduce of the step's largest messages reach alone
   // (measure_comm_peak; the slowest group's, 0 where the step had none), and the seconds per call the
   // step's bytes would take at them (the slowest rank's).

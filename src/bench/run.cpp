@@ -102,14 +102,18 @@ ParallelMeasure measure_parallel(Comm& comm, const MoeConfig& c, const CommMeter
     if (Status s = measure_comm_peak(m, *peak); !s) status = s;
   }
   const CommPeak p = peak.value_or(CommPeak{});
+  double transfer = 0;
+  if (Status s = measure_comm_transfer(m, transfer); !s) status = s;
   const double calls = double(std::max<int64_t>(1, m.calls));
-  constexpr int kKeys = 5;
+  constexpr int kKeys = 7;
   Tensor mine(Dtype::f64, {kKeys}), all(Dtype::f64, {kKeys * comm.size()});
   mine.set(0, m.seconds / calls);
   mine.set(1, double(m.bytes) / calls);
   mine.set(2, p.ideal_seconds(m) / calls);
   mine.set(3, p.a2a_gbps);
   mine.set(4, p.reduce_gbps);
+  mine.set(5, transfer / calls);
+  mine.set(6, (m.seconds - transfer) / calls);
   if (Status s = comm.all_gather(all, mine); !s) status = s;
   // The slowest group's peak: 0 (none measured) is no bound.
   auto slowest = [](double a, double b) { return a == 0 ? b : b == 0 ? a : std::min(a, b); };
@@ -120,6 +124,8 @@ ParallelMeasure measure_parallel(Comm& comm, const MoeConfig& c, const CommMeter
     pm.ideal_comm_s = std::max(pm.ideal_comm_s, k[2]);
     pm.peak_a2a_gbps = slowest(pm.peak_a2a_gbps, k[3]);
     pm.peak_reduce_gbps = slowest(pm.peak_reduce_gbps, k[4]);
+    pm.comm_transfer_s = std::max(pm.comm_transfer_s, k[5]);
+    pm.comm_wait_s = std::max(pm.comm_wait_s, k[6]);
   }
   return pm;
 }

@@ -3,7 +3,8 @@
 // that kind reaches there (nccl-tests' busbw: all-to-all (R-1)/R of a rank's buffer per call,
 // all-reduce 2 (R-1)/R), which is what the meter's bytes count too, so a row's comm_gbps over it is the
 // share of the reachable bandwidth the step's exchanges got. Measured in the benchmark's own process
-// (the same transport, the same placement) after its timed calls.
+// (the same transport, the same placement) after its timed calls. The step's own time is counted as
+// transfer only (measure_comm_transfer): the probe's calls start behind a barrier, the step's do not.
 #include <algorithm>
 #include <chrono>
 #include <vector>
@@ -79,6 +80,7 @@ Status probe(Comm& comm, CollectiveKind kind, Dtype dtype, int64_t elements, dou
 void CommMeter::add(CollectiveKind kind, Comm& comm, Dtype dtype, int64_t elements, int64_t sent, double s) {
   seconds += s;
   bytes += sent;
+  log.push_back({&comm, s});
   if (kind == CollectiveKind::all_to_all) a2a_bytes += sent;
   if (comm.size() < 2) return;  // nothing crossed ranks: no peak to measure
   CommMessage& largest = kind == CollectiveKind::all_to_all ? a2a : reduce;
@@ -92,6 +94,8 @@ void CommMeter::add_since(const CommMeter& before, const CommMeter& now) {
   bytes += now.bytes - before.bytes;
   a2a_bytes += now.a2a_bytes - before.a2a_bytes;
   calls += now.calls - before.calls;
+  MOE_CHECK(now.log.size() >= before.log.size(), "add_since: `now` is not a later copy of `before`");
+  log.insert(log.end(), now.log.begin() + std::ptrdiff_t(before.log.size()), now.log.end());
   a2a = now.a2a;
   reduce = now.reduce;
 }
@@ -114,6 +118,39 @@ Status measure_comm_peak(const CommMeter& meter, CommPeak& peak) {
   if (meter.reduce.comm != nullptr)
     MOE_RETURN_IF_ERROR(probe(*meter.reduce.comm, CollectiveKind::reduce, meter.reduce.dtype,
                               meter.reduce.elements, peak.reduce_gbps));
+  return Status::ok();
+}
+
+Status measure_comm_transfer(const CommMeter& meter, double& seconds) {
+  seconds = 0;
+  // The comms in the order of first use: every rank runs the same steps, so the ranks of each comm
+  // reach its all-gather in the same order relative to the others' (no rank waits on a comm whose
+  // other ranks wait on another).
+  std::vector<Comm*> comms;
+  for (const TimedCollective& c : meter.log)
+    if (std::find(comms.begin(), comms.end(), c.comm) == comms.end()) comms.push_back(c.comm);
+  for (Comm* comm : comms) {
+    std::vector<double> mine;
+    for (const TimedCollective& c : meter.log)
+      if (c.comm == comm) mine.push_back(c.seconds);
+    const int R = comm->size();
+    const int64_t n = int64_t(mine.size());
+    Tensor count(Dtype::s64, {1}), counts(Dtype::s64, {R});
+    count.data<int64_t>()[0] = n;
+    MOE_RETURN_IF_ERROR(comm->all_gather(counts, count));
+    for (int r = 0; r < R; ++r)
+      MOE_CHECK(counts.data<int64_t>()[r] == n,
+                "the ranks of a comm metered different numbers of collectives on it");
+    Tensor times(Dtype::f64, {n}), all(Dtype::f64, {n * R});
+    std::copy(mine.begin(), mine.end(), times.data<double>());
+    MOE_RETURN_IF_ERROR(comm->all_gather(all, times));
+    const double* t = all.data<double>();  // (R, n)
+    for (int64_t i = 0; i < n; ++i) {
+      double least = t[i];
+      for (int r = 1; r < R; ++r) least = std::min(least, t[int64_t(r) * n + i]);
+      seconds += least;
+    }
+  }
   return Status::ok();
 }
 
