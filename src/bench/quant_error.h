@@ -28,8 +28,11 @@ struct QuantError {
 // slices). REQUIRES: c.quant_mode != none.
 Status float_results(FloatResults& f, const MoeConfig& c, const KernelConfig& k, Backend& backend, Comm& comm,
                      const MoeInputs& in, const RoutingTensors& routing);
-// Every rank calls it with its host results of the quant run; rank 0 gets the errors, the others none.
-Status quant_error(QuantError& e, Comm& comm, const MoeConfig& c, const FloatResults& f,
-                   const Tensor& host_out, const MoeGrads* host_grads);
+// The global results of a run on rank 0: its ranks' host slices gathered (every rank calls it; the
+// others get nothing), or the one rank's own.
+Status global_results(Comm& comm, const MoeConfig& c, const Tensor& out, const MoeGrads* grads,
+                      Tensor& global_out, std::optional<MoeGrads>& global_grads);
+// The quant run's errors from its global results (rank 0's, global_results) against f's.
+QuantError quant_error(const FloatResults& f, const Tensor& global_out, const MoeGrads* global_grads);
 
 }  // namespace moe::bench

@@ -209,6 +209,11 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, 
   // explicitly (no copy on a host backend).
   Tensor host_out;
   std::optional<MoeGrads> host_grads;
+  // The last queue mode's global results on rank 0, where quant_rel_err gathered them: --check and
+  // --dump read those instead of gathering again.
+  Tensor global_out;
+  std::optional<MoeGrads> global_grads;
+  bool have_global = false;
   std::optional<CommPeak> comm_peak;  // measured after the first queue mode's timed calls
   std::string rank_stages;            // --stage-timing over several ranks: rank 0's lines
   for (size_t m = 0; m < o.queue_modes.size(); ++m) {
@@ -297,8 +302,10 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, 
     QuantError qe;
     if (float_counterpart) {
       outcome.output_status =
-          quant_error(qe, comm, c, *float_counterpart, host_out, host_grads ? &*host_grads : nullptr);
+          global_results(comm, c, host_out, host_grads ? &*host_grads : nullptr, global_out, global_grads);
       if (!outcome.output_status) return outcome;
+      have_global = true;
+      if (root) qe = quant_error(*float_counterpart, global_out, global_grads ? &*global_grads : nullptr);
     }
     if (Status s = check_finite(host_out, host_grads ? &*host_grads : nullptr); !s) {
       outcome.numerics = Status::error(fmt::format("run distribution={} topk={} impl={} mode={}: {}", dist,
@@ -341,16 +348,14 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, 
 
   // --check and --dump read the global results and inputs: over several ranks the slices are gathered
   // on rank 0, which draws the global inputs.
-  Tensor global_out = host_out;
-  std::optional<MoeGrads> global_grads = host_grads;
   std::optional<MoeInputs> global_in_store;
-  if (parallel && (o.check || !o.dump_dir.empty())) {
-    MoeGrads gathered;
-    outcome.output_status =
-        gather_results(comm, c, host_out, host_grads ? &*host_grads : nullptr, global_out, &gathered);
-    if (!outcome.output_status) return outcome;
-    if (host_grads) global_grads = gathered;
-    if (root) global_in_store = make_inputs(c);
+  if (o.check || !o.dump_dir.empty()) {
+    if (!have_global) {
+      outcome.output_status =
+          global_results(comm, c, host_out, host_grads ? &*host_grads : nullptr, global_out, global_grads);
+      if (!outcome.output_status) return outcome;
+    }
+    if (parallel && root) global_in_store = make_inputs(c);
   }
   if (!root) return outcome;
   const MoeInputs& global_in = global_in_store ? *global_in_store : host_in;
