@@ -27,7 +27,8 @@ class Comm {
   virtual const char* name() const = 0;
 
   // In place: data = the element-wise sum over ranks of data. f32 (summed in f32) or bf16 (summed in
-  // f32, rounded once).
+  // f32 and rounded to bf16: once over two ranks; over more a comm may round its partial sums too, as
+  // NCCL's bf16 all-reduce does and the MPI comm, whose bf16 travels as bf16, does).
   virtual Status all_reduce_sum(Tensor& data) = 0;
   // recv (size * n elements) = the ranks' send (n elements each) in rank order.
   virtual Status all_gather(Tensor& recv, const Tensor& send) = 0;

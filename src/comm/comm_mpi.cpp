@@ -2,7 +2,9 @@
 // Built only when CMake finds MPI (MOE_HAVE_MPI). The argument checks are the other comms'
 // (comm_checks.h) and run before any MPI call, so a bad call is a Status on every rank that made it;
 // a call whose arguments differ between ranks (counts that do not match) is a bug of the caller, which
-// MPI may report or not. bf16 sums are staged in f32 (MPI has no bf16 type). Host tensors only.
+// MPI may report or not. MPI has no bf16 type: bf16 travels as 16-bit words and is summed by an op of
+// ours, in f32 with each partial sum rounded to bf16 where MPI combines two (as NCCL's bf16 all-reduce
+// does), so a bf16 reduction moves bf16's bytes, not f32's. Host tensors only.
 #include "comm/comm_mpi.h"
 
 #include <fmt/format.h>
@@ -11,6 +13,8 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <utility>
 
 #include "comm/comm_checks.h"
 
@@ -38,6 +42,37 @@ Status to_int(const char* op, const std::vector<int64_t>& v, std::vector<int>& o
   return Status::ok();
 }
 
+// inout[i] = bf16(in[i] + inout[i]) summed in f32 (MPI_User_function): the bf16 sum's combining step.
+void add_bf16_words(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const bf16_t*>(in);
+  auto* b = static_cast<bf16_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = f32_to_bf16(bf16_to_f32(a[i]) + bf16_to_f32(b[i]));
+}
+
+// The ops of ours a job's comms share: made with the world's comm, freed with the last comm (before
+// MPI_Finalize: finalize_world_comm runs after every comm is gone).
+struct MpiOps {
+  MPI_Op sum_bf16 = MPI_OP_NULL;
+  MpiOps() {
+    MOE_CHECK(MPI_Op_create(&add_bf16_words, /*commute=*/1, &sum_bf16) == MPI_SUCCESS,
+              "MPI_Op_create failed");
+  }
+  ~MpiOps() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Op_free(&sum_bf16);
+  }
+  MpiOps(const MpiOps&) = delete;
+  MpiOps& operator=(const MpiOps&) = delete;
+};
+
+// A reduction's element type and sum op: f32 by MPI's own, bf16 as 16-bit words by ours.
+std::pair<MPI_Datatype, MPI_Op> sum_of(Dtype dt, const MpiOps& ops) {
+  if (dt == Dtype::f32) return {MPI_FLOAT, MPI_SUM};
+  MOE_CHECK(dt == Dtype::bf16, "a sum of f32 or bf16 (check_reducible)");
+  return {MPI_UINT16_T, ops.sum_bf16};
+}
+
 // The thread support MPI_Init_thread provided.
 int thread_level() {
   int level = MPI_THREAD_SINGLE;
@@ -47,7 +82,8 @@ int thread_level() {
 
 class MpiComm final : public Comm {
  public:
-  MpiComm(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
+  MpiComm(MPI_Comm comm, bool owned, std::shared_ptr<const MpiOps> ops)
+      : comm_(comm), owned_(owned), ops_(std::move(ops)) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
   }
@@ -62,14 +98,8 @@ class MpiComm final : public Comm {
     MOE_RETURN_IF_ERROR(check_reducible("all_reduce_sum", data));
     const int64_t n = data.numel();
     if (n > INT_MAX) return Status::error("all_reduce_sum: more elements than MPI's int counts");
-    if (data.dtype() == Dtype::f32)
-      return mpi_status("all_reduce_sum",
-                        MPI_Allreduce(MPI_IN_PLACE, data.raw(), int(n), MPI_FLOAT, MPI_SUM, comm_));
-    std::vector<float> v = to_f32(data, 0, n);
-    MOE_RETURN_IF_ERROR(mpi_status("all_reduce_sum",
-                                   MPI_Allreduce(MPI_IN_PLACE, v.data(), int(n), MPI_FLOAT, MPI_SUM, comm_)));
-    store_f32(data, 0, v.data(), n);
-    return Status::ok();
+    const auto [type, op] = sum_of(data.dtype(), *ops_);
+    return mpi_status("all_reduce_sum", MPI_Allreduce(MPI_IN_PLACE, data.raw(), int(n), type, op, comm_));
   }
 
   Status all_gather(Tensor& recv, const Tensor& send) override {
@@ -85,13 +115,11 @@ class MpiComm final : public Comm {
     MOE_RETURN_IF_ERROR(check_scatter(recv, send, size_));
     const int64_t n = recv.numel();
     if (n > INT_MAX) return Status::error("reduce_scatter_sum: more elements than MPI's int counts");
-    std::vector<float> in = to_f32(send, 0, send.numel());
-    std::vector<float> out(static_cast<size_t>(n));
-    MOE_RETURN_IF_ERROR(
-        mpi_status("reduce_scatter_sum",
-                   MPI_Reduce_scatter_block(in.data(), out.data(), int(n), MPI_FLOAT, MPI_SUM, comm_)));
-    store_f32(recv, 0, out.data(), n);
-    return Status::ok();
+    const auto [type, op] = sum_of(send.dtype(), *ops_);
+    // A copy of send when it shares recv's storage (MPI forbids aliasing without MPI_IN_PLACE).
+    const Tensor src = send.same_storage(recv) ? send.clone() : send;
+    return mpi_status("reduce_scatter_sum",
+                      MPI_Reduce_scatter_block(src.raw(), recv.raw(), int(n), type, op, comm_));
   }
 
   Status all_to_all_v(Tensor& recv, const std::vector<int64_t>& recv_counts, const Tensor& send,
@@ -119,7 +147,7 @@ class MpiComm final : public Comm {
   std::unique_ptr<Comm> split(int color, int key) override {
     MPI_Comm sub;
     MOE_CHECK(MPI_Comm_split(comm_, color, key, &sub) == MPI_SUCCESS, "MPI_Comm_split failed");
-    return std::make_unique<MpiComm>(sub, /*owned=*/true);
+    return std::make_unique<MpiComm>(sub, /*owned=*/true, ops_);
   }
 
   void abort(int code) override {
@@ -131,6 +159,7 @@ class MpiComm final : public Comm {
  private:
   MPI_Comm comm_;
   bool owned_;
+  std::shared_ptr<const MpiOps> ops_;
   int rank_ = 0, size_ = 1;
 };
 
@@ -147,7 +176,7 @@ std::unique_ptr<Comm> make_mpi_world_comm() {
   }
   // Errors come back as return codes (turned into Status), not as MPI's default abort.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  return std::make_unique<MpiComm>(MPI_COMM_WORLD, /*owned=*/false);
+  return std::make_unique<MpiComm>(MPI_COMM_WORLD, /*owned=*/false, std::make_shared<const MpiOps>());
 }
 
 void finalize_mpi() {
