@@ -86,6 +86,9 @@ class MoeBlock {
   // Runs an Exchange hook as a traced stage (--trace-dir shows each exchange).
   template <typename Fn>
   Status traced(const char* stage, Fn&& hook);
+  // --ep-overlap in forward_backward: the expert FFN's backward in the forward's chunks.
+  Status overlapped_expert_backward(FfnWeightGrads& grads, const MoeInputs& in);
+  ExpertFfnOp& chunk_ffn(size_t c) const;  // the op chunk c's forward ran on
 
   MoeConfig cfg_;
   MoeConfig token_cfg_;   // the tokens and experts the rank's plan covers
@@ -99,6 +102,13 @@ class MoeBlock {
   std::unique_ptr<PackOp> pack_;
   std::unique_ptr<DispatchOp> dispatch_;
   std::unique_ptr<ExpertFfnOp> expert_ffn_;
+  // --ep-overlap N in forward_backward: the ops of chunks 1..N-1 (chunk 0 runs on expert_ffn_), a
+  // chunk's routed weight gradients (run dtype) and their sum over the chunks (f32), each (E_l, H, M),
+  // (E_l, H, M), (E_l, M, H); empty otherwise. chunk_rows_: each chunk's expert-side rows as the last
+  // call's forward met them (the exchange's), for saved_activation_bytes.
+  std::vector<std::unique_ptr<ExpertFfnOp>> chunk_ffns_;
+  FfnWeightGrads chunk_grads_, chunk_grad_sum_;
+  std::vector<const ExpertRows*> chunk_rows_;
   std::unique_ptr<CombineOp> combine_;
   std::unique_ptr<SharedExpertOp> shared_;  // null without a shared expert
 

@@ -113,14 +113,21 @@ class Exchange {
   // outputs come back into y_rows.
   virtual Status before_expert_ffn(Tensor& x_rows, const DispatchPlan& plan) = 0;
   virtual Status after_expert_ffn(Tensor& y_rows, const DispatchPlan& plan) = 0;
-  // --ep-overlap N (all_to_all, forward): instead of the three steps above, the exchange sends the rows
-  // in N chunks and calls `experts` on each chunk's rows as they arrive, so that a chunk's dispatch and
+  // --ep-overlap N (all_to_all): instead of the three steps above, the exchange sends the rows in N
+  // chunks and calls `experts(c, rows)` on chunk c's rows as they arrive, so that a chunk's dispatch and
   // combine overlap the experts of its neighbours; y_rows gets every output back. `tracer` records its
-  // own stages (exchange_dispatch, exchange_combine) between the experts'.
+  // own stages (exchange_dispatch, exchange_combine) between the experts'. Each chunk keeps its rows
+  // (x_rows, its plan) until the next call, for the backward.
   virtual bool overlaps_expert_ffn() const { return false; }
   virtual Status overlapped_expert_ffn(Tensor& x_rows, Tensor& y_rows, const DispatchPlan& plan,
                                        const StageTracer& tracer,
-                                       const std::function<void(ExpertRows&)>& experts);
+                                       const std::function<void(size_t, ExpertRows&)>& experts);
+  // Its backward, in the same chunks: chunk c's dy rows travel while chunk c - 1's run through
+  // `backward(c, rows)` (rows.dy_rows in, rows.dx_rows f32 out, beside the forward's rows.x_rows and
+  // plan), and its dx rows come back into dx_rows (exchange_dy_rows, exchange_dx_rows).
+  virtual Status overlapped_expert_ffn_backward(Tensor& dy_rows, Tensor& dx_rows, const DispatchPlan& plan,
+                                                const StageTracer& tracer,
+                                                const std::function<void(size_t, ExpertRows&)>& backward);
   // After combine: out (T, H) f32 partial sums become the block's output. Called only where
   // sums_combined_output(); elsewhere the combine writes the output directly (TokenSums).
   virtual bool sums_combined_output() const = 0;

@@ -65,7 +65,7 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok, s
   num.add("--mlp-dim", c.mlp_dim, "M, per-expert intermediate size", 1, kMax64);
   num.add("--experts", c.experts, "E, routed experts", 1, kMax64);
   num.add("--ep-overlap", c.ep_overlap,
-          "N chunks of rows whose dispatch overlaps the experts of the previous (ep all_to_all, forward; 1 = "
+          "N chunks of rows whose dispatch overlaps the experts of the previous (ep all_to_all; 1 = "
           "off)",
           1, 1024);
   num.add("--topk", opts.topk_flag, "K, experts per token (unless --topk-list)", -kMax64, kMax64);

@@ -1,5 +1,7 @@
 #include <fmt/format.h>
 
+#include <array>
+
 #include "moe/block.h"
 
 namespace moe {
@@ -7,6 +9,25 @@ namespace {
 
 void check_supported(const Status& s) {
   MOE_CHECK(s.is_ok(), "MoeBlock made for an unsupported configuration: " + s.message());
+}
+
+// sum (f32) = part (f32 or bf16) where first, else sum += part. Host tensors: --ep-overlap runs where
+// its exchange does, on host memory.
+void add_into_f32(Tensor& sum, const Tensor& part, bool first) {
+  MOE_CHECK(sum.on_host() && part.on_host() && sum.dtype() == Dtype::f32 && sum.numel() == part.numel(),
+            "add_into_f32: host tensors of one size, an f32 sum");
+  float* s = sum.data<float>();  // (n)
+  const int64_t n = sum.numel();
+  if (part.dtype() == Dtype::f32) {
+    const float* p = part.data<float>();  // (n)
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) s[i] = first ? p[i] : s[i] + p[i];
+  } else {
+    MOE_CHECK(part.dtype() == Dtype::bf16, "add_into_f32: an f32 or bf16 part");
+    const bf16_t* p = part.data<bf16_t>();  // (n)
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) s[i] = first ? bf16_to_f32(p[i]) : s[i] + bf16_to_f32(p[i]);
+  }
 }
 
 }  // namespace
@@ -33,6 +54,20 @@ MoeBlock::MoeBlock(const MoeConfig& cfg, const KernelConfig& kcfg, Backend& back
   expert_ffn_ = backend.make_expert_ffn(expert_ctx);
   combine_ = backend.make_combine(ctx);
   if (cfg_.has_shared()) shared_ = backend.make_shared_expert(held_ctx);
+  // --ep-overlap in forward_backward: each chunk's forward keeps its activations for its own backward,
+  // so each chunk has an op of its own, and the chunks' routed weight gradients are summed in f32.
+  const size_t chunks = exchange_->overlaps_expert_ffn() ? size_t(cfg_.ep_overlap) : 1;
+  chunk_rows_.assign(chunks, nullptr);
+  if (chunks > 1 && cfg_.bench_pass == BenchPass::forward_backward) {
+    for (size_t c = 1; c < chunks; ++c) chunk_ffns_.push_back(backend.make_expert_ffn(expert_ctx));
+    const int64_t E = expert_cfg_.experts, H = cfg_.hidden, M = cfg_.mlp_dim;
+    auto grads_of = [&](Dtype dt) {
+      return FfnWeightGrads{backend.empty(dt, {E, H, M}), backend.empty(dt, {E, H, M}),
+                            backend.empty(dt, {E, M, H})};
+    };
+    chunk_grads_ = grads_of(cfg_.dtype);
+    chunk_grad_sum_ = grads_of(Dtype::f32);
+  }
 
   const int64_t T = token_cfg_.tokens, T_held = held_cfg_.tokens, H = cfg_.hidden;
   plan_ = allocate_plan(token_cfg_, tile_rows, backend.memory());
@@ -84,9 +119,11 @@ Status MoeBlock::experts_and_combine(Tensor& out, const MoeInputs& in, const Rou
   if (exchange_->overlaps_expert_ffn()) {
     // --ep-overlap: the exchange runs the experts on each chunk of rows as it arrives.
     MOE_RETURN_IF_ERROR(
-        exchange_->overlapped_expert_ffn(x_rows_, y_rows_, plan_, tracer_, [&](ExpertRows& chunk) {
-          tracer_("up", [&] { expert_ffn_->up(chunk.x_rows, w, chunk.plan); });
-          tracer_("down", [&] { expert_ffn_->down(chunk.y_rows, w, chunk.plan); });
+        exchange_->overlapped_expert_ffn(x_rows_, y_rows_, plan_, tracer_, [&](size_t c, ExpertRows& chunk) {
+          chunk_rows_[c] = &chunk;
+          ExpertFfnOp& ffn = chunk_ffn(c);
+          tracer_("up", [&] { ffn.up(chunk.x_rows, w, chunk.plan); });
+          tracer_("down", [&] { ffn.down(chunk.y_rows, w, chunk.plan); });
         }));
   } else {
     MOE_RETURN_IF_ERROR(
@@ -147,15 +184,19 @@ Status MoeBlock::forward_backward(Tensor& out, MoeGrads& grads, const MoeInputs&
   if (split_)
     MOE_RETURN_IF_ERROR(traced("exchange_gather_dy", [&] { return exchange_->gather_tokens(dy_, dy_all_); }));
   tracer_("combine_backward", [&] { combine_->backward(dy_rows_, split_ ? dy_all_ : dy_, plan_, routing); });
-  MOE_RETURN_IF_ERROR(
-      traced("exchange_dy_rows", [&] { return exchange_->before_expert_ffn_backward(dy_rows_, plan_); }));
   FfnWeightGrads routed_grads{grads.dw1, grads.dw3, grads.dw2};
-  tracer_("expert_ffn_backward", [&] {
-    expert_ffn_->backward(ex_.dx_rows, routed_grads, ex_.dy_rows, ex_.x_rows, routed_weights(in, false),
-                          ex_.plan);
-  });
-  MOE_RETURN_IF_ERROR(
-      traced("exchange_dx_rows", [&] { return exchange_->after_expert_ffn_backward(dx_rows_, plan_); }));
+  if (!chunk_ffns_.empty()) {
+    MOE_RETURN_IF_ERROR(overlapped_expert_backward(routed_grads, in));
+  } else {
+    MOE_RETURN_IF_ERROR(
+        traced("exchange_dy_rows", [&] { return exchange_->before_expert_ffn_backward(dy_rows_, plan_); }));
+    tracer_("expert_ffn_backward", [&] {
+      expert_ffn_->backward(ex_.dx_rows, routed_grads, ex_.dy_rows, ex_.x_rows, routed_weights(in, false),
+                            ex_.plan);
+    });
+    MOE_RETURN_IF_ERROR(
+        traced("exchange_dx_rows", [&] { return exchange_->after_expert_ffn_backward(dx_rows_, plan_); }));
+  }
   const bool dx_summed_across_ranks = exchange_->sums_input_grad();
   Tensor& dx = dx_summed_across_ranks || split_ ? dx_acc_ : grads.dx;
   const bool with_shared = shared_ != nullptr && exchange_->adds_shared() && !split_;
@@ -171,6 +212,34 @@ Status MoeBlock::forward_backward(Tensor& out, MoeGrads& grads, const MoeInputs&
   std::vector<Tensor*> weight_grads = {&grads.dw1, &grads.dw3, &grads.dw2};
   if (shared_) weight_grads.insert(weight_grads.end(), {&grads.dsw1, &grads.dsw3, &grads.dsw2});
   return traced("exchange_weight_grads", [&] { return exchange_->reduce_weight_grads(weight_grads); });
+}
+
+// Chunk c's backward on the rows and plan its forward kept, by the op that ran that forward; its
+// weight gradients (run dtype) are summed over the chunks in f32 and rounded once into `grads`.
+Status MoeBlock::overlapped_expert_backward(FfnWeightGrads& grads, const MoeInputs& in) {
+  const FfnWeights w = routed_weights(in, false);
+  const std::array<std::pair<Tensor*, Tensor*>, 3> parts = {{{&chunk_grads_.dw1, &chunk_grad_sum_.dw1},
+                                                             {&chunk_grads_.dw3, &chunk_grad_sum_.dw3},
+                                                             {&chunk_grads_.dw2, &chunk_grad_sum_.dw2}}};
+  MOE_RETURN_IF_ERROR(exchange_->overlapped_expert_ffn_backward(
+      dy_rows_, dx_rows_, plan_, tracer_, [&](size_t c, ExpertRows& chunk) {
+        tracer_("expert_ffn_backward", [&] {
+          chunk_ffn(c).backward(chunk.dx_rows, chunk_grads_, chunk.dy_rows, chunk.x_rows, w, chunk.plan);
+        });
+        tracer_("expert_grads_sum", [&] {
+          for (const auto& [part, sum] : parts) add_into_f32(*sum, *part, /*first=*/c == 0);
+        });
+      }));
+  tracer_("expert_grads_sum", [&] {
+    backend_.convert(grads.dw1, chunk_grad_sum_.dw1);
+    backend_.convert(grads.dw3, chunk_grad_sum_.dw3);
+    backend_.convert(grads.dw2, chunk_grad_sum_.dw2);
+  });
+  return Status::ok();
+}
+
+ExpertFfnOp& MoeBlock::chunk_ffn(size_t c) const {
+  return c == 0 || chunk_ffns_.empty() ? *expert_ffn_ : *chunk_ffns_[c - 1];
 }
 
 double MoeBlock::loss() const {
@@ -211,9 +280,18 @@ int64_t MoeBlock::saved_activation_bytes() const {
   const int64_t es = int64_t(dtype_size(cfg_.dtype));
   int64_t bytes = s.rows * cfg_.hidden * es;  // dispatched rows: the expert MLP's input
   // Where rows move (all_to_all), the expert side keeps the rows it received as well.
-  const PlanStats xs = moe::plan_stats(ex_.plan);
-  if (!ex_.x_rows.same_storage(x_rows_)) bytes += xs.rows * cfg_.hidden * es;
-  bytes += expert_ffn_->saved_bytes(xs.rows);
+  if (chunk_ffns_.empty()) {
+    const PlanStats xs = moe::plan_stats(ex_.plan);
+    if (!ex_.x_rows.same_storage(x_rows_)) bytes += xs.rows * cfg_.hidden * es;
+    bytes += expert_ffn_->saved_bytes(xs.rows);
+  } else {
+    // --ep-overlap: every chunk keeps the rows it received and its op's intermediates.
+    for (size_t c = 0; c < chunk_rows_.size(); ++c) {
+      if (chunk_rows_[c] == nullptr) continue;  // no call yet
+      const int64_t rows = moe::plan_stats(chunk_rows_[c]->plan).rows;
+      bytes += rows * cfg_.hidden * es + chunk_ffn(c).saved_bytes(rows);
+    }
+  }
   if (shared_) bytes += shared_->saved_bytes();
   // The plan: row_assignment and row_weight per row, assignment_row per assignment, group offsets and
   // live counts.

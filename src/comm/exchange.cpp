@@ -15,8 +15,13 @@ Status Exchange::scatter_tokens(const Tensor&, Tensor&, bool) {
 }
 
 Status Exchange::overlapped_expert_ffn(Tensor&, Tensor&, const DispatchPlan&, const StageTracer&,
-                                       const std::function<void(ExpertRows&)>&) {
+                                       const std::function<void(size_t, ExpertRows&)>&) {
   MOE_CHECK(false, "overlapped_expert_ffn on an exchange that does not overlap its experts");
+}
+
+Status Exchange::overlapped_expert_ffn_backward(Tensor&, Tensor&, const DispatchPlan&, const StageTracer&,
+                                                const std::function<void(size_t, ExpertRows&)>&) {
+  MOE_CHECK(false, "overlapped_expert_ffn_backward on an exchange that does not overlap its experts");
 }
 
 Status exchange_supports(const MoeConfig& cfg, const Comm& world) {

@@ -9,8 +9,9 @@
 //                 expert side's groups (padding rows zeroed, as the grouped GEMMs require);
 //   combine:      the expert outputs gathered in arrival order -> all-to-all-v back -> scattered into
 //                 the token side's rows; the combine then sums each token's rows on its own rank.
-// Backward: dy rows travel like x rows, dx rows like y rows (f32). The shared expert's gradients are
-// all-reduced (its weights are replicated, its tokens sharded). On a data x expert mesh all of this
+// Backward: dy rows travel like x rows, dx rows like y rows (f32), in the forward's chunks under
+// --ep-overlap (each chunk's expert-side rows and plan kept from its forward). The shared expert's gradients
+// are all-reduced (its weights are replicated, its tokens sharded). On a data x expert mesh all of this
 // happens among the X ranks of a data replica, and the routed gradients are summed over the replicas. Each
 // rank moves about T*K*H/R elements each way per exchange (the rows whose expert another rank owns), not T*H.
 // Host memory only (the plan is rebuilt on the host each step).
@@ -61,6 +62,7 @@ int64_t chunk_begin(int64_t n, int64_t c, int64_t chunks) {
 struct Chunk {
   ExpertRows ex;
   Tensor send, recv;                          // (T_l*K, H), (T*K, H) run dtype: rows in flight
+  Tensor send_f32, recv_f32;                  // (T_l*K, H), (T*K, H) f32: dx rows in flight (backward)
   std::vector<int64_t> send_rows, recv_rows;  // (R) rows to and from each rank
   std::vector<int64_t> send_row_of;           // token-side row of each row sent, in order
   std::vector<int64_t> recv_pos;              // expert-side row of each row received, in order
@@ -104,14 +106,14 @@ class AllToAllExchange final : public Exchange {
       k.ex.y_rows = backend.empty(dt, {k.ex.plan.max_rows, H_});
       k.send = backend.empty(dt, {send_max, H_});
       k.recv = backend.empty(dt, {recv_max, H_});
+      if (forward_backward_) {
+        k.ex.dy_rows = backend.empty(dt, {k.ex.plan.max_rows, H_});
+        k.ex.dx_rows = backend.empty(Dtype::f32, {k.ex.plan.max_rows, H_});
+        k.send_f32 = backend.empty(Dtype::f32, {send_max, H_});
+        k.recv_f32 = backend.empty(Dtype::f32, {recv_max, H_});
+      }
     }
     ExpertRows& ex = chunks_[0].ex;
-    if (forward_backward_) {
-      ex.dy_rows = backend.empty(dt, {ex.plan.max_rows, H_});
-      ex.dx_rows = backend.empty(Dtype::f32, {ex.plan.max_rows, H_});
-      send_f32_ = backend.empty(Dtype::f32, {send_max, H_});
-      recv_f32_ = backend.empty(Dtype::f32, {recv_max, H_});
-    }
     counts_send_ = Tensor(Dtype::s64, {R_ * layout_.experts});
     counts_recv_ = Tensor(Dtype::s64, {R_ * layout_.experts});
     weights_send_ = Tensor(Dtype::f32, {send_max});
@@ -175,39 +177,25 @@ class AllToAllExchange final : public Exchange {
   bool overlaps_expert_ffn() const override { return chunks_.size() > 1; }
   Status overlapped_expert_ffn(Tensor& x_rows, Tensor& y_rows, const DispatchPlan& plan,
                                const StageTracer& tracer,
-                               const std::function<void(ExpertRows&)>& experts) override {
-    const size_t N = chunks_.size();
-    std::vector<std::future<Status>> dispatched(N), combined(N);
-    auto dispatch = [&](size_t c) {
-      Chunk& k = chunks_[c];
-      tracer("exchange_dispatch", [&] { pack_rows(k.send, x_rows, k.send_row_of); });
-      dispatched[c] =
-          worker_->submit([this, &k] { return exchange(k.recv, k.recv_rows, k.send, k.send_rows); });
-    };
-    Status status;
-    dispatch(0);
-    for (size_t c = 0; c < N; ++c) {
-      Chunk& k = chunks_[c];
-      if (c + 1 < N) dispatch(c + 1);
-      tracer("exchange_dispatch", [&] {
-        keep(status, dispatched[c].get());
-        place_rows(k.ex.x_rows, k, k.recv);
-      });
-      experts(k.ex);
-      // The outputs go back from the buffers the rows came in by (recv), into those they left (send).
-      tracer("exchange_combine", [&] { pack_rows(k.recv, k.ex.y_rows, k.recv_pos); });
-      combined[c] =
-          worker_->submit([this, &k] { return exchange(k.send, k.send_rows, k.recv, k.recv_rows); });
-    }
-    tracer("exchange_combine", [&] {
-      for (size_t c = 0; c < N; ++c) {
-        keep(status, combined[c].get());
-        copy_rows(y_rows.raw(), chunks_[c].send_row_of, chunks_[c].send.raw(), {},
-                  int64_t(chunks_[c].send_row_of.size()), row_bytes(y_rows));
-      }
-      zero_padding_rows(y_rows, host_view(plan));
-    });
-    return status;
+                               const std::function<void(size_t, ExpertRows&)>& experts) override {
+    // The outputs go back from the buffers the rows came in by (recv), into those they left (send).
+    return pipeline(
+        x_rows, y_rows, plan, tracer, {"exchange_dispatch", "exchange_combine"}, experts,
+        [](Chunk& k) -> Tensor& { return k.ex.x_rows; }, [](Chunk& k) -> Tensor& { return k.ex.y_rows; },
+        [](Chunk& k) -> std::pair<Tensor*, Tensor*> {
+          return {&k.recv, &k.send};
+        });
+  }
+  Status overlapped_expert_ffn_backward(Tensor& dy_rows, Tensor& dx_rows, const DispatchPlan& plan,
+                                        const StageTracer& tracer,
+                                        const std::function<void(size_t, ExpertRows&)>& backward) override {
+    MOE_CHECK(forward_backward_, "an overlapped backward of an exchange made for forward");
+    return pipeline(
+        dy_rows, dx_rows, plan, tracer, {"exchange_dy_rows", "exchange_dx_rows"}, backward,
+        [](Chunk& k) -> Tensor& { return k.ex.dy_rows; }, [](Chunk& k) -> Tensor& { return k.ex.dx_rows; },
+        [](Chunk& k) -> std::pair<Tensor*, Tensor*> {
+          return {&k.recv_f32, &k.send_f32};
+        });
   }
 
   bool sums_combined_output() const override { return false; }
@@ -222,7 +210,7 @@ class AllToAllExchange final : public Exchange {
   }
   Status after_expert_ffn_backward(Tensor& dx_rows, const DispatchPlan& plan) override {
     Chunk& k = chunks_[0];
-    return from_experts(dx_rows, plan, k, k.ex.dx_rows, recv_f32_, send_f32_);
+    return from_experts(dx_rows, plan, k, k.ex.dx_rows, k.recv_f32, k.send_f32);
   }
   bool sums_input_grad() const override { return false; }
   Status reduce_input_grad(Tensor&) override { return Status::ok(); }
@@ -234,6 +222,51 @@ class AllToAllExchange final : public Exchange {
   }
 
  private:
+  // One overlapped pass over the chunks: chunk c + 1's rows (of `rows`, token side) travel while chunk
+  // c's run through `work`, and chunk c's results (`out_of(k)`, expert side) travel back while chunk
+  // c + 1's do, into `results` (token side). The worker runs the collectives in submit order: there 0,
+  // there 1, back 0, there 2, back 1, ... (the same on every rank); this thread packs and places rows
+  // and runs `work`. `back(k)`: the staging the results leave from (expert side, arrival order) and
+  // arrive in (token side, plan order).
+  template <typename In, typename Out, typename Back>
+  Status pipeline(Tensor& rows, Tensor& results, const DispatchPlan& plan, const StageTracer& tracer,
+                  std::pair<const char*, const char*> stages,
+                  const std::function<void(size_t, ExpertRows&)>& work, In in_of, Out out_of, Back back) {
+    const size_t N = chunks_.size();
+    std::vector<std::future<Status>> sent(N), returned(N);
+    auto send = [&](size_t c) {
+      Chunk& k = chunks_[c];
+      tracer(stages.first, [&] { pack_rows(k.send, rows, k.send_row_of); });
+      sent[c] = worker_->submit([this, &k] { return exchange(k.recv, k.recv_rows, k.send, k.send_rows); });
+    };
+    Status status;
+    send(0);
+    for (size_t c = 0; c < N; ++c) {
+      Chunk& k = chunks_[c];
+      if (c + 1 < N) send(c + 1);
+      tracer(stages.first, [&] {
+        keep(status, sent[c].get());
+        place_rows(in_of(k), k, k.recv);
+      });
+      work(c, k.ex);
+      Tensor* leaving = back(k).first;
+      Tensor* arriving = back(k).second;
+      tracer(stages.second, [&] { pack_rows(*leaving, out_of(k), k.recv_pos); });
+      returned[c] = worker_->submit(
+          [this, &k, leaving, arriving] { return exchange(*arriving, k.send_rows, *leaving, k.recv_rows); });
+    }
+    tracer(stages.second, [&] {
+      for (size_t c = 0; c < N; ++c) {
+        keep(status, returned[c].get());
+        Chunk& k = chunks_[c];
+        copy_rows(results.raw(), k.send_row_of, back(k).second->raw(), {}, int64_t(k.send_row_of.size()),
+                  row_bytes(results));
+      }
+      zero_padding_rows(results, host_view(plan));
+    });
+    return status;
+  }
+
   static void keep(Status& kept, Status s) {
     if (!s && kept) kept = std::move(s);
   }
@@ -336,7 +369,6 @@ class AllToAllExchange final : public Exchange {
   bool forward_backward_ = false;
   std::vector<Chunk> chunks_;           // --ep-overlap of them (1: the whole step)
   std::unique_ptr<CommWorker> worker_;  // the overlapped pipeline's collectives
-  Tensor send_f32_, recv_f32_;          // (T_l*K, H), (T*K, H) f32: dx rows in flight
   Tensor counts_send_, counts_recv_;    // (R * El) s64: live rows per (rank, local expert)
   Tensor weights_send_, weights_recv_;  // (T_l*K), (T*K) f32: the rows' combine weights
 };

@@ -76,9 +76,6 @@ Status parallel_supports(const MoeConfig& cfg, int ranks) {
         fmt::format("{}: --ep-overlap={} overlaps the rows' all-to-all with the experts: "
                     "--parallel-mode ep --ep-comm-path all_to_all only",
                     mode, cfg.ep_overlap));
-  if (cfg.ep_overlap > 1 && cfg.bench_pass != BenchPass::forward)
-    return Status::error(fmt::format("{}: --ep-overlap={} is implemented for --bench-pass forward only", mode,
-                                     cfg.ep_overlap));
   if (cfg.capacity_active() && cfg.parallel_mode != ParallelMode::none)
     return Status::error(fmt::format("{}: --capacity-policy {} is not implemented yet for parallel runs",
                                      mode, name(cfg.capacity_policy)));

@@ -132,18 +132,19 @@ TEST(MpiBlock, DataByExpertMeshes) {
   }
 }
 
-// --ep-overlap over MPI (the cpu backend; the chunks' collectives on the comm thread): the
-// single-process results.
+// --ep-overlap over MPI (the cpu backend; the chunks' collectives on the comm thread), forward and
+// forward_backward: the single-process results.
 TEST(MpiBlock, OverlappedChunksMatchTheSingleProcessRun) {
   const uint64_t seed = shared_seed();
-  for (int64_t chunks : {2, 3}) {
-    MoeConfig c = block_config(seed, 41, 12, 3, ParallelMode::ep, EpCommPath::all_to_all);
-    c.bench_pass = BenchPass::forward;
-    c.ep_overlap = chunks;
-    c.shared_expert_dim = chunks == 2 ? 8 : 0;
-    c.dtype = chunks == 2 ? Dtype::f32 : Dtype::bf16;
-    expect_matches_single_process(c, make_routing(c));
-  }
+  for (BenchPass pass : {BenchPass::forward, BenchPass::forward_backward})
+    for (int64_t chunks : {2, 3}) {
+      MoeConfig c = block_config(seed, 41, 12, 3, ParallelMode::ep, EpCommPath::all_to_all);
+      c.bench_pass = pass;
+      c.ep_overlap = chunks;
+      c.shared_expert_dim = chunks == 2 ? 8 : 0;
+      c.dtype = chunks == 2 ? Dtype::f32 : Dtype::bf16;
+      expect_matches_single_process(c, make_routing(c));
+    }
 }
 
 // The int8 quant modes on the cpu backend's int8 kernels in processes: the single-process results.
