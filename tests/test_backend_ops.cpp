@@ -113,13 +113,18 @@ std::vector<Case> edge_grid(uint64_t seed) {
             c.matmul_precision =
                 variant % 5 == 2 ? MatmulPrecision::highest : MatmulPrecision::default_precision;
           });
-  // impl ref_dp (forward only, no shared expert, null routing or capacity): its 256-row blocks, the
-  // padding and the trailing blocks multiplied, must leave the rows the reference computes.
-  for (const Shape& s : shapes)
+  // impl ref_dp (no shared expert, null routing or capacity): its 256-row blocks, the padding and the
+  // trailing blocks multiplied, per-block weight gradients summed into each expert's, must leave the
+  // rows and gradients the reference computes; plus an expert whose rows fill more than one block and
+  // experts with none. Forward_backward, and forward alone once per dtype.
+  std::vector<Shape> ref_dp_shapes = shapes;
+  ref_dp_shapes.push_back({"an expert over two blocks", 300, 4, 2, 0, nullptr,
+                           [](int64_t t, int64_t k) { return int32_t(k ? 3 : t % 7 == 0); }});
+  for (const Shape& s : ref_dp_shapes)
     for (Dtype dt : {Dtype::f32, Dtype::bf16})
       if (!s.tweak)
         add(s, dt, Impl::ref_dp, "ref_dp", [&](MoeConfig& c) {
-          c.bench_pass = BenchPass::forward;
+          c.bench_pass = &s == &ref_dp_shapes[0] ? BenchPass::forward : BenchPass::forward_backward;
           c.renormalize_topk = dt == Dtype::bf16;
         });
   return cases;
@@ -331,7 +336,7 @@ class OpsOnBackend : public ::testing::TestWithParam<std::string> {
     auto ref_op = ref().make_expert_ffn(context(c, ref()));
     auto op = be().make_expert_ffn(context(c, be()));
     const Tensor dy_rows = random_host(c.cfg.dtype, {plan.max_rows, H}, seed_ + 8);
-    // A forward-only impl (ref_dp) has no backward: its y_rows alone.
+    // A forward run has no backward: its y_rows alone.
     const bool backward = c.cfg.bench_pass == BenchPass::forward_backward;
     // inputs: x_rows, w1, w3, w2, dy_rows -> outputs: y_rows, dx_rows, dw1, dw3, dw2 (host).
     auto reference = [&](const std::vector<Tensor>& in) {

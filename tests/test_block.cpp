@@ -147,22 +147,28 @@ TEST_P(BlockOnBackend, EveryCombinationMatchesReference) {
   skip_if_nothing_ran();
 }
 
-// impl ref_dp (the seed's DP baseline, forward only) on one process: its 256-row blocks and per-block
-// weight copies against the oracle, fresh and edge routings, both dtypes, renormalized or not.
+// impl ref_dp (the seed's DP baseline) on one process: its 256-row blocks and per-block weight copies
+// (and, forward_backward, per-block weight gradients summed per expert) against the oracle, fresh and
+// edge routings (an expert over two blocks, empty experts), both dtypes and passes, renormalized or not.
 TEST_P(BlockOnBackend, RefDpMatchesReference) {
   const uint64_t seed = testing::test_seed();
   for (Dtype dt : {Dtype::f32, Dtype::bf16})
-    for (bool renormalize : {false, true}) {
-      MoeConfig c = small_config(seed);
-      c.tokens = 300;  // more than one block of rows
-      c.impl = Impl::ref_dp;
-      c.dtype = dt;
-      c.renormalize_topk = renormalize;
-      run_and_check(c, make_routing(c));
-      c.tokens = 19;
-      run_and_check(c, testing::edge_routing(c.tokens, c.topk, c.experts,
-                                             [](int64_t t, int64_t k) { return int32_t(k ? 4 : t % 2); }));
-    }
+    for (BenchPass pass : {BenchPass::forward, BenchPass::forward_backward})
+      for (bool renormalize : {false, true}) {
+        MoeConfig c = small_config(seed);
+        c.tokens = 300;  // more than one block of rows
+        c.impl = Impl::ref_dp;
+        c.dtype = dt;
+        c.bench_pass = pass;
+        c.renormalize_topk = renormalize;
+        run_and_check(c, make_routing(c));
+        run_and_check(c, testing::edge_routing(c.tokens, c.topk, c.experts, [](int64_t t, int64_t k) {
+                        return int32_t(k ? 3 : t % 9 == 0);
+                      }));
+        c.tokens = 19;
+        run_and_check(c, testing::edge_routing(c.tokens, c.topk, c.experts,
+                                               [](int64_t t, int64_t k) { return int32_t(k ? 4 : t % 2); }));
+      }
   skip_if_nothing_ran();
 }
 

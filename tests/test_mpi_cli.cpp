@@ -113,9 +113,10 @@ TEST(MpiCli, QuantModesCheckAndReportTheSingleProcessError) {
   }
 }
 
-// The seed's DP baseline (--impl ref_dp, spec §5.5) over 2 MPI ranks on the cpu backend: --check
-// passes, rows say which path they are (impl ref_dp, parallel_mode dp, world_size 2) and count the
-// seed's FLOPs (6 H M K T: forward, the padding left out); what it never ran is one line per rank.
+// The seed's DP baseline (--impl ref_dp, spec §5.5) over 2 MPI ranks on the cpu backend, forward and
+// forward_backward: --check passes, rows say which path they are (impl ref_dp, parallel_mode dp,
+// world_size 2) and count the seed's FLOPs (6 H M K T forward, the padding left out; three times that
+// forward_backward, as every impl's rows); what it never ran is one line per rank.
 TEST(MpiCli, RefDpChecksAgainstTheSingleProcessReference) {
   REQUIRE_MPI();
   const std::string dir = testing::temp_dir("mpi_ref_dp");
@@ -123,14 +124,16 @@ TEST(MpiCli, RefDpChecksAgainstTheSingleProcessReference) {
   const char* shape =
       "--tokens 300 --hidden 32 --mlp-dim 24 --experts 8 --topk 2 --impl ref_dp --distribution random "
       "--iters 2 --warmup 1 --ceiling off --parallel-mode dp";
-  for (const char* flags : {"--dtype float32", "--dtype bfloat16 --renormalize-topk"}) {
+  for (const char* flags : {"--dtype float32", "--dtype bfloat16 --renormalize-topk",
+                            "--dtype float32 --bench-pass forward_backward",
+                            "--dtype bfloat16 --renormalize-topk --bench-pass forward_backward"}) {
     const testing::Ran r = mpirun(2, fmt::format("{} {} --check --seed {} --out {}/rows.jsonl --format jsonl",
                                                  shape, flags, seed, dir));
     EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
     EXPECT_EQ(count(r.out, "CHECK pass=true"), 1) << r.out;
   }
   const std::vector<std::string> rows = testing::split_lines(testing::read_file(dir + "/rows.jsonl"));
-  ASSERT_EQ(rows.size(), 2u);
+  ASSERT_EQ(rows.size(), 4u);
   for (const std::string& line : rows) {
     const auto row = nlohmann::json::parse(line);
     EXPECT_EQ(row["impl"], "ref_dp");
@@ -138,11 +141,15 @@ TEST(MpiCli, RefDpChecksAgainstTheSingleProcessReference) {
     EXPECT_EQ(row["world_size"], 2);
     EXPECT_EQ(row["renormalize_topk"], row["dtype"] == "bfloat16");
     EXPECT_EQ(row["real_assignments"], 600);
-    EXPECT_NEAR(row["tflops"].get<double>() * row["time_s"].get<double>() * 1e12, 6.0 * 32 * 24 * 600, 1e-3);
+    const double passes = row["pass"] == "forward_backward" ? 3 : 1;
+    EXPECT_NEAR(row["tflops"].get<double>() * row["time_s"].get<double>() * 1e12,
+                passes * 6.0 * 32 * 24 * 600, 1e-3);
   }
-  const testing::Ran bad = mpirun(2, fmt::format("{} --bench-pass forward_backward", shape));
+  const testing::Ran bad =
+      mpirun(2, fmt::format("{} --bench-pass forward_backward --remat-mode expert_mlp", shape));
   EXPECT_EQ(bad.exit_code, 2) << bad.out << bad.err;
-  EXPECT_EQ(count(bad.err, "--impl ref_dp is the seed's forward-only DP baseline"), 2) << bad.err;
+  EXPECT_EQ(count(bad.err, "--impl ref_dp is the seed's DP baseline"), 2) << bad.err;
+  EXPECT_EQ(count(bad.err, "--remat-mode expert_mlp"), 2) << bad.err;
   EXPECT_EQ(bad.out.find("RESULT"), std::string::npos) << bad.out;
   const testing::Ran other =
       mpirun(2, "--tokens 37 --hidden 16 --mlp-dim 8 --renormalize-topk --parallel-mode dp");

@@ -310,25 +310,29 @@ TEST(ParallelBlockOverlap, MeshesAndIdleRanksMatchTheSingleProcessRun) {
 
 // impl ref_dp, the seed's DP baseline (spec §5.5): tokens sharded over 1-4 data ranks (and a data=4
 // mesh), weights replicated, its 256-row blocks, its softmax-over-E routing with and without
-// renormalizing, forward only: the single-process run and the oracle, fresh inputs and the edge grid.
+// renormalizing, forward and forward_backward (the weight gradients summed over ranks): the
+// single-process run and the oracle, fresh inputs and the edge grid.
 TEST(ParallelRefDp, MatchesTheSingleProcessRun) {
   const uint64_t seed = testing::test_seed();
   int i = 0;
   for (int ranks : {1, 2, 3, 4})
-    for (Dtype dt : {Dtype::f32, Dtype::bf16}) {
-      MoeConfig c = base_config(seed, {ParallelMode::dp, EpCommPath::compact_psum});
-      c.impl = Impl::ref_dp;
-      c.dtype = dt;
-      c.renormalize_topk = i % 2 == 1;
-      c.distribution = i % 3 == 2 ? Distribution::runs : Distribution::random;
-      if (ranks == 4 && dt == Dtype::bf16) c.mesh_data = 4, c.mesh_expert = 1;
-      ++i;
-      expect_matches_single_process(c, make_routing(c), ranks);
-    }
+    for (Dtype dt : {Dtype::f32, Dtype::bf16})
+      for (BenchPass pass : {BenchPass::forward, BenchPass::forward_backward}) {
+        MoeConfig c = base_config(seed, {ParallelMode::dp, EpCommPath::compact_psum});
+        c.impl = Impl::ref_dp;
+        c.dtype = dt;
+        c.bench_pass = pass;
+        c.renormalize_topk = i % 2 == 1;
+        c.distribution = i % 3 == 2 ? Distribution::runs : Distribution::random;
+        if (ranks == 4 && dt == Dtype::bf16) c.mesh_data = 4, c.mesh_expert = 1;
+        ++i;
+        expect_matches_single_process(c, make_routing(c), ranks);
+      }
   for (const EdgeCase& ec : edge_cases())
     for (int ranks : {2, 4}) {
       MoeConfig c = base_config(seed, {ParallelMode::dp, EpCommPath::compact_psum});
       c.impl = Impl::ref_dp;
+      c.bench_pass = ranks == 2 ? BenchPass::forward : BenchPass::forward_backward;
       c.tokens = ec.tokens;
       c.experts = ec.experts;
       c.topk = ec.topk;
@@ -337,10 +341,12 @@ TEST(ParallelRefDp, MatchesTheSingleProcessRun) {
     }
 }
 
-// ref_dp is the seed's forward-only DP baseline: what it never ran is one clear line.
+// What the seed's baseline never ran is one clear line.
 TEST(ParallelRefDp, WhatTheSeedsBaselineNeverRanIsRefused) {
   MoeConfig c = base_config(1, {ParallelMode::dp, EpCommPath::compact_psum});
   c.impl = Impl::ref_dp;
+  EXPECT_TRUE(c.validate().is_ok());
+  c.bench_pass = BenchPass::forward_backward;
   EXPECT_TRUE(c.validate().is_ok());
   const auto refused = [](MoeConfig bad, const char* what) {
     const Status s = bad.validate();
@@ -348,9 +354,6 @@ TEST(ParallelRefDp, WhatTheSeedsBaselineNeverRanIsRefused) {
     EXPECT_NE(s.message().find(what), std::string::npos) << s.message();
   };
   MoeConfig bad = c;
-  bad.bench_pass = BenchPass::forward_backward;
-  refused(bad, "--bench-pass forward_backward is not part of it");
-  bad = c;
   bad.shared_expert_dim = 8;
   refused(bad, "a shared expert is not part of it");
   bad = c;
@@ -359,6 +362,18 @@ TEST(ParallelRefDp, WhatTheSeedsBaselineNeverRanIsRefused) {
   bad = c;
   bad.null_routing.frac = 0.2;
   refused(bad, "null routing is not part of it");
+  bad = c;
+  bad.capacity_policy = CapacityPolicy::drop;
+  bad.capacity_factor = 1.0;
+  refused(bad, "a capacity policy is not part of it");
+  bad = c;
+  bad.quant_mode = QuantMode::int8_routed;
+  refused(bad, "a quant mode is not part of it");
+  for (RematMode remat : {RematMode::expert_mlp, RematMode::combine}) {
+    bad = c;
+    bad.remat_mode = remat;
+    refused(bad, fmt::format("--remat-mode {} (", name(remat)).c_str());
+  }
   bad = c;
   bad.impl = Impl::fused_w13;
   bad.renormalize_topk = true;

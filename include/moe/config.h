@@ -17,7 +17,8 @@ namespace moe {
 enum class Distribution { random, runs };
 // ref_dp: the seed's DP baseline of its profile harness (spec §5.5), not of the hillclimb matrix: its
 // routing (softmax over E, then top-k), every expert group padded to 256-row blocks and a static block
-// count, per-block weight copies, forward only (docs/design.md, "The seed's DP baseline").
+// count, per-block weight copies, forward and JAX's autodiff of it (docs/design.md, "The seed's DP
+// baseline").
 enum class Impl { baseline, fused_w13, preweight, fused_w13_preweight, scatter, fast, ref_dp };
 enum class GemmBackend { gmm, ragged_dot };
 enum class PackStrategy { argsort, tuple_sort, expert_score_sort };

@@ -249,10 +249,8 @@ Status validate_ref_dp(const MoeConfig& c) {
           "weights are the softmax over the K selected logits already");
     return Status::ok();
   }
-  const char* what = nullptr;
-  if (c.bench_pass != BenchPass::forward)
-    what = "--bench-pass forward_backward";
-  else if (c.has_shared())
+  std::string what;
+  if (c.has_shared())
     what = "a shared expert";
   else if (c.null_routing.frac != 0)
     what = "null routing";
@@ -262,10 +260,13 @@ Status validate_ref_dp(const MoeConfig& c) {
     what = "a quant mode";
   else if (c.parallel_mode == ParallelMode::ep)
     what = "--parallel-mode ep (ref_dp replicates the weights: --parallel-mode dp)";
-  if (what)
+  else if (c.remat_mode != RematMode::none)
+    what = fmt::format("--remat-mode {} (its backward reads what its forward kept: only none)",
+                       name(c.remat_mode));
+  if (!what.empty())
     return Status::error(fmt::format(
-        "--impl ref_dp is the seed's forward-only DP baseline (spec §5.5, no shared expert, quant mode "
-        "none): {} is not part of it",
+        "--impl ref_dp is the seed's DP baseline (spec §5.5: no shared expert, quant mode none, no remat): "
+        "{} is not part of it",
         what));
   return Status::ok();
 }

@@ -11,7 +11,7 @@ namespace moe::cpu {
 
 std::unique_ptr<ExpertFfnOp> make_float_expert_ffn(const OpContext& ctx);
 // impl ref_dp (src/cpu/expert_ffn_ref_dp.cpp): the seed's DP baseline, per-block weight copies and
-// padded blocks multiplied. Forward only.
+// padded blocks multiplied; its backward is JAX's autodiff of that (per-block weight gradients summed).
 std::unique_ptr<ExpertFfnOp> make_ref_dp_expert_ffn(const OpContext& ctx);
 
 }  // namespace moe::cpu

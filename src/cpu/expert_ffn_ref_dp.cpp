@@ -8,10 +8,19 @@
 //     trailing blocks' zero rows included, accumulated in float32 (the grouped GEMMs with one "expert"
 //     per block and every row live).
 // The combine (scatter impl) then multiplies by the routing weights and scatter-adds, as the seed does.
-// Forward only (MoeConfig::validate refuses forward_backward). Reference: src/ref/expert_ffn.cpp (the
-// same rows, without the waste: padding rows are zeros either way).
+// The backward is what JAX's autodiff of that forward computes (the seed's logbook 003 timed it):
+//   - the einsums' transposes over every row of every block, one "expert" per block again: dw2 per
+//     block = g_b^T @ dy_b, dg = dy @ w2_b^T, SwiGLU's backward, dw1 / dw3 per block = x_b^T @ da_b /
+//     db_b, dx_b = da_b @ w1_b^T + db_b @ w3_b^T; the trailing blocks take zero cotangent rows (their
+//     gradients are zero, their GEMMs cost what any block's do);
+//   - per-block weight gradients (blocks, H, M) / (blocks, M, H) in the run dtype (the cotangent of a
+//     run-dtype copy), then the gather's transpose: a segment sum into each expert's dw (float32 sums
+//     stored once; an expert with no block gets zeros, E-1 also sums the trailing blocks' zeros).
+// No remat mode (MoeConfig::validate refuses all but none): the forward keeps h, g and the weight copies.
+// Reference: src/ref/expert_ffn.cpp (the same rows, without the waste: padding rows are zeros either way).
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "cpu/backend.h"
@@ -57,6 +66,14 @@ class RefDpExpertFfn final : public ExpertFfnOp {
     block_offset_.resize(size_t(blocks_ + 1));
     for (int64_t b = 0; b <= blocks_; ++b) block_offset_[size_t(b)] = b * kRefDpBlockRows;
     block_expert_.resize(size_t(blocks_));
+    expert_block_.resize(size_t(E_ + 1));
+    if (ctx.cfg.bench_pass == BenchPass::forward_backward) {
+      dw1_blocks_ = be.empty(dt_, {blocks_, H_, M_});
+      dw3_blocks_ = be.empty(dt_, {blocks_, H_, M_});
+      dw2_blocks_ = be.empty(dt_, {blocks_, M_, H_});
+      dh_ = be.empty(dt_, {2, rows, M_});
+      dg_ = be.empty(dt_, {rows, M_});
+    }
   }
 
   void up(const Tensor& x_rows, const FfnWeights& w, const DispatchPlan& plan) override {
@@ -84,11 +101,53 @@ class RefDpExpertFfn final : public ExpertFfnOp {
     gemm_.nn(y_rows.raw(), dt_, g_.raw(), ExpertWeights(w2_blocks_.raw()), dt_, blocks(blocks_), M_, H_);
   }
 
-  void backward(Tensor&, FfnWeightGrads&, const Tensor&, const Tensor&, const FfnWeights&,
-                const DispatchPlan&) override {
-    MOE_CHECK(false, "ref_dp is forward only (MoeConfig::validate refuses forward_backward)");
+  // REQUIRES: up and down ran on the same plan and weights (their h, g and weight copies are read).
+  // dx_rows (blocks * 256, H) f32: every block's rows, the trailing ones too (nothing reads them).
+  void backward(Tensor& dx_rows, FfnWeightGrads& dw, const Tensor& dy_rows, const Tensor& x_rows,
+                const FfnWeights&, const DispatchPlan&) override {
+    MOE_CHECK(!dg_.empty(), "ref_dp: backward of an op made for forward");
+    const int64_t rows = blocks_ * kRefDpBlockRows, trail = blocks_ - used_;
+    const int64_t used_rows = used_ * kRefDpBlockRows;
+    char* da = at(dh_, 0);
+    char* db = at(dh_, rows * M_);
+    // The trailing blocks' cotangent rows are zeros (nothing reads their outputs), their inputs too.
+    tracer_("down_backward", [&] {
+      gemm_.tn(dw2_blocks_.raw(), dt_, g_.raw(), dy_rows.raw(), dt_, blocks(used_), M_, H_, H_);
+      gemm_.nt(dg_.raw(), dt_, dy_rows.raw(), ExpertWeights(w2_blocks_.raw()), dt_, blocks(used_), M_, H_);
+      if (trail > 0) {
+        gemm_.tn(at(dw2_blocks_, used_ * M_ * H_), dt_, at(g_, used_rows * M_), zero_rows_.raw(), dt_,
+                 blocks(trail), M_, H_, H_);
+        gemm_.nt(at(dg_, used_rows * M_), dt_, zero_rows_.raw(),
+                 ExpertWeights(at(w2_blocks_, used_ * M_ * H_)), dt_, blocks(trail), M_, H_);
+      }
+    });
+    tracer_("swiglu_backward", [&] {
+      swiglu_backward(GateUpGrad{da, db, M_}, dt_, dg_.raw(), GateUp{h_.raw(), at(h_, rows * M_), M_}, dt_,
+                      rows, M_, nullptr);
+    });
+    tracer_("up_backward", [&] {
+      gemm_.tn_pair(dw1_blocks_.raw(), dw3_blocks_.raw(), dt_, x_rows.raw(), da, db, dt_, blocks(used_), H_,
+                    M_, M_);
+      if (trail > 0) {
+        const size_t off = size_t(used_rows * M_) * dtype_size(dt_);
+        gemm_.tn_pair(at(dw1_blocks_, used_ * H_ * M_), at(dw3_blocks_, used_ * H_ * M_), dt_,
+                      zero_rows_.raw(), da + off, db + off, dt_, blocks(trail), H_, M_, M_);
+      }
+      gemm_.nt(dx_rows.raw(), Dtype::f32, da, ExpertWeights(w1_blocks_.raw()), dt_, blocks(blocks_), H_, M_);
+      gemm_.nt(dx_rows.raw(), Dtype::f32, db, ExpertWeights(w3_blocks_.raw()), dt_, blocks(blocks_), H_, M_,
+               /*accumulate=*/true);
+    });
+    tracer_("ref_dp_weight_grad_sums", [&] {
+      segment_sum(dw.dw1, dw1_blocks_, H_ * M_);
+      segment_sum(dw.dw3, dw3_blocks_, H_ * M_);
+      segment_sum(dw.dw2, dw2_blocks_, M_ * H_);
+    });
   }
-  int64_t saved_bytes(int64_t) const override { return 0; }
+
+  // What the backward reads of the forward: h and g over every static row, and the weight copies.
+  int64_t saved_bytes(int64_t) const override {
+    return (blocks_ * kRefDpBlockRows * 3 * M_ + 3 * blocks_ * H_ * M_) * int64_t(dtype_size(dt_));
+  }
 
  private:
   // The first `n` blocks as groups of 256 rows, every row live (padding rows are multiplied).
@@ -100,12 +159,53 @@ class RefDpExpertFfn final : public ExpertFfnOp {
     int64_t b = 0;
     for (int64_t e = 0; e < E_; ++e) {
       MOE_CHECK(p.group_offset[e] % kRefDpBlockRows == 0, "ref_dp: a group does not start a block");
+      expert_block_[size_t(e)] = b;
       for (; b * kRefDpBlockRows < p.group_offset[e + 1]; ++b) block_expert_[size_t(b)] = int32_t(e);
     }
     MOE_CHECK(b <= blocks_ && blocks_ - b <= E_, "ref_dp: the groups take more blocks than the static count");
     const int64_t used = b;
     for (; b < blocks_; ++b) block_expert_[size_t(b)] = int32_t(E_ - 1);
+    expert_block_[size_t(E_)] = blocks_;
     return used;
+  }
+
+  // dw[e] = sum of src[b] over e's blocks [expert_block_[e], expert_block_[e+1]), `per` elements each:
+  // the transpose of the w[block_expert] gather. Summed in float32, stored once in the run dtype.
+  void segment_sum(Tensor& dw, const Tensor& src, int64_t per) {
+    if (dt_ == Dtype::f32)
+      segment_sum_as(dw.data<float>(), src.data<float>(), per);
+    else
+      segment_sum_as(dw.data<bf16_t>(), src.data<bf16_t>(), per);
+  }
+  template <typename T>
+  void segment_sum_as(T* dw, const T* src, int64_t per) {
+    constexpr int64_t kChunk = 1024;
+    const int64_t chunks = (per + kChunk - 1) / kChunk;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t e = 0; e < E_; ++e)
+      for (int64_t c = 0; c < chunks; ++c) {
+        const int64_t i0 = c * kChunk, n = std::min(kChunk, per - i0);
+        float acc[kChunk] = {};
+        for (int64_t b = expert_block_[size_t(e)]; b < expert_block_[size_t(e) + 1]; ++b) {
+          const T* s = src + b * per + i0;
+          for (int64_t i = 0; i < n; ++i) acc[i] += load(s[i]);
+        }
+        T* d = dw + e * per + i0;
+        for (int64_t i = 0; i < n; ++i) d[i] = store<T>(acc[i]);
+      }
+  }
+  static float load(float v) {
+    return v;
+  }
+  static float load(bf16_t v) {
+    return bf16_to_f32(v);
+  }
+  template <typename T>
+  static T store(float v) {
+    if constexpr (std::is_same_v<T, float>)
+      return v;
+    else
+      return f32_to_bf16(v);
   }
 
   // dst[b] = src[block_expert_[b]], `per` elements each: the seed's w[block_expert] gather.
@@ -128,6 +228,12 @@ class RefDpExpertFfn final : public ExpertFfnOp {
   Tensor zero_rows_;                   // (E * 256, H) the trailing blocks' rows
   std::vector<int64_t> block_offset_;  // (blocks + 1) b * 256
   std::vector<int32_t> block_expert_;  // (blocks) the expert whose weights block b multiplies
+  std::vector<int64_t> expert_block_;  // (E + 1) expert e's blocks are [e, e+1); E-1's run to the end
+  // forward_backward only:
+  Tensor dw1_blocks_, dw3_blocks_;  // (blocks, H, M) per-block gradients of the w1, w3 copies
+  Tensor dw2_blocks_;               // (blocks, M, H) per-block gradients of the w2 copies
+  Tensor dh_;                       // (2, blocks * 256, M) gate and up gradient planes
+  Tensor dg_;                       // (blocks * 256, M) the SwiGLU output's gradient
 };
 
 }  // namespace

@@ -97,25 +97,29 @@ TEST(MpiBlock, EveryCommPathMatchesTheSingleProcessRun) {
 }
 
 // impl ref_dp (the seed's DP baseline) over the MPI world on the cpu backend, whose kernel copies each
-// 256-row block's weights and multiplies every block: tokens sharded, weights replicated, forward, both
-// dtypes, the softmax-over-E routing with and without renormalizing, and a routing that leaves a rank's
-// experts empty and puts every row of another on one expert.
+// 256-row block's weights and multiplies every block, and in the backward computes per-block weight
+// gradients and sums them per expert: tokens sharded, weights replicated, forward and forward_backward,
+// both dtypes, the softmax-over-E routing with and without renormalizing, and a routing that leaves a
+// rank's experts empty and puts every row of another on one expert.
 TEST(MpiBlock, RefDpMatchesTheSingleProcessRun) {
   const uint64_t seed = shared_seed();
-  for (Dtype dt : {Dtype::f32, Dtype::bf16}) {
-    MoeConfig c = block_config(seed, 300, 12, 3, ParallelMode::dp, EpCommPath::compact_psum);
+  for (BenchPass pass : {BenchPass::forward, BenchPass::forward_backward})
+    for (Dtype dt : {Dtype::f32, Dtype::bf16}) {
+      MoeConfig c = block_config(seed, 300, 12, 3, ParallelMode::dp, EpCommPath::compact_psum);
+      c.impl = Impl::ref_dp;
+      c.bench_pass = pass;
+      c.dtype = dt;
+      c.renormalize_topk = dt == Dtype::bf16;
+      expect_matches_single_process(c, make_routing(c));
+    }
+  for (BenchPass pass : {BenchPass::forward, BenchPass::forward_backward}) {
+    MoeConfig c = block_config(seed, 41, 6, 2, ParallelMode::dp, EpCommPath::compact_psum);
     c.impl = Impl::ref_dp;
-    c.bench_pass = BenchPass::forward;
-    c.dtype = dt;
-    c.renormalize_topk = dt == Dtype::bf16;
-    expect_matches_single_process(c, make_routing(c));
+    c.bench_pass = pass;
+    expect_matches_single_process(
+        c, testing::edge_routing(c.tokens, c.topk, c.experts,
+                                 [](int64_t t, int64_t k) { return int32_t(t < 20 ? 2 + k : 5 * k); }));
   }
-  MoeConfig c = block_config(seed, 41, 6, 2, ParallelMode::dp, EpCommPath::compact_psum);
-  c.impl = Impl::ref_dp;
-  c.bench_pass = BenchPass::forward;
-  expect_matches_single_process(
-      c, testing::edge_routing(c.tokens, c.topk, c.experts,
-                               [](int64_t t, int64_t k) { return int32_t(t < 20 ? 2 + k : 5 * k); }));
 }
 
 // On 4 ranks: each EP path on a 2 x 2 data x expert mesh.
