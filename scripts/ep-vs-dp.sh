@@ -59,25 +59,27 @@ for tokens in 512 5120; do
 done
 s003_cmds=$(section_commands)
 
-# Seed 003 in one tool, forward (spec §5.5: the seed's DP baseline ref_dp is forward only): ref_dp
-# (256-row blocks, per-block weight copies, padding multiplied), our DP and DP x EP (all_to_all) on 2
-# ranks, the same shapes as above.
-fwd=(--distribution random --backend gmm --bench-pass forward --dtype float32 --iters "$iters" --warmup 1
-  --ceiling off --threads 1 --format jsonl --out "$new_rows")
+# Seed 003 in one tool, forward_backward as seed 003 timed it: the seed's DP baseline ref_dp (spec §5.5:
+# 256-row blocks, per-block weight copies, padding multiplied; its backward as JAX's autodiff of it),
+# our DP and DP x EP (all_to_all) on 2 ranks, the same shapes as above.
+fwd_bwd=(--distribution random --backend gmm --bench-pass forward_backward --dtype float32 --iters "$iters"
+  --warmup 1 --ceiling off --threads 1 --format jsonl --out "$new_rows")
 for tokens in 512 5120; do
   s003=(--tokens "$tokens" --hidden 256 --mlp-dim 256 --experts 64 --topk-list 2,8)
-  run "${mpi[@]}" -np 2 "$bench" "${s003[@]}" "${fwd[@]}" --parallel-mode dp --impl ref_dp
-  run "${mpi[@]}" -np 2 "$bench" "${s003[@]}" "${fwd[@]}" --parallel-mode dp --impl fused_w13
-  run "${mpi[@]}" -np 2 "$bench" "${s003[@]}" "${fwd[@]}" --parallel-mode ep --ep-comm-path all_to_all \
+  run "${mpi[@]}" -np 2 "$bench" "${s003[@]}" "${fwd_bwd[@]}" --parallel-mode dp --impl ref_dp
+  run "${mpi[@]}" -np 2 "$bench" "${s003[@]}" "${fwd_bwd[@]}" --parallel-mode dp --impl fused_w13
+  run "${mpi[@]}" -np 2 "$bench" "${s003[@]}" "${fwd_bwd[@]}" --parallel-mode ep --ep-comm-path all_to_all \
     --impl fused_w13
 done
 ref_dp_cmds=$(section_commands)
 
-# --ep-overlap: the all_to_all forward with its rows in 1, 2 and 4 chunks.
-for chunks in 1 2 4; do
-  run "${mpi[@]}" -np 2 "$bench" "${s001[@]}" --distribution random --backend gmm \
-    --impl fused_w13 --bench-pass forward --dtype float32 --iters "$iters" --warmup 1 --ceiling off \
-    --threads 1 --format jsonl --out "$new_rows" --parallel-mode ep --ep-comm-path all_to_all --ep-overlap "$chunks"
+# --ep-overlap: the all_to_all forward and forward_backward with their rows in 1, 2 and 4 chunks.
+for pass in forward forward_backward; do
+  for chunks in 1 2 4; do
+    run "${mpi[@]}" -np 2 "$bench" "${s001[@]}" --distribution random --backend gmm \
+      --impl fused_w13 --bench-pass "$pass" --dtype float32 --iters "$iters" --warmup 1 --ceiling off \
+      --threads 1 --format jsonl --out "$new_rows" --parallel-mode ep --ep-comm-path all_to_all --ep-overlap "$chunks"
+  done
 done
 overlap_cmds=$(section_commands)
 mv "$new_rows" "$rows"
@@ -128,7 +130,7 @@ bytes=ep_comm_path,world_size,topk,modeled_comm_bytes,comm_bytes,comm_transfer_s
   echo "rank waited in them for a later one (load skew); comm_gbps and pct_of_comm_peak are over the transfer."
   echo
   for ranks in 2 4; do
-    "$bench" table "$rows:tokens=2048,bench_pass=forward_backward,world_size=$ranks" --columns $bytes
+    "$bench" table "$rows:tokens=2048,bench_pass=forward_backward,world_size=$ranks,ep_overlap=1" --columns $bytes
     echo
   done
   echo "## Seed 003: our DP against DP x EP (all_to_all), tokens/s, forward_backward"
@@ -153,12 +155,13 @@ bytes=ep_comm_path,world_size,topk,modeled_comm_bytes,comm_bytes,comm_transfer_s
       echo
     done
   done
-  echo "## Seed 003 in one tool: the seed's DP baseline (ref_dp), our DP and DP x EP, forward, 2 ranks"
+  echo "## Seed 003 in one tool: the seed's DP baseline (ref_dp), our DP and DP x EP, forward_backward, 2 ranks"
   echo
-  echo "The seed's profile harness (spec §5.5) measured its DP baseline \`ref_dp\` forward only: every"
+  echo "The seed's DP baseline \`ref_dp\` (spec §5.5; seed 003 timed it forward and backward): every"
   echo "expert group padded to 256-row blocks in a static buffer of ceil((A + 256 E) / 256) blocks, a"
-  echo "copy of the expert's weights per block, every row of every block multiplied (here"
-  echo "\`--impl ref_dp\`, TF/s counting the seed's 6 H M K T). Our DP (\`--parallel-mode dp\`, fused_w13)"
+  echo "copy of the expert's weights per block, every row of every block multiplied, forward and in the"
+  echo "backward (JAX's autodiff of it: per-block weight gradients summed into each expert's; here"
+  echo "\`--impl ref_dp\`, TF/s counting 3 x the seed's 6 H M K T). Our DP (\`--parallel-mode dp\`, fused_w13)"
   echo "and DP x EP (all_to_all, data=1 x expert=2) on the same 2 ranks, inputs and routing ids. Seed 003"
   echo "(v5p-8, 4 chips, forward_backward, its baseline DP) over that baseline, topk 2 / 8: our DP 2.2x /"
   echo "4.6x and DP x EP 3.0x / 4.8x at batch 192 x 128; our DP 6.8x / 9.7x and DP x EP 5.7x / 6.9x at 10x"
@@ -176,19 +179,21 @@ bytes=ep_comm_path,world_size,topk,modeled_comm_bytes,comm_bytes,comm_transfer_s
     for k in 2 8; do
       echo "tokens=$tokens topk=$k:"
       echo
-      "$bench" table "$rows:tokens=$tokens,topk=$k,bench_pass=forward,world_size=2" \
+      "$bench" table "$rows:tokens=$tokens,topk=$k,bench_pass=forward_backward,world_size=2" \
         --columns impl,parallel_mode,mesh_data,mesh_expert,tokens_per_s,tflops,time_s,comm_s,load_avg_1m
       echo
     done
   done
-  echo "## --ep-overlap: the all_to_all forward with its rows in chunks (2 ranks)"
+  echo "## --ep-overlap: the all_to_all path with its rows in chunks (2 ranks)"
   echo
   echo "$overlap_cmds"
   echo
-  for chunks in 1 2 4; do
-    "$bench" table "$rows:tokens=2048,bench_pass=forward,ep_overlap=$chunks" \
-      --columns ep_overlap,topk,time_s,tokens_per_s,tflops,comm_s,comm_wait_s,comm_bytes,pct_of_comm_peak
-    echo
+  for pass in forward forward_backward; do
+    for chunks in 1 2 4; do
+      "$bench" table "$rows:tokens=2048,bench_pass=$pass,world_size=2,ep_comm_path=all_to_all,ep_overlap=$chunks" \
+        --columns bench_pass,ep_overlap,topk,time_s,tokens_per_s,tflops,comm_s,comm_wait_s,comm_bytes,pct_of_comm_peak
+      echo
+    done
   done
 } >"$report"
 mv "$report" "$out_dir/ep-vs-dp.md"
