@@ -1,29 +1,82 @@
 #!/usr/bin/env bash
 # The CPU checks of a machine we cannot install on (the GPU machine's host: a 16-core Intel Xeon with
 # AMX), in one run of a few minutes: build with oneDNN from the carried package tree (scripts/gpu-deps.sh
-# makes .devdeps/ here; carry it), print what the ISA dispatch finds, run the CPU test suite, and time the
-# reference shape per GEMM variant against the in-process ceiling. Log: $OUT/cpu-remote-check.log.
+# makes .devdeps/ here; carry it), print what the ISA dispatch finds, run the CPU test suite, the peaks,
+# and time issue 22's shapes against the in-process ceiling and PyTorch eager, and issue 23's int8 GEMM and
+# quant modes. Fastest answers first: a time limit cuts the tail, not the numbers. Log:
+# $OUT/cpu-remote-check.log (or build-remote/cpu-remote-check.log).
+# CPU_CHECK_STEPS (default "suite peak reference int8 shapes torch scaling") picks the steps after the
+# build; THREADS (default 16) the threads of the timed runs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/remote-steps.sh
+source scripts/issue10-shapes.sh
 remote_steps cpu-remote-check build-remote
+steps=" ${CPU_CHECK_STEPS:-suite peak reference int8 shapes torch scaling} "
+want() { [[ $steps == *" $1 "* ]]; }
+threads=${THREADS:-16}
+bench=build-remote/moe-bench
 step lscpu
 step cmake -S . -B build-remote -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOE_BUILD_MICROBENCH=OFF \
   -DMOE_WITH_CUDA=OFF "-DCMAKE_PREFIX_PATH=$prefix" "-DCMAKE_LIBRARY_PATH=$prefix/lib/x86_64-linux-gnu"
 step cmake --build build-remote -j "$(nproc)"
 export LD_LIBRARY_PATH="$prefix/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-step build-remote/moe-bench --list --tokens 64 --hidden 32 --mlp-dim 16 --experts 4 --topk 2
-step ctest --test-dir build-remote --output-on-failure -j 8 --timeout 300 -E 'cuda'
-step build-remote/moe-bench --peak --threads 1
-step build-remote/moe-bench --peak --threads "${THREADS:-16}"
-shape=(--tokens 8192 --hidden 1024 --mlp-dim 1024 --experts 16 --topk 2 --impl fused_w13 --backend gmm
-  --distribution random --iters 5 --warmup 1 --threads "${THREADS:-16}" --with-peak)
-for variant in auto onednn; do
-  for pass in forward forward_backward; do
-    step build-remote/moe-bench "${shape[@]}" --dtype bfloat16 --bench-pass "$pass" --gemm-variant "$variant"
+step "$bench" --list --tokens 64 --hidden 32 --mlp-dim 16 --experts 4 --topk 2
+if want suite; then
+  step ctest --test-dir build-remote --output-on-failure -j 8 --timeout 300 -E 'cuda'
+fi
+if want peak; then
+  step "$bench" --peak --threads 1
+  step "$bench" --peak --threads "$threads"
+fi
+common=(--backend gmm --impl fused_w13 --distribution random --threads "$threads" --with-peak)
+if want reference; then
+  # The reference shape per GEMM variant (auto's measured choice against oneDNN's AMX path).
+  for variant in auto onednn; do
+    for pass in forward forward_backward; do
+      step timeout 120 "$bench" $(issue10_flags reference) "${common[@]}" --iters 5 --warmup 1 \
+        --dtype bfloat16 --bench-pass "$pass" --gemm-variant "$variant"
+    done
   done
-done
-grep -E "^== |FAILED|tests passed|tests failed|isa level|here: |_(avx2|avx512|amx) |^RESULT" "$log" |
-  sed -E 's/^(RESULT .*pass=[a-z_]+).* tflops=([^ ]+).* pct_of_ceiling=([^ ]+).* pct_of_peak=([^ ]+).* noise_note=([^ ]+).*/\1 tflops=\2 pct=\3 pct_of_peak=\4 noise=\5/' |
-  tail -60
+fi
+if want int8; then
+  # Issue 23 on AMX-INT8: the int8 grouped GEMM against the bf16 one (same process, interleaved), the
+  # quant modes against none at its shape (prequant's forward >= 1.5x none's), and --check for each
+  # mode on oneDNN's int8 path (exact only where oneDNN has VNNI or AMX).
+  step timeout 120 env OMP_NUM_THREADS="$threads" build-remote/moe_bench_nn_s8 3
+  step timeout 150 "$bench" $(issue10_flags reference) "${common[@]}" --iters 3 --warmup 1 --dtype bfloat16 \
+    --bench-pass forward,forward_backward --quant-mode none,int8_routed_prequant,int8_routed --stage-timing
+  step timeout 60 "$bench" --tokens 512 --hidden 256 --mlp-dim 128 --experts 8 --topk 2 --shared-expert-dim 128 \
+    --impl fused_w13,baseline --dtype bfloat16 --bench-pass forward,forward_backward --iters 1 --warmup 0 \
+    --quant-mode int8,int8_routed,int8_all,int8_routed_prequant --threads "$threads" --check
+fi
+if want shapes; then
+  # Issue 22's shapes: the seed baseline, and T=4096 at topk 2 and 8 (bf16, against the ceiling).
+  for shape in seed_baseline seed_t4096 seed_t4096_k8; do
+    for pass in forward forward_backward; do
+      step timeout 240 "$bench" $(issue10_flags "$shape") "${common[@]}" --iters 3 --warmup 1 \
+        --dtype bfloat16 --bench-pass "$pass"
+    done
+  done
+fi
+if want torch; then
+  if command -v python3 >/dev/null && python3 -c 'import torch' 2>/dev/null; then
+    step timeout 420 env THREADS="$threads" TORCH_PYTHON=python3 REPEATS=1 \
+      SHAPES="reference seed_baseline seed_t4096 seed_t4096_k8" scripts/vs-torch.sh
+  else
+    echo "   (no PyTorch on this machine: peer skipped)" | tee -a "$log"
+  fi
+fi
+if want scaling; then
+  # 16 threads against one at the seed baseline (issue 22: >= 12x), forward, one timed call each.
+  for t in 1 "$threads"; do
+    step timeout 240 "$bench" $(issue10_flags seed_baseline) --backend gmm --impl fused_w13 \
+      --distribution random --threads "$t" --iters 1 --warmup 1 --ceiling off --dtype bfloat16 --bench-pass forward
+  done
+fi
+grep -E "^== |FAILED|tests passed|tests failed|isa level|here: |_(avx2|avx512|amx) |^CHECK|stage quant|^\| |ratio" "$log" |
+  cut -c1-300 | tail -90
+grep "^RESULT" "$log" | awk '{ line = ""; for (i = 1; i <= NF; ++i)
+  if ($i ~ /^(pass|tokens|topk|threads|quant_mode|gemm_variant|tflops|pct_of_ceiling|pct_of_peak|quant_rel_err|noise_note)=/)
+    line = line " " $i; print line }'
 exit $status
