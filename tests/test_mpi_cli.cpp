@@ -285,5 +285,15 @@ TEST(MpiCli, BadMeshIsOneLineOnEveryRankAndExitTwo) {
   }
 }
 
+// --help under mpirun: every rank parses it and exits 0, rank 0 alone prints it (so does a subcommand's).
+TEST(MpiCli, HelpIsPrintedOnce) {
+  REQUIRE_MPI();
+  for (const char* args : {"--help", "sweep --help", "table --help"}) {
+    const testing::Ran r = mpirun(2, args);
+    EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.out << r.err;
+    EXPECT_EQ(count(r.out, "Usage:"), 1) << args << "\n" << r.out;
+  }
+}
+
 }  // namespace
 }  // namespace moe

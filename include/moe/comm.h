@@ -69,7 +69,9 @@ void finalize_world_comm();
 // Whether this build has MPI, and whether this process was started by an MPI launcher.
 bool built_with_mpi();
 bool launched_by_mpi();
-// The number of processes the launcher says it started (1 without one).
+// The number of processes the launcher says it started (1 without one), and this one's rank among
+// them (0 without one): known before MPI starts (--help prints once, on rank 0).
 int launched_world_size();
+int launched_rank();
 
 }  // namespace moe

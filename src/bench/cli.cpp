@@ -4,6 +4,8 @@
 
 #include <cstdio>
 
+#include "moe/comm.h"
+
 namespace moe::bench {
 
 int fail(const Status& s) {
@@ -16,10 +18,11 @@ Status parse_cli(CLI::App& app, int argc, char** argv, bool& exit_ok) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
-    std::fputs(app.help().c_str(), stdout);
+    // Under mpirun every rank parses; one copy of the help is enough.
+    if (launched_rank() == 0) std::fputs(app.help().c_str(), stdout);
     exit_ok = true;
   } catch (const CLI::CallForVersion& e) {
-    std::puts(e.what());
+    if (launched_rank() == 0) std::puts(e.what());
     exit_ok = true;
   } catch (const CLI::ParseError& e) {
     std::string msg = e.what();

@@ -38,6 +38,12 @@ int launched_world_size() {
   return 1;
 }
 
+int launched_rank() {
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"})
+    if (const char* v = std::getenv(var)) return std::max(0, std::atoi(v));
+  return 0;
+}
+
 Comm& world_comm() {
   std::unique_ptr<Comm>& world = world_slot();
   if (!world) {
