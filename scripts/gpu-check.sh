@@ -7,7 +7,8 @@
 # steps first: a time limit cuts the tail, not the numbers. The log goes to $OUT/gpu-check.log (or
 # build-gpu/gpu-check.log). Libraries the GPU image lacks come as an extracted package tree:
 # MOE_DEPS_PREFIX=/path/usr (default: .devdeps/usr, made by scripts/gpu-deps.sh; carry it with the call).
-# GPU_CHECK_STEPS (default "tests speed sanitizer matrix suite") picks steps; GPU_CHECK_STREAMS (default
+# GPU_CHECK_STEPS (default "tests speed sanitizer matrix suite"; "tables" adds scripts/gpu-tables.sh, the
+# seed's tables for docs/results/gpu.md, a few minutes of its own) picks steps; GPU_CHECK_STREAMS (default
 # "4 1") the --cuda-gemm-streams values the speed shapes are timed with.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -46,6 +47,10 @@ if want speed; then
   else
     echo "   (no PyTorch with CUDA on this machine: peer skipped)" | tee -a "$log"
   fi
+fi
+if want tables; then
+  # docs/results/gpu.md's tables (issue 21 item 6), written under $OUT to bring back.
+  step timeout 400 env OUT_DIR="${OUT:-build-gpu}/results" scripts/gpu-tables.sh
 fi
 if want sanitizer && command -v compute-sanitizer >/dev/null; then
   step timeout 180 compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/moe_tests \

@@ -31,6 +31,9 @@ class Backend {
   virtual std::string description() const = 0;
   // The devices it computes on, in the seed's `devices=[...]` style, e.g. "CpuDevice(id=0)".
   virtual std::string devices() const = 0;
+  // The hardware that computes, for result rows (`device_model`): the CPU's model name by default, a GPU
+  // backend's GPU ("NVIDIA H200 (sm_90, 139 GiB)"), so rows from different devices are never confused.
+  virtual std::string device_model() const;
 
   // Ok when its device is there to compute on; else why not (e.g. "no CUDA device (...)"). Nothing of
   // a backend that is not available may be touched but its names and these answers.

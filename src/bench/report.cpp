@@ -85,6 +85,7 @@ static const std::vector<std::string> kTextExtraKeys = {"dtype",
                                                         "mlp_dim",
                                                         "experts",
                                                         "device",
+                                                        "device_model",
                                                         "matmul_precision",
                                                         "repeats",
                                                         "run_id",
@@ -193,6 +194,7 @@ ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const Protocol& p,
       positive_or_null(pm.ideal_comm_s > 0 ? double(pm.comm_bytes) / pm.ideal_comm_s / 1e9 : 0);
   r["pct_of_comm_peak"] =
       positive_or_null(pm.comm_transfer_s > 0 ? 100.0 * pm.ideal_comm_s / pm.comm_transfer_s : 0);
+  r["device_model"] = m.device_model;
   r["gemm_kernels"] = m.gemm_kernels.empty() ? "none" : m.gemm_kernels;
   r["gemm_thresholds"] = k.thresholds.to_text();
   // How the int8 GEMMs differentiate (docs/design.md "Int8"): the seed's custom rule for prequant, our

@@ -65,7 +65,8 @@ struct Measured {
   // quant modes: relative error of the output and the worst gradient against quant_mode none on the
   // same inputs (bench/quant_error.h); nullopt where not measured.
   std::optional<double> quant_rel_err, quant_grad_rel_err;
-  WaitChoice wait;  // how its OpenMP threads waited (bench/wait_policy.h): the process's policy
+  WaitChoice wait;           // how its OpenMP threads waited (bench/wait_policy.h): the process's policy
+  std::string device_model;  // Backend::device_model(): the CPU or GPU that computed
 };
 
 // One row of a run: the seed's RESULT keys in its order, then ours (dtype, the five time statistics,

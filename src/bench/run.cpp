@@ -317,7 +317,7 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, 
                  {name(mode), t, ceiling, block.saved_activation_bytes(),
                   MemoryUse{before.live_bytes, during.peak_bytes, during.allocations - before.allocations},
                   omp_get_max_threads(), null_stats, noise, gemm_kernels, pm, qe.out_rel_err, qe.grad_rel_err,
-                  process_wait_policy()},
+                  process_wait_policy(), backend.device_model()},
                  env);
     if (text_stdout)
       fmt::print(

@@ -55,6 +55,12 @@ class CudaBackend final : public Backend {
            std::to_string(d.sm_minor) + ", " + std::to_string(d.memory_bytes >> 30) + " GiB)";
   }
   std::string devices() const override { return "CudaDevice(id=0)"; }
+  std::string device_model() const override {
+    const Device& d = device();
+    if (!d.available) return "no CUDA device";
+    return d.name + " (sm_" + std::to_string(d.sm_major) + std::to_string(d.sm_minor) + ", " +
+           std::to_string(d.memory_bytes >> 30) + " GiB)";
+  }
   MemorySpace& memory() override { return memory_; }
   void synchronize() override {
     if (device().available) CUDA_CHECK(cudaStreamSynchronize(device().stream));

@@ -3,6 +3,7 @@
 
 #include "cpu/backend.h"
 #include "moe/backend.h"
+#include "moe/cpu_isa.h"
 #include "ref/backend.h"
 #ifdef MOE_HAVE_CUDA
 #include "cuda/backend.h"
@@ -34,6 +35,10 @@ const char* name(OpKind op) {
 
 void synchronize(Backend* backend) {
   if (backend) backend->synchronize();
+}
+
+std::string Backend::device_model() const {
+  return cpu_isa().model;
 }
 
 Status Backend::supports_block(const MoeConfig& cfg) const {
