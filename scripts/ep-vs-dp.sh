@@ -22,17 +22,7 @@ mpi=(mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS)
 common=(--distribution random --backend gmm --impl fused_w13 --bench-pass forward_backward
   --dtype float32 --iters "$iters" --warmup 1 --ceiling off --threads 1 --format jsonl --out "$new_rows")
 
-# Runs one command (its rows appended to the store) and records it for the report.
-run() {
-  echo "$*" | sed "s|$new_rows|$rows|" >>"$cmds"
-  "$@" >/dev/null
-}
-section_commands() {
-  echo '```'
-  cat "$cmds"
-  echo '```'
-  : >"$cmds"
-}
+source scripts/report-commands.sh
 
 # Seed 001 (hillclimb, 2026-02-09): none vs ep at tokens 32768, hidden 2048, mlp 1408, experts 60,
 # shared 5632; here tokens / 16, the others / 8 (experts 60: E % 2 and E % 4 are 0), topk 2 and 8,

@@ -25,17 +25,7 @@ common=(--device "$device" --dtype bfloat16 --impl fused_w13 --distribution rand
   --bench-pass forward,forward_backward --format jsonl --out "$new_rows")
 [[ $device == cuda ]] && common+=(--backend ragged_dot) || common+=(--backend gmm)
 
-# Runs one command (its rows appended to the store) and records it for the report.
-run() {
-  echo "$*" | sed "s|$new_rows|$rows|" >>"$cmds"
-  "$@" >/dev/null
-}
-section_commands() {
-  echo '```'
-  cat "$cmds"
-  echo '```'
-  : >"$cmds"
-}
+source scripts/report-commands.sh
 shape() {  # T H M E: the shape flags, divided for a trial on a small machine
   echo "--tokens $(($1 / div)) --hidden $(($2 / div)) --mlp-dim $(($3 / div)) --experts $4"
 }
