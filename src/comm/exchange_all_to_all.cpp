@@ -179,23 +179,17 @@ class AllToAllExchange final : public Exchange {
                                const StageTracer& tracer,
                                const std::function<void(size_t, ExpertRows&)>& experts) override {
     // The outputs go back from the buffers the rows came in by (recv), into those they left (send).
-    return pipeline(
-        x_rows, y_rows, plan, tracer, {"exchange_dispatch", "exchange_combine"}, experts,
-        [](Chunk& k) -> Tensor& { return k.ex.x_rows; }, [](Chunk& k) -> Tensor& { return k.ex.y_rows; },
-        [](Chunk& k) -> std::pair<Tensor*, Tensor*> {
-          return {&k.recv, &k.send};
-        });
+    static constexpr Direction kForward{&ExpertRows::x_rows, &ExpertRows::y_rows, &Chunk::recv,
+                                        &Chunk::send,        "exchange_dispatch", "exchange_combine"};
+    return pipeline(x_rows, y_rows, plan, tracer, kForward, experts);
   }
   Status overlapped_expert_ffn_backward(Tensor& dy_rows, Tensor& dx_rows, const DispatchPlan& plan,
                                         const StageTracer& tracer,
                                         const std::function<void(size_t, ExpertRows&)>& backward) override {
     MOE_CHECK(forward_backward_, "an overlapped backward of an exchange made for forward");
-    return pipeline(
-        dy_rows, dx_rows, plan, tracer, {"exchange_dy_rows", "exchange_dx_rows"}, backward,
-        [](Chunk& k) -> Tensor& { return k.ex.dy_rows; }, [](Chunk& k) -> Tensor& { return k.ex.dx_rows; },
-        [](Chunk& k) -> std::pair<Tensor*, Tensor*> {
-          return {&k.recv_f32, &k.send_f32};
-        });
+    static constexpr Direction kBackward{&ExpertRows::dy_rows, &ExpertRows::dx_rows, &Chunk::recv_f32,
+                                         &Chunk::send_f32,     "exchange_dy_rows",   "exchange_dx_rows"};
+    return pipeline(dy_rows, dx_rows, plan, tracer, kBackward, backward);
   }
 
   bool sums_combined_output() const override { return false; }
@@ -222,21 +216,29 @@ class AllToAllExchange final : public Exchange {
   }
 
  private:
+  // What one overlapped pass moves: each chunk's rows arrive (in k.recv, run dtype) into its expert-side
+  // `in` rows, `work` makes its `out` rows from them, and those go back from the chunk's `leaving`
+  // staging (expert side, arrival order) into its `arriving` one (token side, plan order).
+  struct Direction {
+    Tensor ExpertRows::*in;
+    Tensor ExpertRows::*out;
+    Tensor Chunk::*leaving;
+    Tensor Chunk::*arriving;
+    const char* there;  // the stage names of the two ways
+    const char* back;
+  };
+
   // One overlapped pass over the chunks: chunk c + 1's rows (of `rows`, token side) travel while chunk
-  // c's run through `work`, and chunk c's results (`out_of(k)`, expert side) travel back while chunk
-  // c + 1's do, into `results` (token side). The worker runs the collectives in submit order: there 0,
-  // there 1, back 0, there 2, back 1, ... (the same on every rank); this thread packs and places rows
-  // and runs `work`. `back(k)`: the staging the results leave from (expert side, arrival order) and
-  // arrive in (token side, plan order).
-  template <typename In, typename Out, typename Back>
+  // c's run through `work`, and chunk c's results travel back while chunk c + 1's do, into `results`
+  // (token side). The worker runs the collectives in submit order: there 0, there 1, back 0, there 2,
+  // back 1, ... (the same on every rank); this thread packs and places rows and runs `work`.
   Status pipeline(Tensor& rows, Tensor& results, const DispatchPlan& plan, const StageTracer& tracer,
-                  std::pair<const char*, const char*> stages,
-                  const std::function<void(size_t, ExpertRows&)>& work, In in_of, Out out_of, Back back) {
+                  const Direction& d, const std::function<void(size_t, ExpertRows&)>& work) {
     const size_t N = chunks_.size();
     std::vector<std::future<Status>> sent(N), returned(N);
     auto send = [&](size_t c) {
       Chunk& k = chunks_[c];
-      tracer(stages.first, [&] { pack_rows(k.send, rows, k.send_row_of); });
+      tracer(d.there, [&] { pack_rows(k.send, rows, k.send_row_of); });
       sent[c] = worker_->submit([this, &k] { return exchange(k.recv, k.recv_rows, k.send, k.send_rows); });
     };
     Status status;
@@ -244,22 +246,20 @@ class AllToAllExchange final : public Exchange {
     for (size_t c = 0; c < N; ++c) {
       Chunk& k = chunks_[c];
       if (c + 1 < N) send(c + 1);
-      tracer(stages.first, [&] {
+      tracer(d.there, [&] {
         keep(status, sent[c].get());
-        place_rows(in_of(k), k, k.recv);
+        place_rows(k.ex.*d.in, k, k.recv);
       });
       work(c, k.ex);
-      Tensor* leaving = back(k).first;
-      Tensor* arriving = back(k).second;
-      tracer(stages.second, [&] { pack_rows(*leaving, out_of(k), k.recv_pos); });
+      tracer(d.back, [&] { pack_rows(k.*d.leaving, k.ex.*d.out, k.recv_pos); });
       returned[c] = worker_->submit(
-          [this, &k, leaving, arriving] { return exchange(*arriving, k.send_rows, *leaving, k.recv_rows); });
+          [this, &k, &d] { return exchange(k.*d.arriving, k.send_rows, k.*d.leaving, k.recv_rows); });
     }
-    tracer(stages.second, [&] {
+    tracer(d.back, [&] {
       for (size_t c = 0; c < N; ++c) {
         keep(status, returned[c].get());
         Chunk& k = chunks_[c];
-        copy_rows(results.raw(), k.send_row_of, back(k).second->raw(), {}, int64_t(k.send_row_of.size()),
+        copy_rows(results.raw(), k.send_row_of, (k.*d.arriving).raw(), {}, int64_t(k.send_row_of.size()),
                   row_bytes(results));
       }
       zero_padding_rows(results, host_view(plan));
