@@ -1,0 +1,55 @@
+// The amx variant's kernel (src/cpu/gemm_amx_kernel.h) on emulated tiles (src/cpu/amx_tiles_emulated.h):
+// the same work list, weight packing, row staging and epilogues the hardware instance runs, checked
+// on any CPU against the plain reference over gemm_cases.h's cases (odd sizes that are no multiple of a
+// tile's 16 rows, 16 columns or 32 reduction elements, empty experts, padding rows, two weight parts),
+// bf16 inputs to float32 and bf16 outputs. Fresh random inputs; the seed is printed (MOE_TEST_SEED
+// replays). The hardware instance runs the EveryGemmVariant suites (test_gemm.cpp), SKIPPED off AMX.
+//
+// Tolerance (test_gemm.cpp's): the emulated TDPBF16PS multiplies bf16 pairs exactly in float32 and sums
+// in float32, as the hardware does, so per element |got - want| <= 1e-5 S with S = sum_k |a_ik b_kj|
+// (float32 accumulation over up to 1056 terms: ~sqrt(k) 6e-8 S in practice), plus 4e-3 |want| for a
+// bf16 output's one rounding (half an ulp is 2^-9).
+#include <gtest/gtest.h>
+
+#include "cpu/gemm_variants.h"
+#include "gemm_cases.h"
+#include "test_util.h"
+
+namespace moe {
+namespace {
+
+using namespace gemm_test;  // NOLINT(google-build-using-namespace): the shared cases
+
+const DtypePairs kBf16In = {{Dtype::bf16, Dtype::f32}, {Dtype::bf16, Dtype::bf16}};
+
+TEST(AmxEmulated, NnMatchesReference) {
+  Inputs inputs(testing::test_seed());
+  check_nn(inputs, kBf16In, [](auto&&... args) { amx_emulated::grouped_gemm_nn(kDefaults, args...); });
+}
+
+TEST(AmxEmulated, NnSwigluMatchesReference) {
+  Inputs inputs(testing::test_seed());
+  check_nn_swiglu(inputs, kBf16In,
+                  [](auto&&... args) { amx_emulated::grouped_gemm_nn_swiglu(kDefaults, args...); });
+}
+
+// The variant's rows: nn and nn_swiglu of bf16 inputs; every other form and float32 inputs refused with
+// a reason (the table runs the next row); off AMX, unavailable says why.
+TEST(AmxVariant, SupportsNnFormsOfBf16AndSaysWhyNot) {
+  const GemmVariant* v = gemm_variant("amx");
+  ASSERT_NE(v, nullptr);
+  GemmCall call;
+  call.in_dtype = call.b_dtype = Dtype::bf16;
+  for (GemmForm f : kGemmForms) {
+    call.form = f;
+    const bool ours = f == GemmForm::nn || f == GemmForm::nn_swiglu;
+    EXPECT_EQ(v->supports(call, kDefaults).empty(), ours) << name(f);
+  }
+  call.form = GemmForm::nn;
+  call.in_dtype = call.b_dtype = Dtype::f32;
+  EXPECT_NE(v->supports(call, kDefaults), "");
+  EXPECT_EQ(v->unavailable().empty(), isa_level() >= IsaLevel::amx) << v->unavailable();
+}
+
+}  // namespace
+}  // namespace moe
