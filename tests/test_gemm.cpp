@@ -72,90 +72,22 @@ TEST_P(EveryGemmVariant, NnSwigluMatchesReference) {
                   [&](auto&&... args) { table.nn_swiglu(args...); });
 }
 
-// Padded cases with a float32 out read the weights as two parts (dh @ [w1 | w3]^T) and accumulate
-// into out (out += product on live rows, as the non-fused impls sum dgate @ w1^T and dup @ w3^T).
 TEST_P(EveryGemmVariant, NtMatchesReference) {
   MOE_TABLE_OR_SKIP(GetParam());
   Inputs inputs(testing::test_seed());
-  for (const GroupCase& c : kGroupCases)
-    for (bool padded : {false, true}) {
-      const Groups g(c.sizes, padded);
-      for (Dtype in : kDtypes) {
-        for (Dtype out_dt : kDtypes) {
-          const bool accumulate = padded && out_dt == Dtype::f32;
-          const Weights rhs = random_weights(inputs, in, accumulate ? 2 : 1, g.experts(), c.Kd, c.N);
-          const Weights rhs_abs = rhs.abs();
-          const int64_t N = rhs.cols();
-          SCOPED_TRACE(std::string(c.name) + (padded ? " padded" : "") +
-                       (accumulate ? ", two weight parts, accumulate" : "") + ", " + trace(in, out_dt));
-          const Tensor dout = inputs.random(in, {g.rows(), N});  // (rows, N)
-          const Tensor dout_abs = abs_of(dout);
-          Tensor out = accumulate ? inputs.random(out_dt, {g.rows(), c.Kd})
-                                  : nan_filled(out_dt, {g.rows(), c.Kd});  // (rows, Kd)
-          const Expected want = reference(out.numel(), [&](double* o, bool abs) {
-            for (int64_t i = 0; i < out.numel(); ++i)
-              o[i] = accumulate ? (abs ? std::fabs(out.get(i)) : out.get(i)) : 0;
-            ref_gemm::grouped_gemm_nt(kDefaults, o, Dtype::f64, (abs ? dout_abs : dout).raw(),
-                                      (abs ? rhs_abs : rhs).view(), in, g.shape(), c.Kd, N, accumulate);
-          });
-          table.nt(out.raw(), out_dt, dout.raw(), rhs.view(), in, g.shape(), c.Kd, N, accumulate);
-          expect_close(out, want);
-        }
-      }
-    }
+  check_nt(inputs,
+           {{Dtype::f32, Dtype::f32},
+            {Dtype::f32, Dtype::bf16},
+            {Dtype::bf16, Dtype::f32},
+            {Dtype::bf16, Dtype::bf16}},
+           [&](auto&&... args) { table.nt(args...); });
 }
 
-// The down projection's dgrad with SwiGLU's backward: dg = dout @ w2[e]^T (M = the case's Kd output
-// columns, reduction N), then dgate = dg w up silu'(gate) and dup = dg w silu(gate) from random h, with
-// routing weights in padded cases (whose padding rows of h are random: dh's must still be zeros).
-// The reference takes dg unrounded: a bf16 kernel rounds dg once (as a stored dg is) and dh once, two
-// half-ulps where expect_close allows one (4e-3 |want|), so the scale adds another 4e-3 |want| / 1e-5;
-// the sigmoid approximation's ~1e-7 goes in the scale too.
 TEST_P(EveryGemmVariant, NtSwigluGradMatchesReference) {
   MOE_TABLE_OR_SKIP(GetParam());
   Inputs inputs(testing::test_seed());
-  for (const GroupCase& c : kGroupCases)
-    for (bool padded : {false, true}) {
-      const Groups g(c.sizes, padded);
-      for (Dtype dt : kDtypes) {
-        const int64_t M = c.Kd, N = c.N;
-        const Weights rhs = random_weights(inputs, dt, 1, g.experts(), M, N);  // (E, M, N)
-        const Weights rhs_abs = rhs.abs();
-        SCOPED_TRACE(std::string(c.name) + (padded ? " padded, routing weights" : "") + ", " + trace(dt, dt));
-        const Tensor dout = inputs.random(dt, {g.rows(), N});  // (rows, N)
-        const Tensor dout_abs = abs_of(dout);
-        const Tensor h = inputs.random(dt, {g.rows(), 2 * M});        // (rows, 2M) [gate | up]
-        const Tensor weight = inputs.random(Dtype::f32, {g.rows()});  // (rows)
-        const float* row_weight = padded ? static_cast<const float*>(weight.raw()) : nullptr;
-        Tensor dh = nan_filled(dt, {g.rows(), 2 * M}), dg = nan_filled(dt, {g.rows(), M});
-        table.nt_swiglu_grad(dh.raw(), dg.raw(), dout.raw(), rhs.view(), h.raw(), dt, g.shape(), M, N,
-                             row_weight);
-        // dg = dout @ w2^T unrounded, and its scale.
-        const Expected dg_want = reference(g.rows() * M, [&](double* o, bool abs) {
-          ref_gemm::grouped_gemm_nt(kDefaults, o, Dtype::f64, (abs ? dout_abs : dout).raw(),
-                                    (abs ? rhs_abs : rhs).view(), dt, g.shape(), M, N, false);
-        });
-        Expected want(dh.numel());
-        for (int64_t e = 0; e < g.experts(); ++e)
-          for (int64_t r = g.offset[size_t(e)]; r < g.live_end(e); ++r)
-            for (int64_t k = 0; k < M; ++k) {
-              const double d = dg_want.value[size_t(r * M + k)], d_scale = dg_want.scale[size_t(r * M + k)];
-              const double a = h.get(r * 2 * M + k), b = h.get(r * 2 * M + M + k),
-                           wr = row_weight ? row_weight[r] : 1.0, s = 1.0 / (1.0 + std::exp(-a));
-              const double dgate = wr * b * s * (1.0 + a * (1.0 - s)), dup = wr * a * s;
-              const int64_t i_gate = r * 2 * M + k, i_up = i_gate + M;
-              want.value[size_t(i_gate)] = d * dgate;
-              want.value[size_t(i_up)] = d * dup;
-              want.scale[size_t(i_gate)] =
-                  d_scale * std::fabs(dgate) + std::fabs(d * wr) * (std::fabs(a * b) + 1);
-              want.scale[size_t(i_up)] = d_scale * std::fabs(dup) + std::fabs(d * wr) * (std::fabs(a) + 1);
-              if (dt == Dtype::bf16)
-                for (int64_t i : {i_gate, i_up})
-                  want.scale[size_t(i)] += 4e-3 / 1e-5 * std::fabs(want.value[size_t(i)]);
-            }
-        expect_close(dh, want);
-      }
-    }
+  check_nt_swiglu_grad(inputs, {Dtype::f32, Dtype::bf16},
+                       [&](auto&&... args) { table.nt_swiglu_grad(args...); });
 }
 
 // Padded cases also read dout as a column slice of a wider buffer (ld_dout = N + 5): the columns past N

@@ -1,9 +1,10 @@
-// The amx variant's kernel (src/cpu/gemm_amx_kernel.h) on emulated tiles (src/cpu/amx_tiles_emulated.h):
-// the same work list, weight packing, row staging and epilogues the hardware instance runs, checked
-// on any CPU against the plain reference over gemm_cases.h's cases (odd sizes that are no multiple of a
-// tile's 16 rows, 16 columns or 32 reduction elements, empty experts, padding rows, two weight parts),
-// bf16 inputs to float32 and bf16 outputs. Fresh random inputs; the seed is printed (MOE_TEST_SEED
-// replays). The hardware instance runs the EveryGemmVariant suites (test_gemm.cpp), SKIPPED off AMX.
+// The amx variant's kernel (src/cpu/gemm_amx_kernel.h: nn, nn_swiglu, nt) on emulated tiles
+// (src/cpu/amx_tiles_emulated.h): the same work list, weight packing, row staging and epilogues the hardware
+// instance runs, checked on any CPU against the plain reference over gemm_cases.h's cases (odd sizes that are
+// no multiple of a tile's 16 rows, 16 columns or 32 reduction elements, empty experts, padding rows, two
+// weight parts), bf16 inputs to float32 and bf16 outputs. Fresh random inputs; the seed is printed
+// (MOE_TEST_SEED replays). The hardware instance runs the EveryGemmVariant suites (test_gemm.cpp), SKIPPED
+// off AMX.
 //
 // Tolerance (test_gemm.cpp's): the emulated TDPBF16PS multiplies bf16 pairs exactly in float32 and sums
 // in float32, as the hardware does, so per element |got - want| <= 1e-5 S with S = sum_k |a_ik b_kj|
@@ -33,21 +34,41 @@ TEST(AmxEmulated, NnSwigluMatchesReference) {
                   [](auto&&... args) { amx_emulated::grouped_gemm_nn_swiglu(kDefaults, args...); });
 }
 
-// The variant's rows: nn and nn_swiglu of bf16 inputs; every other form and float32 inputs refused with
-// a reason (the table runs the next row); off AMX, unavailable says why.
-TEST(AmxVariant, SupportsNnFormsOfBf16AndSaysWhyNot) {
+// nt's padded float32 cases read two weight parts and accumulate into out.
+TEST(AmxEmulated, NtMatchesReference) {
+  Inputs inputs(testing::test_seed());
+  check_nt(inputs, kBf16In, [](auto&&... args) { amx_emulated::grouped_gemm_nt(kDefaults, args...); });
+}
+
+// nt_swiglu_grad is the registry's composition of nt and SwiGLU's backward (gemm_detail).
+TEST(AmxEmulated, NtSwigluGradMatchesReference) {
+  Inputs inputs(testing::test_seed());
+  check_nt_swiglu_grad(inputs, {Dtype::bf16}, [](auto&&... args) {
+    gemm_detail::nt_then_swiglu_grad<&amx_emulated::grouped_gemm_nt>(kDefaults, args...);
+  });
+}
+
+// The variant's rows: nn, nn_swiglu, nt and nt_swiglu_grad of bf16 inputs; every other form and float32
+// inputs refused with a reason (the table runs the next row); off AMX, unavailable says why.
+TEST(AmxVariant, SupportsItsFormsOfBf16AndSaysWhyNot) {
   const GemmVariant* v = gemm_variant("amx");
   ASSERT_NE(v, nullptr);
   GemmCall call;
   call.in_dtype = call.b_dtype = Dtype::bf16;
   for (GemmForm f : kGemmForms) {
     call.form = f;
-    const bool ours = f == GemmForm::nn || f == GemmForm::nn_swiglu;
+    const bool ours =
+        f == GemmForm::nn || f == GemmForm::nn_swiglu || f == GemmForm::nt || f == GemmForm::nt_swiglu_grad;
     EXPECT_EQ(v->supports(call, kDefaults).empty(), ours) << name(f);
   }
   call.form = GemmForm::nn;
   call.in_dtype = call.b_dtype = Dtype::f32;
   EXPECT_NE(v->supports(call, kDefaults), "");
+  call.form = GemmForm::nt;
+  call.in_dtype = call.b_dtype = Dtype::bf16;
+  call.out_dtype = Dtype::bf16;
+  call.accumulate = true;
+  EXPECT_NE(v->supports(call, kDefaults), "") << "accumulating into bf16";
   EXPECT_EQ(v->unavailable().empty(), isa_level() >= IsaLevel::amx) << v->unavailable();
 }
 

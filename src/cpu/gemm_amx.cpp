@@ -1,9 +1,10 @@
-// The amx GEMM variant: cpu/gemm_amx_kernel.h's grouped nn and nn_swiglu on the hardware's AMX tiles
-// (TDPBF16PS: bf16 A and B tiles, float32 accumulator tiles), bf16 inputs only. The other forms (nt,
-// nt_swiglu_grad, tn, tn_pair, dense) are not written yet: supports() refuses them and the kernel table
-// runs the next row. Eligible where isa_level() reaches amx (AMX tiles with BF16 and the OS's permission
-// for tile state, which cpu_isa() asks for once). Not measured on AMX hardware yet (docs/kernels.md):
-// auto's order without a measurement puts it last, and auto measures it like any other.
+// The amx GEMM variant: cpu/gemm_amx_kernel.h's grouped nn, nn_swiglu and nt on the hardware's AMX tiles
+// (TDPBF16PS: bf16 A and B tiles, float32 accumulator tiles), bf16 inputs only; nt_swiglu_grad is
+// gemm_detail's composition of our nt and SwiGLU's backward. tn, tn_pair and dense are not written yet:
+// supports() refuses them and the kernel table runs the next row. Eligible where isa_level() reaches amx (AMX
+// tiles with BF16 and the OS's permission for tile state, which cpu_isa() asks for once). Not measured on AMX
+// hardware yet (docs/kernels.md): auto's order without a measurement puts it last, and auto measures it like
+// any other.
 #include <immintrin.h>
 #include <omp.h>
 
@@ -44,9 +45,17 @@ std::string gemm_library_version() {
 
 std::string supports(const GemmCall& call, const GemmThresholds&) {
   if (std::string why = gemm_detail::float_operands(call); !why.empty()) return why;
-  if (call.form != GemmForm::nn && call.form != GemmForm::nn_swiglu)
-    return std::string("no ") + name(call.form) + " kernel yet (nn and nn_swiglu only)";
+  switch (call.form) {
+    case GemmForm::nn:
+    case GemmForm::nn_swiglu:
+    case GemmForm::nt:
+    case GemmForm::nt_swiglu_grad:  // gemm_detail's composition: our nt, then SwiGLU's backward
+      break;
+    default:
+      return std::string("no ") + name(call.form) + " kernel yet (nn, nn_swiglu, nt, nt_swiglu_grad only)";
+  }
   if (call.in_dtype != Dtype::bf16) return "float32 inputs (AMX multiplies bfloat16 tiles)";
+  if (call.accumulate && call.out_dtype != Dtype::f32) return "accumulating into a bfloat16 out";
   return "";
 }
 

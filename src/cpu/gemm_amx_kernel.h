@@ -1,4 +1,4 @@
-// The amx variant's grouped GEMM (nn, and nn_swiglu with SwiGLU and the row weight in its epilogue),
+// The amx variant's grouped GEMM (nn, nn_swiglu with SwiGLU and the row weight in its epilogue, and nt),
 // written once against a tile layer (cpu/amx_tiles.h documents it): the hardware's AMX tiles
 // (src/cpu/gemm_amx.cpp, included there after the AMX target pragma) or their plain C++ emulation
 // (src/cpu/gemm_amx_emulated.cpp, the tests' instance). Everything here is a member of the class
@@ -10,13 +10,15 @@
 // not a slow one), so no thread waits on another's expert. An item is two register blocks of 32 rows x
 // 32 columns (four accumulator tiles fed by two A and two B tiles).
 // Weights are packed inside the call (forward_backward changes them every step): a thread packs the
-// four B tiles of its item's column block (Kd x 64 columns, or 32 gate and the same 32 up columns for
+// four B tiles of its item's column block (K x 64 columns, or 32 gate and the same 32 up columns for
 // SwiGLU) when its item's (expert, column block) changes, then its row blocks of that expert reuse them.
+// nn reads the weights (K, N) with rows along the reduction, nt (N, K) transposed: there a B tile's pair
+// (k, k + 1) of a column is two neighbours of one weight row.
 // Packed layout, per B tile: chunks of 32 reduction elements, each 16 pair rows x 16 columns x 2 (the
 // (K/2, N, 2) layout TDPBF16PS reads), the reduction padded with zeros to a multiple of 32 and columns
 // past the weights' with zero columns. A rows are loaded where they lie when a block has 32 live rows
-// and Kd is a multiple of 32; else they are staged in a zero-padded block (the rows past a group's live
-// rows and the reduction past Kd must read as zeros: the padding may hold anything).
+// and K is a multiple of 32; else they are staged in a zero-padded block (the rows past a group's live
+// rows and the reduction past K must read as zeros: the padding may hold anything).
 #pragma once
 
 #include <omp.h>
@@ -42,14 +44,16 @@ struct AmxGemm {
   struct Call {
     void* out;          // nn: (rows, N); nn_swiglu: h (rows, N = 2M)
     Dtype out_dtype;    // f32 or bf16
-    const bf16_t* lhs;  // (rows, Kd)
-    ExpertWeights rhs;  // (E, Kd, N), or two parts (E, Kd, N/2)
+    const bf16_t* lhs;  // (rows, K): nn's lhs, nt's dout
+    ExpertWeights rhs;  // nn: (E, K, N), or two parts (E, K, N/2); nt: (E, N, K), or two parts (E, N, K/2)
     GroupedShape groups;
-    int64_t Kd, N;
+    int64_t K, N;  // the reduction (nn's Kd, nt's N) and out's columns (nn's N, nt's Kd)
     bool swiglu = false;
     void* g = nullptr;                  // nn_swiglu: (rows, M) in out_dtype
     const float* row_weight = nullptr;  // nn_swiglu: (rows) or nullptr
     bool keep_h = true;
+    bool transposed = false;  // nt: rhs[e] is (N, K), parts split the reduction
+    bool accumulate = false;  // nt: out's live rows += the product (float32 out)
   };
 
   static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -72,9 +76,10 @@ struct AmxGemm {
   }
 
   // Packs weight columns [col, col + count) of expert e into one B tile per 32 reduction elements
-  // (dst: (chunks, 16, 16, 2)), zeros past Kd and past count.
+  // (dst: (chunks, 16, 16, 2)), zeros past K and past count.
   static void pack_tile(const Call& c, int64_t e, int64_t col, int64_t count, int64_t chunks, bf16_t* dst) {
-    const int64_t Kd = c.Kd, part_cols = c.N / c.rhs.parts();
+    if (c.transposed) return pack_tile_transposed(c, e, col, count, chunks, dst);
+    const int64_t Kd = c.K, part_cols = c.N / c.rhs.parts();
     auto column = [&](int64_t n) {  // column n's element of row 0; rows are part_cols apart
       const int64_t p = n / part_cols;
       return static_cast<const bf16_t*>(c.rhs.part(int(p))) + e * Kd * part_cols + (n - p * part_cols);
@@ -98,6 +103,24 @@ struct AmxGemm {
         const bf16_t* src = n < count ? column(col + n) : nullptr;
         d[2 * n] = src && k < Kd ? src[k * part_cols] : bf16_t(0);
         d[2 * n + 1] = src && k + 1 < Kd ? src[(k + 1) * part_cols] : bf16_t(0);
+      }
+    }
+  }
+
+  // pack_tile for nt's weights (N, K) per part (N, K / parts): element (k, col) is row col, column k.
+  static void pack_tile_transposed(const Call& c, int64_t e, int64_t col, int64_t count, int64_t chunks,
+                                   bf16_t* dst) {
+    const int64_t K = c.K, part_k = K / c.rhs.parts();
+    auto element = [&](int64_t k, int64_t n) {  // zero past K and past count
+      if (k >= K || n >= count) return bf16_t(0);
+      const int64_t p = k / part_k;
+      return static_cast<const bf16_t*>(c.rhs.part(int(p)))[(e * c.N + col + n) * part_k + k - p * part_k];
+    };
+    for (int64_t k = 0; k < chunks * kDepth; k += 2) {
+      bf16_t* d = dst + k * kTileCols;  // pair row k / 2: 16 columns x 2
+      for (int64_t n = 0; n < kTileCols; ++n) {
+        d[2 * n] = element(k, n);
+        d[2 * n + 1] = element(k + 1, n);
       }
     }
   }
@@ -145,8 +168,10 @@ struct AmxGemm {
 
   // A float32 value as a tensor of dt stores it, and back.
   static float stored(float v, Dtype dt) { return dt == Dtype::bf16 ? round_to_bf16(v) : v; }
-  static void put(void* base, int64_t i, Dtype dt, float v) {
-    if (dt == Dtype::bf16)
+  static void put(void* base, int64_t i, Dtype dt, float v, bool accumulate = false) {
+    if (accumulate)
+      static_cast<float*>(base)[i] += v;
+    else if (dt == Dtype::bf16)
       static_cast<bf16_t*>(base)[i] = f32_to_bf16(v);
     else
       static_cast<float*>(base)[i] = v;
@@ -162,7 +187,7 @@ struct AmxGemm {
                     cols = std::min<int64_t>(2 * kTileCols, c.N - c0);
       for (int64_t r = 0; r < n; ++r)
         for (int64_t j = 0; j < cols; ++j)
-          put(c.out, (r0 + r) * c.N + c0 + j, dt, acc[r * 2 * kTileCols + j]);
+          put(c.out, (r0 + r) * c.N + c0 + j, dt, acc[r * 2 * kTileCols + j], c.accumulate);
       return;
     }
     const int64_t M = c.N / 2, j0 = cb * 2 * kTileCols + s * kTileCols, cols = std::min(kTileCols, M - j0);
@@ -188,6 +213,16 @@ struct AmxGemm {
     gemm_detail::check_groups(groups, Kd, N);
     run({out, out_dtype, static_cast<const bf16_t*>(lhs), rhs, groups, Kd, N});
   }
+  static void nt(void* out, Dtype out_dtype, const void* dout, ExpertWeights rhs, Dtype in_dtype,
+                 GroupedShape groups, int64_t Kd, int64_t N, bool accumulate) {
+    MOE_CHECK(in_dtype == Dtype::bf16, "the amx kernel takes bfloat16 inputs");
+    MOE_CHECK(!accumulate || out_dtype == Dtype::f32, "nt accumulates into a float32 out only");
+    gemm_detail::check_groups(groups, Kd, N);
+    Call c{out, out_dtype, static_cast<const bf16_t*>(dout), rhs, groups, N, Kd};
+    c.transposed = true;
+    c.accumulate = accumulate;
+    run(c);
+  }
   static void nn_swiglu(void* h, void* g, Dtype out_dtype, const void* lhs, ExpertWeights rhs, Dtype in_dtype,
                         GroupedShape groups, int64_t Kd, int64_t M, const float* row_weight, bool keep_h) {
     MOE_CHECK(in_dtype == Dtype::bf16, "the amx kernel takes bfloat16 inputs");
@@ -197,7 +232,7 @@ struct AmxGemm {
 
   static void run(const Call& c) {
     const GroupedShape& groups = c.groups;
-    const int64_t E = groups.experts, chunks = ceil_div(c.Kd, kDepth), depth = chunks * kDepth;
+    const int64_t E = groups.experts, chunks = ceil_div(c.K, kDepth), depth = chunks * kDepth;
     const int64_t col_blocks = ceil_div(out_cols(c), item_cols(c));
     std::vector<int64_t> first(size_t(E + 1), 0);  // expert e's items: [first[e], first[e + 1])
     for (int64_t e = 0; e < E; ++e)
@@ -209,7 +244,7 @@ struct AmxGemm {
 #pragma omp for schedule(static) nowait
       for (int64_t e = 0; e < E; ++e) {
         const gemm_detail::GroupRows g = gemm_detail::group_rows(groups, e);
-        gemm_detail::zero_padding_rows(c.out, c.out_dtype, g, c.N);
+        gemm_detail::zero_padding_rows(c.out, c.out_dtype, g, c.N);  // accumulate or not, as ref
         if (c.swiglu) gemm_detail::zero_padding_rows(c.g, c.out_dtype, g, c.N / 2);
       }
       const int64_t t = omp_get_thread_num(), threads = omp_get_num_threads();
@@ -243,10 +278,10 @@ struct AmxGemm {
       packed_e = e;
       packed_cb = cb;
       const int64_t r0 = g.row0 + rb * kBlockRows, n = std::min(kBlockRows, g.live - rb * kBlockRows);
-      const bf16_t* a = c.lhs + r0 * c.Kd;
-      int64_t ld = c.Kd;
-      if (n < kBlockRows || depth != c.Kd) {
-        stage_rows(a, n, c.Kd, depth, staged.data());
+      const bf16_t* a = c.lhs + r0 * c.K;
+      int64_t ld = c.K;
+      if (n < kBlockRows || depth != c.K) {
+        stage_rows(a, n, c.K, depth, staged.data());
         a = staged.data();
         ld = depth;
       }
@@ -263,8 +298,8 @@ struct AmxGemm {
 
 }  // namespace moe::amx
 
-// Defines moe/gemm.h's nn and nn_swiglu (the signatures of gemm_variants.h's MOE_DECLARE_GEMM_AMX_FORMS) in
-// the enclosing namespace on AmxGemm<Tiles>.
+// Defines moe/gemm.h's nn, nn_swiglu and nt (the signatures of gemm_variants.h's MOE_DECLARE_GEMM_AMX_FORMS)
+// in the enclosing namespace on AmxGemm<Tiles>.
 #define MOE_DEFINE_GEMM_AMX_FORMS(Tiles)                                                                     \
   void grouped_gemm_nn(const GemmThresholds&, void* out, Dtype out_dtype, const void* lhs,                   \
                        ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N) {      \
@@ -275,4 +310,9 @@ struct AmxGemm {
                               const float* row_weight, bool keep_h) {                                        \
     ::moe::amx::AmxGemm<Tiles>::nn_swiglu(h, g, out_dtype, lhs, rhs, in_dtype, groups, Kd, M, row_weight,    \
                                           keep_h);                                                           \
+  }                                                                                                          \
+  void grouped_gemm_nt(const GemmThresholds&, void* out, Dtype out_dtype, const void* dout,                  \
+                       ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N,        \
+                       bool accumulate) {                                                                    \
+    ::moe::amx::AmxGemm<Tiles>::nt(out, out_dtype, dout, rhs, in_dtype, groups, Kd, N, accumulate);          \
   }

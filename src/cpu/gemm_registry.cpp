@@ -35,11 +35,12 @@ GemmFn form_fn(Fn fn) {
 const std::vector<GemmVariant>& gemm_variants() {
   static const std::vector<GemmVariant> variants = {
       MOE_GEMM_VARIANT(
-          "amx", amx, IsaLevel::amx, true, &amx::grouped_gemm_nn, &amx::grouped_gemm_nn_swiglu, nullptr,
-          nullptr, nullptr, nullptr, nullptr, nullptr,
+          "amx", amx, IsaLevel::amx, true, &amx::grouped_gemm_nn, &amx::grouped_gemm_nn_swiglu,
+          &amx::grouped_gemm_nt, &gemm_detail::nt_then_swiglu_grad<&amx::grouped_gemm_nt>, nullptr, nullptr,
+          nullptr, nullptr,
           "AMX bf16 tiles (tdpbf16ps, float32 accumulator tiles), weights packed per call into the "
           "tiles' pair-interleaved layout, one work list over (expert, column block, row block); "
-          "nn and nn_swiglu of bf16 inputs only; not yet measured on AMX hardware"),
+          "nn, nn_swiglu, nt and nt_swiglu_grad of bf16 inputs; not yet measured on AMX hardware"),
 #ifdef MOE_HAVE_DPBF16
       MOE_GEMM_VARIANT(
           "dpbf16", dpbf16, IsaLevel::avx512_bf16, true, &dpbf16::grouped_gemm_nn,

@@ -71,8 +71,9 @@ void grouped_gemm_tn_pair(const GemmThresholds& k, void* drhs_first, void* drhs_
 }  // namespace moe::dpbf16
 #endif
 MOE_DECLARE_GEMM_VARIANT(portable)
-// Our AMX bf16 tile kernel (src/cpu/gemm_amx.cpp): nn and nn_swiglu, in every build, run where isa_level()
-// reaches amx. amx_emulated is the same kernel on emulated tiles (any CPU): a test hook, not a variant.
+// Our AMX bf16 tile kernel (src/cpu/gemm_amx.cpp): nn, nn_swiglu and nt, in every build, run where
+// isa_level() reaches amx. amx_emulated is the same kernel on emulated tiles (any CPU): a test hook, not a
+// variant.
 #define MOE_DECLARE_GEMM_AMX_FORMS(ns)                                                                       \
   namespace moe::ns {                                                                                        \
   void grouped_gemm_nn(const GemmThresholds& k, void* out, Dtype out_dtype, const void* lhs,                 \
@@ -80,6 +81,9 @@ MOE_DECLARE_GEMM_VARIANT(portable)
   void grouped_gemm_nn_swiglu(const GemmThresholds& k, void* h, void* g, Dtype out_dtype, const void* lhs,   \
                               ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t M, \
                               const float* row_weight, bool keep_h);                                         \
+  void grouped_gemm_nt(const GemmThresholds& k, void* out, Dtype out_dtype, const void* dout,                \
+                       ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N,        \
+                       bool accumulate);                                                                     \
   }
 MOE_DECLARE_GEMM_VARIANT_CAPABILITIES(amx)
 MOE_DECLARE_GEMM_AMX_FORMS(amx)
