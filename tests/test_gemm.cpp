@@ -90,54 +90,16 @@ TEST_P(EveryGemmVariant, NtSwigluGradMatchesReference) {
                        [&](auto&&... args) { table.nt_swiglu_grad(args...); });
 }
 
-// Padded cases also read dout as a column slice of a wider buffer (ld_dout = N + 5): the columns past N
-// hold random values that must not reach the result. tn_pair must equal two tn calls.
 TEST_P(EveryGemmVariant, TnMatchesReferenceAndZeroesEmptyExperts) {
   MOE_TABLE_OR_SKIP(GetParam());
   Inputs inputs(testing::test_seed());
-  for (const GroupCase& c : kGroupCases)
-    for (bool padded : {false, true}) {
-      const Groups g(c.sizes, padded);
-      for (Dtype in : kDtypes) {
-        for (Dtype out_dt : kDtypes) {
-          SCOPED_TRACE(std::string(c.name) + (padded ? " padded" : "") + ", " + trace(in, out_dt));
-          const Tensor lhs = inputs.random(in, {g.rows(), c.Kd});  // (rows, Kd)
-          const int64_t ld = padded ? c.N + 5 : c.N;
-          const Tensor dout = inputs.random(in, {g.rows(), ld});  // (rows, N) of (rows, ld)
-          const Tensor lhs_abs = abs_of(lhs), dout_abs = abs_of(dout);
-          Tensor drhs = nan_filled(out_dt, {g.experts(), c.Kd, c.N});  // (E, Kd, N)
-          table.tn(drhs.raw(), out_dt, lhs.raw(), dout.raw(), in, g.shape(), c.Kd, c.N, ld);
-          const Expected want = reference(drhs.numel(), [&](double* o, bool abs) {  // empty experts: zeros
-            ref_gemm::grouped_gemm_tn(kDefaults, o, Dtype::f64, (abs ? lhs_abs : lhs).raw(),
-                                      (abs ? dout_abs : dout).raw(), in, g.shape(), c.Kd, c.N, ld);
-          });
-          expect_close(drhs, want);
-          // The pair (dw1 and dw3 from one lhs) is two tn calls, bit for bit.
-          const Tensor dout2 = inputs.random(in, {g.rows(), ld});
-          Tensor second = nan_filled(out_dt, {g.experts(), c.Kd, c.N}),
-                 pair_first = nan_filled(out_dt, {g.experts(), c.Kd, c.N}),
-                 pair_second = nan_filled(out_dt, {g.experts(), c.Kd, c.N});
-          table.tn(second.raw(), out_dt, lhs.raw(), dout2.raw(), in, g.shape(), c.Kd, c.N, ld);
-          table.tn_pair(pair_first.raw(), pair_second.raw(), out_dt, lhs.raw(), dout.raw(), dout2.raw(), in,
-                        g.shape(), c.Kd, c.N, ld);
-          EXPECT_EQ(std::memcmp(pair_first.raw(), drhs.raw(), drhs.bytes()), 0) << "tn_pair's first";
-          EXPECT_EQ(std::memcmp(pair_second.raw(), second.raw(), second.bytes()), 0) << "tn_pair's second";
-          if (!padded) continue;
-          // With zeros in the padding rows the caller may say so, and the form may sum over some of them.
-          Tensor lhs0 = lhs.clone(), dout0 = dout.clone();
-          for (int64_t e = 0; e < g.experts(); ++e)
-            for (int64_t r = g.live_end(e); r < g.offset[size_t(e) + 1]; ++r) {
-              for (int64_t k = 0; k < c.Kd; ++k) lhs0.set(r * c.Kd + k, 0.0);
-              for (int64_t j = 0; j < ld; ++j) dout0.set(r * ld + j, 0.0);
-            }
-          GroupedShape zero_padded = g.shape();
-          zero_padded.zero_padding = true;
-          Tensor drhs0 = nan_filled(out_dt, {g.experts(), c.Kd, c.N});
-          table.tn(drhs0.raw(), out_dt, lhs0.raw(), dout0.raw(), in, zero_padded, c.Kd, c.N, ld);
-          expect_close(drhs0, want);
-        }
-      }
-    }
+  check_tn(
+      inputs,
+      {{Dtype::f32, Dtype::f32},
+       {Dtype::f32, Dtype::bf16},
+       {Dtype::bf16, Dtype::f32},
+       {Dtype::bf16, Dtype::bf16}},
+      [&](auto&&... args) { table.tn(args...); }, [&](auto&&... args) { table.tn_pair(args...); });
 }
 
 // The cached primitives and reused scratch must not leak state from one call into the next.

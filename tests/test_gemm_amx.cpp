@@ -1,4 +1,4 @@
-// The amx variant's kernel (src/cpu/gemm_amx_kernel.h: nn, nn_swiglu, nt) on emulated tiles
+// The amx variant's kernel (src/cpu/gemm_amx_kernel.h: nn, nn_swiglu, nt, tn) on emulated tiles
 // (src/cpu/amx_tiles_emulated.h): the same work list, weight packing, row staging and epilogues the hardware
 // instance runs, checked on any CPU against the plain reference over gemm_cases.h's cases (odd sizes that are
 // no multiple of a tile's 16 rows, 16 columns or 32 reduction elements, empty experts, padding rows, two
@@ -48,7 +48,16 @@ TEST(AmxEmulated, NtSwigluGradMatchesReference) {
   });
 }
 
-// The variant's rows: nn, nn_swiglu, nt and nt_swiglu_grad of bf16 inputs; every other form and float32
+// Padded cases read dout as a column slice (ld_dout = N + 5) and also run with zero_padding; tn_pair is
+// the registry's composition (two tn calls).
+TEST(AmxEmulated, TnMatchesReferenceAndZeroesEmptyExperts) {
+  Inputs inputs(testing::test_seed());
+  check_tn(
+      inputs, kBf16In, [](auto&&... args) { amx_emulated::grouped_gemm_tn(kDefaults, args...); },
+      [](auto&&... args) { gemm_detail::tn_twice<&amx_emulated::grouped_gemm_tn>(kDefaults, args...); });
+}
+
+// The variant's rows: the grouped float forms of bf16 inputs; dense, int8 and float32
 // inputs refused with a reason (the table runs the next row); off AMX, unavailable says why.
 TEST(AmxVariant, SupportsItsFormsOfBf16AndSaysWhyNot) {
   const GemmVariant* v = gemm_variant("amx");
@@ -57,8 +66,7 @@ TEST(AmxVariant, SupportsItsFormsOfBf16AndSaysWhyNot) {
   call.in_dtype = call.b_dtype = Dtype::bf16;
   for (GemmForm f : kGemmForms) {
     call.form = f;
-    const bool ours =
-        f == GemmForm::nn || f == GemmForm::nn_swiglu || f == GemmForm::nt || f == GemmForm::nt_swiglu_grad;
+    const bool ours = f != GemmForm::dense && f != GemmForm::nn_s8;
     EXPECT_EQ(v->supports(call, kDefaults).empty(), ours) << name(f);
   }
   call.form = GemmForm::nn;

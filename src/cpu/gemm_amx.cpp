@@ -1,10 +1,10 @@
-// The amx GEMM variant: cpu/gemm_amx_kernel.h's grouped nn, nn_swiglu and nt on the hardware's AMX tiles
-// (TDPBF16PS: bf16 A and B tiles, float32 accumulator tiles), bf16 inputs only; nt_swiglu_grad is
-// gemm_detail's composition of our nt and SwiGLU's backward. tn, tn_pair and dense are not written yet:
-// supports() refuses them and the kernel table runs the next row. Eligible where isa_level() reaches amx (AMX
-// tiles with BF16 and the OS's permission for tile state, which cpu_isa() asks for once). Not measured on AMX
-// hardware yet (docs/kernels.md): auto's order without a measurement puts it last, and auto measures it like
-// any other.
+// The amx GEMM variant: cpu/gemm_amx_kernel.h's grouped nn, nn_swiglu, nt and tn on the hardware's AMX
+// tiles (TDPBF16PS: bf16 A and B tiles, float32 accumulator tiles), bf16 inputs only; nt_swiglu_grad and
+// tn_pair are gemm_detail's compositions (our nt then SwiGLU's backward, two tn calls). No dense kernel:
+// supports() refuses it, float32 inputs and an nt accumulating into bf16, and the table runs the next row.
+// Eligible where isa_level() reaches amx (AMX tiles with BF16 and the OS's permission for tile state,
+// which cpu_isa() asks for once). Not measured on AMX hardware yet (docs/kernels.md): auto's order
+// without a measurement puts it last, and auto measures it like any other.
 #include <immintrin.h>
 #include <omp.h>
 
@@ -45,15 +45,8 @@ std::string gemm_library_version() {
 
 std::string supports(const GemmCall& call, const GemmThresholds&) {
   if (std::string why = gemm_detail::float_operands(call); !why.empty()) return why;
-  switch (call.form) {
-    case GemmForm::nn:
-    case GemmForm::nn_swiglu:
-    case GemmForm::nt:
-    case GemmForm::nt_swiglu_grad:  // gemm_detail's composition: our nt, then SwiGLU's backward
-      break;
-    default:
-      return std::string("no ") + name(call.form) + " kernel yet (nn, nn_swiglu, nt, nt_swiglu_grad only)";
-  }
+  if (call.form == GemmForm::dense) return "no dense kernel (the block's groups only)";
+  if (call.form == GemmForm::nn_s8) return "no int8 kernel (bf16 tiles only)";
   if (call.in_dtype != Dtype::bf16) return "float32 inputs (AMX multiplies bfloat16 tiles)";
   if (call.accumulate && call.out_dtype != Dtype::f32) return "accumulating into a bfloat16 out";
   return "";

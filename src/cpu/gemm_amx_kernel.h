@@ -1,4 +1,4 @@
-// The amx variant's grouped GEMM (nn, nn_swiglu with SwiGLU and the row weight in its epilogue, and nt),
+// The amx variant's grouped GEMM (nn, nn_swiglu with SwiGLU and the row weight in its epilogue, nt, tn),
 // written once against a tile layer (cpu/amx_tiles.h documents it): the hardware's AMX tiles
 // (src/cpu/gemm_amx.cpp, included there after the AMX target pragma) or their plain C++ emulation
 // (src/cpu/gemm_amx_emulated.cpp, the tests' instance). Everything here is a member of the class
@@ -6,6 +6,8 @@
 //
 // bf16 inputs, float32 sums in the accumulator tiles, the output rounded once (bf16: nearest even).
 // Work list: items (expert, column block, row block of 32 rows), expert-major and row blocks innermost,
+// (tn: the row blocks are the weight gradient's K rows, for every expert, and the reduction is the
+// group's live rows: lhs^T staged per row block, dout's rows packed as the B tiles),
 // cut into one contiguous range per thread: every item is the same work (a small expert has few items,
 // not a slow one), so no thread waits on another's expert. An item is two register blocks of 32 rows x
 // 32 columns (four accumulator tiles fed by two A and two B tiles).
@@ -54,6 +56,11 @@ struct AmxGemm {
     bool keep_h = true;
     bool transposed = false;  // nt: rhs[e] is (N, K), parts split the reduction
     bool accumulate = false;  // nt: out's live rows += the product (float32 out)
+    // tn: out = drhs (E, K, N), group e's (K, N) = lhs_e^T (K, live_e) @ dout_e (live_e, N): the item's
+    // rows are K's (every expert, an empty one's sums zeros), the reduction is the group's live rows.
+    bool tn = false;
+    const bf16_t* dout = nullptr;  // tn: (rows, N) of (rows, ld_dout)
+    int64_t ld_dout = 0;
   };
 
   static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -61,6 +68,13 @@ struct AmxGemm {
   // An item's output columns: 64 of out (nn), or 32 of g (nn_swiglu: 32 gate and 32 up columns of h).
   static int64_t item_cols(const Call& c) { return c.swiglu ? 2 * kTileCols : 4 * kTileCols; }
   static int64_t out_cols(const Call& c) { return c.swiglu ? c.N / 2 : c.N; }
+  // Expert e's output rows (row blocks) and reduction length.
+  static int64_t item_rows(const Call& c, int64_t e) {
+    return c.tn ? c.K : gemm_detail::group_rows(c.groups, e).live;
+  }
+  static int64_t reduction(const Call& c, int64_t e) {
+    return c.tn ? gemm_detail::group_rows(c.groups, e).live : c.K;
+  }
 
   // The weight columns B tile t of column block cb holds: [col, col + count), count <= 16 (0: none).
   // nn: four consecutive tiles; nn_swiglu: gate, up, gate, up, each pair the same 16 columns of g.
@@ -79,10 +93,24 @@ struct AmxGemm {
   // (dst: (chunks, 16, 16, 2)), zeros past K and past count.
   static void pack_tile(const Call& c, int64_t e, int64_t col, int64_t count, int64_t chunks, bf16_t* dst) {
     if (c.transposed) return pack_tile_transposed(c, e, col, count, chunks, dst);
-    const int64_t Kd = c.K, part_cols = c.N / c.rhs.parts();
-    auto column = [&](int64_t n) {  // column n's element of row 0; rows are part_cols apart
+    // The source (Kd, parts x part_cols), rows ld apart: nn's weights, or tn's dout rows of group e.
+    const bf16_t* parts[2];
+    int64_t Kd, part_cols, ld;
+    if (c.tn) {
+      const gemm_detail::GroupRows g = gemm_detail::group_rows(c.groups, e);
+      parts[0] = c.dout + g.row0 * c.ld_dout;
+      Kd = g.live;
+      part_cols = c.N;
+      ld = c.ld_dout;
+    } else {
+      Kd = c.K;
+      part_cols = ld = c.N / c.rhs.parts();
+      for (int p = 0; p < c.rhs.parts(); ++p)
+        parts[p] = static_cast<const bf16_t*>(c.rhs.part(p)) + e * Kd * part_cols;
+    }
+    auto column = [&](int64_t n) {  // column n's element of row 0
       const int64_t p = n / part_cols;
-      return static_cast<const bf16_t*>(c.rhs.part(int(p))) + e * Kd * part_cols + (n - p * part_cols);
+      return parts[p] + (n - p * part_cols);
     };
     // 16 columns of one part are 16 consecutive elements of each row (the fast path); a tile across the
     // parts' boundary (part_cols not a multiple of 16) or a ragged last one goes column by column.
@@ -91,8 +119,8 @@ struct AmxGemm {
     for (int64_t k = 0; k < chunks * kDepth; k += 2) {
       bf16_t* d = dst + k * kTileCols;  // pair row k / 2: 16 columns x 2
       if (contiguous && k + 1 < Kd) {
-        const bf16_t* r0 = base + k * part_cols;
-        const bf16_t* r1 = r0 + part_cols;
+        const bf16_t* r0 = base + k * ld;
+        const bf16_t* r1 = r0 + ld;
         for (int64_t n = 0; n < kTileCols; ++n) {
           d[2 * n] = r0[n];
           d[2 * n + 1] = r1[n];
@@ -101,8 +129,8 @@ struct AmxGemm {
       }
       for (int64_t n = 0; n < kTileCols; ++n) {
         const bf16_t* src = n < count ? column(col + n) : nullptr;
-        d[2 * n] = src && k < Kd ? src[k * part_cols] : bf16_t(0);
-        d[2 * n + 1] = src && k + 1 < Kd ? src[(k + 1) * part_cols] : bf16_t(0);
+        d[2 * n] = src && k < Kd ? src[k * ld] : bf16_t(0);
+        d[2 * n + 1] = src && k + 1 < Kd ? src[(k + 1) * ld] : bf16_t(0);
       }
     }
   }
@@ -133,6 +161,14 @@ struct AmxGemm {
       if (have > 0) std::copy(src + r * Kd, src + r * Kd + have, d);
       std::fill(d + have, d + depth, bf16_t(0));
     }
+  }
+
+  // tn's A: rows [0, n) of lhs^T, i.e. columns of src (live, ld) -> (32, depth), zeros past n and live.
+  static void stage_transposed(const bf16_t* src, int64_t live, int64_t n, int64_t ld, int64_t depth,
+                               bf16_t* dst) {
+    std::fill(dst, dst + kBlockRows * depth, bf16_t(0));
+    for (int64_t r = 0; r < live; ++r)
+      for (int64_t i = 0; i < n; ++i) dst[i * depth + r] = src[r * ld + i];
   }
 
   // acc (32, 32) float32 = a (rows, ld elements) @ the B tiles b0 | b1 (chunks each), the second row
@@ -223,6 +259,17 @@ struct AmxGemm {
     c.accumulate = accumulate;
     run(c);
   }
+  static void tn(void* drhs, Dtype out_dtype, const void* lhs, const void* dout, Dtype in_dtype,
+                 GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout) {
+    MOE_CHECK(in_dtype == Dtype::bf16, "the amx kernel takes bfloat16 inputs");
+    MOE_CHECK(ld_dout >= N, "tn: dout's rows are ld_dout >= N apart");
+    gemm_detail::check_groups(groups, Kd, N);
+    Call c{drhs, out_dtype, static_cast<const bf16_t*>(lhs), ExpertWeights(nullptr), groups, Kd, N};
+    c.tn = true;
+    c.dout = static_cast<const bf16_t*>(dout);
+    c.ld_dout = ld_dout;
+    run(c);
+  }
   static void nn_swiglu(void* h, void* g, Dtype out_dtype, const void* lhs, ExpertWeights rhs, Dtype in_dtype,
                         GroupedShape groups, int64_t Kd, int64_t M, const float* row_weight, bool keep_h) {
     MOE_CHECK(in_dtype == Dtype::bf16, "the amx kernel takes bfloat16 inputs");
@@ -232,40 +279,44 @@ struct AmxGemm {
 
   static void run(const Call& c) {
     const GroupedShape& groups = c.groups;
-    const int64_t E = groups.experts, chunks = ceil_div(c.K, kDepth), depth = chunks * kDepth;
-    const int64_t col_blocks = ceil_div(out_cols(c), item_cols(c));
+    const int64_t E = groups.experts, col_blocks = ceil_div(out_cols(c), item_cols(c));
     std::vector<int64_t> first(size_t(E + 1), 0);  // expert e's items: [first[e], first[e + 1])
-    for (int64_t e = 0; e < E; ++e)
-      first[size_t(e + 1)] =
-          first[size_t(e)] + col_blocks * ceil_div(gemm_detail::group_rows(groups, e).live, kBlockRows);
+    int64_t max_chunks = 0;                        // the longest reduction's, for the buffers
+    for (int64_t e = 0; e < E; ++e) {
+      first[size_t(e + 1)] = first[size_t(e)] + col_blocks * ceil_div(item_rows(c, e), kBlockRows);
+      max_chunks = std::max(max_chunks, ceil_div(reduction(c, e), kDepth));
+    }
     const int64_t items = first[size_t(E)];
 #pragma omp parallel
     {
+      if (!c.tn) {  // tn's output has no padding rows
 #pragma omp for schedule(static) nowait
-      for (int64_t e = 0; e < E; ++e) {
-        const gemm_detail::GroupRows g = gemm_detail::group_rows(groups, e);
-        gemm_detail::zero_padding_rows(c.out, c.out_dtype, g, c.N);  // accumulate or not, as ref
-        if (c.swiglu) gemm_detail::zero_padding_rows(c.g, c.out_dtype, g, c.N / 2);
+        for (int64_t e = 0; e < E; ++e) {
+          const gemm_detail::GroupRows g = gemm_detail::group_rows(groups, e);
+          gemm_detail::zero_padding_rows(c.out, c.out_dtype, g, c.N);  // accumulate or not, as ref
+          if (c.swiglu) gemm_detail::zero_padding_rows(c.g, c.out_dtype, g, c.N / 2);
+        }
       }
       const int64_t t = omp_get_thread_num(), threads = omp_get_num_threads();
       const int64_t begin = items * t / threads, end = items * (t + 1) / threads;
-      if (begin < end) run_items(c, first, begin, end, chunks, depth);
+      if (begin < end) run_items(c, first, begin, end, max_chunks);
     }
   }
 
   // Items [begin, end) of the work list, on this thread.
   static void run_items(const Call& c, const std::vector<int64_t>& first, int64_t begin, int64_t end,
-                        int64_t chunks, int64_t depth) {
-    std::vector<bf16_t> panel(size_t(kItemTiles * chunks * kTileElems));  // (4, chunks, 16, 16, 2)
-    std::vector<bf16_t> staged(size_t(kBlockRows * depth));               // (32, depth)
-    alignas(64) float acc[kBlockRows * 2 * kTileCols];                    // (32, 32)
+                        int64_t max_chunks) {
+    std::vector<bf16_t> panel(size_t(kItemTiles * max_chunks * kTileElems));  // (4, chunks, 16, 16, 2)
+    std::vector<bf16_t> staged(size_t(kBlockRows * max_chunks * kDepth));     // (32, depth)
+    alignas(64) float acc[kBlockRows * 2 * kTileCols];                        // (32, 32)
     const int64_t col_blocks = ceil_div(out_cols(c), item_cols(c));
     int64_t e = std::upper_bound(first.begin(), first.end(), begin) - first.begin() - 1;
-    int64_t packed_e = -1, packed_cb = -1;
+    int64_t packed_e = -1, packed_cb = -1, staged_e = -1, staged_rb = -1;
     Tiles::configure();
     for (int64_t i = begin; i < end; ++i) {
       while (i >= first[size_t(e + 1)]) ++e;
       const gemm_detail::GroupRows g = gemm_detail::group_rows(c.groups, e);
+      const int64_t chunks = ceil_div(reduction(c, e), kDepth), depth = chunks * kDepth;
       const int64_t row_blocks = (first[size_t(e + 1)] - first[size_t(e)]) / col_blocks;
       const int64_t cb = (i - first[size_t(e)]) / row_blocks, rb = (i - first[size_t(e)]) % row_blocks;
       int64_t cols[kItemTiles];  // each tile's valid columns
@@ -277,10 +328,19 @@ struct AmxGemm {
       }
       packed_e = e;
       packed_cb = cb;
-      const int64_t r0 = g.row0 + rb * kBlockRows, n = std::min(kBlockRows, g.live - rb * kBlockRows);
-      const bf16_t* a = c.lhs + r0 * c.K;
+      // The block's rows: lhs's rows of the group (nn, nt) or lhs's columns (tn: rows of lhs^T).
+      const int64_t n = std::min(kBlockRows, item_rows(c, e) - rb * kBlockRows);
+      const int64_t r0 = (c.tn ? e * c.K : g.row0) + rb * kBlockRows;  // out's row
+      const bf16_t* a = c.tn ? nullptr : c.lhs + r0 * c.K;
       int64_t ld = c.K;
-      if (n < kBlockRows || depth != c.K) {
+      if (c.tn) {
+        if (e != staged_e || rb != staged_rb)
+          stage_transposed(c.lhs + g.row0 * c.K + rb * kBlockRows, g.live, n, c.K, depth, staged.data());
+        staged_e = e;
+        staged_rb = rb;
+        a = staged.data();
+        ld = depth;
+      } else if (n < kBlockRows || depth != c.K) {
         stage_rows(a, n, c.K, depth, staged.data());
         a = staged.data();
         ld = depth;
@@ -298,8 +358,8 @@ struct AmxGemm {
 
 }  // namespace moe::amx
 
-// Defines moe/gemm.h's nn, nn_swiglu and nt (the signatures of gemm_variants.h's MOE_DECLARE_GEMM_AMX_FORMS)
-// in the enclosing namespace on AmxGemm<Tiles>.
+// Defines moe/gemm.h's nn, nn_swiglu, nt and tn (the signatures of gemm_variants.h's
+// MOE_DECLARE_GEMM_AMX_FORMS) in the enclosing namespace on AmxGemm<Tiles>.
 #define MOE_DEFINE_GEMM_AMX_FORMS(Tiles)                                                                     \
   void grouped_gemm_nn(const GemmThresholds&, void* out, Dtype out_dtype, const void* lhs,                   \
                        ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N) {      \
@@ -315,4 +375,9 @@ struct AmxGemm {
                        ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N,        \
                        bool accumulate) {                                                                    \
     ::moe::amx::AmxGemm<Tiles>::nt(out, out_dtype, dout, rhs, in_dtype, groups, Kd, N, accumulate);          \
+  }                                                                                                          \
+  void grouped_gemm_tn(const GemmThresholds&, void* drhs, Dtype out_dtype, const void* lhs,                  \
+                       const void* dout, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N,         \
+                       int64_t ld_dout) {                                                                    \
+    ::moe::amx::AmxGemm<Tiles>::tn(drhs, out_dtype, lhs, dout, in_dtype, groups, Kd, N, ld_dout);            \
   }

@@ -71,7 +71,7 @@ void grouped_gemm_tn_pair(const GemmThresholds& k, void* drhs_first, void* drhs_
 }  // namespace moe::dpbf16
 #endif
 MOE_DECLARE_GEMM_VARIANT(portable)
-// Our AMX bf16 tile kernel (src/cpu/gemm_amx.cpp): nn, nn_swiglu and nt, in every build, run where
+// Our AMX bf16 tile kernel (src/cpu/gemm_amx.cpp): nn, nn_swiglu, nt and tn, in every build, run where
 // isa_level() reaches amx. amx_emulated is the same kernel on emulated tiles (any CPU): a test hook, not a
 // variant.
 #define MOE_DECLARE_GEMM_AMX_FORMS(ns)                                                                       \
@@ -84,6 +84,9 @@ MOE_DECLARE_GEMM_VARIANT(portable)
   void grouped_gemm_nt(const GemmThresholds& k, void* out, Dtype out_dtype, const void* dout,                \
                        ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N,        \
                        bool accumulate);                                                                     \
+  void grouped_gemm_tn(const GemmThresholds& k, void* drhs, Dtype out_dtype, const void* lhs,                \
+                       const void* dout, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N,         \
+                       int64_t ld_dout);                                                                     \
   }
 MOE_DECLARE_GEMM_VARIANT_CAPABILITIES(amx)
 MOE_DECLARE_GEMM_AMX_FORMS(amx)
