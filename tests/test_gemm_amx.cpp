@@ -11,6 +11,10 @@
 // (float32 accumulation over up to 1056 terms: ~sqrt(k) 6e-8 S in practice), plus 4e-3 |want| for a
 // bf16 output's one rounding (half an ulp is 2^-9).
 #include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cstring>
+#include <vector>
 
 #include "cpu/gemm_variants.h"
 #include "gemm_cases.h"
@@ -55,6 +59,27 @@ TEST(AmxEmulated, TnMatchesReferenceAndZeroesEmptyExperts) {
   check_tn(
       inputs, kBf16In, [](auto&&... args) { amx_emulated::grouped_gemm_tn(kDefaults, args...); },
       [](auto&&... args) { gemm_detail::tn_twice<&amx_emulated::grouped_gemm_tn>(kDefaults, args...); });
+}
+
+// same_sums_on_any_thread_count: threads split the work list, never a sum, so 1, 2, 3 and 7 threads give
+// the same bits (the ranges' edges fall in different experts and column blocks each time).
+TEST(AmxEmulated, SameBitsOnAnyThreadCount) {
+  Inputs inputs(testing::test_seed());
+  const Groups g({37, 0, 70, 5, 33}, /*with_padding=*/true);
+  const int64_t Kd = 45, N = 150;
+  const Tensor lhs = inputs.random(Dtype::bf16, {g.rows(), Kd});                       // (rows, Kd)
+  const Weights rhs = random_weights(inputs, Dtype::bf16, 2, g.experts(), Kd, N / 2);  // two (E, Kd, N/2)
+  std::vector<Tensor> outs;
+  const int threads_before = omp_get_max_threads();
+  for (int threads : {1, 2, 3, 7}) {
+    omp_set_num_threads(threads);
+    outs.push_back(nan_filled(Dtype::f32, {g.rows(), N}));
+    amx_emulated::grouped_gemm_nn(kDefaults, outs.back().raw(), Dtype::f32, lhs.raw(), rhs.view(),
+                                  Dtype::bf16, g.shape(), Kd, N);
+  }
+  omp_set_num_threads(threads_before);
+  for (size_t i = 1; i < outs.size(); ++i)
+    EXPECT_EQ(std::memcmp(outs[0].raw(), outs[i].raw(), outs[0].bytes()), 0) << "run " << i;
 }
 
 // The variant's rows: the grouped float forms of bf16 inputs; dense, int8 and float32
