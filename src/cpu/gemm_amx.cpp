@@ -9,7 +9,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -19,7 +21,8 @@
 
 // Everything from here to pop_options is AMX and AVX-512 code (an AMX CPU has AVX-512 BF16: isa level
 // amx includes avx512_bf16), whatever the build's -march; the headers above are the build ISA's
-// (docs/design.md, "ISA levels"). The kernel header and vec_math.h come after the pragma.
+// (docs/design.md, "ISA levels"), the standard headers the kernel header and vec_math.h include among
+// them, so no library inline function is compiled for AVX-512 here. Those two headers come after the pragma.
 #pragma GCC push_options
 #pragma GCC target( \
     "avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx512vnni,avx2,fma,f16c,bmi,bmi2,amx-tile,amx-bf16")

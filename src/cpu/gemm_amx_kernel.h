@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "cpu/gemm_variants.h"
@@ -146,6 +147,14 @@ struct AmxGemm {
     };
     for (int64_t k = 0; k < chunks * kDepth; k += 2) {
       bf16_t* d = dst + k * kTileCols;  // pair row k / 2: 16 columns x 2
+      const int64_t p = k / part_k;
+      if (count == kTileCols && k + 1 < K && (k + 1) / part_k == p) {
+        // The pair is two neighbours of each of 16 weight rows: one 32-bit copy per column.
+        const bf16_t* w =
+            static_cast<const bf16_t*>(c.rhs.part(int(p))) + (e * c.N + col) * part_k + k - p * part_k;
+        for (int64_t n = 0; n < kTileCols; ++n) std::memcpy(d + 2 * n, w + n * part_k, 2 * sizeof(bf16_t));
+        continue;
+      }
       for (int64_t n = 0; n < kTileCols; ++n) {
         d[2 * n] = element(k, n);
         d[2 * n + 1] = element(k + 1, n);
