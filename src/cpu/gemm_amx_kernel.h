@@ -7,7 +7,8 @@
 // bf16 inputs, float32 sums in the accumulator tiles, the output rounded once (bf16: nearest even).
 // Work list: items (expert, column block, row block of 32 rows), expert-major and row blocks innermost,
 // (tn: the row blocks are the weight gradient's K rows, for every expert, and the reduction is the
-// group's live rows: lhs^T staged per row block, dout's rows packed as the B tiles),
+// group's live rows: lhs^T staged per row block, dout's rows packed as the B tiles, column blocks
+// innermost),
 // cut into one contiguous range per thread: every item is the same work (a small expert has few items,
 // not a slow one), so no thread waits on another's expert. An item is two register blocks of 32 rows x
 // 32 columns (four accumulator tiles fed by two A and two B tiles).
@@ -327,7 +328,11 @@ struct AmxGemm {
       const gemm_detail::GroupRows g = gemm_detail::group_rows(c.groups, e);
       const int64_t chunks = ceil_div(reduction(c, e), kDepth), depth = chunks * kDepth;
       const int64_t row_blocks = (first[size_t(e + 1)] - first[size_t(e)]) / col_blocks;
-      const int64_t cb = (i - first[size_t(e)]) / row_blocks, rb = (i - first[size_t(e)]) % row_blocks;
+      // nn, nt: row blocks innermost (the packed B tiles serve the expert's row blocks in turn); tn: column
+      // blocks innermost (lhs^T, staged element by element, serves them; dout's rows pack as whole lines).
+      const int64_t local = i - first[size_t(e)];
+      const int64_t cb = c.tn ? local % col_blocks : local / row_blocks,
+                    rb = c.tn ? local / col_blocks : local % row_blocks;
       int64_t cols[kItemTiles];  // each tile's valid columns
       for (int64_t t = 0; t < kItemTiles; ++t) {
         int64_t col;
