@@ -31,8 +31,9 @@ if want peak; then
 fi
 common=(--backend gmm --impl fused_w13 --distribution random --threads "$threads" --with-peak)
 if want reference; then
-  # The reference shape per GEMM variant (auto's measured choice against oneDNN's AMX path).
-  for variant in auto onednn; do
+  # The reference shape per GEMM variant (auto's measured choice against oneDNN's AMX path, and our amx
+  # kernel's nn and nn_swiglu with the next rows for the other forms).
+  for variant in auto onednn amx; do
     for pass in forward forward_backward; do
       step timeout 120 "$bench" $(issue10_flags reference) "${common[@]}" --iters 5 --warmup 1 \
         --dtype bfloat16 --bench-pass "$pass" --gemm-variant "$variant"

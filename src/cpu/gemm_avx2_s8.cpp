@@ -316,9 +316,7 @@ std::string gemm_library_version() {
 }
 
 std::string unavailable() {
-  if (isa_level() >= IsaLevel::avx2) return "";
-  return std::string("needs AVX2 (ISA level avx2); this CPU runs ") + isa_level_name(isa_level()) +
-         (cpu_isa().capped_by_env ? " (MOE_MAX_ISA)" : "");
+  return gemm_detail::needs_isa(IsaLevel::avx2, "AVX2");
 }
 
 bool bf16_arithmetic() {

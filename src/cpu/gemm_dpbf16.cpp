@@ -1157,9 +1157,7 @@ std::string supports(const GemmCall& call, const GemmThresholds& k) {
 }
 
 std::string unavailable() {
-  if (isa_level() >= IsaLevel::avx512_bf16) return "";
-  return std::string("needs AVX-512 BF16 (ISA level avx512_bf16); this CPU runs ") +
-         isa_level_name(isa_level()) + (cpu_isa().capped_by_env ? " (MOE_MAX_ISA)" : "");
+  return gemm_detail::needs_isa(IsaLevel::avx512_bf16, "AVX-512 BF16");
 }
 
 bool bf16_arithmetic() {

@@ -34,6 +34,13 @@ GemmFn form_fn(Fn fn) {
 
 const std::vector<GemmVariant>& gemm_variants() {
   static const std::vector<GemmVariant> variants = {
+      MOE_GEMM_VARIANT(
+          "amx", amx, IsaLevel::amx, true, &amx::grouped_gemm_nn, &amx::grouped_gemm_nn_swiglu,
+          &amx::grouped_gemm_nt, &gemm_detail::nt_then_swiglu_grad<&amx::grouped_gemm_nt>,
+          &amx::grouped_gemm_tn, &gemm_detail::tn_twice<&amx::grouped_gemm_tn>, nullptr, nullptr,
+          "AMX bf16 tiles (tdpbf16ps, float32 accumulator tiles), weights packed per call into the "
+          "tiles' pair-interleaved layout, one work list over (expert, column block, row block); "
+          "the grouped forms of bf16 inputs, no dense kernel; not yet measured on AMX hardware"),
 #ifdef MOE_HAVE_DPBF16
       MOE_GEMM_VARIANT(
           "dpbf16", dpbf16, IsaLevel::avx512_bf16, true, &dpbf16::grouped_gemm_nn,

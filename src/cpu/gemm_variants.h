@@ -71,6 +71,26 @@ void grouped_gemm_tn_pair(const GemmThresholds& k, void* drhs_first, void* drhs_
 }  // namespace moe::dpbf16
 #endif
 MOE_DECLARE_GEMM_VARIANT(portable)
+// Our AMX bf16 tile kernel (src/cpu/gemm_amx.cpp): nn, nn_swiglu, nt and tn, in every build, run where
+// isa_level() reaches amx. amx_emulated is the same kernel on emulated tiles (any CPU): a test hook, not a
+// variant.
+#define MOE_DECLARE_GEMM_AMX_FORMS(ns)                                                                       \
+  namespace moe::ns {                                                                                        \
+  void grouped_gemm_nn(const GemmThresholds& k, void* out, Dtype out_dtype, const void* lhs,                 \
+                       ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N);       \
+  void grouped_gemm_nn_swiglu(const GemmThresholds& k, void* h, void* g, Dtype out_dtype, const void* lhs,   \
+                              ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t M, \
+                              const float* row_weight, bool keep_h);                                         \
+  void grouped_gemm_nt(const GemmThresholds& k, void* out, Dtype out_dtype, const void* dout,                \
+                       ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N,        \
+                       bool accumulate);                                                                     \
+  void grouped_gemm_tn(const GemmThresholds& k, void* drhs, Dtype out_dtype, const void* lhs,                \
+                       const void* dout, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N,         \
+                       int64_t ld_dout);                                                                     \
+  }
+MOE_DECLARE_GEMM_VARIANT_CAPABILITIES(amx)
+MOE_DECLARE_GEMM_AMX_FORMS(amx)
+MOE_DECLARE_GEMM_AMX_FORMS(amx_emulated)
 // Our AVX2 int8 kernel (src/cpu/gemm_avx2_s8.cpp): nn_s8 only, in every build, run where isa_level() reaches
 // avx2.
 MOE_DECLARE_GEMM_VARIANT_CAPABILITIES(avx2_s8)
@@ -170,6 +190,14 @@ void tn_twice(const GemmThresholds& k, void* drhs_first, void* drhs_second, Dtyp
 }  // namespace moe::gemm_detail
 
 namespace moe::gemm_detail {
+
+// A variant's unavailable(): "" where isa_level() reaches `level`, else "needs <what> (ISA level <level>);
+// this CPU runs <its level>" (and whether MOE_MAX_ISA capped it).
+inline std::string needs_isa(IsaLevel level, const char* what) {
+  if (isa_level() >= level) return "";
+  return std::string("needs ") + what + " (ISA level " + isa_level_name(level) + "); this CPU runs " +
+         isa_level_name(isa_level()) + (cpu_isa().capped_by_env ? " (MOE_MAX_ISA)" : "");
+}
 
 // "" when every operand of the call is float32 or bfloat16 (what every variant's kernels take).
 inline std::string float_operands(const GemmCall& call) {

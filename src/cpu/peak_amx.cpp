@@ -12,26 +12,10 @@
 #pragma GCC push_options
 #pragma GCC target("amx-tile,amx-bf16,amx-int8")
 
+#include "cpu/amx_tiles.h"
+
 namespace moe::cpu::isa_amx {
 namespace {
-
-// Palette 1, tiles 0-7 all 16 rows x 64 bytes.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-void configure_tiles() {
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = 16;
-  }
-  _tile_loadconfig(&cfg);
-}
 
 // Small operands: accumulators stay finite over any number of steps that fit a measurement.
 template <class T>
@@ -63,7 +47,7 @@ void keep_result() {
 // tiles 6-7, all holding `operand`).
 template <class T, class FourProducts>
 void run_tiles(int64_t steps, T operand, FourProducts four_products) {
-  configure_tiles();
+  Tiles::configure();  // palette 1, tiles 0-7 all 16 rows x 64 bytes
   load_operands<T>(operand);
   zero_accumulators();
   for (int64_t s = 0; s < steps; ++s) four_products();

@@ -1,0 +1,109 @@
+// The amx variant's kernel (src/cpu/gemm_amx_kernel.h: nn, nn_swiglu, nt, tn) on emulated tiles
+// (src/cpu/amx_tiles_emulated.h): the same work list, weight packing, row staging and epilogues the hardware
+// instance runs, checked on any CPU against the plain reference over gemm_cases.h's cases (odd sizes that are
+// no multiple of a tile's 16 rows, 16 columns or 32 reduction elements, empty experts, padding rows, two
+// weight parts), bf16 inputs to float32 and bf16 outputs. Fresh random inputs; the seed is printed
+// (MOE_TEST_SEED replays). The hardware instance runs the EveryGemmVariant suites (test_gemm.cpp), SKIPPED
+// off AMX.
+//
+// Tolerance (test_gemm.cpp's): the emulated TDPBF16PS multiplies bf16 pairs exactly in float32 and sums
+// in float32, as the hardware does, so per element |got - want| <= 1e-5 S with S = sum_k |a_ik b_kj|
+// (float32 accumulation over up to 1056 terms: ~sqrt(k) 6e-8 S in practice), plus 4e-3 |want| for a
+// bf16 output's one rounding (half an ulp is 2^-9).
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cstring>
+#include <vector>
+
+#include "cpu/gemm_variants.h"
+#include "gemm_cases.h"
+#include "test_util.h"
+
+namespace moe {
+namespace {
+
+using namespace gemm_test;  // NOLINT(google-build-using-namespace): the shared cases
+
+const DtypePairs kBf16In = {{Dtype::bf16, Dtype::f32}, {Dtype::bf16, Dtype::bf16}};
+
+TEST(AmxEmulated, NnMatchesReference) {
+  Inputs inputs(testing::test_seed());
+  check_nn(inputs, kBf16In, [](auto&&... args) { amx_emulated::grouped_gemm_nn(kDefaults, args...); });
+}
+
+TEST(AmxEmulated, NnSwigluMatchesReference) {
+  Inputs inputs(testing::test_seed());
+  check_nn_swiglu(inputs, kBf16In,
+                  [](auto&&... args) { amx_emulated::grouped_gemm_nn_swiglu(kDefaults, args...); });
+}
+
+// nt's padded float32 cases read two weight parts and accumulate into out.
+TEST(AmxEmulated, NtMatchesReference) {
+  Inputs inputs(testing::test_seed());
+  check_nt(inputs, kBf16In, [](auto&&... args) { amx_emulated::grouped_gemm_nt(kDefaults, args...); });
+}
+
+// nt_swiglu_grad is the registry's composition of nt and SwiGLU's backward (gemm_detail).
+TEST(AmxEmulated, NtSwigluGradMatchesReference) {
+  Inputs inputs(testing::test_seed());
+  check_nt_swiglu_grad(inputs, {Dtype::bf16}, [](auto&&... args) {
+    gemm_detail::nt_then_swiglu_grad<&amx_emulated::grouped_gemm_nt>(kDefaults, args...);
+  });
+}
+
+// Padded cases read dout as a column slice (ld_dout = N + 5) and also run with zero_padding; tn_pair is
+// the registry's composition (two tn calls).
+TEST(AmxEmulated, TnMatchesReferenceAndZeroesEmptyExperts) {
+  Inputs inputs(testing::test_seed());
+  check_tn(
+      inputs, kBf16In, [](auto&&... args) { amx_emulated::grouped_gemm_tn(kDefaults, args...); },
+      [](auto&&... args) { gemm_detail::tn_twice<&amx_emulated::grouped_gemm_tn>(kDefaults, args...); });
+}
+
+// same_sums_on_any_thread_count: threads split the work list, never a sum, so 1, 2, 3 and 7 threads give
+// the same bits (the ranges' edges fall in different experts and column blocks each time).
+TEST(AmxEmulated, SameBitsOnAnyThreadCount) {
+  Inputs inputs(testing::test_seed());
+  const Groups g({37, 0, 70, 5, 33}, /*with_padding=*/true);
+  const int64_t Kd = 45, N = 150;
+  const Tensor lhs = inputs.random(Dtype::bf16, {g.rows(), Kd});                       // (rows, Kd)
+  const Weights rhs = random_weights(inputs, Dtype::bf16, 2, g.experts(), Kd, N / 2);  // two (E, Kd, N/2)
+  std::vector<Tensor> outs;
+  const int threads_before = omp_get_max_threads();
+  for (int threads : {1, 2, 3, 7}) {
+    omp_set_num_threads(threads);
+    outs.push_back(nan_filled(Dtype::f32, {g.rows(), N}));
+    amx_emulated::grouped_gemm_nn(kDefaults, outs.back().raw(), Dtype::f32, lhs.raw(), rhs.view(),
+                                  Dtype::bf16, g.shape(), Kd, N);
+  }
+  omp_set_num_threads(threads_before);
+  for (size_t i = 1; i < outs.size(); ++i)
+    EXPECT_EQ(std::memcmp(outs[0].raw(), outs[i].raw(), outs[0].bytes()), 0) << "run " << i;
+}
+
+// The variant's rows: the grouped float forms of bf16 inputs; dense, int8 and float32
+// inputs refused with a reason (the table runs the next row); off AMX, unavailable says why.
+TEST(AmxVariant, SupportsItsFormsOfBf16AndSaysWhyNot) {
+  const GemmVariant* v = gemm_variant("amx");
+  ASSERT_NE(v, nullptr);
+  GemmCall call;
+  call.in_dtype = call.b_dtype = Dtype::bf16;
+  for (GemmForm f : kGemmForms) {
+    call.form = f;
+    const bool ours = f != GemmForm::dense && f != GemmForm::nn_s8;
+    EXPECT_EQ(v->supports(call, kDefaults).empty(), ours) << name(f);
+  }
+  call.form = GemmForm::nn;
+  call.in_dtype = call.b_dtype = Dtype::f32;
+  EXPECT_NE(v->supports(call, kDefaults), "");
+  call.form = GemmForm::nt;
+  call.in_dtype = call.b_dtype = Dtype::bf16;
+  call.out_dtype = Dtype::bf16;
+  call.accumulate = true;
+  EXPECT_NE(v->supports(call, kDefaults), "") << "accumulating into bf16";
+  EXPECT_EQ(v->unavailable().empty(), isa_level() >= IsaLevel::amx) << v->unavailable();
+}
+
+}  // namespace
+}  // namespace moe
