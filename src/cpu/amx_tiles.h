@@ -1,13 +1,16 @@
 // The amx GEMM's tile layer on the hardware: AMX intrinsics. Include only after the AMX target pragma
 // (src/cpu/gemm_amx.cpp); cpu/amx_tiles_emulated.h is the same interface in plain C++ for the tests.
 //
-// The interface the kernel (cpu/gemm_amx_kernel.h) is written against, its register use fixed here:
-//   configure() / release()      load the palette (all 8 tiles 16 rows x 64 bytes; zeroes them) / free it
-//   zero<I, J>()                 accumulator (I, J) = 0           tile 2I + J: 16 x 16 float32
-//   load_a<I>(p, stride)         A(I) = 16 rows of 32 bf16         tile 4 + I
-//   load_b<J>(p, stride)         B(J) = 16 pair rows x 16 columns x 2 bf16 (b packed as (K/2, N, 2)), tile 6
-//   + J dpbf16ps<I, J>()             accumulator (I, J) += A(I) B(J)   TDPBF16PS store<I, J>(p, stride)
-//   accumulator (I, J) -> 16 rows of 16 float32
+// The interface the kernel (cpu/gemm_amx_kernel.h) is written against, its register use fixed here
+// (tile numbers in brackets):
+// clang-format off
+//   configure() / release()   load the palette (all 8 tiles 16 rows x 64 bytes; zeroes them) / free it
+//   zero<I, J>()              accumulator (I, J) = 0 [2I + J]: 16 x 16 float32
+//   load_a<I>(p, stride)      A(I) = 16 rows of 32 bf16 [4 + I]
+//   load_b<J>(p, stride)      B(J) = 16 pair rows x 16 columns x 2 bf16 (b packed as (K/2, N, 2)) [6 + J]
+//   dpbf16ps<I, J>()          accumulator (I, J) += A(I) B(J) (TDPBF16PS)
+//   store<I, J>(p, stride)    accumulator (I, J) -> 16 rows of 16 float32
+// clang-format on
 // Strides are in bytes. GCC's tile intrinsics are macros that paste the register number into the
 // instruction text, so each register is named literally below.
 #pragma once
