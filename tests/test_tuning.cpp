@@ -189,6 +189,7 @@ TEST(Tuning, TheCliKeepsChoicesInTheFileAndRowsNameTheKernels) {
   for (const char* form : {"nn_swiglu:", "nn:", "nt_swiglu_grad:", "nt:", "tn:", "tn_pair:"})
     EXPECT_NE(kernels.find(form), std::string::npos) << form << " in " << kernels;
   EXPECT_EQ(row["cpu_model"], cpu_isa().model);
+  EXPECT_EQ(row["device_model"], cpu_isa().model);  // the cpu backend computes on this CPU
   EXPECT_EQ(row["isa"], isa_level_name(isa_level()));
   EXPECT_FALSE(row["gemm_thresholds"].get<std::string>().empty());
   if (candidates() >= 2) EXPECT_TRUE(std::filesystem::exists(path));
