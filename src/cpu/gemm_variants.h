@@ -25,11 +25,8 @@
   std::string supports(const GemmCall& call, const GemmThresholds& k); \
   }
 
-// The entry points of a float variant (nn, nt, tn, dense and the capabilities); the fused forms
-// (nn_swiglu, nt_swiglu_grad, tn_pair) are declared by the variants that have their own (the others get
-// gemm_detail's compositions in the registry), the int8 one (nn_s8) by those that have it.
-#define MOE_DECLARE_GEMM_VARIANT(ns)                                                                   \
-  MOE_DECLARE_GEMM_VARIANT_CAPABILITIES(ns)                                                            \
+// The grouped forms every float variant has (nn, nt, tn).
+#define MOE_DECLARE_GEMM_GROUPED_FORMS(ns)                                                             \
   namespace moe::ns {                                                                                  \
   void grouped_gemm_nn(const GemmThresholds& k, void* out, Dtype out_dtype, const void* lhs,           \
                        ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N); \
@@ -39,9 +36,18 @@
   void grouped_gemm_tn(const GemmThresholds& k, void* drhs, Dtype out_dtype, const void* lhs,          \
                        const void* dout, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N,   \
                        int64_t ld_dout);                                                               \
-  void dense_gemm(const GemmThresholds& k, void* out, Dtype out_dtype, const void* a, Dtype a_dtype,   \
-                  const void* b, Dtype b_dtype, int64_t R, int64_t Kd, int64_t N, bool trans_a,        \
-                  bool trans_b);                                                                       \
+  }
+
+// The entry points of a float variant (nn, nt, tn, dense and the capabilities); the fused forms
+// (nn_swiglu, nt_swiglu_grad, tn_pair) are declared by the variants that have their own (the others get
+// gemm_detail's compositions in the registry), the int8 one (nn_s8) by those that have it.
+#define MOE_DECLARE_GEMM_VARIANT(ns)                                                                 \
+  MOE_DECLARE_GEMM_VARIANT_CAPABILITIES(ns)                                                          \
+  MOE_DECLARE_GEMM_GROUPED_FORMS(ns)                                                                 \
+  namespace moe::ns {                                                                                \
+  void dense_gemm(const GemmThresholds& k, void* out, Dtype out_dtype, const void* a, Dtype a_dtype, \
+                  const void* b, Dtype b_dtype, int64_t R, int64_t Kd, int64_t N, bool trans_a,      \
+                  bool trans_b);                                                                     \
   }
 
 // A variant's nn_s8 (moe/gemm.h).
@@ -75,18 +81,11 @@ MOE_DECLARE_GEMM_VARIANT(portable)
 // isa_level() reaches amx. amx_emulated is the same kernel on emulated tiles (any CPU): a test hook, not a
 // variant.
 #define MOE_DECLARE_GEMM_AMX_FORMS(ns)                                                                       \
+  MOE_DECLARE_GEMM_GROUPED_FORMS(ns)                                                                         \
   namespace moe::ns {                                                                                        \
-  void grouped_gemm_nn(const GemmThresholds& k, void* out, Dtype out_dtype, const void* lhs,                 \
-                       ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N);       \
   void grouped_gemm_nn_swiglu(const GemmThresholds& k, void* h, void* g, Dtype out_dtype, const void* lhs,   \
                               ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t M, \
                               const float* row_weight, bool keep_h);                                         \
-  void grouped_gemm_nt(const GemmThresholds& k, void* out, Dtype out_dtype, const void* dout,                \
-                       ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N,        \
-                       bool accumulate);                                                                     \
-  void grouped_gemm_tn(const GemmThresholds& k, void* drhs, Dtype out_dtype, const void* lhs,                \
-                       const void* dout, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N,         \
-                       int64_t ld_dout);                                                                     \
   }
 MOE_DECLARE_GEMM_VARIANT_CAPABILITIES(amx)
 MOE_DECLARE_GEMM_AMX_FORMS(amx)
