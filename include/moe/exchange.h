@@ -66,11 +66,15 @@ struct CommMeter {
   int64_t calls = 0;                 // block calls (forward or forward_backward) metered
   CommMessage a2a, reduce;           // the largest message of each kind
   std::vector<TimedCollective> log;  // every collective, in order (measure_comm_transfer)
+  size_t log_end = 0;                // a mark()'s: the length of the log it was taken from
 
   // Adds one collective of `kind` over `comm` whose buffer was `elements` of `dtype`, which sent
   // `sent` bytes to other ranks in `s` seconds.
   void add(CollectiveKind kind, Comm& comm, Dtype dtype, int64_t elements, int64_t sent, double s);
-  // Adds what `now` metered since `before` (two copies of one meter); the largest messages become now's.
+  // This meter's sums without its log (log_end says where it ended): what add_since needs, cheap enough
+  // to take around every timed call.
+  CommMeter mark() const;
+  // Adds what `now` metered since `before` (a mark() of the same meter); the largest messages become now's.
   void add_since(const CommMeter& before, const CommMeter& now);
 };
 

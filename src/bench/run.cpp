@@ -267,7 +267,7 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, 
     CommMeter timed_meter;
     bool timed = false;  // set by the barrier before each timed call
     auto counted_call = [&] {
-      const CommMeter before = block.comm_meter();
+      const CommMeter before = block.comm_meter().mark();
       call();
       if (timed) timed_meter.add_since(before, block.comm_meter());
       timed = false;

@@ -89,13 +89,25 @@ void CommMeter::add(CollectiveKind kind, Comm& comm, Dtype dtype, int64_t elemen
     largest = {&comm, dtype, elements};
 }
 
+CommMeter CommMeter::mark() const {
+  CommMeter m;
+  m.seconds = seconds;
+  m.bytes = bytes;
+  m.a2a_bytes = a2a_bytes;
+  m.calls = calls;
+  m.a2a = a2a;
+  m.reduce = reduce;
+  m.log_end = log.size();
+  return m;
+}
+
 void CommMeter::add_since(const CommMeter& before, const CommMeter& now) {
   seconds += now.seconds - before.seconds;
   bytes += now.bytes - before.bytes;
   a2a_bytes += now.a2a_bytes - before.a2a_bytes;
   calls += now.calls - before.calls;
-  MOE_CHECK(now.log.size() >= before.log.size(), "add_since: `now` is not a later copy of `before`");
-  log.insert(log.end(), now.log.begin() + std::ptrdiff_t(before.log.size()), now.log.end());
+  MOE_CHECK(now.log.size() >= before.log_end, "add_since: `before` is not an earlier mark of `now`");
+  log.insert(log.end(), now.log.begin() + std::ptrdiff_t(before.log_end), now.log.end());
   a2a = now.a2a;
   reduce = now.reduce;
 }
