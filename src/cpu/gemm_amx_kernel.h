@@ -373,7 +373,7 @@ struct AmxGemm {
 }  // namespace moe::amx
 
 // Defines moe/gemm.h's nn, nn_swiglu, nt and tn (the signatures of gemm_variants.h's
-// MOE_DECLARE_GEMM_AMX_FORMS) in the enclosing namespace on AmxGemm<Tiles>.
+// MOE_DECLARE_GEMM_FORMS_WITH_NN_SWIGLU) in the enclosing namespace on AmxGemm<Tiles>.
 #define MOE_DEFINE_GEMM_AMX_FORMS(Tiles)                                                                     \
   void grouped_gemm_nn(const GemmThresholds&, void* out, Dtype out_dtype, const void* lhs,                   \
                        ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N) {      \

@@ -77,19 +77,24 @@ void grouped_gemm_tn_pair(const GemmThresholds& k, void* drhs_first, void* drhs_
 }  // namespace moe::dpbf16
 #endif
 MOE_DECLARE_GEMM_VARIANT(portable)
-// Our AMX bf16 tile kernel (src/cpu/gemm_amx.cpp): nn, nn_swiglu, nt and tn, in every build, run where
-// isa_level() reaches amx. amx_emulated is the same kernel on emulated tiles (any CPU): a test hook, not a
-// variant.
-#define MOE_DECLARE_GEMM_AMX_FORMS(ns)                                                                       \
+// The grouped forms and a fused nn_swiglu (amx, avx2).
+#define MOE_DECLARE_GEMM_FORMS_WITH_NN_SWIGLU(ns)                                                            \
   MOE_DECLARE_GEMM_GROUPED_FORMS(ns)                                                                         \
   namespace moe::ns {                                                                                        \
   void grouped_gemm_nn_swiglu(const GemmThresholds& k, void* h, void* g, Dtype out_dtype, const void* lhs,   \
                               ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t M, \
                               const float* row_weight, bool keep_h);                                         \
   }
+// Our AMX bf16 tile kernel (src/cpu/gemm_amx.cpp): nn, nn_swiglu, nt and tn, in every build, run where
+// isa_level() reaches amx. amx_emulated is the same kernel on emulated tiles (any CPU): a test hook, not a
+// variant.
 MOE_DECLARE_GEMM_VARIANT_CAPABILITIES(amx)
-MOE_DECLARE_GEMM_AMX_FORMS(amx)
-MOE_DECLARE_GEMM_AMX_FORMS(amx_emulated)
+MOE_DECLARE_GEMM_FORMS_WITH_NN_SWIGLU(amx)
+MOE_DECLARE_GEMM_FORMS_WITH_NN_SWIGLU(amx_emulated)
+// Our AVX2 float kernel (src/cpu/gemm_avx2.cpp): nn, nn_swiglu, nt and tn of float32 or bf16 storage in
+// float32 arithmetic, in every build, run where isa_level() reaches avx2.
+MOE_DECLARE_GEMM_VARIANT_CAPABILITIES(avx2)
+MOE_DECLARE_GEMM_FORMS_WITH_NN_SWIGLU(avx2)
 // Our AVX2 int8 kernel (src/cpu/gemm_avx2_s8.cpp): nn_s8 only, in every build, run where isa_level() reaches
 // avx2.
 MOE_DECLARE_GEMM_VARIANT_CAPABILITIES(avx2_s8)

@@ -1,0 +1,773 @@
+// moe/gemm.h's grouped forms (nn, nt, tn) on our own AVX2 + FMA micro-kernel: float32 arithmetic for
+// float32 and bfloat16 storage. oneDNN 2.6 has no bf16 matmul below AVX-512, so before this variant a
+// bf16 run on an AVX2 CPU widened each operand to float32 in a pass of its own, ran oneDNN's float32
+// matmul and rounded its result in another pass. Here bf16 is widened where the kernel's operands are
+// staged anyway (issue 24 item 3): the weights while a panel is packed, the activations of a row block
+// into a buffer in L1 that every tile of the panel reads, and results are rounded in the tile's
+// epilogue. float32 activations are read where they lie.
+//
+// Layout and work:
+//  - register tile: kTileRows (6) rows x kTileCols (16) columns, 12 accumulators of 8 floats; each
+//    reduction step loads two vectors of packed weights and broadcasts one float per row;
+//  - the weights of a panel (up to kPanelDepth reduction steps x kPanelCols columns, 256 KiB of float32,
+//    in L2) are packed into 16-column tiles, per step 16 floats (zeros past the panel's columns); weights
+//    read transposed (nt) are packed by 8 x 8 transposes;
+//  - each thread owns a fixed slice of the output columns across every group (dpbf16's split): no
+//    barriers, and each weight byte is packed by one thread;
+//  - sums across a column panel's reduction blocks stay in a per-thread float32 scratch; a bf16 output
+//    is rounded once, to nearest even (NaN stays NaN, as f32_to_bf16).
+// tn (weight gradients) is nn with lhs read transposed: its output rows are lhs's columns, its reduction
+// the group's rows, dout's rows packed as the weights.
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cpu/gemm_variants.h"
+#include "moe/cpu_isa.h"
+#include "moe/tensor.h"
+
+namespace moe::avx2 {
+
+constexpr int kTileRows = 6;
+constexpr int64_t kTileCols = 16;
+constexpr int64_t kPanelDepth = 256;
+constexpr int64_t kPanelCols = 256;
+// tn's bf16 lhs^T row block: per reduction step, 8 floats (the block's 6 rows and 2 unused).
+constexpr int64_t kStepStride = 8;
+
+// One grouped GEMM in the kernel's terms, laid out by the build-ISA entry points (no library template
+// is instantiated in the AVX2 code below, docs/design.md "ISA levels").
+enum class Form { nn, nn_swiglu, nt, tn };
+struct Call {
+  Form form;
+  bool bf16_in, bf16_out, accumulate;
+  const void* lhs;     // nn: (rows, Kd); nt: dout (rows, N); tn: (rows, Kd)
+  const void* rhs[2];  // nn, nt: the weight parts (E, Kd, part_cols); tn: dout (rows, ld_dout)
+  int parts;
+  void* out;                // nn: (rows, N); nn_swiglu: h (rows, 2M); nt: (rows, Kd); tn: (E, Kd, N)
+  void* g;                  // nn_swiglu: (rows, M), M = N / 2
+  const float* row_weight;  // nn_swiglu: (rows) or nullptr
+  bool keep_h;              // nn_swiglu: h is written
+  const int64_t* group_offset;
+  const int64_t* live_rows;  // or nullptr
+  int64_t experts, Kd, N, ld_dout;
+  int64_t most_out_rows;  // the largest output row count of a group (the partial sums' rows)
+};
+
+// Per-thread buffers, sized by the build-ISA entry point before the parallel region.
+struct ThreadScratch {
+  float* packed;   // kPanelDepth x kPanelCols
+  float* lhs;      // kTileRows x kPanelDepth, or kPanelDepth x kStepStride
+  float* partial;  // most_out_rows x kPanelCols
+};
+
+}  // namespace moe::avx2
+
+// Everything from here to pop_options is AVX2 code, whatever the build's -march (docs/design.md, "ISA
+// levels"); the registry runs it only where isa_level() reaches avx2.
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,bmi,bmi2")
+#include <immintrin.h>
+
+namespace moe::cpu::isa_avx2 {
+namespace {
+
+using avx2::Call;
+using avx2::Form;
+using avx2::kPanelCols;
+using avx2::kPanelDepth;
+using avx2::kStepStride;
+using avx2::kTileCols;
+using avx2::kTileRows;
+using avx2::ThreadScratch;
+
+inline int64_t smaller(int64_t a, int64_t b) {
+  return a < b ? a : b;
+}
+
+// 8 bf16 -> 8 floats (exact).
+inline __m256 widen8(const bf16_t* p) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
+}
+
+inline float widen1(bf16_t v) {
+  return bf16_to_f32(v);
+}
+
+// 8 floats of p (float32 or bf16 storage).
+template <class T>
+inline __m256 load8(const T* p) {
+  if constexpr (sizeof(T) == 4)
+    return _mm256_loadu_ps(p);
+  else
+    return widen8(p);
+}
+template <class T>
+inline float load1(const T* p) {
+  if constexpr (sizeof(T) == 4)
+    return *p;
+  else
+    return widen1(*p);
+}
+
+// 8 floats -> 8 bf16 in the low halves of 32-bit lanes, nearest even; a NaN keeps its sign and top bits
+// with the quiet bit set (as f32_to_bf16).
+inline __m256i round8(__m256 v) {
+  const __m256i bits = _mm256_castps_si256(v);
+  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  const __m256i rounded =
+      _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff))), 16);
+  const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(0x40));
+  const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  return _mm256_blendv_epi8(rounded, quiet, nan);
+}
+
+// 16 floats -> 16 bf16 (lo's 8, then hi's).
+inline __m256i round16(__m256 lo, __m256 hi) {
+  // packus works within 128-bit lanes: (lo0 hi0 lo1 hi1) -> (lo0 lo1 hi0 hi1).
+  return _mm256_permute4x64_epi64(_mm256_packus_epi32(round8(lo), round8(hi)), 0xd8);
+}
+
+// sigmoid(z) of 8 floats: 1 / (1 + exp(-z)), exp as vec_math.h's exp_approx (Cody-Waite reduction, degree-7
+// Taylor polynomial, ~2 ulp on its clamped range).
+inline __m256 sigmoid8(__m256 z) {
+  __m256 x = _mm256_sub_ps(_mm256_setzero_ps(), z);
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187e-06f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256i scale =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256 e = _mm256_mul_ps(p, _mm256_castsi256_ps(scale));
+  const __m256 sig = _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+  // A NaN z stays NaN (the clamps above would have made it a number).
+  return _mm256_blendv_ps(sig, z, _mm256_cmp_ps(z, z, _CMP_UNORD_Q));
+}
+
+// ---- the micro-kernel ------------------------------------------------------------------------------------
+
+struct TileJob {
+  const float* a;  // row i, step s at a[i + s * a_step_ld]: a step's rows adjacent
+  int64_t a_step_ld;
+  const float* b;  // (depth, 16) packed
+  int64_t depth;
+  const float* in;  // sums to start from (in_ld apart, in_cols of them), or nullptr
+  int64_t in_ld, in_cols;
+  void* out;  // float32 or bf16 (out_bf16), out_ld apart
+  int64_t out_ld;
+  bool out_bf16;
+  int64_t cols;  // columns of out (and in) that exist: 1..16 (SwiGLU: gate columns, 1..8)
+  // SwiGLU (g non-null): the tile's 16 columns are 8 gate and the same 8 up columns of h; out is h's
+  // gate columns (up_offset further on: the up ones), written when keep_h, and g = silu(gate) * up *
+  // row_weight[r] from h's values as stored.
+  void* g;
+  int64_t g_ld, up_offset;
+  const float* row_weight;
+  bool keep_h;
+};
+
+// The first n (<= 8) 16-bit elements of v to dst.
+inline void store_bf16_cols(bf16_t* dst, __m128i v, int64_t n) {
+  if (n == 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), v);
+    return;
+  }
+  alignas(16) bf16_t tmp[8];
+  _mm_store_si128(reinterpret_cast<__m128i*>(tmp), v);
+  std::memcpy(dst, tmp, size_t(n) * sizeof(bf16_t));
+}
+inline void store_f32_cols(float* dst, __m256 v, int64_t n) {
+  if (n == 8) {
+    _mm256_storeu_ps(dst, v);
+    return;
+  }
+  alignas(32) float tmp[8];
+  _mm256_store_ps(tmp, v);
+  std::memcpy(dst, tmp, size_t(n) * sizeof(float));
+}
+inline __m256 widen_lanes(__m128i v) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
+}
+
+// SwiGLU's epilogue of one row: h's gate and up (rounded as h stores them), g from those.
+inline void swiglu_row(const TileJob& j, int r, __m256 gate, __m256 up) {
+  const float w = j.row_weight ? j.row_weight[r] : 1.0f;
+  if (j.out_bf16) {
+    const __m256i h16 = round16(gate, up);
+    const __m128i gate16 = _mm256_castsi256_si128(h16), up16 = _mm256_extracti128_si256(h16, 1);
+    if (j.keep_h) {
+      bf16_t* h = static_cast<bf16_t*>(j.out) + r * j.out_ld;
+      store_bf16_cols(h, gate16, j.cols);
+      store_bf16_cols(h + j.up_offset, up16, j.cols);
+    }
+    gate = widen_lanes(gate16);
+    up = widen_lanes(up16);
+  } else if (j.keep_h) {
+    float* h = static_cast<float*>(j.out) + r * j.out_ld;
+    store_f32_cols(h, gate, j.cols);
+    store_f32_cols(h + j.up_offset, up, j.cols);
+  }
+  const __m256 g = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(gate, sigmoid8(gate)), up), _mm256_set1_ps(w));
+  if (j.out_bf16)
+    store_bf16_cols(static_cast<bf16_t*>(j.g) + r * j.g_ld,
+                    _mm256_castsi256_si128(round16(g, _mm256_setzero_ps())), j.cols);
+  else
+    store_f32_cols(static_cast<float*>(j.g) + r * j.g_ld, g, j.cols);
+}
+
+// Stores (or loads) the first `cols` of 16 floats through a full-width buffer.
+inline void store_cols(float* dst, __m256 lo, __m256 hi, int64_t cols) {
+  if (cols == kTileCols) {
+    _mm256_storeu_ps(dst, lo);
+    _mm256_storeu_ps(dst + 8, hi);
+    return;
+  }
+  alignas(32) float tmp[kTileCols];
+  _mm256_store_ps(tmp, lo);
+  _mm256_store_ps(tmp + 8, hi);
+  std::memcpy(dst, tmp, size_t(cols) * sizeof(float));
+}
+inline void load_cols(const float* src, __m256& lo, __m256& hi, int64_t cols) {
+  if (cols == kTileCols) {
+    lo = _mm256_loadu_ps(src);
+    hi = _mm256_loadu_ps(src + 8);
+    return;
+  }
+  alignas(32) float tmp[kTileCols] = {};
+  std::memcpy(tmp, src, size_t(cols) * sizeof(float));
+  lo = _mm256_load_ps(tmp);
+  hi = _mm256_load_ps(tmp + 8);
+}
+
+template <int Rows>
+void tile_kernel(const TileJob& j) {
+  __m256 acc[Rows][2];
+#pragma GCC unroll 8
+  for (int r = 0; r < Rows; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  const float* a = j.a;
+  const float* b = j.b;
+  const int64_t step_ld = j.a_step_ld, depth = j.depth;
+  // The partial sums this tile adds to arrive while it multiplies.
+  if (j.in)
+#pragma GCC unroll 8
+    for (int r = 0; r < Rows; ++r)
+      _mm_prefetch(reinterpret_cast<const char*>(j.in + r * j.in_ld), _MM_HINT_T0);
+#pragma GCC unroll 2
+  for (int64_t s = 0; s < depth; ++s) {
+    const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+#pragma GCC unroll 8
+    for (int r = 0; r < Rows; ++r) {
+      const __m256 av = _mm256_broadcast_ss(a + r);
+      acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
+    }
+    a += step_ld;
+    b += kTileCols;
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < Rows; ++r) {
+    if (j.in) {
+      __m256 lo, hi;
+      load_cols(j.in + r * j.in_ld, lo, hi, j.in_cols);
+      acc[r][0] = _mm256_add_ps(acc[r][0], lo);
+      acc[r][1] = _mm256_add_ps(acc[r][1], hi);
+    }
+    if (j.g) {
+      swiglu_row(j, r, acc[r][0], acc[r][1]);
+    } else if (j.out_bf16) {
+      bf16_t* o = static_cast<bf16_t*>(j.out) + r * j.out_ld;
+      const __m256i v = round16(acc[r][0], acc[r][1]);
+      if (j.cols == kTileCols) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), v);
+      } else {
+        alignas(32) bf16_t tmp[kTileCols];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), v);
+        std::memcpy(o, tmp, size_t(j.cols) * sizeof(bf16_t));
+      }
+    } else {
+      store_cols(static_cast<float*>(j.out) + r * j.out_ld, acc[r][0], acc[r][1], j.cols);
+    }
+  }
+}
+
+using TileKernel = void (*)(const TileJob&);
+constexpr TileKernel kTileKernels[kTileRows] = {&tile_kernel<1>, &tile_kernel<2>, &tile_kernel<3>,
+                                                &tile_kernel<4>, &tile_kernel<5>, &tile_kernel<6>};
+
+// ---- packing --------------------------------------------------------------------------------------------
+
+// The weights of a panel: step s, column c at raw[s * ld + c] (or raw[c * ld + s] when transposed).
+// SwiGLU's (up non-null): raw is the gate's weights, up the up projection's (same ld), a tile 8 of each.
+template <class T>
+struct RawPanel {
+  const T* raw;
+  int64_t ld;
+  bool transposed;
+  int64_t depth, cols;
+  const T* up = nullptr;
+};
+
+// In-register transpose of 8 rows of 8 floats.
+inline void transpose8(__m256 r[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
+  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
+  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);
+  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+  r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+  r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+  r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+  r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+  r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+  r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+  r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+  r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+// The panel -> tiles of (depth, 16) floats, tile t at packed + t * depth * 16.
+template <class T>
+void pack_panel(const RawPanel<T>& p, float* packed) {
+  if (p.up) {
+    constexpr int64_t kHalf = kTileCols / 2;
+    const int64_t tiles = (p.cols + kHalf - 1) / kHalf;
+    for (int64_t t = 0; t < tiles; ++t) {
+      float* dst = packed + t * p.depth * kTileCols;
+      const int64_t c0 = t * kHalf, cols = smaller(kHalf, p.cols - c0);
+      for (int64_t s = 0; s < p.depth; ++s) {
+        const T* gate = p.raw + s * p.ld + c0;
+        const T* up = p.up + s * p.ld + c0;
+        if (cols == kHalf) {
+          _mm256_store_ps(dst + s * kTileCols, load8(gate));
+          _mm256_store_ps(dst + s * kTileCols + kHalf, load8(up));
+        } else {
+          for (int64_t c = 0; c < kHalf; ++c) {
+            dst[s * kTileCols + c] = c < cols ? load1(gate + c) : 0.0f;
+            dst[s * kTileCols + kHalf + c] = c < cols ? load1(up + c) : 0.0f;
+          }
+        }
+      }
+    }
+    return;
+  }
+  const int64_t tiles = (p.cols + kTileCols - 1) / kTileCols;
+  for (int64_t t = 0; t < tiles; ++t) {
+    float* dst = packed + t * p.depth * kTileCols;
+    const int64_t c0 = t * kTileCols, cols = smaller(kTileCols, p.cols - c0);
+    if (!p.transposed && cols == kTileCols) {
+      for (int64_t s = 0; s < p.depth; ++s) {
+        const T* src = p.raw + s * p.ld + c0;
+        _mm256_store_ps(dst + s * kTileCols, load8(src));
+        _mm256_store_ps(dst + s * kTileCols + 8, load8(src + 8));
+      }
+      continue;
+    }
+    int64_t s0 = 0;
+    if (p.transposed && cols == kTileCols) {
+      for (; s0 + 8 <= p.depth; s0 += 8)
+        for (int64_t half = 0; half < 2; ++half) {
+          __m256 r[8];
+          for (int i = 0; i < 8; ++i) r[i] = load8(p.raw + (c0 + half * 8 + i) * p.ld + s0);
+          transpose8(r);
+          for (int i = 0; i < 8; ++i) _mm256_store_ps(dst + (s0 + i) * kTileCols + half * 8, r[i]);
+        }
+    }
+    for (int64_t s = s0; s < p.depth; ++s)
+      for (int64_t c = 0; c < kTileCols; ++c)
+        dst[s * kTileCols + c] =
+            c < cols ? load1(p.transposed ? p.raw + (c0 + c) * p.ld + s : p.raw + s * p.ld + c0 + c) : 0.0f;
+  }
+}
+
+// ---- a panel over a group's output rows ------------------------------------------------------------------
+
+// The activations of a panel: output row i, reduction step s at base[i * row_ld + s * step_ld].
+template <class T>
+struct Activations {
+  const T* base;
+  int64_t row_ld, step_ld;
+};
+
+// The float32 activations of rows [r0, r0 + rows), step-major (kStepStride floats a step, so a step's
+// broadcasts read one line): widened or copied into `buf` by 8 x 8 transposes where a row's steps are
+// adjacent (nn, nt: rows a power of two bytes apart would share L1 sets if read where they lie), where
+// they lie for float32 tn (a step's rows are adjacent), widened for bf16 tn.
+template <class T>
+Activations<float> row_block(const Activations<T>& a, int64_t r0, int rows, int64_t depth, int64_t out_rows,
+                             float* buf) {
+  const T* base = a.base + r0 * a.row_ld;
+  if (a.step_ld == 1) {
+    int64_t s = 0;
+    for (; s + 8 <= depth; s += 8) {
+      __m256 r[8];
+      for (int i = 0; i < 8; ++i) r[i] = i < rows ? load8(base + i * a.row_ld + s) : _mm256_setzero_ps();
+      transpose8(r);
+      for (int i = 0; i < 8; ++i) _mm256_store_ps(buf + (s + i) * kStepStride, r[i]);
+    }
+    for (; s < depth; ++s)
+      for (int i = 0; i < rows; ++i) buf[s * kStepStride + i] = load1(base + i * a.row_ld + s);
+    return {buf, 1, kStepStride};
+  }
+  if constexpr (sizeof(T) == 4) {
+    return {base, a.row_ld, a.step_ld};
+  } else {
+    // Steps s of 8 adjacent rows: one 16-byte load where the 8 exist (r0 + 8 <= out_rows).
+    for (int64_t s = 0; s < depth; ++s) {
+      const T* src = base + s * a.step_ld;
+      if (r0 + 8 <= out_rows)
+        _mm256_store_ps(buf + s * kStepStride, widen8(src));
+      else
+        for (int i = 0; i < rows; ++i) buf[s * kStepStride + i] = widen1(src[i * a.row_ld]);
+    }
+    return {buf, 1, kStepStride};
+  }
+}
+
+// One panel (a reduction block of a column panel) over a group's output rows [0, out_rows).
+template <class T>
+struct Panel {
+  RawPanel<T> w;
+  Activations<T> a;
+  bool first, last;
+  int64_t out_col;
+};
+
+// SwiGLU's outputs of a group: g (rows, M) and the routing weights of its rows.
+struct SwigluOut {
+  void* g = nullptr;
+  const float* row_weight = nullptr;
+};
+
+template <class T>
+void multiply_panel(const Call& c, const Panel<T>& pn, int64_t out_rows, void* out, int64_t out_ld,
+                    const ThreadScratch& buf, const SwigluOut& swiglu = {}) {
+  pack_panel(pn.w, buf.packed);
+  const int64_t tile_out_cols = pn.w.up ? kTileCols / 2 : kTileCols;
+  const int64_t tiles = (pn.w.cols + tile_out_cols - 1) / tile_out_cols;
+  for (int64_t r0 = 0; r0 < out_rows; r0 += kTileRows) {
+    const int rows = int(smaller(kTileRows, out_rows - r0));
+    const Activations<float> a = row_block(pn.a, r0, rows, pn.w.depth, out_rows, buf.lhs);
+    for (int64_t t = 0; t < tiles; ++t) {
+      const int64_t oc = pn.out_col + t * tile_out_cols;
+      float* sums = buf.partial + r0 * kPanelCols + t * kTileCols;
+      TileJob j;
+      j.a = a.base;
+      j.a_step_ld = a.step_ld;
+      j.b = buf.packed + t * pn.w.depth * kTileCols;
+      j.depth = pn.w.depth;
+      j.cols = smaller(tile_out_cols, pn.w.cols - t * tile_out_cols);
+      j.g = nullptr;
+      if (pn.first) {
+        j.in = c.accumulate ? static_cast<const float*>(out) + r0 * out_ld + oc : nullptr;
+        j.in_ld = out_ld;
+        j.in_cols = j.cols;
+      } else {
+        j.in = sums;
+        j.in_ld = kPanelCols;
+        j.in_cols = kTileCols;  // the scratch's tiles are whole
+      }
+      if (pn.last) {
+        j.out = c.bf16_out ? static_cast<void*>(static_cast<bf16_t*>(out) + r0 * out_ld + oc)
+                           : static_cast<void*>(static_cast<float*>(out) + r0 * out_ld + oc);
+        j.out_ld = out_ld;
+        j.out_bf16 = c.bf16_out;
+        if (swiglu.g) {
+          const int64_t M = c.N / 2;
+          const size_t elem = c.bf16_out ? sizeof(bf16_t) : sizeof(float);
+          j.g = static_cast<std::byte*>(swiglu.g) + size_t(r0 * M + oc) * elem;
+          j.g_ld = M;
+          j.up_offset = M;
+          j.row_weight = swiglu.row_weight ? swiglu.row_weight + r0 : nullptr;
+          j.keep_h = c.keep_h;
+        }
+      } else {
+        j.out = sums;
+        j.out_ld = kPanelCols;
+        j.out_bf16 = false;
+        j.cols = kTileCols;  // the scratch's tiles are whole
+      }
+      kTileKernels[rows - 1](j);
+    }
+  }
+}
+
+// Columns [begin, end) of `cols` for thread t of n, in whole tiles.
+inline void column_slice(int64_t cols, int t, int n, int64_t& begin, int64_t& end, int64_t unit = kTileCols) {
+  const int64_t tiles = (cols + unit - 1) / unit;
+  begin = smaller(cols, tiles * t / n * unit);
+  end = smaller(cols, tiles * (t + 1) / n * unit);
+}
+
+template <class T>
+void run_thread(const Call& c, int t, int n, const ThreadScratch& buf) {
+  const T* lhs = static_cast<const T*>(c.lhs);
+  for (int64_t e = 0; e < c.experts; ++e) {
+    const int64_t row0 = c.group_offset[e];
+    const int64_t live = c.live_rows ? c.live_rows[e] : c.group_offset[e + 1] - row0;
+    int64_t begin, end;
+    if (c.form == Form::nn) {
+      if (live == 0) continue;
+      const int64_t part_cols = c.N / c.parts;
+      column_slice(part_cols, t, n, begin, end);
+      void* out = c.bf16_out ? static_cast<void*>(static_cast<bf16_t*>(c.out) + row0 * c.N)
+                             : static_cast<void*>(static_cast<float*>(c.out) + row0 * c.N);
+      for (int p = 0; p < c.parts; ++p) {
+        const T* w = static_cast<const T*>(c.rhs[p]) + e * c.Kd * part_cols;  // (Kd, part_cols)
+        for (int64_t col = begin; col < end; col += kPanelCols)
+          for (int64_t k = 0; k < c.Kd; k += kPanelDepth) {
+            const int64_t depth = smaller(kPanelDepth, c.Kd - k), cols = smaller(kPanelCols, end - col);
+            const Panel<T> pn{{w + k * part_cols + col, part_cols, false, depth, cols},
+                              {lhs + row0 * c.Kd + k, c.Kd, 1},
+                              k == 0,
+                              k + depth == c.Kd,
+                              p * part_cols + col};
+            multiply_panel(c, pn, live, out, c.N, buf);
+          }
+      }
+    } else if (c.form == Form::nn_swiglu) {
+      if (live == 0) continue;
+      // h's gate columns [0, M), each with its up column M further on, reduction Kd.
+      const int64_t M = c.N / 2, ld = c.parts == 2 ? M : c.N;
+      const T* gate = static_cast<const T*>(c.rhs[0]) + e * c.Kd * ld;  // (Kd, ld)
+      const T* up = c.parts == 2 ? static_cast<const T*>(c.rhs[1]) + e * c.Kd * ld : gate + M;
+      column_slice(M, t, n, begin, end, kTileCols / 2);
+      const size_t elem = c.bf16_out ? sizeof(bf16_t) : sizeof(float);
+      void* h = static_cast<std::byte*>(c.out) + size_t(row0 * c.N) * elem;
+      const SwigluOut swiglu{static_cast<std::byte*>(c.g) + size_t(row0 * M) * elem,
+                             c.row_weight ? c.row_weight + row0 : nullptr};
+      for (int64_t col = begin; col < end; col += kPanelCols / 2)
+        for (int64_t k = 0; k < c.Kd; k += kPanelDepth) {
+          const int64_t depth = smaller(kPanelDepth, c.Kd - k), cols = smaller(kPanelCols / 2, end - col);
+          const Panel<T> pn{{gate + k * ld + col, ld, false, depth, cols, up + k * ld + col},
+                            {lhs + row0 * c.Kd + k, c.Kd, 1},
+                            k == 0,
+                            k + depth == c.Kd,
+                            col};
+          multiply_panel(c, pn, live, h, c.N, buf, swiglu);
+        }
+    } else if (c.form == Form::nt) {
+      if (live == 0) continue;
+      const int64_t part_cols = c.N / c.parts;
+      column_slice(c.Kd, t, n, begin, end);
+      void* out = c.bf16_out ? static_cast<void*>(static_cast<bf16_t*>(c.out) + row0 * c.Kd)
+                             : static_cast<void*>(static_cast<float*>(c.out) + row0 * c.Kd);
+      for (int64_t col = begin; col < end; col += kPanelCols)
+        for (int p = 0; p < c.parts; ++p) {
+          const T* w = static_cast<const T*>(c.rhs[p]) + e * c.Kd * part_cols;  // (Kd, part_cols)
+          for (int64_t k = 0; k < part_cols; k += kPanelDepth) {
+            const int64_t depth = smaller(kPanelDepth, part_cols - k), cols = smaller(kPanelCols, end - col);
+            const Panel<T> pn{{w + col * part_cols + k, part_cols, true, depth, cols},
+                              {lhs + row0 * c.N + p * part_cols + k, c.N, 1},
+                              p == 0 && k == 0,
+                              p + 1 == c.parts && k + depth == part_cols,
+                              col};
+            multiply_panel(c, pn, live, out, c.Kd, buf);
+          }
+        }
+    } else {
+      // tn: drhs[e] (Kd, N); an expert no row reached has a zero gradient.
+      column_slice(c.N, t, n, begin, end);
+      const size_t elem = c.bf16_out ? sizeof(bf16_t) : sizeof(float);
+      void* out = static_cast<std::byte*>(c.out) + size_t(e * c.Kd * c.N) * elem;
+      if (live == 0) {
+        for (int64_t r = 0; r < c.Kd && end > begin; ++r)
+          std::memset(static_cast<std::byte*>(out) + size_t(r * c.N + begin) * elem, 0,
+                      size_t(end - begin) * elem);
+        continue;
+      }
+      const T* dout = static_cast<const T*>(c.rhs[0]);
+      for (int64_t col = begin; col < end; col += kPanelCols)
+        for (int64_t k = 0; k < live; k += kPanelDepth) {
+          const int64_t depth = smaller(kPanelDepth, live - k), cols = smaller(kPanelCols, end - col);
+          const Panel<T> pn{{dout + (row0 + k) * c.ld_dout + col, c.ld_dout, false, depth, cols},
+                            {lhs + (row0 + k) * c.Kd, 1, c.Kd},
+                            k == 0,
+                            k + depth == live,
+                            col};
+          multiply_panel(c, pn, c.Kd, out, c.N, buf);
+        }
+    }
+  }
+}
+
+}  // namespace
+
+void grouped_f32_fma(const Call& c, const ThreadScratch* scratch) {
+#pragma omp parallel
+  {
+    const int t = omp_get_thread_num(), n = omp_get_num_threads();
+    if (c.bf16_in)
+      run_thread<bf16_t>(c, t, n, scratch[t]);
+    else
+      run_thread<float>(c, t, n, scratch[t]);
+  }
+}
+
+}  // namespace moe::cpu::isa_avx2
+
+#pragma GCC pop_options
+
+// Build-ISA code: the entry points the kernel table calls and the capability answers.
+namespace moe::cpu::isa_avx2 {
+void grouped_f32_fma(const avx2::Call& c, const avx2::ThreadScratch* scratch);
+}
+
+namespace moe::avx2 {
+namespace {
+
+// Per-thread buffers, kept across calls (one caller at a time, like the kernel table).
+struct Buffers {
+  std::vector<Buffer<float>> packed, lhs, partial;
+  std::vector<ThreadScratch> views;
+};
+
+void run(Call c) {
+  const int threads = omp_get_max_threads();
+  c.most_out_rows = c.form == Form::tn ? c.Kd : 0;
+  if (c.form != Form::tn)
+    for (int64_t e = 0; e < c.experts; ++e)
+      c.most_out_rows =
+          std::max(c.most_out_rows, c.live_rows ? c.live_rows[e] : c.group_offset[e + 1] - c.group_offset[e]);
+  static Buffers b;
+  if (int(b.views.size()) < threads) {
+    b.packed.resize(size_t(threads));
+    b.lhs.resize(size_t(threads));
+    b.partial.resize(size_t(threads));
+    b.views.resize(size_t(threads));
+  }
+  for (int t = 0; t < threads; ++t) {
+    if (b.packed[t].size() == 0) b.packed[t] = Buffer<float>(size_t(kPanelDepth * kPanelCols));
+    if (b.lhs[t].size() == 0) b.lhs[t] = Buffer<float>(size_t(kPanelDepth * kStepStride));
+    if (b.partial[t].size() < size_t(c.most_out_rows * kPanelCols))
+      b.partial[t] = Buffer<float>(size_t(c.most_out_rows * kPanelCols));
+    b.views[t] = {b.packed[t].data(), b.lhs[t].data(), b.partial[t].data()};
+  }
+  cpu::isa_avx2::grouped_f32_fma(c, b.views.data());
+}
+
+// The call of a form whose second operand is the weights (nn, nn_swiglu, nt); tn sets its dout.
+Call call_of(Form form, Dtype in_dtype, Dtype out_dtype, const void* lhs, ExpertWeights rhs, void* out,
+             GroupedShape groups, int64_t Kd, int64_t N) {
+  Call c{};
+  c.form = form;
+  c.bf16_in = in_dtype == Dtype::bf16;
+  c.bf16_out = out_dtype == Dtype::bf16;
+  c.lhs = lhs;
+  c.rhs[0] = rhs.first;
+  c.rhs[1] = rhs.second;
+  c.parts = rhs.parts();
+  c.out = out;
+  c.group_offset = groups.group_offset;
+  c.live_rows = groups.live_rows;
+  c.experts = groups.experts;
+  c.Kd = Kd;
+  c.N = N;
+  return c;
+}
+
+}  // namespace
+
+void grouped_gemm_nn(const GemmThresholds& /*k*/, void* out, Dtype out_dtype, const void* lhs,
+                     ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N) {
+  gemm_detail::check_groups(groups, Kd, N);
+  run(call_of(Form::nn, in_dtype, out_dtype, lhs, rhs, out, groups, Kd, N));
+  for (int64_t e = 0; e < groups.experts; ++e)
+    gemm_detail::zero_padding_rows(out, out_dtype, gemm_detail::group_rows(groups, e), N);
+}
+
+void grouped_gemm_nn_swiglu(const GemmThresholds& /*k*/, void* h, void* g, Dtype out_dtype, const void* lhs,
+                            ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t M,
+                            const float* row_weight, bool keep_h) {
+  gemm_detail::check_groups(groups, Kd, 2 * M);
+  Call c = call_of(Form::nn_swiglu, in_dtype, out_dtype, lhs, rhs, h, groups, Kd, 2 * M);
+  c.g = g;
+  c.row_weight = row_weight;
+  c.keep_h = keep_h;
+  run(c);
+  for (int64_t e = 0; e < groups.experts; ++e) {
+    const gemm_detail::GroupRows rows = gemm_detail::group_rows(groups, e);
+    if (keep_h) gemm_detail::zero_padding_rows(h, out_dtype, rows, 2 * M);
+    gemm_detail::zero_padding_rows(g, out_dtype, rows, M);
+  }
+}
+
+void grouped_gemm_nt(const GemmThresholds& /*k*/, void* out, Dtype out_dtype, const void* dout,
+                     ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N,
+                     bool accumulate) {
+  gemm_detail::check_groups(groups, Kd, N);
+  Call c = call_of(Form::nt, in_dtype, out_dtype, dout, rhs, out, groups, Kd, N);
+  c.accumulate = accumulate;
+  run(c);
+  for (int64_t e = 0; e < groups.experts; ++e)
+    gemm_detail::zero_padding_rows(out, out_dtype, gemm_detail::group_rows(groups, e), Kd);
+}
+
+void grouped_gemm_tn(const GemmThresholds& /*k*/, void* drhs, Dtype out_dtype, const void* lhs,
+                     const void* dout, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N,
+                     int64_t ld_dout) {
+  gemm_detail::check_groups(groups, Kd, N);
+  Call c = call_of(Form::tn, in_dtype, out_dtype, lhs, ExpertWeights(dout), drhs, groups, Kd, N);
+  c.ld_dout = ld_dout;
+  run(c);
+}
+
+std::string gemm_library_version() {
+  return "moe-bench AVX2 FMA micro-kernel";
+}
+
+std::string unavailable() {
+  return gemm_detail::needs_isa(IsaLevel::avx2, "AVX2 and FMA");
+}
+
+bool bf16_arithmetic() {
+  return false;  // bf16 is widened to float32
+}
+
+bool same_sums_on_any_thread_count() {
+  return true;  // threads split output columns; each sum's order is fixed
+}
+
+// Where AVX-512 kernels run, they come first without measurements; measured auto still times this one.
+bool auto_candidate() {
+  return isa_level() < IsaLevel::avx512;
+}
+
+std::string supports(const GemmCall& call, const GemmThresholds& /*k*/) {
+  if (std::string why = gemm_detail::float_operands(call); !why.empty()) return why;
+  const bool empty_reduction = (call.form == GemmForm::nn || call.form == GemmForm::nn_swiglu) ? call.Kd == 0
+                               : (call.form == GemmForm::nt || call.form == GemmForm::nt_swiglu_grad)
+                                   ? call.N == 0
+                                   : false;
+  if (empty_reduction) return "an empty reduction";
+  switch (call.form) {
+    case GemmForm::nn:
+    case GemmForm::nn_swiglu:
+    case GemmForm::nt:
+    case GemmForm::nt_swiglu_grad:
+    case GemmForm::tn:
+    case GemmForm::tn_pair:
+      return "";
+    case GemmForm::dense:
+      return "no dense kernel (the block's groups only)";
+    case GemmForm::nn_s8:
+      break;
+  }
+  return "no kernel for this form";
+}
+
+}  // namespace moe::avx2
