@@ -1,21 +1,25 @@
-// moe/gemm.h's grouped forms (nn, nt, tn) on our own AVX2 + FMA micro-kernel: float32 arithmetic for
-// float32 and bfloat16 storage. oneDNN 2.6 has no bf16 matmul below AVX-512, so before this variant a
-// bf16 run on an AVX2 CPU widened each operand to float32 in a pass of its own, ran oneDNN's float32
-// matmul and rounded its result in another pass. Here bf16 is widened where the kernel's operands are
-// staged anyway (issue 24 item 3): the weights while a panel is packed, the activations of a row block
-// into a buffer in L1 that every tile of the panel reads, and results are rounded in the tile's
-// epilogue. float32 activations are read where they lie.
+// moe/gemm.h's grouped forms (nn, nn_swiglu, nt, nt_swiglu_grad, tn) on our own AVX2 + FMA micro-kernel:
+// float32 arithmetic for float32 and bfloat16 storage. oneDNN 2.6 has no bf16 matmul below AVX-512, so
+// before this variant a bf16 run on an AVX2 CPU widened each operand to float32 in a pass of its own, ran
+// oneDNN's float32 matmul and rounded its result in another pass. Here bf16 is widened where the
+// kernel's operands are staged anyway (issue 24 item 3): the weights while a panel is packed, the
+// activations of a row block while they are transposed into a step-major buffer in L1 that every tile of
+// the panel reads; results are rounded in the tile's epilogue.
 //
 // Layout and work:
 //  - register tile: kTileRows (6) rows x kTileCols (16) columns, 12 accumulators of 8 floats; each
-//    reduction step loads two vectors of packed weights and broadcasts one float per row;
+//    reduction step loads two vectors of packed weights and broadcasts one float per row from the
+//    step-major activations (a step's 6 floats in one line; rows read where they lie, 4 KiB apart at
+//    Kd = 1024, would share L1 sets);
 //  - the weights of a panel (up to kPanelDepth reduction steps x kPanelCols columns, 256 KiB of float32,
 //    in L2) are packed into 16-column tiles, per step 16 floats (zeros past the panel's columns); weights
 //    read transposed (nt) are packed by 8 x 8 transposes;
 //  - each thread owns a fixed slice of the output columns across every group (dpbf16's split): no
 //    barriers, and each weight byte is packed by one thread;
 //  - sums across a column panel's reduction blocks stay in a per-thread float32 scratch; a bf16 output
-//    is rounded once, to nearest even (NaN stays NaN, as f32_to_bf16).
+//    is rounded once, to nearest even (NaN stays NaN, as f32_to_bf16);
+//  - nn_swiglu's tiles hold 8 gate and the same 8 up columns, so SwiGLU runs on the tile's sums (h
+//    rounded as stored first); nt_swiglu_grad's tile rounds dg as stored and reads h to write dh.
 // tn (weight gradients) is nn with lhs read transposed: its output rows are lhs's columns, its reduction
 // the group's rows, dout's rows packed as the weights.
 #include <omp.h>
@@ -49,7 +53,8 @@ struct Call {
   int parts;
   void* out;                // nn: (rows, N); nn_swiglu: h (rows, 2M); nt: (rows, Kd); tn: (E, Kd, N)
   void* g;                  // nn_swiglu: (rows, M), M = N / 2
-  const float* row_weight;  // nn_swiglu: (rows) or nullptr
+  const void* h;            // nt as nt_swiglu_grad: h (rows, 2M) = [gate | up], M = Kd; out is dh (rows, 2M)
+  const float* row_weight;  // nn_swiglu, nt_swiglu_grad: (rows) or nullptr
   bool keep_h;              // nn_swiglu: h is written
   const int64_t* group_offset;
   const int64_t* live_rows;  // or nullptr
@@ -177,6 +182,9 @@ struct TileJob {
   int64_t g_ld, up_offset;
   const float* row_weight;
   bool keep_h;
+  // SwiGLU's backward (h non-null): the tile's sums are dg (rounded as a stored dg is); h's gate and up
+  // columns (out_ld apart, up at up_offset) give dh's, written to out (up_offset further on: dup).
+  const void* h;
 };
 
 // The first n (<= 8) 16-bit elements of v to dst.
@@ -228,6 +236,38 @@ inline void swiglu_row(const TileJob& j, int r, __m256 gate, __m256 up) {
     store_f32_cols(static_cast<float*>(j.g) + r * j.g_ld, g, j.cols);
 }
 
+// The first n (<= 16) elements of a row of 16 (float32 or bf16) as floats, and back.
+inline void load16(const void* src, bool bf16, int64_t n, __m256& lo, __m256& hi);
+inline void store16(void* dst, bool bf16, int64_t n, __m256 lo, __m256 hi);
+
+// SwiGLU's backward of one row: dg (the tile's sums) and h's gate and up -> dh's dgate and dup, as
+// swiglu_backward computes them.
+inline void swiglu_grad_row(const TileJob& j, int r, __m256 dg_lo, __m256 dg_hi) {
+  if (j.out_bf16) {
+    const __m256i dg16 = round16(dg_lo, dg_hi);
+    dg_lo = widen_lanes(_mm256_castsi256_si128(dg16));
+    dg_hi = widen_lanes(_mm256_extracti128_si256(dg16, 1));
+  }
+  const size_t elem = j.out_bf16 ? sizeof(bf16_t) : sizeof(float);
+  const std::byte* h = static_cast<const std::byte*>(j.h) + size_t(r * j.out_ld) * elem;
+  std::byte* dh = static_cast<std::byte*>(j.out) + size_t(r * j.out_ld) * elem;
+  __m256 gate[2], up[2], dgate[2], dup[2];
+  load16(h, j.out_bf16, j.cols, gate[0], gate[1]);
+  load16(h + size_t(j.up_offset) * elem, j.out_bf16, j.cols, up[0], up[1]);
+  const __m256 dgw[2] = {_mm256_mul_ps(dg_lo, _mm256_set1_ps(j.row_weight ? j.row_weight[r] : 1.0f)),
+                         _mm256_mul_ps(dg_hi, _mm256_set1_ps(j.row_weight ? j.row_weight[r] : 1.0f))};
+  const __m256 one = _mm256_set1_ps(1.0f);
+  for (int i = 0; i < 2; ++i) {
+    // dgw * up * s * (1 + gate * (1 - s)), dgw * gate * s
+    const __m256 sg = sigmoid8(gate[i]);
+    dgate[i] = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(dgw[i], up[i]), sg),
+                             _mm256_fmadd_ps(gate[i], _mm256_sub_ps(one, sg), one));
+    dup[i] = _mm256_mul_ps(_mm256_mul_ps(dgw[i], gate[i]), sg);
+  }
+  store16(dh, j.out_bf16, j.cols, dgate[0], dgate[1]);
+  store16(dh + size_t(j.up_offset) * elem, j.out_bf16, j.cols, dup[0], dup[1]);
+}
+
 // Stores (or loads) the first `cols` of 16 floats through a full-width buffer.
 inline void store_cols(float* dst, __m256 lo, __m256 hi, int64_t cols) {
   if (cols == kTileCols) {
@@ -250,6 +290,25 @@ inline void load_cols(const float* src, __m256& lo, __m256& hi, int64_t cols) {
   std::memcpy(tmp, src, size_t(cols) * sizeof(float));
   lo = _mm256_load_ps(tmp);
   hi = _mm256_load_ps(tmp + 8);
+}
+
+inline void load16(const void* src, bool bf16, int64_t n, __m256& lo, __m256& hi) {
+  if (!bf16) return load_cols(static_cast<const float*>(src), lo, hi, n);
+  alignas(32) bf16_t tmp[kTileCols] = {};
+  if (n < kTileCols) {
+    std::memcpy(tmp, src, size_t(n) * sizeof(bf16_t));
+    src = tmp;
+  }
+  const __m256i v = _mm256_loadu_si256(static_cast<const __m256i*>(src));
+  lo = widen_lanes(_mm256_castsi256_si128(v));
+  hi = widen_lanes(_mm256_extracti128_si256(v, 1));
+}
+inline void store16(void* dst, bool bf16, int64_t n, __m256 lo, __m256 hi) {
+  if (!bf16) return store_cols(static_cast<float*>(dst), lo, hi, n);
+  if (n == kTileCols) return _mm256_storeu_si256(static_cast<__m256i*>(dst), round16(lo, hi));
+  alignas(32) bf16_t tmp[kTileCols];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), round16(lo, hi));
+  std::memcpy(dst, tmp, size_t(n) * sizeof(bf16_t));
 }
 
 template <int Rows>
@@ -287,6 +346,8 @@ void tile_kernel(const TileJob& j) {
     }
     if (j.g) {
       swiglu_row(j, r, acc[r][0], acc[r][1]);
+    } else if (j.h) {
+      swiglu_grad_row(j, r, acc[r][0], acc[r][1]);
     } else if (j.out_bf16) {
       bf16_t* o = static_cast<bf16_t*>(j.out) + r * j.out_ld;
       const __m256i v = round16(acc[r][0], acc[r][1]);
@@ -403,10 +464,10 @@ struct Activations {
   int64_t row_ld, step_ld;
 };
 
-// The float32 activations of rows [r0, r0 + rows), step-major (kStepStride floats a step, so a step's
-// broadcasts read one line): widened or copied into `buf` by 8 x 8 transposes where a row's steps are
-// adjacent (nn, nt: rows a power of two bytes apart would share L1 sets if read where they lie), where
-// they lie for float32 tn (a step's rows are adjacent), widened for bf16 tn.
+// The float32 activations of rows [r0, r0 + rows), step-major in `buf` (kStepStride floats a step, so a
+// step's broadcasts read one line), widened from bf16 on the way: by 8 x 8 transposes where a row's
+// steps are adjacent (nn, nt: rows a power of two bytes apart would share L1 sets if read where they
+// lie), by a step's adjacent rows otherwise (tn).
 template <class T>
 Activations<float> row_block(const Activations<T>& a, int64_t r0, int rows, int64_t depth, int64_t out_rows,
                              float* buf) {
@@ -423,19 +484,16 @@ Activations<float> row_block(const Activations<T>& a, int64_t r0, int rows, int6
       for (int i = 0; i < rows; ++i) buf[s * kStepStride + i] = load1(base + i * a.row_ld + s);
     return {buf, 1, kStepStride};
   }
-  if constexpr (sizeof(T) == 4) {
-    return {base, a.row_ld, a.step_ld};
-  } else {
-    // Steps s of 8 adjacent rows: one 16-byte load where the 8 exist (r0 + 8 <= out_rows).
-    for (int64_t s = 0; s < depth; ++s) {
-      const T* src = base + s * a.step_ld;
-      if (r0 + 8 <= out_rows)
-        _mm256_store_ps(buf + s * kStepStride, widen8(src));
-      else
-        for (int i = 0; i < rows; ++i) buf[s * kStepStride + i] = widen1(src[i * a.row_ld]);
-    }
-    return {buf, 1, kStepStride};
+  // Steps s of 8 adjacent rows: one 8-element load where the 8 exist (r0 + 8 <= out_rows). Read where
+  // they lie, each step's 6 floats would be a line of their own, thrashing L1 with the packed weights.
+  for (int64_t s = 0; s < depth; ++s) {
+    const T* src = base + s * a.step_ld;
+    if (r0 + 8 <= out_rows)
+      _mm256_store_ps(buf + s * kStepStride, load8(src));
+    else
+      for (int i = 0; i < rows; ++i) buf[s * kStepStride + i] = load1(src + i * a.row_ld);
   }
+  return {buf, 1, kStepStride};
 }
 
 // One panel (a reduction block of a column panel) over a group's output rows [0, out_rows).
@@ -447,9 +505,11 @@ struct Panel {
   int64_t out_col;
 };
 
-// SwiGLU's outputs of a group: g (rows, M) and the routing weights of its rows.
+// SwiGLU's outputs of a group: g (rows, M), or its backward's input h (rows, 2M), and the routing
+// weights of its rows.
 struct SwigluOut {
   void* g = nullptr;
+  const void* h = nullptr;
   const float* row_weight = nullptr;
 };
 
@@ -472,6 +532,7 @@ void multiply_panel(const Call& c, const Panel<T>& pn, int64_t out_rows, void* o
       j.depth = pn.w.depth;
       j.cols = smaller(tile_out_cols, pn.w.cols - t * tile_out_cols);
       j.g = nullptr;
+      j.h = nullptr;
       if (pn.first) {
         j.in = c.accumulate ? static_cast<const float*>(out) + r0 * out_ld + oc : nullptr;
         j.in_ld = out_ld;
@@ -494,6 +555,12 @@ void multiply_panel(const Call& c, const Panel<T>& pn, int64_t out_rows, void* o
           j.up_offset = M;
           j.row_weight = swiglu.row_weight ? swiglu.row_weight + r0 : nullptr;
           j.keep_h = c.keep_h;
+        }
+        if (swiglu.h) {
+          const size_t elem = c.bf16_out ? sizeof(bf16_t) : sizeof(float);
+          j.h = static_cast<const std::byte*>(swiglu.h) + size_t(r0 * out_ld + oc) * elem;
+          j.up_offset = c.Kd;
+          j.row_weight = swiglu.row_weight ? swiglu.row_weight + r0 : nullptr;
         }
       } else {
         j.out = sums;
@@ -548,8 +615,8 @@ void run_thread(const Call& c, int t, int n, const ThreadScratch& buf) {
       column_slice(M, t, n, begin, end, kTileCols / 2);
       const size_t elem = c.bf16_out ? sizeof(bf16_t) : sizeof(float);
       void* h = static_cast<std::byte*>(c.out) + size_t(row0 * c.N) * elem;
-      const SwigluOut swiglu{static_cast<std::byte*>(c.g) + size_t(row0 * M) * elem,
-                             c.row_weight ? c.row_weight + row0 : nullptr};
+      const SwigluOut swiglu{.g = static_cast<std::byte*>(c.g) + size_t(row0 * M) * elem,
+                             .row_weight = c.row_weight ? c.row_weight + row0 : nullptr};
       for (int64_t col = begin; col < end; col += kPanelCols / 2)
         for (int64_t k = 0; k < c.Kd; k += kPanelDepth) {
           const int64_t depth = smaller(kPanelDepth, c.Kd - k), cols = smaller(kPanelCols / 2, end - col);
@@ -564,8 +631,15 @@ void run_thread(const Call& c, int t, int n, const ThreadScratch& buf) {
       if (live == 0) continue;
       const int64_t part_cols = c.N / c.parts;
       column_slice(c.Kd, t, n, begin, end);
-      void* out = c.bf16_out ? static_cast<void*>(static_cast<bf16_t*>(c.out) + row0 * c.Kd)
-                             : static_cast<void*>(static_cast<float*>(c.out) + row0 * c.Kd);
+      // nt_swiglu_grad's out is dh (rows, 2 Kd), its dg columns the gate's.
+      const int64_t out_ld = c.h ? 2 * c.Kd : c.Kd;
+      const size_t elem = c.bf16_out ? sizeof(bf16_t) : sizeof(float);
+      void* out = static_cast<std::byte*>(c.out) + size_t(row0 * out_ld) * elem;
+      SwigluOut grad;
+      if (c.h) {
+        grad.h = static_cast<const std::byte*>(c.h) + size_t(row0 * out_ld) * elem;
+        grad.row_weight = c.row_weight ? c.row_weight + row0 : nullptr;
+      }
       for (int64_t col = begin; col < end; col += kPanelCols)
         for (int p = 0; p < c.parts; ++p) {
           const T* w = static_cast<const T*>(c.rhs[p]) + e * c.Kd * part_cols;  // (Kd, part_cols)
@@ -576,7 +650,7 @@ void run_thread(const Call& c, int t, int n, const ThreadScratch& buf) {
                               p == 0 && k == 0,
                               p + 1 == c.parts && k + depth == part_cols,
                               col};
-            multiply_panel(c, pn, live, out, c.Kd, buf);
+            multiply_panel(c, pn, live, out, out_ld, buf, grad);
           }
         }
     } else {
@@ -715,6 +789,18 @@ void grouped_gemm_nt(const GemmThresholds& /*k*/, void* out, Dtype out_dtype, co
   run(c);
   for (int64_t e = 0; e < groups.experts; ++e)
     gemm_detail::zero_padding_rows(out, out_dtype, gemm_detail::group_rows(groups, e), Kd);
+}
+
+void grouped_gemm_nt_swiglu_grad(const GemmThresholds& /*k*/, void* dh, void* /*dg*/, const void* dout,
+                                 ExpertWeights rhs, const void* h, Dtype dtype, GroupedShape groups,
+                                 int64_t M, int64_t N, const float* row_weight) {
+  gemm_detail::check_groups(groups, M, N);
+  Call c = call_of(Form::nt, dtype, dtype, dout, rhs, dh, groups, M, N);
+  c.h = h;
+  c.row_weight = row_weight;
+  run(c);
+  for (int64_t e = 0; e < groups.experts; ++e)
+    gemm_detail::zero_padding_rows(dh, dtype, gemm_detail::group_rows(groups, e), 2 * M);
 }
 
 void grouped_gemm_tn(const GemmThresholds& /*k*/, void* drhs, Dtype out_dtype, const void* lhs,

@@ -91,10 +91,15 @@ MOE_DECLARE_GEMM_VARIANT(portable)
 MOE_DECLARE_GEMM_VARIANT_CAPABILITIES(amx)
 MOE_DECLARE_GEMM_FORMS_WITH_NN_SWIGLU(amx)
 MOE_DECLARE_GEMM_FORMS_WITH_NN_SWIGLU(amx_emulated)
-// Our AVX2 float kernel (src/cpu/gemm_avx2.cpp): nn, nn_swiglu, nt and tn of float32 or bf16 storage in
-// float32 arithmetic, in every build, run where isa_level() reaches avx2.
+// Our AVX2 float kernel (src/cpu/gemm_avx2.cpp): nn, nn_swiglu, nt, nt_swiglu_grad and tn of float32 or
+// bf16 storage in float32 arithmetic, in every build, run where isa_level() reaches avx2.
 MOE_DECLARE_GEMM_VARIANT_CAPABILITIES(avx2)
 MOE_DECLARE_GEMM_FORMS_WITH_NN_SWIGLU(avx2)
+namespace moe::avx2 {
+void grouped_gemm_nt_swiglu_grad(const GemmThresholds& k, void* dh, void* dg, const void* dout,
+                                 ExpertWeights rhs, const void* h, Dtype dtype, GroupedShape groups,
+                                 int64_t M, int64_t N, const float* row_weight);
+}  // namespace moe::avx2
 // Our AVX2 int8 kernel (src/cpu/gemm_avx2_s8.cpp): nn_s8 only, in every build, run where isa_level() reaches
 // avx2.
 MOE_DECLARE_GEMM_VARIANT_CAPABILITIES(avx2_s8)
