@@ -9,6 +9,7 @@
 //   bf16 output: adds 4e-3 |want|                 (one rounding to bf16: half an ulp is 2^-9 = 2e-3)
 // Outputs are pre-filled with NaN so an element the kernel forgets to write fails.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -118,6 +119,62 @@ TEST_P(EveryGemmVariant, RepeatedCallsAreBitwiseIdentical) {
     table.nn(again.raw(), in, lhs.raw(), other.raw(), in, g.shape(), Kd, N);
     table.nn(again.raw(), in, lhs.raw(), rhs.raw(), in, g.shape(), Kd, N);
     EXPECT_EQ(std::memcmp(first.raw(), again.raw(), first.bytes()), 0);
+  }
+}
+
+// Whether every variant a table's choices name (take_choices: "nn:avx2,nt:avx2+onednn") claims sums that do
+// not depend on the thread count.
+bool all_claim_same_sums(const std::string& choices) {
+  size_t at = 0;
+  while ((at = choices.find_first_of(":+", at)) != std::string::npos) {
+    const size_t end = choices.find_first_of(",+", at + 1);
+    const std::string name = choices.substr(at + 1, end == std::string::npos ? end : end - at - 1);
+    const GemmVariant* v = gemm_variant(name);
+    if (!v || !v->same_sums_on_any_thread_count()) return false;
+    at += 1;
+  }
+  return true;
+}
+
+// same_sums_on_any_thread_count() is a claim the block's bitwise checks rely on: a variant making it gives
+// the same bits for nn (two weight parts, a reduction longer than one panel), nt (accumulating into its
+// float32 out) and tn on 1, 2, 3 and 7 threads (column slices start and end in other places each time; with 7
+// some threads get none).
+TEST_P(EveryGemmVariant, SameBitsOnAnyThreadCountWhereClaimed) {
+  MOE_TABLE_OR_SKIP(GetParam());
+  if (!gemm_variant(GetParam())->same_sums_on_any_thread_count())
+    GTEST_SKIP() << GetParam() << " declares sums that may change with the thread count";
+  Inputs inputs(testing::test_seed());
+  const Groups g({37, 0, 300, 5, 33}, /*with_padding=*/true);
+  const int64_t Kd = 300, N = 150;
+  const int threads_before = omp_get_max_threads();
+  for (Dtype in : kDtypes) {
+    SCOPED_TRACE(dtype_name(in));
+    const Tensor lhs = inputs.random(in, {g.rows(), Kd});                       // (rows, Kd)
+    const Weights rhs = random_weights(inputs, in, 2, g.experts(), Kd, N / 2);  // two (E, Kd, N/2)
+    const Tensor dout = inputs.random(in, {g.rows(), N});                       // (rows, N)
+    const Tensor start = inputs.random(Dtype::f32, {g.rows(), Kd});             // nt accumulates onto it
+    std::vector<std::vector<Tensor>> outs;
+    std::vector<std::string> choices;
+    for (int threads : {1, 2, 3, 7}) {
+      omp_set_num_threads(threads);
+      std::vector<Tensor> o;
+      o.push_back(nan_filled(in, {g.rows(), N}));  // nn (rows, N)
+      table.nn(o.back().raw(), in, lhs.raw(), rhs.view(), in, g.shape(), Kd, N);
+      o.push_back(start.to(Dtype::f32));  // nt (rows, Kd)
+      table.nt(o.back().raw(), Dtype::f32, dout.raw(), rhs.view(), in, g.shape(), Kd, N, /*accumulate=*/true);
+      o.push_back(nan_filled(in, {g.experts(), Kd, N}));  // tn (E, Kd, N)
+      table.tn(o.back().raw(), in, lhs.raw(), dout.raw(), in, g.shape(), Kd, N, N);
+      outs.push_back(std::move(o));
+      choices.push_back(table.take_choices());
+    }
+    omp_set_num_threads(threads_before);
+    for (size_t i = 1; i < outs.size(); ++i) {
+      SCOPED_TRACE("run " + std::to_string(i) + ": " + choices[i]);
+      if (choices[i] != choices[0] || !all_claim_same_sums(choices[i])) continue;  // another row ran a form
+      for (size_t f = 0; f < outs[i].size(); ++f)
+        EXPECT_EQ(std::memcmp(outs[0][f].raw(), outs[i][f].raw(), outs[0][f].bytes()), 0) << "form " << f;
+    }
   }
 }
 
