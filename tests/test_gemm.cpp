@@ -154,6 +154,7 @@ TEST_P(EveryGemmVariant, SameBitsOnAnyThreadCountWhereClaimed) {
     const Weights rhs = random_weights(inputs, in, 2, g.experts(), Kd, N / 2);  // two (E, Kd, N/2)
     const Tensor dout = inputs.random(in, {g.rows(), N});                       // (rows, N)
     const Tensor start = inputs.random(Dtype::f32, {g.rows(), Kd});             // nt accumulates onto it
+    const Tensor dense_b = inputs.random(Dtype::f32, {Kd, N});                  // dense's b, read transposed
     std::vector<std::vector<Tensor>> outs;
     std::vector<std::string> choices;
     for (int threads : {1, 2, 3, 7}) {
@@ -165,6 +166,9 @@ TEST_P(EveryGemmVariant, SameBitsOnAnyThreadCountWhereClaimed) {
       table.nt(o.back().raw(), Dtype::f32, dout.raw(), rhs.view(), in, g.shape(), Kd, N, /*accumulate=*/true);
       o.push_back(nan_filled(in, {g.experts(), Kd, N}));  // tn (E, Kd, N)
       table.tn(o.back().raw(), in, lhs.raw(), dout.raw(), in, g.shape(), Kd, N, N);
+      o.push_back(nan_filled(Dtype::f32, {g.rows(), Kd}));  // dense (rows, Kd) = dout @ (Kd, N)^T
+      table.dense(o.back().raw(), Dtype::f32, dout.raw(), in, dense_b.raw(), Dtype::f32, g.rows(), N, Kd,
+                  /*trans_a=*/false, /*trans_b=*/true);
       outs.push_back(std::move(o));
       choices.push_back(table.take_choices());
     }

@@ -44,12 +44,13 @@ constexpr int64_t kStepStride = 8;
 
 // One grouped GEMM in the kernel's terms, laid out by the build-ISA entry points (no library template
 // is instantiated in the AVX2 code below, docs/design.md "ISA levels").
-enum class Form { nn, nn_swiglu, nt, tn };
+enum class Form { nn, nn_swiglu, nt, tn, dense };
 struct Call {
   Form form;
   bool bf16_in, bf16_out, accumulate;
-  const void* lhs;     // nn: (rows, Kd); nt: dout (rows, N); tn: (rows, Kd)
-  const void* rhs[2];  // nn, nt: the weight parts (E, Kd, part_cols); tn: dout (rows, ld_dout)
+  bool bf16_b, trans_a, trans_b;  // dense: b's dtype when not the input's, a stored (Kd, R), b (N, Kd)
+  const void* lhs;                // nn: (rows, Kd); nt: dout (rows, N); tn: (rows, Kd)
+  const void* rhs[2];             // nn, nt: the weight parts (E, Kd, part_cols); tn: dout (rows, ld_dout)
   int parts;
   void* out;                // nn: (rows, N); nn_swiglu: h (rows, 2M); nt: (rows, Kd); tn: (E, Kd, N)
   void* g;                  // nn_swiglu: (rows, M), M = N / 2
@@ -497,10 +498,10 @@ Activations<float> row_block(const Activations<T>& a, int64_t r0, int rows, int6
 }
 
 // One panel (a reduction block of a column panel) over a group's output rows [0, out_rows).
-template <class T>
+template <class TA, class TB = TA>
 struct Panel {
-  RawPanel<T> w;
-  Activations<T> a;
+  RawPanel<TB> w;
+  Activations<TA> a;
   bool first, last;
   int64_t out_col;
 };
@@ -513,8 +514,8 @@ struct SwigluOut {
   const float* row_weight = nullptr;
 };
 
-template <class T>
-void multiply_panel(const Call& c, const Panel<T>& pn, int64_t out_rows, void* out, int64_t out_ld,
+template <class TA, class TB>
+void multiply_panel(const Call& c, const Panel<TA, TB>& pn, int64_t out_rows, void* out, int64_t out_ld,
                     const ThreadScratch& buf, const SwigluOut& swiglu = {}) {
   pack_panel(pn.w, buf.packed);
   const int64_t tile_out_cols = pn.w.up ? kTileCols / 2 : kTileCols;
@@ -679,16 +680,46 @@ void run_thread(const Call& c, int t, int n, const ThreadScratch& buf) {
   }
 }
 
+// dense: out (R, N) = a (R, Kd) @ b (Kd, N), a read as (Kd, R) when trans_a, b as (N, Kd) when trans_b;
+// a and b may be of different dtypes (the shared expert's float32 activations and run-dtype weights).
+template <class TA, class TB>
+void run_dense_thread(const Call& c, int t, int n, const ThreadScratch& buf) {
+  const TA* a = static_cast<const TA*>(c.lhs);
+  const TB* b = static_cast<const TB*>(c.rhs[0]);
+  const int64_t R = c.group_offset[1];
+  int64_t begin, end;
+  column_slice(c.N, t, n, begin, end);
+  for (int64_t col = begin; col < end; col += kPanelCols)
+    for (int64_t k = 0; k < c.Kd; k += kPanelDepth) {
+      const int64_t depth = smaller(kPanelDepth, c.Kd - k), cols = smaller(kPanelCols, end - col);
+      const RawPanel<TB> w = c.trans_b ? RawPanel<TB>{b + col * c.Kd + k, c.Kd, true, depth, cols}
+                                       : RawPanel<TB>{b + k * c.N + col, c.N, false, depth, cols};
+      const Activations<TA> act =
+          c.trans_a ? Activations<TA>{a + k * R, 1, R} : Activations<TA>{a + k, c.Kd, 1};
+      multiply_panel(c, Panel<TA, TB>{w, act, k == 0, k + depth == c.Kd, col}, R, c.out, c.N, buf);
+    }
+}
+
 }  // namespace
 
 void grouped_f32_fma(const Call& c, const ThreadScratch* scratch) {
 #pragma omp parallel
   {
     const int t = omp_get_thread_num(), n = omp_get_num_threads();
-    if (c.bf16_in)
+    if (c.form == Form::dense) {
+      if (c.bf16_in && c.bf16_b)
+        run_dense_thread<bf16_t, bf16_t>(c, t, n, scratch[t]);
+      else if (c.bf16_in)
+        run_dense_thread<bf16_t, float>(c, t, n, scratch[t]);
+      else if (c.bf16_b)
+        run_dense_thread<float, bf16_t>(c, t, n, scratch[t]);
+      else
+        run_dense_thread<float, float>(c, t, n, scratch[t]);
+    } else if (c.bf16_in) {
       run_thread<bf16_t>(c, t, n, scratch[t]);
-    else
+    } else {
       run_thread<float>(c, t, n, scratch[t]);
+    }
   }
 }
 
@@ -713,7 +744,7 @@ struct Buffers {
 void run(Call c) {
   const int threads = omp_get_max_threads();
   c.most_out_rows = c.form == Form::tn ? c.Kd : 0;
-  if (c.form != Form::tn)
+  if (c.form != Form::tn)  // dense: one group of R rows
     for (int64_t e = 0; e < c.experts; ++e)
       c.most_out_rows =
           std::max(c.most_out_rows, c.live_rows ? c.live_rows[e] : c.group_offset[e + 1] - c.group_offset[e]);
@@ -812,6 +843,17 @@ void grouped_gemm_tn(const GemmThresholds& /*k*/, void* drhs, Dtype out_dtype, c
   run(c);
 }
 
+void dense_gemm(const GemmThresholds& /*k*/, void* out, Dtype out_dtype, const void* a, Dtype a_dtype,
+                const void* b, Dtype b_dtype, int64_t R, int64_t Kd, int64_t N, bool trans_a, bool trans_b) {
+  MOE_CHECK(R >= 0 && Kd > 0 && N >= 0, "avx2 dense: a non-empty reduction (supports() refuses Kd = 0)");
+  const int64_t offsets[2] = {0, R};
+  Call c = call_of(Form::dense, a_dtype, out_dtype, a, ExpertWeights(b), out, {offsets, 1}, Kd, N);
+  c.bf16_b = b_dtype == Dtype::bf16;
+  c.trans_a = trans_a;
+  c.trans_b = trans_b;
+  run(c);
+}
+
 std::string gemm_library_version() {
   return "moe-bench AVX2 FMA micro-kernel";
 }
@@ -835,10 +877,11 @@ bool auto_candidate() {
 
 std::string supports(const GemmCall& call, const GemmThresholds& /*k*/) {
   if (std::string why = gemm_detail::float_operands(call); !why.empty()) return why;
-  const bool empty_reduction = (call.form == GemmForm::nn || call.form == GemmForm::nn_swiglu) ? call.Kd == 0
-                               : (call.form == GemmForm::nt || call.form == GemmForm::nt_swiglu_grad)
-                                   ? call.N == 0
-                                   : false;
+  const bool empty_reduction =
+      (call.form == GemmForm::nn || call.form == GemmForm::nn_swiglu || call.form == GemmForm::dense)
+          ? call.Kd == 0
+      : (call.form == GemmForm::nt || call.form == GemmForm::nt_swiglu_grad) ? call.N == 0
+                                                                             : false;
   if (empty_reduction) return "an empty reduction";
   switch (call.form) {
     case GemmForm::nn:
@@ -847,9 +890,8 @@ std::string supports(const GemmCall& call, const GemmThresholds& /*k*/) {
     case GemmForm::nt_swiglu_grad:
     case GemmForm::tn:
     case GemmForm::tn_pair:
-      return "";
     case GemmForm::dense:
-      return "no dense kernel (the block's groups only)";
+      return "";
     case GemmForm::nn_s8:
       break;
   }

@@ -51,13 +51,14 @@ const std::vector<GemmVariant>& gemm_variants() {
           "nn_swiglu from dpbf16_min_f32_swiglu_rows), weights packed panel by panel while the next panel "
           "streams in; no dense kernel"),
 #endif
-      MOE_GEMM_VARIANT("avx2", avx2, IsaLevel::avx2, true, &avx2::grouped_gemm_nn,
-                       &avx2::grouped_gemm_nn_swiglu, &avx2::grouped_gemm_nt,
-                       &avx2::grouped_gemm_nt_swiglu_grad, &avx2::grouped_gemm_tn,
-                       &gemm_detail::tn_twice<&avx2::grouped_gemm_tn>, nullptr, nullptr,
-                       "AVX2 + FMA micro-kernel (6 x 16 float32 tiles) for the block's groups, float32 "
-                       "arithmetic: bf16 widened while weights are packed and activations staged, results "
-                       "rounded and SwiGLU (forward and backward) applied in the tile; no dense kernel"),
+      MOE_GEMM_VARIANT(
+          "avx2", avx2, IsaLevel::avx2, true, &avx2::grouped_gemm_nn, &avx2::grouped_gemm_nn_swiglu,
+          &avx2::grouped_gemm_nt, &avx2::grouped_gemm_nt_swiglu_grad, &avx2::grouped_gemm_tn,
+          &gemm_detail::tn_twice<&avx2::grouped_gemm_tn>, &avx2::dense_gemm, nullptr,
+          "AVX2 + FMA micro-kernel (6 x 16 float32 tiles) for the block's groups, float32 "
+          "arithmetic: bf16 widened while weights are packed and activations staged, results "
+          "rounded and SwiGLU (forward and backward) applied in the tile; dense GEMMs of any transposes and "
+          "dtype mix"),
 #ifdef MOE_HAVE_ONEDNN
       MOE_GEMM_VARIANT(
           "onednn", onednn, IsaLevel::baseline, true, &onednn::grouped_gemm_nn,

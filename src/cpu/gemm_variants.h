@@ -91,11 +91,13 @@ MOE_DECLARE_GEMM_VARIANT(portable)
 MOE_DECLARE_GEMM_VARIANT_CAPABILITIES(amx)
 MOE_DECLARE_GEMM_FORMS_WITH_NN_SWIGLU(amx)
 MOE_DECLARE_GEMM_FORMS_WITH_NN_SWIGLU(amx_emulated)
-// Our AVX2 float kernel (src/cpu/gemm_avx2.cpp): nn, nn_swiglu, nt, nt_swiglu_grad and tn of float32 or
-// bf16 storage in float32 arithmetic, in every build, run where isa_level() reaches avx2.
-MOE_DECLARE_GEMM_VARIANT_CAPABILITIES(avx2)
-MOE_DECLARE_GEMM_FORMS_WITH_NN_SWIGLU(avx2)
+// Our AVX2 float kernel (src/cpu/gemm_avx2.cpp): nn, nn_swiglu, nt, nt_swiglu_grad, tn and dense of float32
+// or bf16 storage in float32 arithmetic, in every build, run where isa_level() reaches avx2.
+MOE_DECLARE_GEMM_VARIANT(avx2)
 namespace moe::avx2 {
+void grouped_gemm_nn_swiglu(const GemmThresholds& k, void* h, void* g, Dtype out_dtype, const void* lhs,
+                            ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t M,
+                            const float* row_weight, bool keep_h);
 void grouped_gemm_nt_swiglu_grad(const GemmThresholds& k, void* dh, void* dg, const void* dout,
                                  ExpertWeights rhs, const void* h, Dtype dtype, GroupedShape groups,
                                  int64_t M, int64_t N, const float* row_weight);
