@@ -39,7 +39,7 @@ constexpr int kTileRows = 6;
 constexpr int64_t kTileCols = 16;
 constexpr int64_t kPanelDepth = 256;
 constexpr int64_t kPanelCols = 256;
-// tn's bf16 lhs^T row block: per reduction step, 8 floats (the block's 6 rows and 2 unused).
+// A row block's staged activations: per reduction step, 8 floats (the block's 6 rows and 2 unused).
 constexpr int64_t kStepStride = 8;
 
 // One grouped GEMM in the kernel's terms, laid out by the build-ISA entry points (no library template
@@ -49,12 +49,12 @@ struct Call {
   Form form;
   bool bf16_in, bf16_out, accumulate;
   bool bf16_b, trans_a, trans_b;  // dense: b's dtype when not the input's, a stored (Kd, R), b (N, Kd)
-  const void* lhs;                // nn: (rows, Kd); nt: dout (rows, N); tn: (rows, Kd)
-  const void* rhs[2];             // nn, nt: the weight parts (E, Kd, part_cols); tn: dout (rows, ld_dout)
+  const void* lhs;                // nn: (rows, Kd); nt: dout (rows, N); tn: (rows, Kd); dense: a
+  const void* rhs[2];  // nn, nt: the weight parts (E, Kd, part_cols); tn: dout (rows, ld_dout); dense: b
   int parts;
-  void* out;                // nn: (rows, N); nn_swiglu: h (rows, 2M); nt: (rows, Kd); tn: (E, Kd, N)
-  void* g;                  // nn_swiglu: (rows, M), M = N / 2
-  const void* h;            // nt as nt_swiglu_grad: h (rows, 2M) = [gate | up], M = Kd; out is dh (rows, 2M)
+  void* out;      // nn: (rows, N); nn_swiglu: h (rows, 2M); nt: (rows, Kd); tn: (E, Kd, N); dense: (R, N)
+  void* g;        // nn_swiglu: (rows, M), M = N / 2
+  const void* h;  // nt as nt_swiglu_grad: h (rows, 2M) = [gate | up], M = Kd; out is dh (rows, 2M)
   const float* row_weight;  // nn_swiglu, nt_swiglu_grad: (rows) or nullptr
   bool keep_h;              // nn_swiglu: h is written
   const int64_t* group_offset;
@@ -66,7 +66,7 @@ struct Call {
 // Per-thread buffers, sized by the build-ISA entry point before the parallel region.
 struct ThreadScratch {
   float* packed;   // kPanelDepth x kPanelCols
-  float* lhs;      // kTileRows x kPanelDepth, or kPanelDepth x kStepStride
+  float* lhs;      // kPanelDepth x kStepStride: a row block's activations, step-major
   float* partial;  // most_out_rows x kPanelCols
 };
 
