@@ -211,6 +211,50 @@ inline __m256 widen_lanes(__m128i v) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
 }
 
+// Stores (or loads) the first `cols` of 16 floats through a full-width buffer.
+inline void store_cols(float* dst, __m256 lo, __m256 hi, int64_t cols) {
+  if (cols == kTileCols) {
+    _mm256_storeu_ps(dst, lo);
+    _mm256_storeu_ps(dst + 8, hi);
+    return;
+  }
+  alignas(32) float tmp[kTileCols];
+  _mm256_store_ps(tmp, lo);
+  _mm256_store_ps(tmp + 8, hi);
+  std::memcpy(dst, tmp, size_t(cols) * sizeof(float));
+}
+inline void load_cols(const float* src, __m256& lo, __m256& hi, int64_t cols) {
+  if (cols == kTileCols) {
+    lo = _mm256_loadu_ps(src);
+    hi = _mm256_loadu_ps(src + 8);
+    return;
+  }
+  alignas(32) float tmp[kTileCols] = {};
+  std::memcpy(tmp, src, size_t(cols) * sizeof(float));
+  lo = _mm256_load_ps(tmp);
+  hi = _mm256_load_ps(tmp + 8);
+}
+
+// The first n (<= 16) elements of a row of 16 (float32 or bf16) as floats, and back.
+inline void load16(const void* src, bool bf16, int64_t n, __m256& lo, __m256& hi) {
+  if (!bf16) return load_cols(static_cast<const float*>(src), lo, hi, n);
+  alignas(32) bf16_t tmp[kTileCols] = {};
+  if (n < kTileCols) {
+    std::memcpy(tmp, src, size_t(n) * sizeof(bf16_t));
+    src = tmp;
+  }
+  const __m256i v = _mm256_loadu_si256(static_cast<const __m256i*>(src));
+  lo = widen_lanes(_mm256_castsi256_si128(v));
+  hi = widen_lanes(_mm256_extracti128_si256(v, 1));
+}
+inline void store16(void* dst, bool bf16, int64_t n, __m256 lo, __m256 hi) {
+  if (!bf16) return store_cols(static_cast<float*>(dst), lo, hi, n);
+  if (n == kTileCols) return _mm256_storeu_si256(static_cast<__m256i*>(dst), round16(lo, hi));
+  alignas(32) bf16_t tmp[kTileCols];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), round16(lo, hi));
+  std::memcpy(dst, tmp, size_t(n) * sizeof(bf16_t));
+}
+
 // SwiGLU's epilogue of one row: h's gate and up (rounded as h stores them), g from those.
 inline void swiglu_row(const TileJob& j, int r, __m256 gate, __m256 up) {
   const float w = j.row_weight ? j.row_weight[r] : 1.0f;
@@ -237,10 +281,6 @@ inline void swiglu_row(const TileJob& j, int r, __m256 gate, __m256 up) {
     store_f32_cols(static_cast<float*>(j.g) + r * j.g_ld, g, j.cols);
 }
 
-// The first n (<= 16) elements of a row of 16 (float32 or bf16) as floats, and back.
-inline void load16(const void* src, bool bf16, int64_t n, __m256& lo, __m256& hi);
-inline void store16(void* dst, bool bf16, int64_t n, __m256 lo, __m256 hi);
-
 // SwiGLU's backward of one row: dg (the tile's sums) and h's gate and up -> dh's dgate and dup, as
 // swiglu_backward computes them.
 inline void swiglu_grad_row(const TileJob& j, int r, __m256 dg_lo, __m256 dg_hi) {
@@ -255,8 +295,8 @@ inline void swiglu_grad_row(const TileJob& j, int r, __m256 dg_lo, __m256 dg_hi)
   __m256 gate[2], up[2], dgate[2], dup[2];
   load16(h, j.out_bf16, j.cols, gate[0], gate[1]);
   load16(h + size_t(j.up_offset) * elem, j.out_bf16, j.cols, up[0], up[1]);
-  const __m256 dgw[2] = {_mm256_mul_ps(dg_lo, _mm256_set1_ps(j.row_weight ? j.row_weight[r] : 1.0f)),
-                         _mm256_mul_ps(dg_hi, _mm256_set1_ps(j.row_weight ? j.row_weight[r] : 1.0f))};
+  const __m256 w = _mm256_set1_ps(j.row_weight ? j.row_weight[r] : 1.0f);
+  const __m256 dgw[2] = {_mm256_mul_ps(dg_lo, w), _mm256_mul_ps(dg_hi, w)};
   const __m256 one = _mm256_set1_ps(1.0f);
   for (int i = 0; i < 2; ++i) {
     // dgw * up * s * (1 + gate * (1 - s)), dgw * gate * s
@@ -267,49 +307,6 @@ inline void swiglu_grad_row(const TileJob& j, int r, __m256 dg_lo, __m256 dg_hi)
   }
   store16(dh, j.out_bf16, j.cols, dgate[0], dgate[1]);
   store16(dh + size_t(j.up_offset) * elem, j.out_bf16, j.cols, dup[0], dup[1]);
-}
-
-// Stores (or loads) the first `cols` of 16 floats through a full-width buffer.
-inline void store_cols(float* dst, __m256 lo, __m256 hi, int64_t cols) {
-  if (cols == kTileCols) {
-    _mm256_storeu_ps(dst, lo);
-    _mm256_storeu_ps(dst + 8, hi);
-    return;
-  }
-  alignas(32) float tmp[kTileCols];
-  _mm256_store_ps(tmp, lo);
-  _mm256_store_ps(tmp + 8, hi);
-  std::memcpy(dst, tmp, size_t(cols) * sizeof(float));
-}
-inline void load_cols(const float* src, __m256& lo, __m256& hi, int64_t cols) {
-  if (cols == kTileCols) {
-    lo = _mm256_loadu_ps(src);
-    hi = _mm256_loadu_ps(src + 8);
-    return;
-  }
-  alignas(32) float tmp[kTileCols] = {};
-  std::memcpy(tmp, src, size_t(cols) * sizeof(float));
-  lo = _mm256_load_ps(tmp);
-  hi = _mm256_load_ps(tmp + 8);
-}
-
-inline void load16(const void* src, bool bf16, int64_t n, __m256& lo, __m256& hi) {
-  if (!bf16) return load_cols(static_cast<const float*>(src), lo, hi, n);
-  alignas(32) bf16_t tmp[kTileCols] = {};
-  if (n < kTileCols) {
-    std::memcpy(tmp, src, size_t(n) * sizeof(bf16_t));
-    src = tmp;
-  }
-  const __m256i v = _mm256_loadu_si256(static_cast<const __m256i*>(src));
-  lo = widen_lanes(_mm256_castsi256_si128(v));
-  hi = widen_lanes(_mm256_extracti128_si256(v, 1));
-}
-inline void store16(void* dst, bool bf16, int64_t n, __m256 lo, __m256 hi) {
-  if (!bf16) return store_cols(static_cast<float*>(dst), lo, hi, n);
-  if (n == kTileCols) return _mm256_storeu_si256(static_cast<__m256i*>(dst), round16(lo, hi));
-  alignas(32) bf16_t tmp[kTileCols];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), round16(lo, hi));
-  std::memcpy(dst, tmp, size_t(n) * sizeof(bf16_t));
 }
 
 template <int Rows>
