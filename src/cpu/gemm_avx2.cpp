@@ -188,25 +188,6 @@ struct TileJob {
   const void* h;
 };
 
-// The first n (<= 8) 16-bit elements of v to dst.
-inline void store_bf16_cols(bf16_t* dst, __m128i v, int64_t n) {
-  if (n == 8) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), v);
-    return;
-  }
-  alignas(16) bf16_t tmp[8];
-  _mm_store_si128(reinterpret_cast<__m128i*>(tmp), v);
-  std::memcpy(dst, tmp, size_t(n) * sizeof(bf16_t));
-}
-inline void store_f32_cols(float* dst, __m256 v, int64_t n) {
-  if (n == 8) {
-    _mm256_storeu_ps(dst, v);
-    return;
-  }
-  alignas(32) float tmp[8];
-  _mm256_store_ps(tmp, v);
-  std::memcpy(dst, tmp, size_t(n) * sizeof(float));
-}
 inline __m256 widen_lanes(__m128i v) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
 }
@@ -255,40 +236,43 @@ inline void store16(void* dst, bool bf16, int64_t n, __m256 lo, __m256 hi) {
   std::memcpy(dst, tmp, size_t(n) * sizeof(bf16_t));
 }
 
-// SwiGLU's epilogue of one row: h's gate and up (rounded as h stores them), g from those.
-inline void swiglu_row(const TileJob& j, int r, __m256 gate, __m256 up) {
-  const float w = j.row_weight ? j.row_weight[r] : 1.0f;
-  if (j.out_bf16) {
-    const __m256i h16 = round16(gate, up);
-    const __m128i gate16 = _mm256_castsi256_si128(h16), up16 = _mm256_extracti128_si256(h16, 1);
-    if (j.keep_h) {
-      bf16_t* h = static_cast<bf16_t*>(j.out) + r * j.out_ld;
-      store_bf16_cols(h, gate16, j.cols);
-      store_bf16_cols(h + j.up_offset, up16, j.cols);
-    }
-    gate = widen_lanes(gate16);
-    up = widen_lanes(up16);
-  } else if (j.keep_h) {
-    float* h = static_cast<float*>(j.out) + r * j.out_ld;
-    store_f32_cols(h, gate, j.cols);
-    store_f32_cols(h + j.up_offset, up, j.cols);
-  }
-  const __m256 g = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(gate, sigmoid8(gate)), up), _mm256_set1_ps(w));
-  if (j.out_bf16)
-    store_bf16_cols(static_cast<bf16_t*>(j.g) + r * j.g_ld,
-                    _mm256_castsi256_si128(round16(g, _mm256_setzero_ps())), j.cols);
+// lo and hi as a bf16 output stores them: rounded to bf16 and widened back.
+inline void round_trip16(__m256& lo, __m256& hi) {
+  const __m256i v = round16(lo, hi);
+  lo = widen_lanes(_mm256_castsi256_si128(v));
+  hi = widen_lanes(_mm256_extracti128_si256(v, 1));
+}
+
+// The first n (<= 8) of 8 floats to dst (float32, or bf16 rounded to nearest even).
+inline void store8(void* dst, bool bf16, int64_t n, __m256 v) {
+  alignas(32) std::byte tmp[32];
+  const size_t bytes = size_t(n) * (bf16 ? sizeof(bf16_t) : sizeof(float));
+  void* to = n == 8 ? dst : tmp;
+  if (bf16)
+    _mm_storeu_si128(static_cast<__m128i*>(to), _mm256_castsi256_si128(round16(v, _mm256_setzero_ps())));
   else
-    store_f32_cols(static_cast<float*>(j.g) + r * j.g_ld, g, j.cols);
+    _mm256_storeu_ps(static_cast<float*>(to), v);
+  if (to == tmp) std::memcpy(dst, tmp, bytes);
+}
+
+// SwiGLU's epilogue of one row: h's gate and up (as h stores them), g from those.
+inline void swiglu_row(const TileJob& j, int r, __m256 gate, __m256 up) {
+  if (j.out_bf16) round_trip16(gate, up);
+  const size_t elem = j.out_bf16 ? sizeof(bf16_t) : sizeof(float);
+  if (j.keep_h) {
+    std::byte* h = static_cast<std::byte*>(j.out) + size_t(r * j.out_ld) * elem;
+    store8(h, j.out_bf16, j.cols, gate);
+    store8(h + size_t(j.up_offset) * elem, j.out_bf16, j.cols, up);
+  }
+  const float w = j.row_weight ? j.row_weight[r] : 1.0f;
+  const __m256 g = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(gate, sigmoid8(gate)), up), _mm256_set1_ps(w));
+  store8(static_cast<std::byte*>(j.g) + size_t(r * j.g_ld) * elem, j.out_bf16, j.cols, g);
 }
 
 // SwiGLU's backward of one row: dg (the tile's sums) and h's gate and up -> dh's dgate and dup, as
 // swiglu_backward computes them.
 inline void swiglu_grad_row(const TileJob& j, int r, __m256 dg_lo, __m256 dg_hi) {
-  if (j.out_bf16) {
-    const __m256i dg16 = round16(dg_lo, dg_hi);
-    dg_lo = widen_lanes(_mm256_castsi256_si128(dg16));
-    dg_hi = widen_lanes(_mm256_extracti128_si256(dg16, 1));
-  }
+  if (j.out_bf16) round_trip16(dg_lo, dg_hi);  // dg as stored
   const size_t elem = j.out_bf16 ? sizeof(bf16_t) : sizeof(float);
   const std::byte* h = static_cast<const std::byte*>(j.h) + size_t(r * j.out_ld) * elem;
   std::byte* dh = static_cast<std::byte*>(j.out) + size_t(r * j.out_ld) * elem;

@@ -57,6 +57,20 @@
                           GroupedShape groups, int64_t Kd, int64_t N, bool accumulate);         \
   }
 
+// A variant's fused SwiGLU forms (moe/gemm.h): nn_swiglu, and nt_swiglu_grad.
+#define MOE_DECLARE_GEMM_NN_SWIGLU(ns)                                                                       \
+  namespace moe::ns {                                                                                        \
+  void grouped_gemm_nn_swiglu(const GemmThresholds& k, void* h, void* g, Dtype out_dtype, const void* lhs,   \
+                              ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t M, \
+                              const float* row_weight, bool keep_h);                                         \
+  }
+#define MOE_DECLARE_GEMM_NT_SWIGLU_GRAD(ns)                                                            \
+  namespace moe::ns {                                                                                  \
+  void grouped_gemm_nt_swiglu_grad(const GemmThresholds& k, void* dh, void* dg, const void* dout,      \
+                                   ExpertWeights rhs, const void* h, Dtype dtype, GroupedShape groups, \
+                                   int64_t M, int64_t N, const float* row_weight);                     \
+  }
+
 #ifdef MOE_HAVE_ONEDNN
 MOE_DECLARE_GEMM_VARIANT(onednn)
 MOE_DECLARE_GEMM_NN_S8(onednn)
@@ -64,13 +78,9 @@ MOE_DECLARE_GEMM_NN_S8(onednn)
 // where isa_level() reaches avx512_bf16. It has no dense kernel (the table runs oneDNN's).
 #define MOE_HAVE_DPBF16 1
 MOE_DECLARE_GEMM_VARIANT(dpbf16)
+MOE_DECLARE_GEMM_NN_SWIGLU(dpbf16)
+MOE_DECLARE_GEMM_NT_SWIGLU_GRAD(dpbf16)
 namespace moe::dpbf16 {
-void grouped_gemm_nn_swiglu(const GemmThresholds& k, void* h, void* g, Dtype out_dtype, const void* lhs,
-                            ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t M,
-                            const float* row_weight, bool keep_h);
-void grouped_gemm_nt_swiglu_grad(const GemmThresholds& k, void* dh, void* dg, const void* dout,
-                                 ExpertWeights rhs, const void* h, Dtype dtype, GroupedShape groups,
-                                 int64_t M, int64_t N, const float* row_weight);
 void grouped_gemm_tn_pair(const GemmThresholds& k, void* drhs_first, void* drhs_second, Dtype out_dtype,
                           const void* lhs, const void* dout_first, const void* dout_second, Dtype in_dtype,
                           GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout);
@@ -78,13 +88,9 @@ void grouped_gemm_tn_pair(const GemmThresholds& k, void* drhs_first, void* drhs_
 #endif
 MOE_DECLARE_GEMM_VARIANT(portable)
 // The grouped forms and a fused nn_swiglu (amx, avx2).
-#define MOE_DECLARE_GEMM_FORMS_WITH_NN_SWIGLU(ns)                                                            \
-  MOE_DECLARE_GEMM_GROUPED_FORMS(ns)                                                                         \
-  namespace moe::ns {                                                                                        \
-  void grouped_gemm_nn_swiglu(const GemmThresholds& k, void* h, void* g, Dtype out_dtype, const void* lhs,   \
-                              ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t M, \
-                              const float* row_weight, bool keep_h);                                         \
-  }
+#define MOE_DECLARE_GEMM_FORMS_WITH_NN_SWIGLU(ns) \
+  MOE_DECLARE_GEMM_GROUPED_FORMS(ns)              \
+  MOE_DECLARE_GEMM_NN_SWIGLU(ns)
 // Our AMX bf16 tile kernel (src/cpu/gemm_amx.cpp): nn, nn_swiglu, nt and tn, in every build, run where
 // isa_level() reaches amx. amx_emulated is the same kernel on emulated tiles (any CPU): a test hook, not a
 // variant.
@@ -94,14 +100,8 @@ MOE_DECLARE_GEMM_FORMS_WITH_NN_SWIGLU(amx_emulated)
 // Our AVX2 float kernel (src/cpu/gemm_avx2.cpp): nn, nn_swiglu, nt, nt_swiglu_grad, tn and dense of float32
 // or bf16 storage in float32 arithmetic, in every build, run where isa_level() reaches avx2.
 MOE_DECLARE_GEMM_VARIANT(avx2)
-namespace moe::avx2 {
-void grouped_gemm_nn_swiglu(const GemmThresholds& k, void* h, void* g, Dtype out_dtype, const void* lhs,
-                            ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t M,
-                            const float* row_weight, bool keep_h);
-void grouped_gemm_nt_swiglu_grad(const GemmThresholds& k, void* dh, void* dg, const void* dout,
-                                 ExpertWeights rhs, const void* h, Dtype dtype, GroupedShape groups,
-                                 int64_t M, int64_t N, const float* row_weight);
-}  // namespace moe::avx2
+MOE_DECLARE_GEMM_NN_SWIGLU(avx2)
+MOE_DECLARE_GEMM_NT_SWIGLU_GRAD(avx2)
 // Our AVX2 int8 kernel (src/cpu/gemm_avx2_s8.cpp): nn_s8 only, in every build, run where isa_level() reaches
 // avx2.
 MOE_DECLARE_GEMM_VARIANT_CAPABILITIES(avx2_s8)
