@@ -1,4 +1,5 @@
-// The amx variant's kernel (src/cpu/gemm_amx_kernel.h: nn, nn_swiglu, nt, tn) on emulated tiles
+// The amx variant's kernels (src/cpu/gemm_amx_kernel.h: nn, nn_swiglu, nt, tn; gemm_amx_s8_kernel.h:
+// nn_s8) on emulated tiles
 // (src/cpu/amx_tiles_emulated.h): the same work list, weight packing, row staging and epilogues the hardware
 // instance runs, checked on any CPU against the plain reference over gemm_cases.h's cases (odd sizes that are
 // no multiple of a tile's 16 rows, 16 columns or 32 reduction elements, empty experts, padding rows, two
@@ -18,6 +19,7 @@
 
 #include "cpu/gemm_variants.h"
 #include "gemm_cases.h"
+#include "int8_gemm_cases.h"
 #include "test_util.h"
 
 namespace moe {
@@ -82,8 +84,40 @@ TEST(AmxEmulated, SameBitsOnAnyThreadCount) {
     EXPECT_EQ(std::memcmp(outs[0].raw(), outs[i].raw(), outs[0].bytes()), 0) << "run " << i;
 }
 
-// The variant's rows: the grouped float forms of bf16 inputs; dense, int8 and float32
-// inputs refused with a reason (the table runs the next row); off AMX, unavailable says why.
+// The int8 kernel (src/cpu/gemm_amx_s8_kernel.h) on emulated TDPBSSD tiles: every case of
+// tests/int8_gemm_cases.h (odd sizes that are no multiple of a tile's 16 rows, 16 columns or 64 reduction
+// elements, empty experts, padding rows, per-expert and per-column scales, accumulation, a deep reduction)
+// equals the integer reference bit for bit, as the hardware's must (its int32 sums are exact too).
+TEST(AmxEmulated, NnS8EqualsTheIntegerReferenceBitForBit) {
+  int8_test::check_nn_s8(testing::test_seed(),
+                         [](auto&&... args) { amx_emulated::grouped_gemm_nn_s8(kDefaults, args...); });
+}
+
+TEST(AmxEmulated, NnS8ExtremeValuesSumExactly) {
+  int8_test::check_nn_s8_extremes(
+      [](auto&&... args) { amx_emulated::grouped_gemm_nn_s8(kDefaults, args...); });
+}
+
+// Kd = 0 (an empty reduction: every live sum is zero, dequantized) on 1 and 3 threads.
+TEST(AmxEmulated, NnS8EmptyReductionGivesZeros) {
+  const int64_t offset[] = {0, 5, 5, 40};
+  const int64_t live[] = {3, 0, 35};
+  const int64_t N = 70;
+  const std::vector<float> ls(40, 0.5f), rs(3, 2.0f);
+  const int threads_before = omp_get_max_threads();
+  for (int threads : {1, 3}) {
+    omp_set_num_threads(threads);
+    Tensor got = nan_filled(Dtype::f32, {40, N});
+    amx_emulated::grouped_gemm_nn_s8(kDefaults, got.raw(), Dtype::f32,
+                                     {nullptr, ls.data(), nullptr, rs.data()}, {offset, 3, live}, 0, N,
+                                     false);
+    for (int64_t i = 0; i < got.numel(); ++i) ASSERT_EQ(got.get(i), 0.0f) << i;
+  }
+  omp_set_num_threads(threads_before);
+}
+
+// The variant's rows: the grouped float forms of bf16 inputs and nn_s8; dense and float32 inputs refused
+// with a reason (the table runs the next row); off AMX, unavailable says why.
 TEST(AmxVariant, SupportsItsFormsOfBf16AndSaysWhyNot) {
   const GemmVariant* v = gemm_variant("amx");
   ASSERT_NE(v, nullptr);
@@ -91,8 +125,8 @@ TEST(AmxVariant, SupportsItsFormsOfBf16AndSaysWhyNot) {
   call.in_dtype = call.b_dtype = Dtype::bf16;
   for (GemmForm f : kGemmForms) {
     call.form = f;
-    const bool ours = f != GemmForm::dense && f != GemmForm::nn_s8;
-    EXPECT_EQ(v->supports(call, kDefaults).empty(), ours) << name(f);
+    call.in_dtype = call.b_dtype = f == GemmForm::nn_s8 ? Dtype::s8 : Dtype::bf16;
+    EXPECT_EQ(v->supports(call, kDefaults).empty(), f != GemmForm::dense) << name(f);
   }
   call.form = GemmForm::nn;
   call.in_dtype = call.b_dtype = Dtype::f32;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cpu/gemm_variants.h"
+#include "int8_gemm_cases.h"
 #include "moe/gemm.h"
 #include "moe/quantize.h"
 #include "moe/rng.h"
@@ -23,6 +24,8 @@
 
 namespace moe {
 namespace {
+
+using namespace int8_test;  // NOLINT(google-build-using-namespace): the shared cases
 
 const GemmThresholds kDefaults;
 
@@ -113,7 +116,8 @@ TEST(Quantize, TokenRowsEqualEveryRowQuantized) {
         for (int64_t c = 0; c < cols; ++c)
           rows_x.set(assignment_row[size_t(a)] * cols + c, x.get((a / topk) * cols + c));
     std::vector<int8_t> every(static_cast<size_t>(rows * cols)), q(every.size(), 99), qr(every.size(), 99);
-    std::vector<float> every_s(static_cast<size_t>(rows)), s(every_s.size(), -1.0f), sr(every_s.size(), -1.0f);
+    std::vector<float> every_s(static_cast<size_t>(rows)), s(every_s.size(), -1.0f),
+        sr(every_s.size(), -1.0f);
     ref_quant::quantize_rows(every.data(), every_s.data(), rows_x.raw(), dt, rows, cols, cols);
     cpu::quantize_token_rows(q.data(), s.data(), rows_x.raw(), dt, tokens, topk, cols, assignment_row.data());
     ref_quant::quantize_token_rows(qr.data(), sr.data(), rows_x.raw(), dt, tokens, topk, cols,
@@ -183,36 +187,6 @@ TEST(Quantize, TheSeedsRules) {
 
 // ---- nn_s8 ----------------------------------------------------------------------------------------
 
-std::vector<int8_t> random_s8(int64_t n, uint64_t key) {
-  std::vector<int8_t> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = int8_t(int64_t(random_bits(key, uint64_t(i)) % 255) - 127);
-  return v;
-}
-std::vector<float> random_scales(int64_t n, uint64_t key) {
-  std::vector<float> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = float(std::exp(random_normal(key, uint64_t(i)))) * 1e-3f;
-  return v;
-}
-
-struct S8Case {
-  const char* name;
-  std::vector<int64_t> sizes;  // rows per group
-  int64_t Kd, N;
-};
-// Odd sizes and tails of every width a kernel may block by (4, 8, 16, 32, 64 along Kd and N), empty
-// experts, all rows in one, one row, Kd = 1, and a deep reduction whose sums approach int32's range.
-const S8Case kS8Cases[] = {
-    {"odd_with_empty", {3, 0, 17, 1, 63, 65}, 17, 63},
-    {"all_rows_in_one", {0, 0, 37, 0}, 65, 3},
-    {"rows_of_one", {1, 1, 1}, 63, 17},
-    {"zero_rows", {0, 0}, 17, 65},
-    {"kd_1", {9}, 1, 40},
-    {"aligned", {64, 32}, 256, 128},
-    {"tails", {67, 5}, 259, 131},
-    {"blocks", {130, 200}, 34, 290},  // row blocks of 64 and column blocks of 128 with tails
-    {"deep", {20}, 130000, 9},
-};
-
 class EveryInt8Variant : public ::testing::TestWithParam<std::string> {};
 
 // `table`: the kernel table as --gemm-variant GetParam() makes it (no tuning file: nothing measured).
@@ -233,78 +207,25 @@ std::vector<std::string> int8_variant_names() {
 
 TEST_P(EveryInt8Variant, NnS8EqualsTheIntegerReferenceBitForBit) {
   MOE_INT8_TABLE_OR_SKIP(table);
-  uint64_t key = testing::test_seed();
-  for (const S8Case& c : kS8Cases)
-    for (bool padded : {false, true})
-      for (bool per_column : {false, true})
-        for (Dtype out_dt : {Dtype::f32, Dtype::bf16})
-          for (bool accumulate : {false, true}) {
-            if (accumulate && out_dt != Dtype::f32) continue;
-            SCOPED_TRACE(std::string(c.name) + (padded ? " padded" : "") + (per_column ? " per-column" : "") +
-                         " out " + dtype_name(out_dt) + (accumulate ? " accumulate" : ""));
-            std::vector<int64_t> offset{0}, live;
-            for (int64_t s : c.sizes) {
-              offset.push_back(offset.back() + s);
-              live.push_back(padded ? s - s / 3 : s);
-            }
-            const int64_t E = int64_t(c.sizes.size()), rows = offset.back();
-            const GroupedShape groups{offset.data(), E, padded ? live.data() : nullptr};
-            const std::vector<int8_t> lhs = random_s8(rows * c.Kd, ++key),
-                                      rhs = random_s8(E * c.Kd * c.N, ++key);
-            const std::vector<float> ls = random_scales(rows, ++key),
-                                     rs = random_scales(per_column ? E * c.N : E, ++key);
-            const Int8Operands in{lhs.data(), ls.data(), rhs.data(), rs.data(), per_column};
-            Tensor got(out_dt, {rows, c.N}), want(out_dt, {rows, c.N});
-            for (int64_t i = 0; i < got.numel(); ++i) {
-              // accumulate adds to what is there (padding rows keep it); otherwise NaN shows an unwritten
-              // element
-              const float start = accumulate ? float(i % 7) - 3.0f : std::numeric_limits<float>::quiet_NaN();
-              got.set(i, start);
-              want.set(i, start);
-            }
-            table.nn_s8(got.raw(), out_dt, in, groups, c.Kd, c.N, accumulate);
-            ref_gemm::grouped_gemm_nn_s8(kDefaults, want.raw(), out_dt, in, groups, c.Kd, c.N, accumulate);
-            ASSERT_EQ(std::memcmp(got.raw(), want.raw(), size_t(got.numel()) * dtype_size(out_dt)), 0)
-                << "first difference at " << [&] {
-                     for (int64_t i = 0; i < got.numel(); ++i)
-                       if (std::memcmp(static_cast<const char*>(got.raw()) + i * dtype_size(out_dt),
-                                       static_cast<const char*>(want.raw()) + i * dtype_size(out_dt),
-                                       dtype_size(out_dt)))
-                         return std::to_string(i) + ": " + std::to_string(got.get(i)) + " vs " +
-                                std::to_string(want.get(i));
-                     return std::string("?");
-                   }();
-            EXPECT_EQ(table.take_choices(), std::string("nn_s8:") + (GetParam() == "ref" ? "ref" : [&] {
-                                              GemmCall call;
-                                              call.form = GemmForm::nn_s8;
-                                              call.in_dtype = call.b_dtype = Dtype::s8;
-                                              call.out_dtype = out_dt;
-                                              call.accumulate = accumulate;
-                                              call.experts = E;
-                                              call.Kd = c.Kd;
-                                              call.N = c.N;
-                                              return std::string(table.row_for(call).variant->name);
-                                            }()));
-          }
+  check_nn_s8(
+      testing::test_seed(), [&](auto&&... args) { table.nn_s8(args...); },
+      [&](const S8Call& k) {
+        GemmCall call;
+        call.form = GemmForm::nn_s8;
+        call.in_dtype = call.b_dtype = Dtype::s8;
+        call.out_dtype = k.out_dtype;
+        call.accumulate = k.accumulate;
+        call.experts = k.experts;
+        call.Kd = k.c->Kd;
+        call.N = k.c->N;
+        const std::string ran = GetParam() == "ref" ? "ref" : table.row_for(call).variant->name;
+        EXPECT_EQ(table.take_choices(), "nn_s8:" + ran);
+      });
 }
 
-// The extremes: every product 127 * 127 or -127 * 127 over a deep reduction (the largest sums an int8
-// GEMM meets), exactly.
 TEST_P(EveryInt8Variant, NnS8ExtremeValuesSumExactly) {
   MOE_INT8_TABLE_OR_SKIP(table);
-  const int64_t rows = 5, Kd = 4096 + 3, N = 20;
-  std::vector<int8_t> lhs(static_cast<size_t>(rows * Kd)), rhs(size_t(Kd * N));
-  for (int64_t i = 0; i < rows * Kd; ++i) lhs[size_t(i)] = (i / Kd) % 2 ? -127 : 127;
-  for (int64_t i = 0; i < Kd * N; ++i) rhs[size_t(i)] = (i % N) % 3 ? 127 : -127;
-  const std::vector<float> ls(size_t(rows), 1.0f), rs(1, 1.0f);
-  const int64_t offset[] = {0, rows};
-  std::vector<float> got(static_cast<size_t>(rows * N));
-  table.nn_s8(got.data(), Dtype::f32, {lhs.data(), ls.data(), rhs.data(), rs.data()}, {offset, 1}, Kd, N);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t n = 0; n < N; ++n) {
-      const double want = double(Kd) * 127 * 127 * ((r % 2) ? -1 : 1) * ((n % 3) ? 1 : -1);
-      ASSERT_EQ(double(got[size_t(r * N + n)]), double(float(want))) << r << "," << n;
-    }
+  check_nn_s8_extremes([&](auto&&... args) { table.nn_s8(args...); });
 }
 
 #ifdef MOE_HAVE_ONEDNN
@@ -319,7 +240,7 @@ TEST(OnednnInt8, PlumbingEqualsTheReferenceWhereNothingSaturates) {
   if (onednn::supports(probe, kDefaults).starts_with("oneDNN makes no"))
     GTEST_SKIP() << onednn::supports(probe, kDefaults);
   uint64_t key = testing::test_seed() + 7;
-  std::vector<S8Case> cases(std::begin(kS8Cases), std::end(kS8Cases));
+  std::vector<S8Case> cases = kS8Cases;
   cases.push_back({"weights_reordered", {800, 3}, 40, 24});  // from 512 rows oneDNN packs the weights first
   for (const S8Case& c : cases)
     for (bool accumulate : {false, true}) {

@@ -10,6 +10,9 @@
 //   load_b<J>(p, stride)      B(J) = 16 pair rows x 16 columns x 2 bf16 (b packed as (K/2, N, 2)) [6 + J]
 //   dpbf16ps<I, J>()          accumulator (I, J) += A(I) B(J) (TDPBF16PS)
 //   store<I, J>(p, stride)    accumulator (I, J) -> 16 rows of 16 float32
+// and the same registers as int8 (cpu/gemm_amx_s8_kernel.h): A(I) 16 rows of 64 s8, B(J) 16 quad rows x 16
+// columns x 4 s8 (b packed as (K/4, N, 4)), the accumulators 16 x 16 int32:
+//   dpbssd<I, J>()            accumulator (I, J) += A(I) B(J) (TDPBSSD: s8 x s8, int32 sums)
 // clang-format on
 // Strides are in bytes. GCC's tile intrinsics are macros that paste the register number into the
 // instruction text, so each register is named literally below.
@@ -68,6 +71,13 @@ struct Tiles {
     if constexpr (I == 0 && J == 1) _tile_dpbf16ps(1, 4, 7);
     if constexpr (I == 1 && J == 0) _tile_dpbf16ps(2, 5, 6);
     if constexpr (I == 1 && J == 1) _tile_dpbf16ps(3, 5, 7);
+  }
+  template <int I, int J>
+  static void dpbssd() {
+    if constexpr (I == 0 && J == 0) _tile_dpbssd(0, 4, 6);
+    if constexpr (I == 0 && J == 1) _tile_dpbssd(1, 4, 7);
+    if constexpr (I == 1 && J == 0) _tile_dpbssd(2, 5, 6);
+    if constexpr (I == 1 && J == 1) _tile_dpbssd(3, 5, 7);
   }
   template <int I, int J>
   static void store(void* p, int64_t stride) {

@@ -8,6 +8,9 @@
 // over the 16 pair rows k of the B tile, in float32 (a bf16 product is exact in float32). The hardware
 // also sums in float32 (denormal inputs read as zero), so the two differ only in the order and rounding
 // of float32 additions, which the tests' tolerance covers.
+// TDPBSSD as emulated: acc[m][n] += the sum over the 16 quad rows k and i < 4 of a[m][4k + i] * b[k][4n + i],
+// s8 products summed in int32 as the hardware does (wrapping past int32's range), so it is exact: the
+// int8 kernel's emulated results equal the hardware's bit for bit.
 #pragma once
 
 #include <cstdint>
@@ -65,7 +68,23 @@ struct Tiles {
         acc[m * 16 + n] = sum;
       }
   }
-  // Accumulator (I, J): 16 rows of 16 float32, `stride` bytes apart.
+  // accumulator (I, J) += A(I) B(J) as int8: A 16 rows of 64 s8, B 16 quad rows x 16 columns x 4 s8,
+  // the accumulator 16 x 16 int32.
+  template <int I, int J>
+  static void dpbssd() {
+    uint32_t* acc = reinterpret_cast<uint32_t*>(reg(2 * I + J));    // (16, 16): int32's bits, wrapping
+    const int8_t* a = reinterpret_cast<const int8_t*>(reg(4 + I));  // (16, 64)
+    const int8_t* b = reinterpret_cast<const int8_t*>(reg(6 + J));  // (16, 16, 4)
+    for (int m = 0; m < kRows; ++m)
+      for (int n = 0; n < 16; ++n) {
+        uint32_t sum = acc[m * 16 + n];
+        for (int k = 0; k < 16; ++k)
+          for (int i = 0; i < 4; ++i)
+            sum += uint32_t(int32_t(a[m * 64 + 4 * k + i]) * int32_t(b[k * 64 + 4 * n + i]));
+        acc[m * 16 + n] = sum;
+      }
+  }
+  // Accumulator (I, J): 16 rows of 16 float32 (or int32), `stride` bytes apart.
   template <int I, int J>
   static void store(void* p, int64_t stride) {
     for (int r = 0; r < kRows; ++r)

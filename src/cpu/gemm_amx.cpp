@@ -1,7 +1,8 @@
 // The amx GEMM variant: cpu/gemm_amx_kernel.h's grouped nn, nn_swiglu, nt and tn on the hardware's AMX
 // tiles (TDPBF16PS: bf16 A and B tiles, float32 accumulator tiles), bf16 inputs only; nt_swiglu_grad and
-// tn_pair are gemm_detail's compositions (our nt then SwiGLU's backward, two tn calls). No dense kernel:
-// supports() refuses it, float32 inputs and an nt accumulating into bf16, and the table runs the next row.
+// tn_pair are gemm_detail's compositions (our nt then SwiGLU's backward, two tn calls); nn_s8 on AMX-INT8
+// tiles (src/cpu/gemm_amx_s8.cpp). No dense kernel: supports() refuses it, float32 inputs and an nt
+// accumulating into bf16, and the table runs the next row.
 // Eligible where isa_level() reaches amx (AMX tiles with BF16 and the OS's permission for tile state,
 // which cpu_isa() asks for once). Not measured on AMX hardware yet (docs/kernels.md): auto's order
 // without a measurement puts it last, and auto measures it like any other.
@@ -25,7 +26,7 @@
 // them, so no library inline function is compiled for AVX-512 here. Those two headers come after the pragma.
 #pragma GCC push_options
 #pragma GCC target( \
-    "avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx512vnni,avx2,fma,f16c,bmi,bmi2,amx-tile,amx-bf16")
+    "avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx512vnni,avx2,fma,f16c,bmi,bmi2,amx-tile,amx-bf16,amx-int8")
 
 #define MOE_TARGET_AVX512_BF16 1
 #include "cpu/amx_tiles.h"
@@ -43,13 +44,13 @@ MOE_DEFINE_GEMM_AMX_FORMS(cpu::isa_amx::Tiles)
 namespace moe::amx {
 
 std::string gemm_library_version() {
-  return "moe-bench AMX bf16 tile kernel";
+  return "moe-bench AMX bf16 and int8 tile kernels";
 }
 
 std::string supports(const GemmCall& call, const GemmThresholds&) {
+  if (call.form == GemmForm::nn_s8) return "";  // src/cpu/gemm_amx_s8.cpp: any int8 call
   if (std::string why = gemm_detail::float_operands(call); !why.empty()) return why;
   if (call.form == GemmForm::dense) return "no dense kernel (the block's groups only)";
-  if (call.form == GemmForm::nn_s8) return "no int8 kernel (bf16 tiles only)";
   if (call.in_dtype != Dtype::bf16) return "float32 inputs (AMX multiplies bfloat16 tiles)";
   if (call.accumulate && call.out_dtype != Dtype::f32) return "accumulating into a bfloat16 out";
   return "";

@@ -31,6 +31,7 @@
 #include <cstring>
 #include <vector>
 
+#include "cpu/amx_register_block.h"
 #include "cpu/gemm_variants.h"
 #include "cpu/vec_math.h"
 #include "moe/dtype.h"
@@ -181,35 +182,12 @@ struct AmxGemm {
       for (int64_t i = 0; i < n; ++i) dst[i * depth + r] = src[r * ld + i];
   }
 
-  // acc (32, 32) float32 = a (rows, ld elements) @ the B tiles b0 | b1 (chunks each), the second row
-  // tile only when `rows` > 16 (acc's rows 16-31 are then not written).
+  // acc (32, 32) float32 = a (rows, ld elements) @ the B tiles b0 | b1 (chunks each).
   static void multiply(const bf16_t* a, int64_t ld, int64_t rows, const bf16_t* b0, const bf16_t* b1,
                        int64_t chunks, float* acc) {
-    const int64_t stride = ld * int64_t(sizeof(bf16_t)), b_stride = kTileCols * 2 * int64_t(sizeof(bf16_t));
-    const bool two = rows > 16;
-    Tiles::template zero<0, 0>();
-    Tiles::template zero<0, 1>();
-    Tiles::template zero<1, 0>();
-    Tiles::template zero<1, 1>();
-    for (int64_t kc = 0; kc < chunks; ++kc) {
-      Tiles::template load_b<0>(b0 + kc * kTileElems, b_stride);
-      Tiles::template load_b<1>(b1 + kc * kTileElems, b_stride);
-      Tiles::template load_a<0>(a + kc * kDepth, stride);
-      Tiles::template dpbf16ps<0, 0>();
-      Tiles::template dpbf16ps<0, 1>();
-      if (two) {
-        Tiles::template load_a<1>(a + 16 * ld + kc * kDepth, stride);
-        Tiles::template dpbf16ps<1, 0>();
-        Tiles::template dpbf16ps<1, 1>();
-      }
-    }
-    const int64_t acc_stride = 2 * kTileCols * int64_t(sizeof(float));
-    Tiles::template store<0, 0>(acc, acc_stride);
-    Tiles::template store<0, 1>(acc + kTileCols, acc_stride);
-    if (two) {
-      Tiles::template store<1, 0>(acc + 16 * 2 * kTileCols, acc_stride);
-      Tiles::template store<1, 1>(acc + 16 * 2 * kTileCols + kTileCols, acc_stride);
-    }
+    multiply_register_block<Tiles, TileDot::bf16>(
+        reinterpret_cast<const char*>(a), ld * int64_t(sizeof(bf16_t)), rows,
+        reinterpret_cast<const char*>(b0), reinterpret_cast<const char*>(b1), chunks, acc);
   }
 
   // A float32 value as a tensor of dt stores it, and back.

@@ -37,10 +37,12 @@ const std::vector<GemmVariant>& gemm_variants() {
       MOE_GEMM_VARIANT(
           "amx", amx, IsaLevel::amx, true, &amx::grouped_gemm_nn, &amx::grouped_gemm_nn_swiglu,
           &amx::grouped_gemm_nt, &gemm_detail::nt_then_swiglu_grad<&amx::grouped_gemm_nt>,
-          &amx::grouped_gemm_tn, &gemm_detail::tn_twice<&amx::grouped_gemm_tn>, nullptr, nullptr,
-          "AMX bf16 tiles (tdpbf16ps, float32 accumulator tiles), weights packed per call into the "
-          "tiles' pair-interleaved layout, one work list over (expert, column block, row block); "
-          "the grouped forms of bf16 inputs, no dense kernel; not yet measured on AMX hardware"),
+          &amx::grouped_gemm_tn, &gemm_detail::tn_twice<&amx::grouped_gemm_tn>, nullptr,
+          &amx::grouped_gemm_nn_s8,
+          "AMX tiles: bf16 (tdpbf16ps, float32 accumulator tiles) and int8 nn_s8 (tdpbssd, exact int32 "
+          "sums), weights packed per call into the tiles' pair or quad-interleaved layout, one work list "
+          "over (expert, column block, row block); the grouped forms of bf16 inputs, no dense kernel; not "
+          "yet measured on AMX hardware"),
 #ifdef MOE_HAVE_DPBF16
       MOE_GEMM_VARIANT(
           "dpbf16", dpbf16, IsaLevel::avx512_bf16, true, &dpbf16::grouped_gemm_nn,

@@ -91,12 +91,14 @@ MOE_DECLARE_GEMM_VARIANT(portable)
 #define MOE_DECLARE_GEMM_FORMS_WITH_NN_SWIGLU(ns) \
   MOE_DECLARE_GEMM_GROUPED_FORMS(ns)              \
   MOE_DECLARE_GEMM_NN_SWIGLU(ns)
-// Our AMX bf16 tile kernel (src/cpu/gemm_amx.cpp): nn, nn_swiglu, nt and tn, in every build, run where
-// isa_level() reaches amx. amx_emulated is the same kernel on emulated tiles (any CPU): a test hook, not a
-// variant.
+// Our AMX tile kernels: bf16 nn, nn_swiglu, nt and tn (src/cpu/gemm_amx.cpp) and int8 nn_s8
+// (src/cpu/gemm_amx_s8.cpp), in every build, run where isa_level() reaches amx. amx_emulated is the same
+// kernels on emulated tiles (any CPU): a test hook, not a variant.
 MOE_DECLARE_GEMM_VARIANT_CAPABILITIES(amx)
 MOE_DECLARE_GEMM_FORMS_WITH_NN_SWIGLU(amx)
+MOE_DECLARE_GEMM_NN_S8(amx)
 MOE_DECLARE_GEMM_FORMS_WITH_NN_SWIGLU(amx_emulated)
+MOE_DECLARE_GEMM_NN_S8(amx_emulated)
 // Our AVX2 float kernel (src/cpu/gemm_avx2.cpp): nn, nn_swiglu, nt, nt_swiglu_grad, tn and dense of float32
 // or bf16 storage in float32 arithmetic, in every build, run where isa_level() reaches avx2.
 MOE_DECLARE_GEMM_VARIANT(avx2)
