@@ -44,7 +44,11 @@ if want int8; then
   # Issue 23 on AMX-INT8: the int8 grouped GEMM against the bf16 one (same process, interleaved), the
   # quant modes against none at its shape (prequant's forward >= 1.5x none's), and --check for each
   # mode on oneDNN's int8 path (exact only where oneDNN has VNNI or AMX).
-  step timeout 120 env OMP_NUM_THREADS="$threads" build-remote/moe_bench_nn_s8 3
+  # The bf16 baseline named: tuning_file none's base order would run dpbf16 (AVX-512 BF16, not AMX) there.
+  # Both int8 rows (oneDNN's AMX matmul, our tdpbssd kernel) against oneDNN's AMX bf16 and our amx bf16.
+  for variant in onednn amx; do
+    step timeout 120 env OMP_NUM_THREADS="$threads" MOE_GEMM_VARIANT="$variant" build-remote/moe_bench_nn_s8 3
+  done
   step timeout 150 "$bench" $(issue10_flags reference) "${common[@]}" --iters 3 --warmup 1 --dtype bfloat16 \
     --bench-pass forward,forward_backward --quant-mode none,int8_routed_prequant,int8_routed --stage-timing
   step timeout 60 "$bench" --tokens 512 --hidden 256 --mlp-dim 128 --experts 8 --topk 2 --shared-expert-dim 128 \
@@ -75,7 +79,7 @@ if want scaling; then
       --distribution random --threads "$t" --iters 1 --warmup 1 --ceiling off --dtype bfloat16 --bench-pass forward
   done
 fi
-grep -E "^== |FAILED|tests passed|tests failed|isa level|here: |_(avx2|avx512|amx) |^CHECK|stage quant|^\| |ratio" "$log" |
+grep -E "^== |FAILED|tests passed|tests failed|isa level|here: |_(avx2|avx512|amx) |^CHECK|stage quant|^\| |ratio|x bf16 nn" "$log" |
   cut -c1-300 | tail -90
 grep "^RESULT" "$log" | awk '{ line = ""; for (i = 1; i <= NF; ++i)
   if ($i ~ /^(pass|tokens|topk|threads|quant_mode|gemm_variant|tflops|pct_of_ceiling|pct_of_peak|quant_rel_err|noise_note)=/)
