@@ -24,6 +24,8 @@
 // amx includes avx512_bf16), whatever the build's -march; the headers above are the build ISA's
 // (docs/design.md, "ISA levels"), the standard headers the kernel header and vec_math.h include among
 // them, so no library inline function is compiled for AVX-512 here. Those two headers come after the pragma.
+// The same target as src/cpu/gemm_amx_s8.cpp and peak_amx.cpp: the three compile cpu/amx_tiles.h's inline
+// functions, of which the linker keeps one copy.
 #pragma GCC push_options
 #pragma GCC target( \
     "avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx512vnni,avx2,fma,f16c,bmi,bmi2,amx-tile,amx-bf16,amx-int8")

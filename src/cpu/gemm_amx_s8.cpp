@@ -14,8 +14,9 @@
 #include "moe/dtype.h"
 
 // Everything from here to pop_options is AMX and AVX-512 code, whatever the build's -march, with the
-// same target as src/cpu/gemm_amx.cpp (both compile the tile layer's inline functions; the linker keeps
-// one copy). The headers above are the build ISA's (docs/design.md, "ISA levels").
+// same target as src/cpu/gemm_amx.cpp and peak_amx.cpp (all three compile the tile layer's inline
+// functions; the linker keeps one copy). The headers above are the build ISA's (docs/design.md, "ISA
+// levels").
 #pragma GCC push_options
 #pragma GCC target( \
     "avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx512vnni,avx2,fma,f16c,bmi,bmi2,amx-tile,amx-bf16,amx-int8")

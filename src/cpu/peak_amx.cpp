@@ -9,8 +9,11 @@
 
 #include "cpu/peak.h"
 
+// The same target as the amx GEMM files (src/cpu/gemm_amx.cpp, gemm_amx_s8.cpp): the three compile
+// cpu/amx_tiles.h's inline functions, of which the linker keeps one copy.
 #pragma GCC push_options
-#pragma GCC target("amx-tile,amx-bf16,amx-int8")
+#pragma GCC target( \
+    "avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx512vnni,avx2,fma,f16c,bmi,bmi2,amx-tile,amx-bf16,amx-int8")
 
 #include "cpu/amx_tiles.h"
 
