@@ -24,6 +24,7 @@
 // rows and the reduction past K must read as zeros: the padding may hold anything).
 #pragma once
 
+#include <emmintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -122,12 +123,7 @@ struct AmxGemm {
     for (int64_t k = 0; k < chunks * kDepth; k += 2) {
       bf16_t* d = dst + k * kTileCols;  // pair row k / 2: 16 columns x 2
       if (contiguous && k + 1 < Kd) {
-        const bf16_t* r0 = base + k * ld;
-        const bf16_t* r1 = r0 + ld;
-        for (int64_t n = 0; n < kTileCols; ++n) {
-          d[2 * n] = r0[n];
-          d[2 * n + 1] = r1[n];
-        }
+        interleave_pairs(base + k * ld, base + (k + 1) * ld, d);
         continue;
       }
       for (int64_t n = 0; n < kTileCols; ++n) {
@@ -135,6 +131,17 @@ struct AmxGemm {
         d[2 * n] = src && k < Kd ? src[k * ld] : bf16_t(0);
         d[2 * n + 1] = src && k + 1 < Kd ? src[(k + 1) * ld] : bf16_t(0);
       }
+    }
+  }
+
+  // d (16 columns x 2) = the 16 elements of rows r0 and r1, column by column: SSE2 (every x86-64 CPU, so
+  // the emulated instance runs it too) word interleaves.
+  static void interleave_pairs(const bf16_t* r0, const bf16_t* r1, bf16_t* d) {
+    for (int h = 0; h < 2; ++h) {  // columns 8h .. 8h + 7
+      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r0 + 8 * h));
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r1 + 8 * h));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 16 * h), _mm_unpacklo_epi16(a, b));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 16 * h + 8), _mm_unpackhi_epi16(a, b));
     }
   }
 

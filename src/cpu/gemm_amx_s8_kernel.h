@@ -18,6 +18,7 @@
 // alone when accumulating, as the reference).
 #pragma once
 
+#include <emmintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -59,15 +60,27 @@ struct AmxS8Gemm {
     for (int64_t k = 0; k < chunks * kDepth; k += kQuad) {
       int8_t* d = dst + k * kTileCols;  // quad row k / 4: 16 columns x 4
       if (count == kTileCols && k + kQuad <= c.Kd) {
-        const int8_t* r = w + k * c.N;
-        for (int64_t n = 0; n < kTileCols; ++n)
-          for (int64_t i = 0; i < kQuad; ++i) d[kQuad * n + i] = r[i * c.N + n];
+        interleave_quads(w + k * c.N, c.N, d);
         continue;
       }
       for (int64_t n = 0; n < kTileCols; ++n)
         for (int64_t i = 0; i < kQuad; ++i)
           d[kQuad * n + i] = n < count && k + i < c.Kd ? w[(k + i) * c.N + n] : int8_t(0);
     }
+  }
+
+  // d (16 columns x 4) = the 16 bytes of rows r, r + ld, r + 2 ld, r + 3 ld, column by column: SSE2
+  // (every x86-64 CPU, so the emulated instance runs it too) byte, then word interleaves.
+  static void interleave_quads(const int8_t* r, int64_t ld, int8_t* d) {
+    auto row = [&](int64_t i) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + i * ld)); };
+    const __m128i r0 = row(0), r1 = row(1), r2 = row(2), r3 = row(3);
+    const __m128i lo01 = _mm_unpacklo_epi8(r0, r1), hi01 = _mm_unpackhi_epi8(r0, r1);  // columns 0-7, 8-15
+    const __m128i lo23 = _mm_unpacklo_epi8(r2, r3), hi23 = _mm_unpackhi_epi8(r2, r3);
+    __m128i* out = reinterpret_cast<__m128i*>(d);
+    _mm_storeu_si128(out, _mm_unpacklo_epi16(lo01, lo23));      // columns 0-3
+    _mm_storeu_si128(out + 1, _mm_unpackhi_epi16(lo01, lo23));  // 4-7
+    _mm_storeu_si128(out + 2, _mm_unpacklo_epi16(hi01, hi23));  // 8-11
+    _mm_storeu_si128(out + 3, _mm_unpackhi_epi16(hi01, hi23));  // 12-15
   }
 
   // Rows [0, n) of a (n, Kd) block -> (32, depth), zeros past n and Kd.
