@@ -169,8 +169,9 @@ TEST(CommTransfer, EachCollectiveCountsAsItsCommsLastArrival) {
   EXPECT_LT(meters[3].log[0].seconds, late / 2);         // the late rank did not wait
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, ThreadComms, ::testing::Values(1, 2, 3, 4),
-                         [](const auto& info) { return "R" + std::to_string(info.param); });
+INSTANTIATE_TEST_SUITE_P(Ranks, ThreadComms, ::testing::Values(1, 2, 3, 4), [](const auto& info) {
+  return std::string("R").append(std::to_string(info.param));
+});
 
 }  // namespace
 }  // namespace moe

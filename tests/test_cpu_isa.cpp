@@ -125,10 +125,15 @@ namespace {
 TEST(CpuIsa, PeakIsMeasuredPerIsaAndRowsCarryIt) {
   const Ran r = testing::run_bench("--peak --threads 1");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  if (isa_level() >= IsaLevel::avx2) EXPECT_NE(r.out.find("f32_fma_avx2"), std::string::npos) << r.out;
-  if (isa_level() >= IsaLevel::avx512_bf16)
+  if (isa_level() >= IsaLevel::avx2) {
+    EXPECT_NE(r.out.find("f32_fma_avx2"), std::string::npos) << r.out;
+  }
+  if (isa_level() >= IsaLevel::avx512_bf16) {
     EXPECT_NE(r.out.find("bf16_dp_avx512"), std::string::npos) << r.out;
-  if (isa_level() >= IsaLevel::amx) EXPECT_NE(r.out.find("int8_amx"), std::string::npos) << r.out;
+  }
+  if (isa_level() >= IsaLevel::amx) {
+    EXPECT_NE(r.out.find("int8_amx"), std::string::npos) << r.out;
+  }
   // The int8 peaks rows of int8 GEMMs compare against (best_peak(peaks, s8)).
   if (isa_level() >= IsaLevel::avx2) {
     EXPECT_NE(r.out.find("int8_avx2"), std::string::npos) << r.out;

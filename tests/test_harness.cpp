@@ -61,7 +61,13 @@ ResultRow sample_row(std::optional<double> ceiling = 0.001, std::vector<double> 
   ns.real_assignments = 256;
   Environment env;
   env.git_commit = "abc";
-  Measured m{"full", t, Ceiling{ceiling}, 4096, MemoryUse{1 << 20, 3 << 19, 0}, 2, ns};
+  Measured m;
+  m.time = t;
+  m.ceiling.tflops = ceiling;
+  m.saved_activation_bytes = 4096;
+  m.memory = MemoryUse{1 << 20, 3 << 19, 0};
+  m.threads = 2;
+  m.null_stats = ns;
   return make_row(c, KernelConfig{}, Protocol{}, m, env);
 }
 

@@ -328,15 +328,14 @@ TEST(Reference, ReadsBf16InputsExactly) {
   MoeConfig cfg = config_for(s);
   cfg.dtype = Dtype::bf16;
   const MoeInputs bf = random_inputs(cfg, seed, Dtype::bf16);
-  const MoeInputs f32{bf.x.to(Dtype::f32),
-                      bf.w1.to(Dtype::f32),
-                      bf.w3.to(Dtype::f32),
-                      bf.w2.to(Dtype::f32),
-                      {},
-                      bf.sw1.to(Dtype::f32),
-                      bf.sw3.to(Dtype::f32),
-                      bf.sw2.to(Dtype::f32),
-                      {}};
+  MoeInputs f32;
+  f32.x = bf.x.to(Dtype::f32);
+  f32.w1 = bf.w1.to(Dtype::f32);
+  f32.w3 = bf.w3.to(Dtype::f32);
+  f32.w2 = bf.w2.to(Dtype::f32);
+  f32.sw1 = bf.sw1.to(Dtype::f32);
+  f32.sw3 = bf.sw3.to(Dtype::f32);
+  f32.sw2 = bf.sw2.to(Dtype::f32);
   const ReferenceParams p = reference_params(bf);
   for (int64_t i = 0; i < bf.w1.numel(); ++i)
     ASSERT_EQ(p.w1[size_t(i)], double(bf16_to_f32(bf.w1.data<bf16_t>()[i])));

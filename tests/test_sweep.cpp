@@ -250,10 +250,11 @@ TEST(Sweep, AnyFlagIsAnAxisAndEachPointRunsWithItsOwnSettings) {
                   std::to_string(row["threads"].get<int>()));
     // The kernels that ran per GEMM form: the point's variant's (cpu), none (ref's own loops).
     const std::string kernels = row["gemm_kernels"];
-    if (row["device"] == "ref")
+    if (row["device"] == "ref") {
       EXPECT_EQ(kernels, "none");
-    else if (row["gemm_variant"] == "portable")
+    } else if (row["gemm_variant"] == "portable") {
       EXPECT_EQ(kernels.find("onednn"), std::string::npos) << kernels;
+    }
     EXPECT_FALSE(row["gemm_library"].get<std::string>().empty());
   }
   // kTiny gives --threads first: it is the outermost axis, then --device, then --gemm-variant.

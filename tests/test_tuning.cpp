@@ -192,7 +192,9 @@ TEST(Tuning, TheCliKeepsChoicesInTheFileAndRowsNameTheKernels) {
   EXPECT_EQ(row["device_model"], cpu_isa().model);  // the cpu backend computes on this CPU
   EXPECT_EQ(row["isa"], isa_level_name(isa_level()));
   EXPECT_FALSE(row["gemm_thresholds"].get<std::string>().empty());
-  if (candidates() >= 2) EXPECT_TRUE(std::filesystem::exists(path));
+  if (candidates() >= 2) {
+    EXPECT_TRUE(std::filesystem::exists(path));
+  }
   const testing::Ran text = testing::run_bench(run);
   ASSERT_EQ(text.exit_code, 0) << text.err;
   EXPECT_NE(text.out.find(" gemm_kernels=" + kernels), std::string::npos) << text.out;

@@ -20,7 +20,7 @@ struct MoeInputs {
   Tensor sw13;  // shared w13 (H, 2S) = [sw1 | sw3]
   // int8_routed_prequant: the routed weights quantized once, per expert (q13 for fused impls, q1 and q3
   // for the others: a run's impls share its inputs); empty in every other mode.
-  QuantizedWeight q13, q1, q3, q2;
+  QuantizedWeight q13 = {}, q1 = {}, q3 = {}, q2 = {};
 };
 
 // Fills every tensor from the seed's streams (rng.h) in host memory; w13/sw13 are built by concatenation.

@@ -72,7 +72,7 @@ struct FfnWeights {
   Tensor w2;   // down (E, M, H)
   Tensor w13;  // (E, H, 2M) or empty
   // int8_routed_prequant's weights, quantized outside the timed calls (MoeInputs); empty otherwise.
-  QuantizedWeight q13, q1, q3, q2;
+  QuantizedWeight q13 = {}, q1 = {}, q3 = {}, q2 = {};
 };
 struct FfnWeightGrads {
   Tensor dw1;  // (E, H, M)

@@ -138,7 +138,10 @@ std::string CpuIsa::extensions() const {
                                               {amx_int8, "amx_int8"}};
   std::string out;
   for (const auto& [has, name] : all)
-    if (has) out += (out.empty() ? "" : " ") + std::string(name);
+    if (has) {
+      if (!out.empty()) out += ' ';
+      out += name;
+    }
   if (avx2 && !os_avx) out += " avx:os-refused";
   if (avx512f && !os_avx512) out += " avx512:os-refused";
   if (amx_tile && !os_amx) out += " amx:os-refused";

@@ -195,8 +195,10 @@ std::string GemmKernels::take_choices() {
     if (!ran_[size_t(f)]) continue;
     std::string names;
     for (size_t i = 0; i < gemm_variants().size(); ++i)
-      if (ran_[size_t(f)] & (1u << i))
-        names += (names.empty() ? "" : "+") + std::string(gemm_variants()[i].name);
+      if (ran_[size_t(f)] & (1u << i)) {
+        if (!names.empty()) names += '+';
+        names += gemm_variants()[i].name;
+      }
     s += fmt::format("{}{}:{}", s.empty() ? "" : ",", name(f), names);
   }
   ran_.fill(0);
