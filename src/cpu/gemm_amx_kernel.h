@@ -32,7 +32,7 @@
 #include <cstring>
 #include <vector>
 
-#include "cpu/amx_register_block.h"
+#include "cpu/amx_kernel_parts.h"
 #include "cpu/gemm_variants.h"
 #include "cpu/vec_math.h"
 #include "moe/dtype.h"
@@ -41,6 +41,7 @@ namespace moe::amx {
 
 template <class Tiles>
 struct AmxGemm {
+  using Parts = AmxKernelParts<Tiles>;
   static constexpr int64_t kDepth = 32;               // reduction elements of an A tile row (64 bytes)
   static constexpr int64_t kTileCols = 16;            // columns of a B tile and an accumulator
   static constexpr int64_t kTileElems = 16 * kDepth;  // bf16 of one A or B tile
@@ -189,24 +190,8 @@ struct AmxGemm {
       for (int64_t i = 0; i < n; ++i) dst[i * depth + r] = src[r * ld + i];
   }
 
-  // acc (32, 32) float32 = a (rows, ld elements) @ the B tiles b0 | b1 (chunks each).
-  static void multiply(const bf16_t* a, int64_t ld, int64_t rows, const bf16_t* b0, const bf16_t* b1,
-                       int64_t chunks, float* acc) {
-    multiply_register_block<Tiles, TileDot::bf16>(
-        reinterpret_cast<const char*>(a), ld * int64_t(sizeof(bf16_t)), rows,
-        reinterpret_cast<const char*>(b0), reinterpret_cast<const char*>(b1), chunks, acc);
-  }
-
   // A float32 value as a tensor of dt stores it, and back.
   static float stored(float v, Dtype dt) { return dt == Dtype::bf16 ? round_to_bf16(v) : v; }
-  static void put(void* base, int64_t i, Dtype dt, float v, bool accumulate = false) {
-    if (accumulate)
-      static_cast<float*>(base)[i] += v;
-    else if (dt == Dtype::bf16)
-      static_cast<bf16_t*>(base)[i] = f32_to_bf16(v);
-    else
-      static_cast<float*>(base)[i] = v;
-  }
 
   // Register block s of an item: acc (n, 32) to rows [r0, r0 + n) of the output, from column block cb.
   // nn: out's columns cb * 64 + s * 32 + [0, 32); nn_swiglu: acc's columns 0-15 are gate, 16-31 up of
@@ -218,7 +203,7 @@ struct AmxGemm {
                     cols = std::min<int64_t>(2 * kTileCols, c.N - c0);
       for (int64_t r = 0; r < n; ++r)
         for (int64_t j = 0; j < cols; ++j)
-          put(c.out, (r0 + r) * c.N + c0 + j, dt, acc[r * 2 * kTileCols + j], c.accumulate);
+          Parts::store_result(c.out, (r0 + r) * c.N + c0 + j, dt, acc[r * 2 * kTileCols + j], c.accumulate);
       return;
     }
     const int64_t M = c.N / 2, j0 = cb * 2 * kTileCols + s * kTileCols, cols = std::min(kTileCols, M - j0);
@@ -229,10 +214,10 @@ struct AmxGemm {
         const float gate = stored(acc[r * 2 * kTileCols + j], dt),
                     up = stored(acc[r * 2 * kTileCols + kTileCols + j], dt);
         if (c.keep_h) {
-          put(c.out, row * c.N + j0 + j, dt, gate);
-          put(c.out, row * c.N + M + j0 + j, dt, up);
+          Parts::store_result(c.out, row * c.N + j0 + j, dt, gate);
+          Parts::store_result(c.out, row * c.N + M + j0 + j, dt, up);
         }
-        put(c.g, row * M + j0 + j, dt, gate * cpu::sigmoid_approx(gate) * up * w);
+        Parts::store_result(c.g, row * M + j0 + j, dt, gate * cpu::sigmoid_approx(gate) * up * w);
       }
     }
   }
@@ -274,14 +259,11 @@ struct AmxGemm {
 
   static void run(const Call& c) {
     const GroupedShape& groups = c.groups;
-    const int64_t E = groups.experts, col_blocks = ceil_div(out_cols(c), item_cols(c));
-    std::vector<int64_t> first(size_t(E + 1), 0);  // expert e's items: [first[e], first[e + 1])
-    int64_t max_chunks = 0;                        // the longest reduction's, for the buffers
-    for (int64_t e = 0; e < E; ++e) {
-      first[size_t(e + 1)] = first[size_t(e)] + col_blocks * ceil_div(item_rows(c, e), kBlockRows);
-      max_chunks = std::max(max_chunks, ceil_div(reduction(c, e), kDepth));
-    }
-    const int64_t items = first[size_t(E)];
+    const int64_t E = groups.experts;
+    const typename Parts::Items items(E, ceil_div(out_cols(c), item_cols(c)),
+                                      [&](int64_t e) { return ceil_div(item_rows(c, e), kBlockRows); });
+    int64_t max_chunks = 0;  // the longest reduction's, for the buffers
+    for (int64_t e = 0; e < E; ++e) max_chunks = std::max(max_chunks, ceil_div(reduction(c, e), kDepth));
 #pragma omp parallel
     {
       if (!c.tn) {  // tn's output has no padding rows
@@ -293,29 +275,29 @@ struct AmxGemm {
         }
       }
       const int64_t t = omp_get_thread_num(), threads = omp_get_num_threads();
-      const int64_t begin = items * t / threads, end = items * (t + 1) / threads;
-      if (begin < end) run_items(c, first, begin, end, max_chunks);
+      const int64_t begin = items.range_begin(t, threads), end = items.range_begin(t + 1, threads);
+      if (begin < end) run_items(c, items, begin, end, max_chunks);
     }
   }
 
   // Items [begin, end) of the work list, on this thread.
-  static void run_items(const Call& c, const std::vector<int64_t>& first, int64_t begin, int64_t end,
+  static void run_items(const Call& c, const typename Parts::Items& items, int64_t begin, int64_t end,
                         int64_t max_chunks) {
     std::vector<bf16_t> panel(size_t(kItemTiles * max_chunks * kTileElems));  // (4, chunks, 16, 16, 2)
     std::vector<bf16_t> staged(size_t(kBlockRows * max_chunks * kDepth));     // (32, depth)
     alignas(64) float acc[kBlockRows * 2 * kTileCols];                        // (32, 32)
-    const int64_t col_blocks = ceil_div(out_cols(c), item_cols(c));
-    int64_t e = std::upper_bound(first.begin(), first.end(), begin) - first.begin() - 1;
+    const int64_t col_blocks = items.col_blocks;
+    int64_t e = items.expert_of(begin);
     int64_t packed_e = -1, packed_cb = -1, staged_e = -1, staged_rb = -1;
     Tiles::configure();
     for (int64_t i = begin; i < end; ++i) {
-      while (i >= first[size_t(e + 1)]) ++e;
+      while (i >= items.first[size_t(e + 1)]) ++e;
       const gemm_detail::GroupRows g = gemm_detail::group_rows(c.groups, e);
       const int64_t chunks = ceil_div(reduction(c, e), kDepth), depth = chunks * kDepth;
-      const int64_t row_blocks = (first[size_t(e + 1)] - first[size_t(e)]) / col_blocks;
+      const int64_t row_blocks = items.row_blocks(e);
       // nn, nt: row blocks innermost (the packed B tiles serve the expert's row blocks in turn); tn: column
       // blocks innermost (lhs^T, staged element by element, serves them; dout's rows pack as whole lines).
-      const int64_t local = i - first[size_t(e)];
+      const int64_t local = i - items.first[size_t(e)];
       const int64_t cb = c.tn ? local % col_blocks : local / row_blocks,
                     rb = c.tn ? local / col_blocks : local % row_blocks;
       int64_t cols[kItemTiles];  // each tile's valid columns
@@ -347,7 +329,8 @@ struct AmxGemm {
       for (int64_t s = 0; s < 2; ++s) {
         if (cols[2 * s] == 0) break;  // past the last column
         const bf16_t* b = panel.data() + 2 * s * chunks * kTileElems;
-        multiply(a, ld, n, b, b + chunks * kTileElems, chunks, acc);
+        Parts::template multiply<TileDot::bf16>(a, ld * int64_t(sizeof(bf16_t)), n, b,
+                                                b + chunks * kTileElems, chunks, acc);
         epilogue(c, acc, r0, n, cb, s);
       }
     }

@@ -26,7 +26,7 @@
 #include <cstring>
 #include <vector>
 
-#include "cpu/amx_register_block.h"
+#include "cpu/amx_kernel_parts.h"
 #include "cpu/gemm_variants.h"
 #include "moe/dtype.h"
 
@@ -34,6 +34,7 @@ namespace moe::amx {
 
 template <class Tiles>
 struct AmxS8Gemm {
+  using Parts = AmxKernelParts<Tiles>;
   static constexpr int64_t kDepth = 64;               // reduction elements of an A tile row (64 bytes)
   static constexpr int64_t kQuad = 4;                 // reduction elements of a B tile element group
   static constexpr int64_t kTileCols = 16;            // columns of a B tile and an accumulator
@@ -93,14 +94,6 @@ struct AmxS8Gemm {
     }
   }
 
-  // acc (32, 32) int32 = a (rows, ld bytes) @ the B tiles b0 | b1 (chunks each).
-  static void multiply(const int8_t* a, int64_t ld, int64_t rows, const int8_t* b0, const int8_t* b1,
-                       int64_t chunks, int32_t* acc) {
-    multiply_register_block<Tiles, TileDot::s8>(reinterpret_cast<const char*>(a), ld, rows,
-                                                reinterpret_cast<const char*>(b0),
-                                                reinterpret_cast<const char*>(b1), chunks, acc);
-  }
-
   // Register block s of an item: acc (n, 32) to rows [r0, r0 + n) of expert e's output, columns
   // cb * 64 + s * 32 + [0, 32), dequantized as the reference does.
   static void epilogue(const Call& c, const int32_t* acc, int64_t e, int64_t r0, int64_t n, int64_t cb,
@@ -113,14 +106,8 @@ struct AmxS8Gemm {
       const float ls = c.in.lhs_scale[row];
       const int32_t* sums = acc + r * 2 * kTileCols;
       for (int64_t j = 0; j < cols; ++j) {
-        const float v = float(float(sums[j]) * ls) * rhs_scale[j * scale_step];
-        const int64_t i = row * c.N + c0 + j;
-        if (c.accumulate)
-          static_cast<float*>(c.out)[i] += v;
-        else if (c.out_dtype == Dtype::bf16)
-          static_cast<bf16_t*>(c.out)[i] = f32_to_bf16(v);
-        else
-          static_cast<float*>(c.out)[i] = v;
+        Parts::store_result(c.out, row * c.N + c0 + j, c.out_dtype,
+                            float(float(sums[j]) * ls) * rhs_scale[j * scale_step], c.accumulate);
       }
     }
   }
@@ -134,13 +121,10 @@ struct AmxS8Gemm {
   }
 
   static void run(const Call& c) {
-    const int64_t E = c.groups.experts, col_blocks = ceil_div(c.N, kItemCols),
-                  chunks = ceil_div(c.Kd, kDepth);
-    std::vector<int64_t> first(size_t(E + 1), 0);  // expert e's items: [first[e], first[e + 1])
-    for (int64_t e = 0; e < E; ++e)
-      first[size_t(e + 1)] =
-          first[size_t(e)] + col_blocks * ceil_div(gemm_detail::group_rows(c.groups, e).live, kBlockRows);
-    const int64_t items = first[size_t(E)];
+    const int64_t E = c.groups.experts, chunks = ceil_div(c.Kd, kDepth);
+    const typename Parts::Items items(E, ceil_div(c.N, kItemCols), [&](int64_t e) {
+      return ceil_div(gemm_detail::group_rows(c.groups, e).live, kBlockRows);
+    });
 #pragma omp parallel
     {
       if (!c.accumulate) {
@@ -149,26 +133,26 @@ struct AmxS8Gemm {
           gemm_detail::zero_padding_rows(c.out, c.out_dtype, gemm_detail::group_rows(c.groups, e), c.N);
       }
       const int64_t t = omp_get_thread_num(), threads = omp_get_num_threads();
-      const int64_t begin = items * t / threads, end = items * (t + 1) / threads;
-      if (begin < end) run_items(c, first, begin, end, chunks);  // Kd = 0: zero tiles, stored
+      const int64_t begin = items.range_begin(t, threads), end = items.range_begin(t + 1, threads);
+      if (begin < end) run_items(c, items, begin, end, chunks);  // Kd = 0: zero tiles, stored
     }
   }
 
   // Items [begin, end) of the work list, on this thread.
-  static void run_items(const Call& c, const std::vector<int64_t>& first, int64_t begin, int64_t end,
+  static void run_items(const Call& c, const typename Parts::Items& items, int64_t begin, int64_t end,
                         int64_t chunks) {
-    const int64_t depth = chunks * kDepth, col_blocks = ceil_div(c.N, kItemCols);
+    const int64_t depth = chunks * kDepth;
     std::vector<int8_t> panel(size_t(kItemTiles * chunks * kTileBytes));  // (4, chunks, 16, 16, 4)
     std::vector<int8_t> staged(size_t(kBlockRows * depth));               // (32, depth)
     alignas(64) int32_t acc[kBlockRows * 2 * kTileCols];                  // (32, 32)
-    int64_t e = std::upper_bound(first.begin(), first.end(), begin) - first.begin() - 1;
+    int64_t e = items.expert_of(begin);
     int64_t packed_e = -1, packed_cb = -1;
     Tiles::configure();
     for (int64_t i = begin; i < end; ++i) {
-      while (i >= first[size_t(e + 1)]) ++e;
+      while (i >= items.first[size_t(e + 1)]) ++e;
       const gemm_detail::GroupRows g = gemm_detail::group_rows(c.groups, e);
-      const int64_t row_blocks = (first[size_t(e + 1)] - first[size_t(e)]) / col_blocks;
-      const int64_t local = i - first[size_t(e)], cb = local / row_blocks, rb = local % row_blocks;
+      const int64_t row_blocks = items.row_blocks(e);
+      const int64_t local = i - items.first[size_t(e)], cb = local / row_blocks, rb = local % row_blocks;
       int64_t cols[kItemTiles];  // each tile's valid columns
       for (int64_t t = 0; t < kItemTiles; ++t) {
         const int64_t col = cb * kItemCols + t * kTileCols;
@@ -189,7 +173,7 @@ struct AmxS8Gemm {
       for (int64_t s = 0; s < 2; ++s) {
         if (cols[2 * s] == 0) break;  // past the last column
         const int8_t* b = panel.data() + 2 * s * chunks * kTileBytes;
-        multiply(a, ld, n, b, b + chunks * kTileBytes, chunks, acc);
+        Parts::template multiply<TileDot::s8>(a, ld, n, b, b + chunks * kTileBytes, chunks, acc);
         epilogue(c, acc, e, r0, n, cb, s);
       }
     }
