@@ -1,35 +1,68 @@
 #!/usr/bin/env bash
 # The CPU checks of a machine we cannot install on (the GPU machine's host: a 16-core Intel Xeon with
 # AMX), in one run of a few minutes: build with oneDNN from the carried package tree (scripts/gpu-deps.sh
-# makes .devdeps/ here; carry it), print what the ISA dispatch finds, run the CPU test suite, the peaks,
-# and time issue 22's shapes against the in-process ceiling and PyTorch eager, and issue 23's int8 GEMM and
-# quant modes. Fastest answers first: a time limit cuts the tail, not the numbers. Log:
-# $OUT/cpu-remote-check.log (or build-remote/cpu-remote-check.log).
-# CPU_CHECK_STEPS (default "suite peak reference int8 shapes torch scaling") picks the steps after the
-# build; THREADS (default 16) the threads of the timed runs.
+# makes .devdeps/ here; carry it), print what the ISA dispatch finds, run the AMX, oneDNN and int8 tests
+# on that CPU's own instructions, then the CPU test suite, the peaks, issue 22's shapes against the
+# in-process ceiling and PyTorch eager, and issue 23's int8 GEMM and quant modes. Fastest answers first: a
+# time limit cuts the tail, not the numbers. Log: $OUT/cpu-remote-check.log (or
+# build-remote/cpu-remote-check.log).
+# CPU_CHECK_STEPS (default "isa-tests peak int8 reference suite shapes torch scaling") picks the steps
+# after the build; THREADS (default 16) the threads of the timed runs. MOE_PREBUILT=DIR runs a portable
+# build staged on the dev machine (scripts/stage-prebuilt.sh; carry DIR too) instead of building there,
+# which saves the lease the build's minutes and the other compiler's surprises.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/remote-steps.sh
 source scripts/issue10-shapes.sh
 remote_steps cpu-remote-check build-remote
-steps=" ${CPU_CHECK_STEPS:-suite peak reference int8 shapes torch scaling} "
+steps=" ${CPU_CHECK_STEPS:-isa-tests peak int8 reference suite shapes torch scaling} "
 want() { [[ $steps == *" $1 "* ]]; }
 threads=${THREADS:-16}
-bench=build-remote/moe-bench
-step lscpu
-step cmake -S . -B build-remote -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOE_BUILD_MICROBENCH=OFF \
-  -DMOE_WITH_CUDA=OFF "-DCMAKE_PREFIX_PATH=$prefix" "-DCMAKE_LIBRARY_PATH=$prefix/lib/x86_64-linux-gnu"
-step cmake --build build-remote -j "$(nproc)"
+build=build-remote
 export LD_LIBRARY_PATH="$prefix/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+step lscpu
+if [[ -n ${MOE_PREBUILT:-} ]] && "$MOE_PREBUILT/moe-bench" --version >>"$log" 2>&1; then
+  # CTest's files and the tests name the source and build folders by the paths they had where they were
+  # built: make those paths lead here.
+  source_dir=$(sed -n 's/^# Source directory: //p' "$MOE_PREBUILT/CTestTestfile.cmake")
+  build=$(sed -n 's/^# Build directory: //p' "$MOE_PREBUILT/CTestTestfile.cmake")
+  [[ -e $source_dir ]] || { mkdir -p "$(dirname "$source_dir")" && ln -s "$PWD" "$source_dir"; }
+  [[ -e $build ]] || ln -s "$PWD/$MOE_PREBUILT" "$build"
+  echo "== prebuilt: $MOE_PREBUILT as $build" | tee -a "$log"
+else
+  [[ -n ${MOE_PREBUILT:-} ]] && echo "== prebuilt $MOE_PREBUILT does not run here: building" | tee -a "$log"
+  step cmake -S . -B build-remote -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOE_BUILD_MICROBENCH=OFF \
+    -DMOE_WITH_CUDA=OFF "-DCMAKE_PREFIX_PATH=$prefix" "-DCMAKE_LIBRARY_PATH=$prefix/lib/x86_64-linux-gnu"
+  step cmake --build build-remote -j "$(nproc)" -- -k 0
+fi
+bench=$build/moe-bench
 step "$bench" --list --tokens 64 --hidden 32 --mlp-dim 16 --experts 4 --topk 2
-if want suite; then
-  step ctest --test-dir build-remote --output-on-failure -j 8 --timeout 300 -E 'cuda'
+if want isa-tests; then
+  # The tests of the kernels this CPU's own instructions run (AMX tiles, oneDNN's AMX and VNNI paths, the
+  # int8 GEMMs, the ISA dispatch and the tuning), at the run's threads, before the whole suite.
+  step timeout 240 env OMP_NUM_THREADS="$threads" OMP_WAIT_POLICY=passive "$build/moe_tests" --gtest_brief=1 \
+    --gtest_filter='*amx*:*Amx*:*onednn*:*Onednn*:*Int8*:*int8*:*CpuIsa*:*Peak*:*Tuning*:*KernelTable*'
 fi
 if want peak; then
   step "$bench" --peak --threads 1
   step "$bench" --peak --threads "$threads"
 fi
 common=(--backend gmm --impl fused_w13 --distribution random --threads "$threads" --with-peak)
+if want int8; then
+  # Issue 23 on AMX-INT8: the int8 grouped GEMM against the bf16 one (same process, interleaved), the
+  # quant modes against none at its shape (prequant's forward >= 1.5x none's), and --check for each
+  # mode on oneDNN's int8 path (exact only where oneDNN has VNNI or AMX).
+  # The bf16 baseline named: tuning_file none's base order would run dpbf16 (AVX-512 BF16, not AMX) there.
+  # Both int8 rows (oneDNN's AMX matmul, our tdpbssd kernel) against oneDNN's AMX bf16 and our amx bf16.
+  for variant in onednn amx; do
+    step timeout 120 env OMP_NUM_THREADS="$threads" MOE_GEMM_VARIANT="$variant" "$build/moe_bench_nn_s8" 3
+  done
+  step timeout 150 "$bench" $(issue10_flags reference) "${common[@]}" --iters 3 --warmup 1 --dtype bfloat16 \
+    --bench-pass forward,forward_backward --quant-mode none,int8_routed_prequant,int8_routed --stage-timing
+  step timeout 60 "$bench" --tokens 512 --hidden 256 --mlp-dim 128 --experts 8 --topk 2 --shared-expert-dim 128 \
+    --impl fused_w13,baseline --dtype bfloat16 --bench-pass forward,forward_backward --iters 1 --warmup 0 \
+    --quant-mode int8,int8_routed,int8_all,int8_routed_prequant --threads "$threads" --check
+fi
 if want reference; then
   # The reference shape per GEMM variant (auto's measured choice against oneDNN's AMX path, and our amx
   # kernel's nn and nn_swiglu with the next rows for the other forms).
@@ -40,20 +73,8 @@ if want reference; then
     done
   done
 fi
-if want int8; then
-  # Issue 23 on AMX-INT8: the int8 grouped GEMM against the bf16 one (same process, interleaved), the
-  # quant modes against none at its shape (prequant's forward >= 1.5x none's), and --check for each
-  # mode on oneDNN's int8 path (exact only where oneDNN has VNNI or AMX).
-  # The bf16 baseline named: tuning_file none's base order would run dpbf16 (AVX-512 BF16, not AMX) there.
-  # Both int8 rows (oneDNN's AMX matmul, our tdpbssd kernel) against oneDNN's AMX bf16 and our amx bf16.
-  for variant in onednn amx; do
-    step timeout 120 env OMP_NUM_THREADS="$threads" MOE_GEMM_VARIANT="$variant" build-remote/moe_bench_nn_s8 3
-  done
-  step timeout 150 "$bench" $(issue10_flags reference) "${common[@]}" --iters 3 --warmup 1 --dtype bfloat16 \
-    --bench-pass forward,forward_backward --quant-mode none,int8_routed_prequant,int8_routed --stage-timing
-  step timeout 60 "$bench" --tokens 512 --hidden 256 --mlp-dim 128 --experts 8 --topk 2 --shared-expert-dim 128 \
-    --impl fused_w13,baseline --dtype bfloat16 --bench-pass forward,forward_backward --iters 1 --warmup 0 \
-    --quant-mode int8,int8_routed,int8_all,int8_routed_prequant --threads "$threads" --check
+if want suite; then
+  step ctest --test-dir "$build" --output-on-failure -j 8 --timeout 300 -E 'cuda'
 fi
 if want shapes; then
   # Issue 22's shapes: the seed baseline, and T=4096 at topk 2 and 8 (bf16, against the ceiling).

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/gemm_variants.h"
 #include "gemm_cases.h"
 #include "moe/gemm.h"
 #include "moe/rng.h"
@@ -283,6 +284,51 @@ TEST(GemmTable, RowsRunHereAndEndWithTheReference) {
   }
   for (const GemmRow& r : table.rows()) EXPECT_EQ(r.variant->unavailable(), "") << r.variant->name;
 }
+
+#ifdef MOE_HAVE_ONEDNN
+// oneDNN's AMX brgemm died with SIGILL on transposed bf16 B off its tiles (the AMX host, 16 threads): the
+// onednn rows refuse those calls where oneDNN runs AMX, so the table runs the next row, and take the rest.
+TEST(GemmTable, OnednnLeavesTransposedBf16OffAmxTilesToTheNextRow) {
+  auto call = [](GemmForm form, Dtype dt, int64_t Kd, int64_t N, int parts = 1) {
+    GemmCall c;
+    c.form = form;
+    c.in_dtype = c.b_dtype = c.out_dtype = dt;
+    c.rows = 65;
+    c.Kd = Kd;
+    c.N = N;
+    c.parts = parts;
+    return c;
+  };
+  const GemmCall crashed = call(GemmForm::nt, Dtype::bf16, 17, 63);  // 65 x 63 x 17 died
+  EXPECT_NE(onednn::amx_transposed_b_refusal(crashed, true), "");
+  EXPECT_EQ(onednn::amx_transposed_b_refusal(crashed, false), "") << "only where oneDNN runs AMX";
+  EXPECT_NE(onednn::amx_transposed_b_refusal(call(GemmForm::nt_swiglu_grad, Dtype::bf16, 1024, 63), true),
+            "");
+  // Two weight parts reduce over N / 2 each: 48 is off the tiles though 96 is on them.
+  EXPECT_NE(onednn::amx_transposed_b_refusal(call(GemmForm::nt, Dtype::bf16, 64, 96, 2), true), "");
+  EXPECT_EQ(onednn::amx_transposed_b_refusal(call(GemmForm::nt, Dtype::bf16, 1024, 4096, 2), true), "");
+  EXPECT_EQ(onednn::amx_transposed_b_refusal(call(GemmForm::nt_swiglu_grad, Dtype::bf16, 1024, 1024), true),
+            "");
+  // float32 (AVX-512 brgemm there), plain B and transposed A ran at every test size.
+  EXPECT_EQ(onednn::amx_transposed_b_refusal(call(GemmForm::nt, Dtype::f32, 17, 63), true), "");
+  EXPECT_EQ(onednn::amx_transposed_b_refusal(call(GemmForm::nn, Dtype::bf16, 17, 63), true), "");
+  EXPECT_EQ(onednn::amx_transposed_b_refusal(call(GemmForm::tn, Dtype::bf16, 17, 63), true), "");
+  GemmCall dense = call(GemmForm::dense, Dtype::bf16, 63, 17);
+  EXPECT_EQ(onednn::amx_transposed_b_refusal(dense, true), "");
+  dense.trans_a = true;
+  EXPECT_EQ(onednn::amx_transposed_b_refusal(dense, true), "");
+  dense.trans_b = true;
+  EXPECT_NE(onednn::amx_transposed_b_refusal(dense, true), "");
+  dense.Kd = 64;
+  dense.N = 2048;
+  EXPECT_EQ(onednn::amx_transposed_b_refusal(dense, true), "");
+  // The onednn row answers with it on an AMX CPU, and takes the call elsewhere.
+  const GemmVariant* v = gemm_variant("onednn");
+  ASSERT_NE(v, nullptr);
+  const std::string here = v->supports(crashed, GemmThresholds{});
+  EXPECT_TRUE(here.empty() || here == onednn::amx_transposed_b_refusal(crashed, true)) << here;
+}
+#endif
 
 TEST(GemmLibrary, ReportsVersion) {
   const std::string v = gemm_library_version();

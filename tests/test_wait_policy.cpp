@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -181,12 +183,21 @@ struct Image {
   int images = 0;
 };
 
+// "  OMP_WAIT_POLICY = 'PASSIVE'" (libgomp of GCC 12) or "  [host] OMP_WAIT_POLICY = 'PASSIVE'" (GCC 13 on,
+// which names the device a value is for): the value of `name`, or nothing where the line is another's.
+std::optional<std::string> display_env_value(const std::string& line, const std::string& name) {
+  static const std::regex setting(R"(^\s+(\[[a-z]+\]\s+)?([A-Z_]+) = '(.*)'$)");
+  std::smatch m;
+  if (!std::regex_match(line, m, setting) || m[2] != name) return std::nullopt;
+  return m[3].str();
+}
+
 Image last_image(const std::string& err) {
   Image im;
   for (const std::string& line : split_lines(err)) {
     if (line.find("OPENMP DISPLAY ENVIRONMENT BEGIN") != std::string::npos) ++im.images;
-    if (line.rfind("  OMP_WAIT_POLICY = '", 0) == 0) im.wait = line.substr(21, line.size() - 22);
-    if (line.rfind("  GOMP_SPINCOUNT = '", 0) == 0) im.spins = line.substr(20, line.size() - 21);
+    if (auto v = display_env_value(line, "OMP_WAIT_POLICY")) im.wait = *v;
+    if (auto v = display_env_value(line, "GOMP_SPINCOUNT")) im.spins = *v;
   }
   return im;
 }

@@ -145,7 +145,8 @@ bool bf16_matmul_native() {
 
 // oneDNN 2.6's AMX brgemm reading B transposed in place (weights `ba`) dies with SIGILL at odd sizes
 // (63 x 63 x 17, bf16, on a 16-core Emerald Rapids Xeon: an instruction its JIT emits that the CPU lacks);
-// through its own blocked layout it runs. Where oneDNN runs AMX, a transposed B is always packed first.
+// through its own blocked layout it runs. Where oneDNN runs AMX, a transposed B is always packed first,
+// and only at whole tiles (packed, it died at 65 x 63 x 17: amx_transposed_b_refusal).
 bool amx_brgemm() {
   apply_isa_cap();
   static const bool amx = dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_amx;
@@ -774,8 +775,30 @@ bool auto_candidate() {
   return true;
 }
 
+// oneDNN 2.6's AMX brgemm dies with SIGILL on bf16 products with a transposed B at sizes off its tiles,
+// 16 threads on a 16-core Emerald Rapids Xeon (2026-11-27): m x k x n = 65 x 63 x 17 with B packed into its
+// blocked layout and 63 x 63 x 17 reading B^T in place; both ran at 2 threads, and its products with k and
+// n multiples of 1024 (the reference shape's backward) at 16. Whole tiles on both sides stay with it; the
+// others go to the table's next row (the amx kernel, which ran every test case there).
+std::string amx_transposed_b_refusal(const GemmCall& call, bool amx) {
+  const bool trans_b = call.form == GemmForm::nt || call.form == GemmForm::nt_swiglu_grad ||
+                       (call.form == GemmForm::dense && call.trans_b);
+  // Where oneDNN runs AMX it multiplies bf16 as bf16 (mixed dtypes it computes in float32).
+  if (!amx || !trans_b || call.in_dtype != Dtype::bf16 || call.b_dtype != Dtype::bf16) return "";
+  // The product's reduction k and output width n: the grouped forms reduce over each weight part's N.
+  const int64_t k = call.form == GemmForm::dense ? call.Kd : call.N / call.parts;
+  const int64_t n = call.form == GemmForm::dense ? call.N : call.Kd;
+  constexpr int64_t kTile = 32;  // bf16 elements of a 64-byte tile row
+  if (k % kTile == 0 && n % kTile == 0) return "";
+  return "oneDNN 2.6's AMX brgemm dies with SIGILL on a transposed bf16 B off its tiles (k = " +
+         std::to_string(k) + ", n = " + std::to_string(n) + "; it takes multiples of 32)";
+}
+
 std::string supports(const GemmCall& call, const GemmThresholds& /*k*/) {
-  if (call.form != GemmForm::nn_s8) return gemm_detail::float_operands(call);
+  if (call.form != GemmForm::nn_s8) {
+    if (std::string why = gemm_detail::float_operands(call); !why.empty()) return why;
+    return amx_transposed_b_refusal(call, amx_brgemm());
+  }
   if (!s8_matmul_available()) return "oneDNN makes no s8 x s8 -> s32 matmul on this CPU";
   if (!s8_exact())
     return std::string("oneDNN's int8 sums at ") + isa_name(dnnl::get_effective_cpu_isa()) +

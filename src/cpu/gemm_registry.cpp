@@ -41,8 +41,7 @@ const std::vector<GemmVariant>& gemm_variants() {
           &amx::grouped_gemm_nn_s8,
           "AMX tiles: bf16 (tdpbf16ps, float32 accumulator tiles) and int8 nn_s8 (tdpbssd, exact int32 "
           "sums), weights packed per call into the tiles' pair or quad-interleaved layout, one work list "
-          "over (expert, column block, row block); the grouped forms of bf16 inputs, no dense kernel; not "
-          "yet measured on AMX hardware"),
+          "over (expert, column block, row block); the grouped forms of bf16 inputs, no dense kernel"),
 #ifdef MOE_HAVE_DPBF16
       MOE_GEMM_VARIANT(
           "dpbf16", dpbf16, IsaLevel::avx512_bf16, true, &dpbf16::grouped_gemm_nn,
