@@ -59,6 +59,15 @@ if want int8; then
   done
   step timeout 150 "$bench" $(issue10_flags reference) "${common[@]}" --iters 3 --warmup 1 --dtype bfloat16 \
     --bench-pass forward,forward_backward --quant-mode none,int8_routed_prequant,int8_routed --stage-timing
+  # Where each forward's time goes, span by span (int8's SwiGLU pass and row quantizations against its
+  # GEMMs, none's fused up projection), one traced call a mode, totals into the log.
+  traces=$(dirname "$log")/traces
+  rm -rf "$traces"
+  for mode in none int8_routed_prequant; do
+    step timeout 60 "$bench" $(issue10_flags reference) "${common[@]}" --iters 2 --warmup 1 --dtype bfloat16 \
+      --bench-pass forward --quant-mode "$mode" --ceiling off --trace-dir "$traces/$mode"
+    trace_spans "$traces/$mode" | tee -a "$log"
+  done
   step timeout 60 "$bench" --tokens 512 --hidden 256 --mlp-dim 128 --experts 8 --topk 2 --shared-expert-dim 128 \
     --impl fused_w13,baseline --dtype bfloat16 --bench-pass forward,forward_backward --iters 1 --warmup 0 \
     --quant-mode int8,int8_routed,int8_all,int8_routed_prequant --threads "$threads" --check

@@ -14,3 +14,14 @@ step() {
   echo "== $*" | tee -a "$log"
   "$@" >>"$log" 2>&1 || { echo "   FAILED (exit $?)" | tee -a "$log"; status=1; }
 }
+# `trace_spans DIR`: each --trace-dir trace under DIR (in run order), its spans' total milliseconds by name
+# (nested spans count in their parent too: quantize_rows and swiglu inside up), for a log without the files.
+trace_spans() {
+  local f
+  for f in $(find "$1" -name trace.json | sort); do
+    echo "   $(basename "$(dirname "$f")")"
+    awk '/"dur":/ { d = $2; gsub(/[",]/, "", d) }
+         /"name":/ && d != "" { k = $2; gsub(/[",]/, "", k); if (!(k in ms)) order[++n] = k; ms[k] += d / 1000; d = "" }
+         END { for (i = 1; i <= n; ++i) printf "     %-20s %10.3f ms\n", order[i], ms[order[i]] }' "$f"
+  done
+}

@@ -185,7 +185,10 @@ class Int8ExpertFfn final : public ExpertFfnOp {
     }
     const GateUp gu =
         traits_.fuse_w13 ? GateUp{h.raw(), at(h, M_), 2 * M_} : GateUp{h.raw(), at(h, rows * M_), M_};
-    swiglu_forward(g.raw(), dt_, gu, dt_, rows, M_, traits_.preweight ? p.row_weight : nullptr);
+    // A span of its own: on AMX the GEMMs are fast enough that this pass is a large part of the stage.
+    tracer_("swiglu", [&] {
+      swiglu_forward(g.raw(), dt_, gu, dt_, rows, M_, traits_.preweight ? p.row_weight : nullptr);
+    });
   }
 
   Int8Kernels k_;
