@@ -244,6 +244,9 @@ class GemmKernels {
   // the candidates through it the first time a shape class is met).
   template <typename Run>
   const GemmRow& choose(const GemmCall& call, Run&& run);
+  // run(choose(call, run)), each row run (measured or chosen) named for a fatal signal's report.
+  template <typename Run>
+  void run_chosen(const GemmCall& call, Run&& run);
   const GemmVariant* preferred(const GemmCall& call) const;
 
   KernelConfig kernel_;

@@ -14,6 +14,7 @@
 #include "bench/sweep.h"
 #include "bench/table.h"
 #include "moe/comm.h"
+#include "moe/fatal_signal.h"
 #include "moe/tensor.h"
 
 namespace moe::bench {
@@ -37,6 +38,7 @@ int dispatch(int argc, char** argv) {
 }  // namespace moe::bench
 
 int main(int argc, char** argv) {
+  moe::install_fatal_signal_report();
   int code = 2;
   try {
     code = moe::bench::dispatch(argc, argv);

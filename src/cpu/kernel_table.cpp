@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "cpu/tuning.h"
+#include "moe/fatal_signal.h"
 #include "moe/gemm.h"
 
 namespace moe {
@@ -221,6 +222,17 @@ bool GemmKernels::same_sums_on_any_thread_count() const {
   return true;
 }
 
+template <typename Run>
+void GemmKernels::run_chosen(const GemmCall& call, Run&& run) {
+  // Every row that runs, auto's candidates too, under a fatal-signal context naming it: a kernel that dies
+  // on this CPU (a library's at some size) says which it was.
+  auto named = [&](const GemmRow& r) {
+    const FatalSignalContext context(std::string("GEMM row ") + r.variant->name + ": " + call.shape_class());
+    run(r);
+  };
+  named(choose(call, named));
+}
+
 // ---- the forms: check what every row relies on, choose, run ------------------------------------------
 
 void GemmKernels::nn(void* out, Dtype out_dtype, const void* lhs, ExpertWeights rhs, Dtype in_dtype,
@@ -230,7 +242,7 @@ void GemmKernels::nn(void* out, Dtype out_dtype, const void* lhs, ExpertWeights 
   auto run = [&](const GemmRow& r) {
     std::get<GemmNnFn>(r.fn)(kernel_.thresholds, out, out_dtype, lhs, rhs, in_dtype, groups, Kd, N);
   };
-  run(choose(call, run));
+  run_chosen(call, run);
 }
 
 void GemmKernels::nn_swiglu(void* h, void* g, Dtype out_dtype, const void* lhs, ExpertWeights rhs,
@@ -242,7 +254,7 @@ void GemmKernels::nn_swiglu(void* h, void* g, Dtype out_dtype, const void* lhs, 
     std::get<GemmNnSwigluFn>(r.fn)(kernel_.thresholds, h, g, out_dtype, lhs, rhs, in_dtype, groups, Kd, M,
                                    row_weight, keep_h);
   };
-  run(choose(call, run));
+  run_chosen(call, run);
 }
 
 void GemmKernels::nt(void* out, Dtype out_dtype, const void* dout, ExpertWeights rhs, Dtype in_dtype,
@@ -256,7 +268,7 @@ void GemmKernels::nt(void* out, Dtype out_dtype, const void* dout, ExpertWeights
     std::get<GemmNtFn>(r.fn)(kernel_.thresholds, out, out_dtype, dout, rhs, in_dtype, groups, Kd, N,
                              accumulate);
   };
-  run(choose(call, run));
+  run_chosen(call, run);
 }
 
 void GemmKernels::nt_swiglu_grad(void* dh, void* dg, const void* dout, ExpertWeights rhs, const void* h,
@@ -268,7 +280,7 @@ void GemmKernels::nt_swiglu_grad(void* dh, void* dg, const void* dout, ExpertWei
     std::get<GemmNtSwigluGradFn>(r.fn)(kernel_.thresholds, dh, dg, dout, rhs, h, dtype, groups, M, N,
                                        row_weight);
   };
-  run(choose(call, run));
+  run_chosen(call, run);
 }
 
 void GemmKernels::tn(void* drhs, Dtype out_dtype, const void* lhs, const void* dout, Dtype in_dtype,
@@ -279,7 +291,7 @@ void GemmKernels::tn(void* drhs, Dtype out_dtype, const void* lhs, const void* d
     std::get<GemmTnFn>(r.fn)(kernel_.thresholds, drhs, out_dtype, lhs, dout, in_dtype, groups, Kd, N,
                              ld_dout);
   };
-  run(choose(call, run));
+  run_chosen(call, run);
 }
 
 void GemmKernels::tn_pair(void* drhs_first, void* drhs_second, Dtype out_dtype, const void* lhs,
@@ -291,7 +303,7 @@ void GemmKernels::tn_pair(void* drhs_first, void* drhs_second, Dtype out_dtype, 
     std::get<GemmTnPairFn>(r.fn)(kernel_.thresholds, drhs_first, drhs_second, out_dtype, lhs, dout_first,
                                  dout_second, in_dtype, groups, Kd, N, ld_dout);
   };
-  run(choose(call, run));
+  run_chosen(call, run);
 }
 
 void GemmKernels::dense(void* out, Dtype out_dtype, const void* a, Dtype a_dtype, const void* b,
@@ -310,7 +322,7 @@ void GemmKernels::dense(void* out, Dtype out_dtype, const void* a, Dtype a_dtype
     std::get<GemmDenseFn>(r.fn)(kernel_.thresholds, out, out_dtype, a, a_dtype, b, b_dtype, R, Kd, N, trans_a,
                                 trans_b);
   };
-  run(choose(call, run));
+  run_chosen(call, run);
 }
 
 void GemmKernels::nn_s8(void* out, Dtype out_dtype, Int8Operands in, GroupedShape groups, int64_t Kd,
@@ -321,7 +333,7 @@ void GemmKernels::nn_s8(void* out, Dtype out_dtype, Int8Operands in, GroupedShap
   auto run = [&](const GemmRow& r) {
     std::get<GemmNnS8Fn>(r.fn)(kernel_.thresholds, out, out_dtype, in, groups, Kd, N, accumulate);
   };
-  run(choose(call, run));
+  run_chosen(call, run);
 }
 
 }  // namespace moe
