@@ -21,6 +21,7 @@
 #include "cpu/backend.h"
 #include "moe/gemm.h"
 #include "moe/rng.h"
+#include "moe/status.h"
 #include "moe/tensor.h"
 
 namespace moe {
@@ -143,6 +144,12 @@ void bench_width(int64_t N, int rounds) {
 
 int main(int argc, char** argv) {
   const int rounds = argc > 1 ? std::max(1, std::atoi(argv[1])) : 7;
+  if (const char* v = std::getenv("MOE_GEMM_VARIANT")) {
+    if (const moe::Status s = moe::check_gemm_variant(v); !s.is_ok()) {
+      std::fprintf(stderr, "moe_bench_nn_s8: error: MOE_GEMM_VARIANT=%s: %s\n", v, s.message().c_str());
+      return 2;
+    }
+  }
   std::printf("gemm: %s\n", moe::gemm_library_version().c_str());
   for (int64_t N : {int64_t(2048), int64_t(1024)}) moe::bench_width(N, rounds);
   return 0;
