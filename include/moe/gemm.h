@@ -150,6 +150,7 @@ struct GemmCall {
   // "nn bf16->bf16 Kd=1024 N=2048 E=16 rows<=1024 parts=2": the shape class auto is tuned for (group
   // rows rounded up to a power of two).
   std::string shape_class() const;
+  bool operator==(const GemmCall&) const = default;
 };
 
 // A GEMM variant: a family of kernels with one library or ISA behind them, and its rows.
@@ -247,6 +248,9 @@ class GemmKernels {
   // run(choose(call, run)), each row run (measured or chosen) named for a fatal signal's report.
   template <typename Run>
   void run_chosen(const GemmCall& call, Run&& run);
+  // "GEMM row <variant>: <shape class>", formatted once per form while its row and call repeat (a
+  // block's every step): the report's text costs a copy, not a format, inside timed calls.
+  const std::string& row_text(const GemmRow& row, const GemmCall& call);
   const GemmVariant* preferred(const GemmCall& call) const;
 
   KernelConfig kernel_;
@@ -255,6 +259,12 @@ class GemmKernels {
   std::map<std::string, const GemmVariant*> decided_;  // shape class -> auto's variant, this table
   std::array<uint32_t, kGemmFormCount> ran_{};         // per form, a bit per variant index that ran
   int64_t measurements_ = 0;
+  struct RowText {
+    const GemmRow* row = nullptr;
+    GemmCall call;
+    std::string text;
+  };
+  std::array<RowText, kGemmFormCount> row_texts_;  // per form, the last row_text
 };
 
 }  // namespace moe

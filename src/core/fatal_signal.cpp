@@ -21,6 +21,16 @@ void set_context(std::string_view what) {
   context_text[n].store('\0', std::memory_order_relaxed);
 }
 
+// The context's text into what (kContextBytes), NUL-terminated: the handler's read and the tests'.
+void read_context(char* what) {
+  size_t i = 0;
+  for (; i < kContextBytes - 1; ++i) {
+    what[i] = context_text[i].load(std::memory_order_relaxed);
+    if (what[i] == '\0') return;
+  }
+  what[i] = '\0';
+}
+
 const char* signal_name(int sig) {
   switch (sig) {
     case SIGILL:
@@ -50,12 +60,7 @@ void report(int sig) {
   line.add("moe-bench: fatal ");
   line.add(signal_name(sig));
   char what[kContextBytes];
-  size_t i = 0;
-  for (; i < kContextBytes - 1; ++i) {
-    what[i] = context_text[i].load(std::memory_order_relaxed);
-    if (what[i] == '\0') break;
-  }
-  what[i] = '\0';
+  read_context(what);
   if (what[0] != '\0') {
     line.add(" while running ");
     line.add(what);
@@ -87,13 +92,9 @@ FatalSignalContext::~FatalSignalContext() {
 }
 
 std::string current_fatal_signal_context() {
-  std::string text;
-  for (size_t i = 0; i < kContextBytes; ++i) {
-    const char c = context_text[i].load(std::memory_order_relaxed);
-    if (c == '\0') break;
-    text.push_back(c);
-  }
-  return text;
+  char what[kContextBytes];
+  read_context(what);
+  return what;
 }
 
 }  // namespace moe

@@ -222,12 +222,22 @@ bool GemmKernels::same_sums_on_any_thread_count() const {
   return true;
 }
 
+const std::string& GemmKernels::row_text(const GemmRow& row, const GemmCall& call) {
+  RowText& last = row_texts_[size_t(call.form)];
+  if (last.row != &row || !(last.call == call)) {
+    last.row = &row;
+    last.call = call;
+    last.text = std::string("GEMM row ") + row.variant->name + ": " + call.shape_class();
+  }
+  return last.text;
+}
+
 template <typename Run>
 void GemmKernels::run_chosen(const GemmCall& call, Run&& run) {
   // Every row that runs, auto's candidates too, under a fatal-signal context naming it: a kernel that dies
   // on this CPU (a library's at some size) says which it was.
   auto named = [&](const GemmRow& r) {
-    const FatalSignalContext context(std::string("GEMM row ") + r.variant->name + ": " + call.shape_class());
+    const FatalSignalContext context(row_text(r, call));
     run(r);
   };
   named(choose(call, named));
