@@ -14,6 +14,10 @@ if ! grep -qx "/$stage/" "$exclude" 2>/dev/null; then
   [[ -s $exclude && $(tail -c1 "$exclude") != "" ]] && echo >>"$exclude"
   echo "/$stage/" >>"$exclude"
 fi
+if [[ ! -x $build/moe-bench || ! -f $build/CTestTestfile.cmake ]]; then
+  echo "stage-prebuilt: $build is no moe-bench build folder (no moe-bench or CTestTestfile.cmake)" >&2
+  exit 2
+fi
 if grep -q 'libmpi' < <(ldd "$build/moe-bench"); then
   echo "stage-prebuilt: $build links MPI, which the remote image lacks: build it with -DMOE_WITH_MPI=OFF" >&2
   exit 2
