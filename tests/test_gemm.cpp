@@ -264,12 +264,13 @@ TEST(GemmTable, ThresholdsComeFromTheKernelConfig) {
   GemmKernels table(k, nullptr);
   Inputs inputs(testing::test_seed());
   const Groups small({16, 3}, false), large({17, 3}, false);
+  // Kd and N whole 32-element tiles: where oneDNN runs AMX its rows take no other bf16 product.
   for (const Groups* g : {&small, &large}) {
-    const Tensor lhs = inputs.random(Dtype::bf16, {g->rows(), 24}),
-                 rhs = inputs.random(Dtype::bf16, {2, 24, 40});
-    Tensor out = nan_filled(Dtype::bf16, {g->rows(), 40});
-    table.nn(out.raw(), Dtype::bf16, lhs.raw(), rhs.raw(), Dtype::bf16, g->shape(), 24, 40);
-    expect_close(out, nn_reference(*g, lhs, Weights{{rhs}, 40}, 24));
+    const Tensor lhs = inputs.random(Dtype::bf16, {g->rows(), 32}),
+                 rhs = inputs.random(Dtype::bf16, {2, 32, 64});
+    Tensor out = nan_filled(Dtype::bf16, {g->rows(), 64});
+    table.nn(out.raw(), Dtype::bf16, lhs.raw(), rhs.raw(), Dtype::bf16, g->shape(), 32, 64);
+    expect_close(out, nn_reference(*g, lhs, Weights{{rhs}, 64}, 32));
     EXPECT_EQ(table.take_choices(), g == &small ? "nn:dpbf16" : "nn:onednn");
   }
 }
@@ -288,9 +289,10 @@ TEST(GemmTable, RowsRunHereAndEndWithTheReference) {
 }
 
 #ifdef MOE_HAVE_ONEDNN
-// oneDNN's AMX brgemm died with SIGILL on transposed bf16 B off its tiles (the AMX host, 16 threads): the
-// onednn rows refuse those calls where oneDNN runs AMX, so the table runs the next row, and take the rest.
-TEST(GemmTable, OnednnLeavesTransposedBf16OffAmxTilesToTheNextRow) {
+// oneDNN's AMX brgemm died with SIGILL on bf16 products off its tiles (the AMX host: transposed B at 16
+// threads, then a dense product at 2): the onednn rows refuse those calls where oneDNN runs AMX, so the
+// table runs the next row, and take the rest.
+TEST(GemmTable, OnednnLeavesBf16OffAmxTilesToTheNextRow) {
   auto call = [](GemmForm form, Dtype dt, int64_t Kd, int64_t N, int parts = 1) {
     GemmCall c;
     c.form = form;
@@ -302,33 +304,39 @@ TEST(GemmTable, OnednnLeavesTransposedBf16OffAmxTilesToTheNextRow) {
     return c;
   };
   const GemmCall crashed = call(GemmForm::nt, Dtype::bf16, 17, 63);  // 65 x 63 x 17 died
-  EXPECT_NE(onednn::amx_transposed_b_refusal(crashed, true), "");
-  EXPECT_EQ(onednn::amx_transposed_b_refusal(crashed, false), "") << "only where oneDNN runs AMX";
-  EXPECT_NE(onednn::amx_transposed_b_refusal(call(GemmForm::nt_swiglu_grad, Dtype::bf16, 1024, 63), true),
-            "");
-  // Two weight parts reduce over N / 2 each: 48 is off the tiles though 96 is on them.
-  EXPECT_NE(onednn::amx_transposed_b_refusal(call(GemmForm::nt, Dtype::bf16, 64, 96, 2), true), "");
-  EXPECT_EQ(onednn::amx_transposed_b_refusal(call(GemmForm::nt, Dtype::bf16, 1024, 4096, 2), true), "");
-  EXPECT_EQ(onednn::amx_transposed_b_refusal(call(GemmForm::nt_swiglu_grad, Dtype::bf16, 1024, 1024), true),
-            "");
-  // float32 (AVX-512 brgemm there), plain B and transposed A ran at every test size.
-  EXPECT_EQ(onednn::amx_transposed_b_refusal(call(GemmForm::nt, Dtype::f32, 17, 63), true), "");
-  EXPECT_EQ(onednn::amx_transposed_b_refusal(call(GemmForm::nn, Dtype::bf16, 17, 63), true), "");
-  EXPECT_EQ(onednn::amx_transposed_b_refusal(call(GemmForm::tn, Dtype::bf16, 17, 63), true), "");
+  EXPECT_NE(onednn::amx_odd_size_refusal(crashed, true), "");
+  EXPECT_EQ(onednn::amx_odd_size_refusal(crashed, false), "") << "only where oneDNN runs AMX";
+  for (GemmForm f :
+       {GemmForm::nn, GemmForm::nn_swiglu, GemmForm::nt_swiglu_grad, GemmForm::tn, GemmForm::tn_pair}) {
+    EXPECT_NE(onednn::amx_odd_size_refusal(call(f, Dtype::bf16, 1024, 63), true), "") << name(f);
+    EXPECT_NE(onednn::amx_odd_size_refusal(call(f, Dtype::bf16, 17, 1024), true), "") << name(f);
+    EXPECT_EQ(onednn::amx_odd_size_refusal(call(f, Dtype::bf16, 1024, 2048), true), "") << name(f);
+  }
+  // Two weight parts are N / 2 wide each: 48 is off the tiles though 96 is on them.
+  EXPECT_NE(onednn::amx_odd_size_refusal(call(GemmForm::nt, Dtype::bf16, 64, 96, 2), true), "");
+  EXPECT_EQ(onednn::amx_odd_size_refusal(call(GemmForm::nt, Dtype::bf16, 1024, 4096, 2), true), "");
+  // float32 (AVX-512 brgemm there) and mixed dtypes (computed in float32) ran at every test size.
+  EXPECT_EQ(onednn::amx_odd_size_refusal(call(GemmForm::nt, Dtype::f32, 17, 63), true), "");
+  GemmCall mixed = call(GemmForm::dense, Dtype::bf16, 63, 17);
+  mixed.in_dtype = Dtype::f32;
+  EXPECT_EQ(onednn::amx_odd_size_refusal(mixed, true), "");
+  // The dense product that died at 2 threads (k = 63, n = 17), whatever its transposes; one of whole tiles
+  // stays.
   GemmCall dense = call(GemmForm::dense, Dtype::bf16, 63, 17);
-  EXPECT_EQ(onednn::amx_transposed_b_refusal(dense, true), "");
-  dense.trans_a = true;
-  EXPECT_EQ(onednn::amx_transposed_b_refusal(dense, true), "");
-  dense.trans_b = true;
-  EXPECT_NE(onednn::amx_transposed_b_refusal(dense, true), "");
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      dense.trans_a = ta;
+      dense.trans_b = tb;
+      EXPECT_NE(onednn::amx_odd_size_refusal(dense, true), "") << ta << tb;
+    }
   dense.Kd = 64;
   dense.N = 2048;
-  EXPECT_EQ(onednn::amx_transposed_b_refusal(dense, true), "");
+  EXPECT_EQ(onednn::amx_odd_size_refusal(dense, true), "");
   // The onednn row answers with it on an AMX CPU, and takes the call elsewhere.
   const GemmVariant* v = gemm_variant("onednn");
   ASSERT_NE(v, nullptr);
   const std::string here = v->supports(crashed, GemmThresholds{});
-  EXPECT_TRUE(here.empty() || here == onednn::amx_transposed_b_refusal(crashed, true)) << here;
+  EXPECT_TRUE(here.empty() || here == onednn::amx_odd_size_refusal(crashed, true)) << here;
 }
 #endif
 

@@ -5,10 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "cpu/tuning.h"
 #include "moe/gemm.h"
@@ -88,6 +92,51 @@ TEST(Tuning, AutoMeasuresOnceKeepsTheFastestAndLaterTablesReadIt) {
   GemmKernels tuned(config_for(path), &retune);
   c.run(tuned);
   EXPECT_EQ(tuned.measurements(), 1);
+}
+
+// One table serves every thread that calls it (the thread comm's ranks share the cpu backend's): threads
+// meeting new shape classes at once measure each class once and agree on its variant, and calls that
+// alternate between classes (each thread's fatal-signal text changes every call) corrupt nothing. Before
+// the table's lock the ranks' concurrent decisions and texts corrupted the heap within a few runs.
+TEST(Tuning, ThreadsCallingOneTableAtOnceMeasureOnceAndAgree) {
+  MOE_SKIP_WITHOUT_A_CHOICE();
+  const uint64_t seed = testing::test_seed();
+  const NnCase c(seed);
+  Tensor a(Dtype::f32, {5, 7}), b(Dtype::f32, {7, 9});
+  for (int64_t i = 0; i < a.numel(); ++i) a.set(i, random_normal(seed, uint64_t(i)));
+  for (int64_t i = 0; i < b.numel(); ++i) b.set(i, random_normal(seed, uint64_t(100 + i)));
+  auto dense = [&](GemmKernels& table) {
+    Tensor out(Dtype::f32, {5, 9});
+    table.dense(out.raw(), Dtype::f32, a.raw(), Dtype::f32, b.raw(), Dtype::f32, 5, 7, 9);
+    return out;
+  };
+  const std::string serial_path = testing::temp_dir("tuning_serial") + "/tuning.json";
+  GemmTuner serial_tuner(serial_path, false);
+  GemmKernels serial(config_for(serial_path), &serial_tuner);
+  c.run(serial);
+  dense(serial);
+  const std::string path = testing::temp_dir("tuning_threads") + "/tuning.json";
+  GemmTuner tuner(path, false);
+  GemmKernels table(config_for(path), &tuner);
+  constexpr int kThreads = 4, kCalls = 40;
+  std::vector<Tensor> nn_out(kThreads), dense_out(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kCalls; ++i) {
+        nn_out[size_t(t)] = c.run(table);
+        dense_out[size_t(t)] = dense(table);
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(table.measurements(), serial.measurements()) << "each class measured once";
+  for (int t = 1; t < kThreads; ++t) {
+    EXPECT_EQ(std::memcmp(nn_out[size_t(t)].raw(), nn_out[0].raw(), nn_out[0].bytes()), 0) << "thread " << t;
+    EXPECT_EQ(std::memcmp(dense_out[size_t(t)].raw(), dense_out[0].raw(), dense_out[0].bytes()), 0) << t;
+  }
+  const Tensor want = c.run(serial);
+  for (int64_t i = 0; i < want.numel(); ++i)
+    ASSERT_NEAR(nn_out[0].get(i), want.get(i), 1e-4 * (1 + std::fabs(want.get(i)))) << i;
 }
 
 // --gemm-variant overrides: nothing measured, nothing written.

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <variant>
 #include <vector>
@@ -238,7 +239,10 @@ class GemmKernels {
   bool same_sums_on_any_thread_count() const;
   // How many shape classes this table has measured (auto's tuning): tests, and the harness's check that
   // no measuring happens inside a timed call.
-  int64_t measurements() const { return measurements_; }
+  int64_t measurements() const {
+    const std::lock_guard<std::recursive_mutex> lock(mutex_);
+    return measurements_;
+  }
 
  private:
   // The row that runs `call`; run(row) calls a row's function with the call's arguments (auto measures
@@ -248,9 +252,9 @@ class GemmKernels {
   // run(choose(call, run)), each row run (measured or chosen) named for a fatal signal's report.
   template <typename Run>
   void run_chosen(const GemmCall& call, Run&& run);
-  // "GEMM row <variant>: <shape class>", formatted once per form while its row and call repeat (a
-  // block's every step): the report's text costs a copy, not a format, inside timed calls.
-  const std::string& row_text(const GemmRow& row, const GemmCall& call);
+  // "GEMM row <variant>: <shape class>", formatted once per form and calling thread while its row and
+  // call repeat (a block's every step): the report's text costs a copy, not a format, inside timed calls.
+  static const std::string& row_text(const GemmRow& row, const GemmCall& call);
   const GemmVariant* preferred(const GemmCall& call) const;
 
   KernelConfig kernel_;
@@ -259,12 +263,9 @@ class GemmKernels {
   std::map<std::string, const GemmVariant*> decided_;  // shape class -> auto's variant, this table
   std::array<uint32_t, kGemmFormCount> ran_{};         // per form, a bit per variant index that ran
   int64_t measurements_ = 0;
-  struct RowText {
-    const GemmRow* row = nullptr;
-    GemmCall call;
-    std::string text;
-  };
-  std::array<RowText, kGemmFormCount> row_texts_;  // per form, the last row_text
+  // One table serves every thread that calls it (the in-process ranks of the thread comm call at once):
+  // auto's decisions, the tuner and the record of what ran change under this lock.
+  mutable std::recursive_mutex mutex_;
 };
 
 }  // namespace moe

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
 
 #include "cpu/combine.h"
 #include "cpu/dispatch.h"
@@ -144,6 +145,8 @@ class CpuBackend final : public Backend {
 
   // One table per KernelConfig (with its tuning file and --tune), one tuner per (file, --tune).
   GemmKernels& table(const KernelConfig& kernel) {
+    // Ranks as threads (the thread comm) make their ops, and so ask for tables, at once.
+    const std::lock_guard<std::mutex> lock(tables_mutex_);
     const std::string path =
         kernel.tuning_file == "none" ? "none" : GemmTuner::resolve_path(kernel.tuning_file);
     const std::string key =
@@ -163,6 +166,7 @@ class CpuBackend final : public Backend {
   KernelConfig current_;
   std::map<std::string, std::unique_ptr<GemmKernels>> tables_;
   std::map<std::string, std::unique_ptr<GemmTuner>> tuners_;
+  std::mutex tables_mutex_;
 };
 
 CpuBackend& the_cpu_backend() {

@@ -729,7 +729,7 @@ void run(Call c) {
     for (int64_t e = 0; e < c.experts; ++e)
       c.most_out_rows =
           std::max(c.most_out_rows, c.live_rows ? c.live_rows[e] : c.group_offset[e + 1] - c.group_offset[e]);
-  static Buffers b;
+  thread_local Buffers b;  // per calling thread: ranks as threads call at once
   if (int(b.views.size()) < threads) {
     b.packed.resize(size_t(threads));
     b.lhs.resize(size_t(threads));

@@ -303,8 +303,8 @@ void grouped_gemm_nn_s8(const GemmThresholds& /*k*/, void* out, Dtype out_dtype,
             {e, g.row0 + r, std::min(kBlockRows, g.live - r), t, std::min(kBlockTiles, tiles - t)});
   }
   if (items.empty()) return;
-  // One growing buffer, reused by every call (one caller at a time, like the kernel table).
-  static Buffer<std::byte> scratch;
+  // One growing buffer per calling thread, reused by its calls (ranks as threads call at once).
+  thread_local Buffer<std::byte> scratch;
   if (scratch.size() < size_t(packed)) scratch = Buffer<std::byte>(size_t(packed));
   const Work work{items.data(),     items.size(),     pack_jobs.data(),
                   pack_jobs.size(), packed_at.data(), reinterpret_cast<uint8_t*>(scratch.data())};

@@ -119,8 +119,11 @@ struct Runtime {
   dnnl::stream stream{engine};
 };
 
+// Per calling thread, as every cache of this file: the in-process multi-rank comm runs ranks as threads
+// that call GEMMs at once (a shared growing buffer or std::map corrupted the heap there); a process of
+// one caller keeps one of each.
 Runtime& runtime() {
-  static Runtime rt;
+  thread_local Runtime rt;
   return rt;
 }
 
@@ -144,9 +147,9 @@ bool bf16_matmul_native() {
 }
 
 // oneDNN 2.6's AMX brgemm reading B transposed in place (weights `ba`) dies with SIGILL at odd sizes
-// (63 x 63 x 17, bf16, on a 16-core Emerald Rapids Xeon: an instruction its JIT emits that the CPU lacks);
-// through its own blocked layout it runs. Where oneDNN runs AMX, a transposed B is always packed first,
-// and only at whole tiles (packed, it died at 65 x 63 x 17: amx_transposed_b_refusal).
+// (63 x 63 x 17, bf16, on a 16-core Emerald Rapids Xeon: an instruction its JIT emits that the CPU lacks).
+// Where oneDNN runs AMX, a transposed B is always packed first, and bf16 products run only at whole
+// tiles (off them it died packed too, and without a transposed B: amx_odd_size_refusal).
 bool amx_brgemm() {
   apply_isa_cap();
   static const bool amx = dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_amx;
@@ -160,14 +163,14 @@ Dtype compute_dtype(Dtype a, Dtype b) {
   return a == Dtype::bf16 && !bf16_matmul_native() ? Dtype::f32 : a;
 }
 
-// One growing buffer per role, reused by every call (single caller, like the plan cache).
+// One growing buffer per role and calling thread, reused by its calls.
 // kScratchPart: a group's part of an operand made contiguous before a matmul stages it (A, B, C).
 // kWidenA, kWidenB, kNarrowC: bf16 operands widened to float32 and a float32 result before it is rounded
 // to bf16, where oneDNN has no bf16 matmul (matmul_in_f32).
 enum ScratchSlot { kScratchA, kScratchB, kScratchC, kScratchPart, kWidenA, kWidenB, kNarrowC, kScratchSlots };
 
 void* scratch(ScratchSlot slot, size_t bytes) {
-  static Buffer<std::byte> buffers[kScratchSlots];
+  thread_local Buffer<std::byte> buffers[kScratchSlots];
   Buffer<std::byte>& buf = buffers[slot];
   if (buf.size() < bytes) buf = Buffer<std::byte>(bytes);
   return buf.data();
@@ -290,7 +293,7 @@ Plan make_plan(const PlanKey& key) {
 }
 
 const Plan& get_plan(const PlanKey& key) {
-  static std::map<PlanKey, Plan> cache;
+  thread_local std::map<PlanKey, Plan> cache;
   auto it = cache.find(key);
   if (it == cache.end()) {
     try {
@@ -440,7 +443,7 @@ struct SliceWorker {
 };
 
 std::vector<SliceWorker>& slice_workers(int threads) {
-  static std::vector<SliceWorker> workers;
+  thread_local std::vector<SliceWorker> workers;
   while (int(workers.size()) < threads) workers.push_back({dnnl::stream(runtime().engine), {}});
   return workers;
 }
@@ -536,7 +539,7 @@ struct S8Plan {
 };
 
 const S8Plan& s8_plan(int64_t m, int64_t k, int64_t n) {
-  static std::map<std::tuple<int64_t, int64_t, int64_t, int>, S8Plan> cache;
+  thread_local std::map<std::tuple<int64_t, int64_t, int64_t, int>, S8Plan> cache;
   const int threads = omp_get_max_threads();
   auto it = cache.find({m, k, n, threads});
   if (it != cache.end()) return it->second;
@@ -775,29 +778,27 @@ bool auto_candidate() {
   return true;
 }
 
-// oneDNN 2.6's AMX brgemm dies with SIGILL on bf16 products with a transposed B at sizes off its tiles,
-// 16 threads on a 16-core Emerald Rapids Xeon (2026-11-27): m x k x n = 65 x 63 x 17 with B packed into its
-// blocked layout and 63 x 63 x 17 reading B^T in place; both ran at 2 threads, and its products with k and
-// n multiples of 1024 (the reference shape's backward) at 16. Whole tiles on both sides stay with it; the
-// others go to the table's next row (the amx kernel, which ran every test case there).
-std::string amx_transposed_b_refusal(const GemmCall& call, bool amx) {
-  const bool trans_b = call.form == GemmForm::nt || call.form == GemmForm::nt_swiglu_grad ||
-                       (call.form == GemmForm::dense && call.trans_b);
+// oneDNN 2.6's AMX brgemm dies with SIGILL on bf16 products at sizes off its tiles, on a 16-core Emerald
+// Rapids Xeon (2026-11-27): m x k x n = 65 x 63 x 17 and 63 x 63 x 17 with B transposed (16 threads; both
+// ran at 2), then a dense 65 x 63 x 17 (k = 63, n = 17) at 2 threads too. Its products with k and n
+// multiples of 32 (every block shape's: H, M and 2M are) ran at 16 threads. So where oneDNN runs AMX its
+// rows take bf16 x bf16 products only when both sizes that are fixed for the call (the reduction and the
+// output width of every product but tn's, whose reduction is a group's rows; tn's Kd and N then) are
+// whole tiles; the others go to the table's next row (the amx kernel, which ran every test case there).
+std::string amx_odd_size_refusal(const GemmCall& call, bool amx) {
   // Where oneDNN runs AMX it multiplies bf16 as bf16 (mixed dtypes it computes in float32).
-  if (!amx || !trans_b || call.in_dtype != Dtype::bf16 || call.b_dtype != Dtype::bf16) return "";
-  // The product's reduction k and output width n: the grouped forms reduce over each weight part's N.
-  const int64_t k = call.form == GemmForm::dense ? call.Kd : call.N / call.parts;
-  const int64_t n = call.form == GemmForm::dense ? call.N : call.Kd;
+  if (!amx || call.in_dtype != Dtype::bf16 || call.b_dtype != Dtype::bf16) return "";
+  const int64_t per_part = call.form == GemmForm::dense ? call.N : call.N / call.parts;
   constexpr int64_t kTile = 32;  // bf16 elements of a 64-byte tile row
-  if (k % kTile == 0 && n % kTile == 0) return "";
-  return "oneDNN 2.6's AMX brgemm dies with SIGILL on a transposed bf16 B off its tiles (k = " +
-         std::to_string(k) + ", n = " + std::to_string(n) + "; it takes multiples of 32)";
+  if (call.Kd % kTile == 0 && per_part % kTile == 0) return "";
+  return "oneDNN 2.6's AMX brgemm dies with SIGILL on bf16 products off its tiles (Kd = " +
+         std::to_string(call.Kd) + ", N = " + std::to_string(per_part) + "; it takes multiples of 32)";
 }
 
 std::string supports(const GemmCall& call, const GemmThresholds& /*k*/) {
   if (call.form != GemmForm::nn_s8) {
     if (std::string why = gemm_detail::float_operands(call); !why.empty()) return why;
-    return amx_transposed_b_refusal(call, amx_brgemm());
+    return amx_odd_size_refusal(call, amx_brgemm());
   }
   if (!s8_matmul_available()) return "oneDNN makes no s8 x s8 -> s32 matmul on this CPU";
   if (!s8_exact())

@@ -75,9 +75,9 @@
 MOE_DECLARE_GEMM_VARIANT(onednn)
 MOE_DECLARE_GEMM_NN_S8(onednn)
 namespace moe::onednn {
-// "" where oneDNN's AMX brgemm can take the call's transposed bf16 B (amx: oneDNN runs AMX here), else
-// why not: supports() asks it with this CPU's answer, the tests with both.
-std::string amx_transposed_b_refusal(const GemmCall& call, bool amx);
+// "" where oneDNN's AMX brgemm can take the call's bf16 product (amx: oneDNN runs AMX here), else why
+// not: supports() asks it with this CPU's answer, the tests with both.
+std::string amx_odd_size_refusal(const GemmCall& call, bool amx);
 }  // namespace moe::onednn
 // dpbf16 is compiled into every build with oneDNN (its file asks GCC for AVX-512 BF16 code) and runs only
 // where isa_level() reaches avx512_bf16. It has no dense kernel (the table runs oneDNN's).

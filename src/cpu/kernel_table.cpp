@@ -129,6 +129,7 @@ GemmKernels::GemmKernels(const KernelConfig& kernel, GemmTuner* tuner) : kernel_
 
 const GemmVariant* GemmKernels::preferred(const GemmCall& call) const {
   if (kernel_.gemm_variant != "auto") return gemm_variant(kernel_.gemm_variant);
+  const std::lock_guard<std::recursive_mutex> lock(mutex_);
   auto it = decided_.find(call.shape_class());
   return it == decided_.end() ? nullptr : it->second;
 }
@@ -145,6 +146,8 @@ const GemmRow& GemmKernels::row_for(const GemmCall& call) const {
 
 template <typename Run>
 const GemmRow& GemmKernels::choose(const GemmCall& call, Run&& run) {
+  // Held while a class is measured too: another thread's call of the class waits for the decision.
+  const std::lock_guard<std::recursive_mutex> lock(mutex_);
   if (kernel_.gemm_variant == "auto" && tuner_ && !call.accumulate) {
     const std::string cls = call.shape_class();
     if (!decided_.count(cls)) {
@@ -191,6 +194,7 @@ const GemmRow& GemmKernels::choose(const GemmCall& call, Run&& run) {
 }
 
 std::string GemmKernels::take_choices() {
+  const std::lock_guard<std::recursive_mutex> lock(mutex_);
   std::string s;
   for (GemmForm f : kGemmForms) {
     if (!ran_[size_t(f)]) continue;
@@ -215,6 +219,7 @@ bool GemmKernels::bf16_arithmetic() const {
 }
 
 bool GemmKernels::same_sums_on_any_thread_count() const {
+  const std::lock_guard<std::recursive_mutex> lock(mutex_);
   uint32_t any = 0;
   for (uint32_t bits : ran_) any |= bits;
   for (size_t i = 0; i < gemm_variants().size(); ++i)
@@ -223,7 +228,13 @@ bool GemmKernels::same_sums_on_any_thread_count() const {
 }
 
 const std::string& GemmKernels::row_text(const GemmRow& row, const GemmCall& call) {
-  RowText& last = row_texts_[size_t(call.form)];
+  struct RowText {
+    const GemmRow* row = nullptr;  // a row belongs to one table: it tells tables apart too
+    GemmCall call;
+    std::string text;
+  };
+  thread_local std::array<RowText, kGemmFormCount> texts;
+  RowText& last = texts[size_t(call.form)];
   if (last.row != &row || !(last.call == call)) {
     last.row = &row;
     last.call = call;
