@@ -6,7 +6,8 @@
 # in-process ceiling and PyTorch eager, and issue 23's int8 GEMM and quant modes. Fastest answers first: a
 # time limit cuts the tail, not the numbers. Log: $OUT/cpu-remote-check.log (or
 # build-remote/cpu-remote-check.log).
-# CPU_CHECK_STEPS (default "isa-tests peak int8 reference suite shapes torch scaling") picks the steps
+# CPU_CHECK_STEPS (default "isa-tests passes peak int8 reference suite shapes torch scaling"; int8-ab on
+# request, with MOE_PREBUILT_BASE=DIR another staged build to compare the int8 forward with) picks the steps
 # after the build; THREADS (default 16) the threads of the timed runs. MOE_PREBUILT=DIR runs a portable
 # build staged on the dev machine (scripts/stage-prebuilt.sh; carry DIR too) instead of building there,
 # which saves the lease the build's minutes and the other compiler's surprises.
@@ -15,7 +16,7 @@ cd "$(dirname "$0")/.."
 source scripts/remote-steps.sh
 source scripts/issue10-shapes.sh
 remote_steps cpu-remote-check build-remote
-steps=" ${CPU_CHECK_STEPS:-isa-tests peak int8 reference suite shapes torch scaling} "
+steps=" ${CPU_CHECK_STEPS:-isa-tests passes peak int8 reference suite shapes torch scaling} "
 want() { [[ $steps == *" $1 "* ]]; }
 threads=${THREADS:-16}
 build=build-remote
@@ -40,8 +41,14 @@ step "$bench" --list --tokens 64 --hidden 32 --mlp-dim 16 --experts 4 --topk 2
 if want isa-tests; then
   # The tests of the kernels this CPU's own instructions run (AMX tiles, oneDNN's AMX and VNNI paths, the
   # int8 GEMMs, the ISA dispatch and the tuning), at the run's threads, before the whole suite.
-  step timeout 240 env OMP_NUM_THREADS="$threads" OMP_WAIT_POLICY=passive "$build/moe_tests" --gtest_brief=1 \
-    --gtest_filter='*amx*:*Amx*:*onednn*:*Onednn*:*Int8*:*int8*:*CpuIsa*:*Peak*:*Tuning*:*KernelTable*'
+  # Not brief: a test killed by a signal prints no summary, so the last test started names it.
+  step timeout 240 env OMP_NUM_THREADS="$threads" OMP_WAIT_POLICY=passive "$build/moe_tests" \
+    --gtest_filter='*amx*:*Amx*:*onednn*:*Onednn*:*Int8*:*int8*:*CpuIsa*:*Peak*:*Tuning*:*KernelTable*:*Swiglu*'
+  grep -E '^\[ RUN|^\[  FAILED|moe-bench: fatal' "$log" | tail -3 | sed 's/^/   last: /' | tee -a "$log"
+fi
+if want passes; then
+  # SwiGLU's passes per ISA level, alone and right after an int8 GEMM.
+  step timeout 120 env OMP_NUM_THREADS="$threads" "$build/moe_bench_swiglu_passes" 5
 fi
 if want peak; then
   step "$bench" --peak --threads 1
@@ -71,6 +78,18 @@ if want int8; then
   step timeout 60 "$bench" --tokens 512 --hidden 256 --mlp-dim 128 --experts 8 --topk 2 --shared-expert-dim 128 \
     --impl fused_w13,baseline --dtype bfloat16 --bench-pass forward,forward_backward --iters 1 --warmup 0 \
     --quant-mode int8,int8_routed,int8_all,int8_routed_prequant --threads "$threads" --check
+fi
+if want int8-ab && [[ -n ${MOE_PREBUILT_BASE:-} ]]; then
+  # The int8 forward of this build against MOE_PREBUILT_BASE's (another commit's staged build), alternately.
+  for round in 1 2; do
+    for bin in "$MOE_PREBUILT_BASE/moe-bench" "$bench"; do
+      echo "== ab $bin round $round" | tee -a "$log"
+      timeout 120 "$bin" $(issue10_flags reference) "${common[@]}" --iters 5 --warmup 1 --dtype bfloat16 \
+        --bench-pass forward,forward_backward --quant-mode none,int8_routed_prequant 2>>"$log" |
+        tee -a "$log" | awk -v bin="$bin" '/^RESULT/ { line = ""; for (i = 1; i <= NF; ++i)
+          if ($i ~ /^(pass|quant_mode|tflops)=/) line = line " " $i; print "   ab " bin line }' | tee -a "$log"
+    done
+  done
 fi
 if want reference; then
   # The reference shape per GEMM variant (auto's measured choice against oneDNN's AMX path, and our amx
@@ -109,7 +128,7 @@ if want scaling; then
       --distribution random --threads "$t" --iters 1 --warmup 1 --ceiling off --dtype bfloat16 --bench-pass forward
   done
 fi
-grep -E "^== |FAILED|tests passed|tests failed|isa level|here: |_(avx2|avx512|amx) |^CHECK|stage quant|^\| |ratio|x bf16 nn" "$log" |
+grep -E "^== |FAILED|tests passed|tests failed|isa level|here: |_(avx2|avx512|amx) |^CHECK|stage quant|^\| |ratio|x bf16 nn|ns/elem|last: |   ab " "$log" |
   cut -c1-300 | tail -90
 grep "^RESULT" "$log" | awk '{ line = ""; for (i = 1; i <= NF; ++i)
   if ($i ~ /^(pass|tokens|topk|threads|quant_mode|gemm_variant|tflops|pct_of_ceiling|pct_of_peak|quant_rel_err|noise_note)=/)

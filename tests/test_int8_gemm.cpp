@@ -14,7 +14,9 @@
 #include <vector>
 
 #include "cpu/gemm_variants.h"
+#include "cpu/quantize_isa.h"
 #include "int8_gemm_cases.h"
+#include "moe/cpu_isa.h"
 #include "moe/gemm.h"
 #include "moe/quantize.h"
 #include "moe/rng.h"
@@ -70,7 +72,29 @@ void expect_round_trip(const Tensor& x, const std::vector<int8_t>& q, const std:
     }
 }
 
-TEST(Quantize, RowsMatchTheReferenceAndRoundTrip) {
+// Each ISA level's instance of the cpu quantization this CPU reaches (cpu/quantize_isa.h; the others
+// SKIPPED with the reason), bit for bit the reference's.
+struct QuantizeLevel {
+  const char* name;
+  IsaLevel level;
+  cpu::QuantizePasses (*passes)();
+};
+const QuantizeLevel kQuantizeLevels[] = {
+    {"baseline", IsaLevel::baseline, &cpu::baseline_quantize_passes},
+    {"avx2", IsaLevel::avx2, &cpu::avx2_quantize_passes},
+    {"avx512_bf16", IsaLevel::avx512_bf16, &cpu::avx512_bf16_quantize_passes}};
+
+class QuantizeAt : public ::testing::TestWithParam<QuantizeLevel> {
+ protected:
+  void SetUp() override {
+    if (isa_level() < GetParam().level)
+      GTEST_SKIP() << GetParam().name << ": this CPU's ISA level is " << isa_level_name(isa_level());
+    q_ = GetParam().passes();
+  }
+  cpu::QuantizePasses q_{};
+};
+
+TEST_P(QuantizeAt, RowsMatchTheReferenceAndRoundTrip) {
   const uint64_t key = testing::test_seed();
   for (Dtype dt : {Dtype::f32, Dtype::bf16})
     for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {7, 33}, {64, 1000}, {130, 65}, {0, 9}}) {
@@ -81,7 +105,7 @@ TEST(Quantize, RowsMatchTheReferenceAndRoundTrip) {
       for (bool transposed : {false, true}) {
         std::vector<int8_t> q(static_cast<size_t>(rows * cols)), qr(q.size());
         std::vector<float> s(static_cast<size_t>(rows)), sr(s.size());
-        cpu::quantize_rows(q.data(), s.data(), x.raw(), dt, rows, cols, cols, transposed);
+        q_.rows(q.data(), s.data(), x.raw(), dt, rows, cols, cols, transposed);
         ref_quant::quantize_rows(qr.data(), sr.data(), x.raw(), dt, rows, cols, cols, transposed);
         expect_bytes_equal(q, qr, transposed ? "rows transposed" : "rows");
         expect_scales_equal(s, sr, "rows");
@@ -98,7 +122,7 @@ TEST(Quantize, RowsMatchTheReferenceAndRoundTrip) {
 // Per token, then gathered: a dispatched buffer (each token's row copied to its assignments' rows in
 // scattered order, a dropped assignment, a token with none) gives the values of quantizing every row,
 // on both implementations; rows that are no token's are left alone.
-TEST(Quantize, TokenRowsEqualEveryRowQuantized) {
+TEST_P(QuantizeAt, TokenRowsEqualEveryRowQuantized) {
   const uint64_t key = testing::test_seed() + 2;
   const int64_t tokens = 9, topk = 3, cols = 70, rows = tokens * topk + 2;  // two rows nobody's
   for (Dtype dt : {Dtype::f32, Dtype::bf16}) {
@@ -119,7 +143,7 @@ TEST(Quantize, TokenRowsEqualEveryRowQuantized) {
     std::vector<float> every_s(static_cast<size_t>(rows)), s(every_s.size(), -1.0f),
         sr(every_s.size(), -1.0f);
     ref_quant::quantize_rows(every.data(), every_s.data(), rows_x.raw(), dt, rows, cols, cols);
-    cpu::quantize_token_rows(q.data(), s.data(), rows_x.raw(), dt, tokens, topk, cols, assignment_row.data());
+    q_.token_rows(q.data(), s.data(), rows_x.raw(), dt, tokens, topk, cols, assignment_row.data());
     ref_quant::quantize_token_rows(qr.data(), sr.data(), rows_x.raw(), dt, tokens, topk, cols,
                                    assignment_row.data());
     expect_bytes_equal(q, qr, "token rows");
@@ -138,7 +162,7 @@ TEST(Quantize, TokenRowsEqualEveryRowQuantized) {
   }
 }
 
-TEST(Quantize, ExpertsAndColumnsMatchTheReference) {
+TEST_P(QuantizeAt, ExpertsAndColumnsMatchTheReference) {
   const uint64_t key = testing::test_seed() + 1;
   for (Dtype dt : {Dtype::f32, Dtype::bf16})
     for (int parts : {1, 2})
@@ -154,7 +178,7 @@ TEST(Quantize, ExpertsAndColumnsMatchTheReference) {
             parts == 1 ? ExpertWeights(w[0].raw()) : ExpertWeights(w[0].raw(), w[1].raw());
         std::vector<int8_t> q(static_cast<size_t>(E * Kd * N)), qr(q.size());
         std::vector<float> s(static_cast<size_t>(E)), sr(s.size());
-        cpu::quantize_experts(q.data(), s.data(), view, dt, E, Kd, N, transposed);
+        q_.experts(q.data(), s.data(), view, dt, E, Kd, N, transposed);
         ref_quant::quantize_experts(qr.data(), sr.data(), view, dt, E, Kd, N, transposed);
         expect_bytes_equal(q, qr, "experts");
         expect_scales_equal(s, sr, "experts");
@@ -166,13 +190,28 @@ TEST(Quantize, ExpertsAndColumnsMatchTheReference) {
     for (int64_t k = 0; k < Kd; ++k) w.set(k * N + 4, 0.0f);  // a zero column
     std::vector<int8_t> q(static_cast<size_t>(Kd * N)), qr(q.size());
     std::vector<float> s(static_cast<size_t>(N)), sr(s.size());
-    cpu::quantize_columns(q.data(), s.data(), w.raw(), dt, Kd, N);
+    q_.columns(q.data(), s.data(), w.raw(), dt, Kd, N);
     ref_quant::quantize_columns(qr.data(), sr.data(), w.raw(), dt, Kd, N);
     expect_bytes_equal(q, qr, "columns");
     expect_scales_equal(s, sr, "columns");
     expect_round_trip(w, qr, sr, Kd, N, false);
     EXPECT_EQ(sr[4], FLT_MIN);
   }
+}
+
+INSTANTIATE_TEST_SUITE_P(Isa, QuantizeAt, ::testing::ValuesIn(kQuantizeLevels),
+                         [](const ::testing::TestParamInfo<QuantizeLevel>& info) {
+                           return std::string(info.param.name);
+                         });
+
+// The entry points run the best level this CPU reaches.
+TEST(Quantize, EntryPointsRunTheBestLevelHere) {
+  const IsaLevel level = isa_level();
+  const auto expected = level >= IsaLevel::avx512_bf16 ? &cpu::avx512_bf16_quantize_passes
+                        : level >= IsaLevel::avx2      ? &cpu::avx2_quantize_passes
+                                                       : &cpu::baseline_quantize_passes;
+  EXPECT_EQ(cpu::quantize_passes().rows, expected().rows) << isa_level_name(level);
+  EXPECT_EQ(cpu::quantize_passes().token_rows, expected().token_rows);
 }
 
 TEST(Quantize, TheSeedsRules) {

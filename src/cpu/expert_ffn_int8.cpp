@@ -25,8 +25,8 @@ struct Quantized {
 };
 
 // Forward (per group of the plan's rows; fused impls shown, others use w1 and w3 apart):
-//   xq = quant_rows(x_rows);  h = nn_s8(xq, quant_expert(w13))  [run dtype];  g = SwiGLU(h) (* weight)
-//   gq = quant_rows(g);       y = nn_s8(gq, quant_expert(w2))   [run dtype]
+//   xq = quant_rows(x_rows);  h = nn_s8(xq, quant_expert(w13))  [run dtype]
+//   g = SwiGLU(h) (* weight), gq = quant_rows(g)  [one pass, in up];  y = nn_s8(gq, quant_expert(w2))
 // Backward (the seed's rule for prequant, our straight-through estimator for the others: the same int8
 // data-gradient GEMMs with the forward's quantized weights transposed, float weight gradients):
 //   dW2 = g^T dy;  dg = nn_s8(quant_rows(dy), w2q^T);  dh = SwiGLU'(dg, h)
@@ -70,23 +70,21 @@ class Int8ExpertFfn final : public ExpertFfnOp {
     }
   }
 
+  // up leaves g quantized for down (gq_): the SwiGLU pass quantizes each row it makes.
   void up(const Tensor& x_rows, const FfnWeights& w, const DispatchPlan& plan) override {
-    compute_up(remat_ ? dh_ : h_, remat_ ? dg_ : g_, x_rows, w, host_view(plan));
+    compute_up(remat_ ? dh_ : h_, remat_ ? dg_ : g_, &gq_, x_rows, w, host_view(plan));
   }
 
   void down(Tensor& y_rows, const FfnWeights& w, const DispatchPlan& plan) override {
     const HostPlan p = host_view(plan);
-    Tensor& g = remat_ ? dg_ : g_;
-    const Weight w2 = down_weight(w, /*transposed=*/false);
-    tracer_("quantize_rows", [&] { quantize_rows(gq_, g.raw(), p.rows, M_, M_); });
-    k_.gemm.nn_s8(y_rows.raw(), dt_, operands(gq_, w2), groups(p), M_, H_);
+    k_.gemm.nn_s8(y_rows.raw(), dt_, operands(gq_, down_weight(w, /*transposed=*/false)), groups(p), M_, H_);
   }
 
   void backward(Tensor& dx_rows, FfnWeightGrads& dw, const Tensor& dy_rows, const Tensor& x_rows,
                 const FfnWeights& w, const DispatchPlan& plan) override {
     const HostPlan p = host_view(plan);
     const int64_t rows = p.rows, H = H_, M = M_;
-    if (remat_) tracer_("remat_up", [&] { compute_up(h_, g_, x_rows, w, p); });
+    if (remat_) tracer_("remat_up", [&] { compute_up(h_, g_, nullptr, x_rows, w, p); });
     const float* row_weight = traits_.preweight ? p.row_weight : nullptr;
     const GroupedShape gs = groups(p);
     // The transposed weights first: on-the-fly modes quantize them in a stage of their own.
@@ -167,7 +165,9 @@ class Int8ExpertFfn final : public ExpertFfnOp {
     return view(q);
   }
 
-  void compute_up(Tensor& h, Tensor& g, const Tensor& x_rows, const FfnWeights& w, const HostPlan& p) {
+  // h and g of the plan's rows, and g quantized per row into gq unless it is nullptr.
+  void compute_up(Tensor& h, Tensor& g, Quantized* gq, const Tensor& x_rows, const FfnWeights& w,
+                  const HostPlan& p) {
     const int64_t rows = p.rows;
     tracer_("quantize_rows", [&] {
       if (per_token_) {
@@ -185,9 +185,16 @@ class Int8ExpertFfn final : public ExpertFfnOp {
     }
     const GateUp gu =
         traits_.fuse_w13 ? GateUp{h.raw(), at(h, M_), 2 * M_} : GateUp{h.raw(), at(h, rows * M_), M_};
-    // A span of its own: on AMX the GEMMs are fast enough that this pass is a large part of the stage.
-    tracer_("swiglu", [&] {
-      swiglu_forward(g.raw(), dt_, gu, dt_, rows, M_, traits_.preweight ? p.row_weight : nullptr);
+    const float* row_weight = traits_.preweight ? p.row_weight : nullptr;
+    // Spans of their own: on AMX the GEMMs are fast enough that this pass is a large part of the stage.
+    if (!gq) {
+      tracer_("swiglu", [&] { swiglu_forward(g.raw(), dt_, gu, dt_, rows, M_, row_weight); });
+      return;
+    }
+    // g's rows quantized while they are in L1 (down's input), not in a pass over g of their own.
+    tracer_("swiglu_quantize_rows", [&] {
+      swiglu_forward_quantized(g.raw(), dt_, gq->q.data<int8_t>(), gq->scale.data<float>(), gu, dt_, rows, M_,
+                               row_weight);
     });
   }
 

@@ -2,6 +2,7 @@
 // backward. a and b are the gate and up halves; they live either in one fused row buffer
 // h (rows, 2M) (a = h, b = h + M, ld = 2M) or in two separate buffers (ld = M). Rows are processed
 // in float; storage is the run dtype. Used for the routed rows and (in f32) for the shared expert.
+// Compiled per ISA level (swiglu_isa.h); these run the best one this CPU has.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +27,11 @@ struct GateUpGrad {
 void swiglu_forward(void* g, Dtype g_dt, GateUp in, Dtype in_dt, int64_t rows, int64_t M,
                     const float* row_weight);
 // row_weight (rows) or nullptr
+
+// swiglu_forward, and each row of g as stored quantized per row in the same pass (the int8 modes' next
+// GEMM input; bitwise quantize_rows(g)): gq (rows, M) s8, g_scale (rows).
+void swiglu_forward_quantized(void* g, Dtype g_dt, int8_t* gq, float* g_scale, GateUp in, Dtype in_dt,
+                              int64_t rows, int64_t M, const float* row_weight);
 
 // Given dg = dL/dg (rows, M) of the forward above (in in_dt, like a and b): da = dg*w * b * silu'(a),
 // db = dg*w * silu(a), written in out_dt.

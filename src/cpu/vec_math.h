@@ -10,8 +10,9 @@
 
 #include "moe/dtype.h"
 
-// A file whose code GCC makes for AVX-512 BF16 by `#pragma GCC target` (which defines no __AVX512*__
-// macro) defines MOE_TARGET_AVX512_BF16 before it includes this header.
+// A file whose code GCC makes for AVX-512 BF16 or AVX2 by `#pragma GCC target` (which defines no
+// __AVX512*__ or __AVX2__ macro) defines MOE_TARGET_AVX512_BF16 or MOE_TARGET_AVX2 before it includes
+// this header.
 #if defined(__AVX512BF16__) || defined(MOE_TARGET_AVX512_BF16)
 #define MOE_VEC_AVX512F 1
 #define MOE_VEC_AVX512BF16 1
@@ -30,7 +31,7 @@
 #define MOE_VEC_ISA isa_avx512_bf16
 #elif defined(MOE_VEC_AVX512F)
 #define MOE_VEC_ISA isa_avx512
-#elif defined(__AVX2__)
+#elif defined(__AVX2__) || defined(MOE_TARGET_AVX2)
 #define MOE_VEC_ISA isa_avx2
 #else
 #define MOE_VEC_ISA isa_baseline
