@@ -80,14 +80,16 @@ if want int8; then
     --quant-mode int8,int8_routed,int8_all,int8_routed_prequant --threads "$threads" --check
 fi
 if want int8-ab && [[ -n ${MOE_PREBUILT_BASE:-} ]]; then
-  # The int8 forward of this build against MOE_PREBUILT_BASE's (another commit's staged build), alternately.
+  # The int8 forward of this build against MOE_PREBUILT_BASE's (another commit's staged build), alternately,
+  # each with a tuning file of its own (a shared one hands the second binary the first one's kernel choices).
   for round in 1 2; do
     for bin in "$MOE_PREBUILT_BASE/moe-bench" "$bench"; do
       echo "== ab $bin round $round" | tee -a "$log"
-      timeout 120 "$bin" $(issue10_flags reference) "${common[@]}" --iters 5 --warmup 1 --dtype bfloat16 \
+      MOE_TUNING_FILE="$(dirname "$log")/tuning-$(basename "$(dirname "$bin")").json" \
+        timeout 120 "$bin" $(issue10_flags reference) "${common[@]}" --iters 5 --warmup 1 --dtype bfloat16 \
         --bench-pass forward,forward_backward --quant-mode none,int8_routed_prequant 2>>"$log" |
         tee -a "$log" | awk -v bin="$bin" '/^RESULT/ { line = ""; for (i = 1; i <= NF; ++i)
-          if ($i ~ /^(pass|quant_mode|tflops)=/) line = line " " $i; print "   ab " bin line }' | tee -a "$log"
+          if ($i ~ /^(pass|time_median_s|quant_rel_err|gemm_kernels)=/) line = line " " $i; print "   ab " bin line }' | tee -a "$log"
     done
   done
 fi

@@ -1,11 +1,11 @@
-// SwiGLU's passes (cpu/swiglu.h) at each ISA level this CPU reaches (cpu/swiglu_isa.h), at issue 23's
-// rows: 16384 rows (T = 8192, K = 2) of M = 1024, bf16, gate and up in one (rows, 2M) buffer. Each pass
-// alone, and right after an int8 grouped GEMM of the kernel table's choice (the GEMM untimed: on the AMX
-// host the passes after AMX/AVX-512 code took several times their time alone, this separates the two).
+// SwiGLU's passes (cpu/swiglu.h) at each ISA level this CPU reaches (cpu/swiglu_isa.h), by default at issue
+// 23's rows: 16384 rows (T = 8192, K = 2) of M = 1024, bf16, gate and up in one (rows, 2M) buffer. Each pass
+// alone, and right after an int8 grouped GEMM of the kernel table's choice (the GEMM untimed: whether code
+// after AMX/AVX-512 kernels pays a transition; on the AMX host it did not, docs/kernels.md "Session 17").
 // Candidates interleaved round by round, best of the rounds kept. Prints milliseconds, GB/s of the
 // pass's reads and writes, and nanoseconds an element a thread.
 //
-//   moe_bench_swiglu_passes [rounds=5]
+//   moe_bench_swiglu_passes [rounds=5] [rows=16384] [M=1024]   (small rows: the passes from cache)
 #include <omp.h>
 
 #include <algorithm>
@@ -26,7 +26,7 @@
 namespace moe {
 namespace {
 
-constexpr int64_t kRows = 16384, kM = 1024, kHidden = 1024, kExperts = 16;
+constexpr int64_t kHidden = 1024, kExperts = 16;
 
 struct Candidate {
   std::string name;
@@ -41,31 +41,33 @@ double seconds_of(const std::function<void()>& fn) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-int run(int rounds) {
-  Buffer<bf16_t> h(size_t(kRows * 2 * kM)), g(size_t(kRows * kM)), dg(size_t(kRows * kM)),
-      dh(size_t(kRows * 2 * kM));
-  Buffer<int8_t> gq(size_t(kRows * kM)), x8(size_t(kRows * kHidden)), w8(size_t(kExperts * kHidden * kM));
-  std::vector<float> scale(static_cast<size_t>(kRows)), weight(static_cast<size_t>(kRows), 0.5f),
-      xs(static_cast<size_t>(kRows), 1e-3f), ws(static_cast<size_t>(kExperts), 1e-3f);
-  Buffer<float> y(size_t(kRows * kM));
+int run(int rounds, int64_t rows, int64_t M) {
+  Buffer<bf16_t> h(size_t(rows * 2 * M)), g(size_t(rows * M)), dg(size_t(rows * M)), dh(size_t(rows * 2 * M));
+  Buffer<int8_t> gq(size_t(rows * M)), x8(size_t(rows * kHidden)), w8(size_t(kExperts * kHidden * M));
+  std::vector<float> scale(static_cast<size_t>(rows)), weight(static_cast<size_t>(rows), 0.5f),
+      xs(static_cast<size_t>(rows), 1e-3f), ws(static_cast<size_t>(kExperts), 1e-3f);
+  Buffer<float> y(size_t(rows * M));
 #pragma omp parallel for
-  for (int64_t i = 0; i < kRows * 2 * kM; ++i) {
-    h.data()[i] = f32_to_bf16(float(random_normal(1, uint64_t(i))));
-    if (i < kRows * kM) dg.data()[i] = f32_to_bf16(float(random_normal(2, uint64_t(i))));
-    if (i < kRows * kHidden) x8.data()[i] = int8_t(int64_t(random_bits(3, uint64_t(i)) % 255) - 127);
-    if (i < kExperts * kHidden * kM) w8.data()[i] = int8_t(int64_t(random_bits(4, uint64_t(i)) % 255) - 127);
-  }
+  for (int64_t i = 0; i < rows * 2 * M; ++i) h.data()[i] = f32_to_bf16(float(random_normal(1, uint64_t(i))));
+#pragma omp parallel for
+  for (int64_t i = 0; i < rows * M; ++i) dg.data()[i] = f32_to_bf16(float(random_normal(2, uint64_t(i))));
+#pragma omp parallel for
+  for (int64_t i = 0; i < rows * kHidden; ++i)
+    x8.data()[i] = int8_t(int64_t(random_bits(3, uint64_t(i)) % 255) - 127);
+#pragma omp parallel for
+  for (int64_t i = 0; i < kExperts * kHidden * M; ++i)
+    w8.data()[i] = int8_t(int64_t(random_bits(4, uint64_t(i)) % 255) - 127);
   std::vector<int64_t> off;
-  for (int64_t e = 0; e <= kExperts; ++e) off.push_back(e * kRows / kExperts);
+  for (int64_t e = 0; e <= kExperts; ++e) off.push_back(e * rows / kExperts);
   const GroupedShape groups{off.data(), kExperts};
   KernelConfig k;
   k.tuning_file = "none";
   GemmKernels& table = cpu::cpu_gemm_kernels(k);
   const Int8Operands in{x8.data(), xs.data(), w8.data(), ws.data()};
-  auto gemm = [&] { table.nn_s8(y.data(), Dtype::f32, in, groups, kHidden, kM); };
+  auto gemm = [&] { table.nn_s8(y.data(), Dtype::f32, in, groups, kHidden, M); };
 
-  const cpu::GateUp gu{h.data(), h.data() + kM, 2 * kM};
-  const cpu::GateUpGrad dgu{dh.data(), dh.data() + kM, 2 * kM};
+  const cpu::GateUp gu{h.data(), h.data() + M, 2 * M};
+  const cpu::GateUpGrad dgu{dh.data(), dh.data() + M, 2 * M};
   struct Level {
     const char* name;
     IsaLevel level;
@@ -74,25 +76,26 @@ int run(int rounds) {
   const Level levels[] = {{"baseline", IsaLevel::baseline, cpu::baseline_swiglu_passes()},
                           {"avx2", IsaLevel::avx2, cpu::avx2_swiglu_passes()},
                           {"avx512_bf16", IsaLevel::avx512_bf16, cpu::avx512_bf16_swiglu_passes()}};
-  const double elems = double(kRows * kM);
+  const double elems = double(rows * M);
   std::vector<Candidate> c;
   for (const Level& l : levels) {
     if (isa_level() < l.level) continue;
     const cpu::SwigluPasses p = l.passes;
     const std::string at = std::string(" ") + l.name;
     // bytes: h read (2 x 2), g written (2, and read back for its fetch), gq (1)
-    c.push_back({"forward" + at,
-                 [p, &g, &gu] { p.forward(g.data(), Dtype::bf16, gu, Dtype::bf16, kRows, kM, nullptr); },
-                 elems * 8});
+    c.push_back(
+        {"forward" + at,
+         [p, &g, &gu, rows, M] { p.forward(g.data(), Dtype::bf16, gu, Dtype::bf16, rows, M, nullptr); },
+         elems * 8});
     c.push_back({"forward_quantized" + at,
-                 [p, &g, &gq, &scale, &weight, &gu] {
-                   p.forward_quantized(g.data(), Dtype::bf16, gq.data(), scale.data(), gu, Dtype::bf16, kRows,
-                                       kM, weight.data());
+                 [p, &g, &gq, &scale, &weight, &gu, rows, M] {
+                   p.forward_quantized(g.data(), Dtype::bf16, gq.data(), scale.data(), gu, Dtype::bf16, rows,
+                                       M, weight.data());
                  },
                  elems * 9});
     c.push_back({"backward" + at,
-                 [p, &dg, &dgu, &gu] {
-                   p.backward(dgu, Dtype::bf16, dg.data(), gu, Dtype::bf16, kRows, kM, nullptr);
+                 [p, &dg, &dgu, &gu, rows, M] {
+                   p.backward(dgu, Dtype::bf16, dg.data(), gu, Dtype::bf16, rows, M, nullptr);
                  },
                  elems * 14});
   }
@@ -107,7 +110,7 @@ int run(int rounds) {
   const int threads = omp_get_max_threads();
   std::printf(
       "rows %lld, M = %lld, bf16, %d threads, ISA level %s, best of %d; then after an nn_s8 GEMM (%s)\n",
-      (long long)kRows, (long long)kM, threads, isa_level_name(isa_level()), rounds,
+      (long long)rows, (long long)M, threads, isa_level_name(isa_level()), rounds,
       table.take_choices().c_str());
   for (size_t i = 0; i < c.size(); ++i)
     std::printf("  %-30s %8.2f ms %7.1f GB/s %6.2f ns/elem/thread   after the GEMM %8.2f ms\n",
@@ -120,5 +123,11 @@ int run(int rounds) {
 }  // namespace moe
 
 int main(int argc, char** argv) {
-  return moe::run(argc > 1 ? std::max(1, std::atoi(argv[1])) : 5);
+  const int64_t rows = argc > 2 ? std::atoll(argv[2]) : 16384, M = argc > 3 ? std::atoll(argv[3]) : 1024;
+  if (rows < moe::kExperts || M < 1) {
+    std::fprintf(stderr, "moe_bench_swiglu_passes: error: rows >= %lld and M >= 1 (got %lld, %lld)\n",
+                 (long long)moe::kExperts, (long long)rows, (long long)M);
+    return 2;
+  }
+  return moe::run(argc > 1 ? std::max(1, std::atoi(argv[1])) : 5, rows, M);
 }
