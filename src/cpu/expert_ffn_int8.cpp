@@ -193,8 +193,8 @@ class Int8ExpertFfn final : public ExpertFfnOp {
     }
     // g's rows quantized while they are in L1 (down's input), not in a pass over g of their own.
     tracer_("swiglu_quantize_rows", [&] {
-      swiglu_forward_quantized(g.raw(), dt_, gq->q.data<int8_t>(), gq->scale.data<float>(), gu, dt_, rows, M_,
-                               row_weight);
+      k_.swiglu_quantized(g.raw(), dt_, gq->q.data<int8_t>(), gq->scale.data<float>(), gu, dt_, rows, M_,
+                          row_weight);
     });
   }
 
@@ -217,8 +217,8 @@ class Int8ExpertFfn final : public ExpertFfnOp {
 }  // namespace
 
 Int8Kernels cpu_int8_kernels(const KernelConfig& kernel) {
-  return {cpu_gemm_kernels(kernel), &cpu::quantize_rows, &cpu::quantize_experts, &cpu::quantize_columns,
-          &cpu::quantize_token_rows};
+  return {cpu_gemm_kernels(kernel), &cpu::quantize_rows,       &cpu::quantize_experts,
+          &cpu::quantize_columns,   &cpu::quantize_token_rows, &swiglu_forward_quantized};
 }
 
 std::unique_ptr<ExpertFfnOp> make_int8_expert_ffn(const OpContext& ctx, Int8Kernels kernels) {

@@ -80,8 +80,8 @@ class Int8SharedExpert final : public SharedExpertOp {
     }
     // g's rows quantized while they are in L1, not in a pass over g of their own.
     tracer_("swiglu_quantize_rows", [&] {
-      swiglu_forward_quantized(gs_.raw(), Dtype::f32, gq_.q.data<int8_t>(), gq_.scale.data<float>(), gu,
-                               Dtype::f32, T, S, nullptr);
+      k_.swiglu_quantized(gs_.raw(), Dtype::f32, gq_.q.data<int8_t>(), gq_.scale.data<float>(), gu,
+                          Dtype::f32, T, S, nullptr);
     });
     tracer_("quantize_weights", [&] { quantize_columns(down_q_, w.w2.raw(), S, H); });
     k_.gemm.nn_s8(out.raw(), Dtype::f32, operands(gq_, down_q_), dense(), S, H);
