@@ -16,6 +16,7 @@
 #include "cpu/gemm_variants.h"
 #include "cpu/quantize_isa.h"
 #include "int8_gemm_cases.h"
+#include "isa_instances.h"
 #include "moe/cpu_isa.h"
 #include "moe/gemm.h"
 #include "moe/quantize.h"
@@ -74,25 +75,9 @@ void expect_round_trip(const Tensor& x, const std::vector<int8_t>& q, const std:
 
 // Each ISA level's instance of the cpu quantization this CPU reaches (cpu/quantize_isa.h; the others
 // SKIPPED with the reason), bit for bit the reference's.
-struct QuantizeLevel {
-  const char* name;
-  IsaLevel level;
-  cpu::QuantizePasses (*passes)();
-};
-const QuantizeLevel kQuantizeLevels[] = {
-    {"baseline", IsaLevel::baseline, &cpu::baseline_quantize_passes},
-    {"avx2", IsaLevel::avx2, &cpu::avx2_quantize_passes},
-    {"avx512_bf16", IsaLevel::avx512_bf16, &cpu::avx512_bf16_quantize_passes}};
-
-class QuantizeAt : public ::testing::TestWithParam<QuantizeLevel> {
- protected:
-  void SetUp() override {
-    if (isa_level() < GetParam().level)
-      GTEST_SKIP() << GetParam().name << ": this CPU's ISA level is " << isa_level_name(isa_level());
-    q_ = GetParam().passes();
-  }
-  cpu::QuantizePasses q_{};
-};
+const auto kQuantizeLevels = testing::isa_instances(
+    &cpu::baseline_quantize_passes, &cpu::avx2_quantize_passes, &cpu::avx512_bf16_quantize_passes);
+using QuantizeAt = testing::IsaInstanceTest<cpu::QuantizePasses>;
 
 TEST_P(QuantizeAt, RowsMatchTheReferenceAndRoundTrip) {
   const uint64_t key = testing::test_seed();
@@ -105,7 +90,7 @@ TEST_P(QuantizeAt, RowsMatchTheReferenceAndRoundTrip) {
       for (bool transposed : {false, true}) {
         std::vector<int8_t> q(static_cast<size_t>(rows * cols)), qr(q.size());
         std::vector<float> s(static_cast<size_t>(rows)), sr(s.size());
-        q_.rows(q.data(), s.data(), x.raw(), dt, rows, cols, cols, transposed);
+        passes_.rows(q.data(), s.data(), x.raw(), dt, rows, cols, cols, transposed);
         ref_quant::quantize_rows(qr.data(), sr.data(), x.raw(), dt, rows, cols, cols, transposed);
         expect_bytes_equal(q, qr, transposed ? "rows transposed" : "rows");
         expect_scales_equal(s, sr, "rows");
@@ -143,7 +128,7 @@ TEST_P(QuantizeAt, TokenRowsEqualEveryRowQuantized) {
     std::vector<float> every_s(static_cast<size_t>(rows)), s(every_s.size(), -1.0f),
         sr(every_s.size(), -1.0f);
     ref_quant::quantize_rows(every.data(), every_s.data(), rows_x.raw(), dt, rows, cols, cols);
-    q_.token_rows(q.data(), s.data(), rows_x.raw(), dt, tokens, topk, cols, assignment_row.data());
+    passes_.token_rows(q.data(), s.data(), rows_x.raw(), dt, tokens, topk, cols, assignment_row.data());
     ref_quant::quantize_token_rows(qr.data(), sr.data(), rows_x.raw(), dt, tokens, topk, cols,
                                    assignment_row.data());
     expect_bytes_equal(q, qr, "token rows");
@@ -178,7 +163,7 @@ TEST_P(QuantizeAt, ExpertsAndColumnsMatchTheReference) {
             parts == 1 ? ExpertWeights(w[0].raw()) : ExpertWeights(w[0].raw(), w[1].raw());
         std::vector<int8_t> q(static_cast<size_t>(E * Kd * N)), qr(q.size());
         std::vector<float> s(static_cast<size_t>(E)), sr(s.size());
-        q_.experts(q.data(), s.data(), view, dt, E, Kd, N, transposed);
+        passes_.experts(q.data(), s.data(), view, dt, E, Kd, N, transposed);
         ref_quant::quantize_experts(qr.data(), sr.data(), view, dt, E, Kd, N, transposed);
         expect_bytes_equal(q, qr, "experts");
         expect_scales_equal(s, sr, "experts");
@@ -190,7 +175,7 @@ TEST_P(QuantizeAt, ExpertsAndColumnsMatchTheReference) {
     for (int64_t k = 0; k < Kd; ++k) w.set(k * N + 4, 0.0f);  // a zero column
     std::vector<int8_t> q(static_cast<size_t>(Kd * N)), qr(q.size());
     std::vector<float> s(static_cast<size_t>(N)), sr(s.size());
-    q_.columns(q.data(), s.data(), w.raw(), dt, Kd, N);
+    passes_.columns(q.data(), s.data(), w.raw(), dt, Kd, N);
     ref_quant::quantize_columns(qr.data(), sr.data(), w.raw(), dt, Kd, N);
     expect_bytes_equal(q, qr, "columns");
     expect_scales_equal(s, sr, "columns");
@@ -200,9 +185,7 @@ TEST_P(QuantizeAt, ExpertsAndColumnsMatchTheReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Isa, QuantizeAt, ::testing::ValuesIn(kQuantizeLevels),
-                         [](const ::testing::TestParamInfo<QuantizeLevel>& info) {
-                           return std::string(info.param.name);
-                         });
+                         testing::isa_instance_name<cpu::QuantizePasses>);
 
 // The entry points run the best level this CPU reaches.
 TEST(Quantize, EntryPointsRunTheBestLevelHere) {

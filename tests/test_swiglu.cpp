@@ -12,6 +12,7 @@
 
 #include "cpu/swiglu.h"
 #include "cpu/swiglu_isa.h"
+#include "isa_instances.h"
 #include "moe/cpu_isa.h"
 #include "moe/quantize.h"
 #include "moe/rng.h"
@@ -22,14 +23,8 @@
 namespace moe {
 namespace {
 
-struct Level {
-  const char* name;
-  IsaLevel level;
-  cpu::SwigluPasses (*passes)();
-};
-const Level kLevels[] = {{"baseline", IsaLevel::baseline, &cpu::baseline_swiglu_passes},
-                         {"avx2", IsaLevel::avx2, &cpu::avx2_swiglu_passes},
-                         {"avx512_bf16", IsaLevel::avx512_bf16, &cpu::avx512_bf16_swiglu_passes}};
+const auto kLevels = testing::isa_instances(&cpu::baseline_swiglu_passes, &cpu::avx2_swiglu_passes,
+                                            &cpu::avx512_bf16_swiglu_passes);
 
 // Bounds: float32 math (exp_approx ~2 ulp, a handful of rounded products) and, for bf16 storage, the
 // output's rounding (half of 2^-7 relative).
@@ -49,14 +44,8 @@ struct Case {
 const Case kCases[] = {{0, 7, true, false},   {1, 1, true, true},       {5, 17, false, true},
                        {33, 130, true, true}, {64, 1024, false, false}, {3, 1000, true, false}};
 
-class SwigluPassesAt : public ::testing::TestWithParam<Level> {
+class SwigluPassesAt : public testing::IsaInstanceTest<cpu::SwigluPasses> {
  protected:
-  void SetUp() override {
-    if (isa_level() < GetParam().level)
-      GTEST_SKIP() << GetParam().name << ": this CPU's ISA level is " << isa_level_name(isa_level());
-    passes_ = GetParam().passes();
-  }
-
   // h: gate and up of every row (fused: (rows, 2M), a = h, b = h + M; else a (rows, M) then b), values
   // to +-4 sigma with some far out where exp's clamp decides.
   struct Inputs {
@@ -96,8 +85,6 @@ class SwigluPassesAt : public ::testing::TestWithParam<Level> {
     return dt == Dtype::f32 ? static_cast<const float*>(base)[i]
                             : bf16_to_f32(static_cast<const bf16_t*>(base)[i]);
   }
-
-  cpu::SwigluPasses passes_{};
 };
 
 TEST_P(SwigluPassesAt, ForwardAndItsQuantizedRowsMatchTheReference) {
@@ -160,9 +147,7 @@ TEST(SwigluPasses, EntryPointsRunTheBestLevelHere) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Isa, SwigluPassesAt, ::testing::ValuesIn(kLevels),
-                         [](const ::testing::TestParamInfo<Level>& info) {
-                           return std::string(info.param.name);
-                         });
+                         testing::isa_instance_name<cpu::SwigluPasses>);
 
 }  // namespace
 }  // namespace moe

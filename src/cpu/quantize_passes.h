@@ -49,8 +49,8 @@ inline void quantize_rows_impl(int8_t* q, float* scale, const void* x, Dtype dt,
   check_float(dt);
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
-    scale[r] = quant_scale(amax_of(x, dt, r * ld_x, cols));
-    if (!transposed) quantize_run(q + r * cols, 1, x, dt, r * ld_x, cols, scale[r]);
+    scale[r] = transposed ? quant_scale(amax_of(x, dt, r * ld_x, cols))
+                          : quantize_block(q + r * cols, x, dt, r * ld_x, cols);
   }
   if (transposed) quantize_transposed(q, scale, x, dt, rows, cols, ld_x);
 }
@@ -138,8 +138,7 @@ inline void quantize_token_rows_impl(int8_t* q, float* scale, const void* x, Dty
       if (r < 0) continue;
       if (first < 0) {
         first = r;
-        scale[r] = quant_scale(amax_of(x, dt, r * cols, cols));
-        quantize_run(q + r * cols, 1, x, dt, r * cols, cols, scale[r]);
+        scale[r] = quantize_block(q + r * cols, x, dt, r * cols, cols);
       } else {
         scale[r] = scale[first];
         std::memcpy(q + r * cols, q + first * cols, size_t(cols));

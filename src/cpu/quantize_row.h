@@ -14,6 +14,7 @@
 
 #include "cpu/vec_math.h"
 #include "moe/dtype.h"
+#include "moe/quantize.h"
 
 namespace moe::cpu {
 inline namespace MOE_VEC_ISA {
@@ -60,6 +61,13 @@ inline void quantize_run(int8_t* q, int64_t q_stride, const void* x, Dtype dt, i
       q[i * q_stride] = int8_t(v);
     }
   }
+}
+
+// q[0, n) = x[first, first + n) quantized as one block (a row); returns its scale.
+inline float quantize_block(int8_t* q, const void* x, Dtype dt, int64_t first, int64_t n) {
+  const float scale = quant_scale(amax_of(x, dt, first, n));
+  quantize_run(q, 1, x, dt, first, n, scale);
+  return scale;
 }
 
 }  // namespace MOE_VEC_ISA

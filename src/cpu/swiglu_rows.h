@@ -80,8 +80,7 @@ inline void swiglu_forward_rows(void* g, Dtype g_dt, int8_t* gq, float* g_scale,
       if (!gq) continue;
       // The row as stored (rounded to g_dt) is what the reference and quantize_rows(g) quantize; it is
       // still in L1.
-      g_scale[r] = quant_scale(amax_of(g_row, g_dt, 0, M));
-      quantize_run(gq + r * M, 1, g_row, g_dt, 0, M, g_scale[r]);
+      g_scale[r] = quantize_block(gq + r * M, g_row, g_dt, 0, M);
     }
   }
 }
