@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.h"
 #include "cpu/backend.h"
 #include "moe/gemm.h"
 #include "moe/rng.h"
@@ -143,7 +144,11 @@ void bench_width(int64_t N, int rounds) {
 }  // namespace moe
 
 int main(int argc, char** argv) {
-  const int rounds = argc > 1 ? std::max(1, std::atoi(argv[1])) : 7;
+  constexpr const char* kTool = "moe_bench_nn_s8";
+  int64_t rounds = 0;
+  if (!moe::bench_args::at_most(argc, 1, kTool, "moe_bench_nn_s8 [rounds]") ||
+      !moe::bench_args::count(argc, argv, 1, kTool, "rounds", 1, 1000, 7, rounds))
+    return 2;
   if (const char* v = std::getenv("MOE_GEMM_VARIANT")) {
     if (const moe::Status s = moe::check_gemm_variant(v); !s.is_ok()) {
       std::fprintf(stderr, "moe_bench_nn_s8: error: MOE_GEMM_VARIANT=%s: %s\n", v, s.message().c_str());
@@ -151,6 +156,6 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("gemm: %s\n", moe::gemm_library_version().c_str());
-  for (int64_t N : {int64_t(2048), int64_t(1024)}) moe::bench_width(N, rounds);
+  for (int64_t N : {int64_t(2048), int64_t(1024)}) moe::bench_width(N, int(rounds));
   return 0;
 }

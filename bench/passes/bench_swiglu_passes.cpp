@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.h"
 #include "cpu/backend.h"
 #include "cpu/swiglu_isa.h"
 #include "moe/cpu_isa.h"
@@ -123,11 +124,19 @@ int run(int rounds, int64_t rows, int64_t M) {
 }  // namespace moe
 
 int main(int argc, char** argv) {
-  const int64_t rows = argc > 2 ? std::atoll(argv[2]) : 16384, M = argc > 3 ? std::atoll(argv[3]) : 1024;
-  if (rows < moe::kExperts || M < 1) {
-    std::fprintf(stderr, "moe_bench_swiglu_passes: error: rows >= %lld and M >= 1 (got %lld, %lld)\n",
-                 (long long)moe::kExperts, (long long)rows, (long long)M);
+  constexpr const char* kTool = "moe_bench_swiglu_passes";
+  // rows x M bounded so the buffers (h of rows x 2M and its copies) stay a few GiB at most.
+  constexpr int64_t kMostElements = int64_t(1) << 28;
+  int64_t rounds = 0, rows = 0, M = 0;
+  if (!moe::bench_args::at_most(argc, 3, kTool, "moe_bench_swiglu_passes [rounds] [rows] [M]") ||
+      !moe::bench_args::count(argc, argv, 1, kTool, "rounds", 1, 1000, 5, rounds) ||
+      !moe::bench_args::count(argc, argv, 2, kTool, "rows", moe::kExperts, kMostElements, 16384, rows) ||
+      !moe::bench_args::count(argc, argv, 3, kTool, "M", 1, kMostElements, 1024, M))
+    return 2;
+  if (rows * M > kMostElements) {
+    std::fprintf(stderr, "%s: error: rows x M must be at most %lld (got %lld x %lld)\n", kTool,
+                 (long long)kMostElements, (long long)rows, (long long)M);
     return 2;
   }
-  return moe::run(argc > 1 ? std::max(1, std::atoi(argv[1])) : 5, rows, M);
+  return moe::run(int(rounds), rows, M);
 }

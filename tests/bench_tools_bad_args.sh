@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The plain-C++ bench tools' bad arguments (bench/bench_args.h): each gets exactly one line on stderr that
+# names the tool and says "error", nothing on stdout, and exit 2, before any work is done.
+#   usage: bench_tools_bad_args.sh MOE_BENCH_NN_S8 MOE_BENCH_SWIGLU_PASSES
+set -u
+nn_s8=$1
+passes=$2
+out=$(mktemp) err=$(mktemp)
+trap 'rm -f "$out" "$err"' EXIT
+failed=0
+expect_refusal() {
+  local tool=$1
+  shift
+  timeout 20 "$tool" "$@" >"$out" 2>"$err"
+  local rc=$? lines
+  lines=$(wc -l <"$err")
+  if [[ $rc != 2 || $lines != 1 || -s $out ]] || ! grep -q "^$(basename "$tool"): error: " "$err"; then
+    echo "FAIL: $(basename "$tool") $*: exit $rc, $lines stderr lines, $(wc -c <"$out") stdout bytes:"
+    cat "$err"
+    failed=1
+  else
+    echo "ok: $(basename "$tool") $* -> $(cat "$err")"
+  fi
+}
+expect_refusal "$nn_s8" x
+expect_refusal "$nn_s8" 0
+expect_refusal "$nn_s8" 3x
+expect_refusal "$nn_s8" 1001
+expect_refusal "$nn_s8" 3 4
+expect_refusal "$passes" -1
+expect_refusal "$passes" 5 15
+expect_refusal "$passes" 5 abc
+expect_refusal "$passes" 5 16384 0
+expect_refusal "$passes" 5 16384 99999999999999999999
+expect_refusal "$passes" 5 268435456 1024
+expect_refusal "$passes" 5 16384 1024 7
+exit $failed
