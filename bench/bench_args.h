@@ -1,33 +1,28 @@
-// The positional count arguments of the plain-C++ bench tools (bench/int8, bench/passes): each a whole
-// decimal integer within its bounds, else one error line and exit 2, as moe-bench's own flags (a garbage
-// "x" read as 0 by atoi, or a size whose buffers cannot be had, must not run or crash).
+// The positional count arguments of the plain-C++ bench tools (bench/int8, bench/passes): each an integer
+// within its bounds (moe/parse.h's parse_int, as moe-bench's own flags), else one error line and exit 2 (a
+// garbage "x" read as 0 by atoi, or a size whose buffers cannot be had, must not run or crash).
 #pragma once
 
-#include <charconv>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
+
+#include "moe/parse.h"
+#include "moe/status.h"
 
 namespace moe::bench_args {
 
 // argv[index] (1-based) as an integer in [lo, hi], or `fallback` where the argument is absent. On a bad
-// one: prints "<tool>: error: <name> ..." to stderr and returns false.
+// one: prints "<tool>: error: invalid <name> ..." to stderr and returns false.
 inline bool count(int argc, char** argv, int index, const char* tool, const char* name, int64_t lo,
                   int64_t hi, int64_t fallback, int64_t& out) {
   if (index >= argc) {
     out = fallback;
     return true;
   }
-  const char* text = argv[index];
-  const char* end = text + std::strlen(text);
-  int64_t value = 0;
-  const auto [at, ec] = std::from_chars(text, end, value);
-  if (ec != std::errc() || at != end || value < lo || value > hi) {
-    std::fprintf(stderr, "%s: error: %s must be an integer in [%lld, %lld] (got '%s')\n", tool, name,
-                 (long long)lo, (long long)hi, text);
+  if (const Status s = parse_int(name, argv[index], lo, hi, out); !s.is_ok()) {
+    std::fprintf(stderr, "%s: error: %s\n", tool, s.message().c_str());
     return false;
   }
-  out = value;
   return true;
 }
 

@@ -52,19 +52,19 @@ double peak_loop_int8(int64_t steps) {
   alignas(32) int32_t sums[8];
   int64_t left = steps;
   // One row r: a = the quad at r * 4 bytes, |a|; for each weight vector: sign, multiply pairs, widen, add.
-#define MOE_PEAK_INT8_ROW(offset, acc0, acc1) \
-  "vbroadcastss " #offset                     \
-  "(%[a]), %%ymm11\n\t"                       \
-  "vpabsb %%ymm11, %%ymm12\n\t"               \
-  "vpsignb %%ymm11, %%ymm9, %%ymm13\n\t"      \
-  "vpsignb %%ymm11, %%ymm10, %%ymm14\n\t"     \
-  "vpmaddubsw %%ymm13, %%ymm12, %%ymm13\n\t"  \
-  "vpmaddubsw %%ymm14, %%ymm12, %%ymm14\n\t"  \
-  "vpmaddwd %%ymm8, %%ymm13, %%ymm13\n\t"     \
-  "vpmaddwd %%ymm8, %%ymm14, %%ymm14\n\t"     \
-  "vpaddd %%ymm13, %%" #acc0 ", %%" #acc0     \
-  "\n\t"                                      \
+  // clang-format off
+#define MOE_PEAK_INT8_ROW(offset, acc0, acc1)            \
+  "vbroadcastss " #offset "(%[a]), %%ymm11\n\t"         \
+  "vpabsb %%ymm11, %%ymm12\n\t"                          \
+  "vpsignb %%ymm11, %%ymm9, %%ymm13\n\t"                 \
+  "vpsignb %%ymm11, %%ymm10, %%ymm14\n\t"                \
+  "vpmaddubsw %%ymm13, %%ymm12, %%ymm13\n\t"             \
+  "vpmaddubsw %%ymm14, %%ymm12, %%ymm14\n\t"             \
+  "vpmaddwd %%ymm8, %%ymm13, %%ymm13\n\t"                \
+  "vpmaddwd %%ymm8, %%ymm14, %%ymm14\n\t"                \
+  "vpaddd %%ymm13, %%" #acc0 ", %%" #acc0 "\n\t"         \
   "vpaddd %%ymm14, %%" #acc1 ", %%" #acc1 "\n\t"
+  // clang-format on
   __asm__ volatile(
       "vpxor %%ymm0, %%ymm0, %%ymm0\n\t"
       "vmovdqa %%ymm0, %%ymm1\n\t"

@@ -16,6 +16,11 @@
 namespace moe::cpu {
 inline namespace MOE_VEC_ISA {
 
+// The passes read their f32 or bf16 inputs in place, widening in the loop that uses them: no scratch copy
+// of each row (a pass through L1, and scratch rows 4 KiB + a malloc header apart whose reads may collide
+// with the copy's stores in the low 12 address bits; the suspect for the AVX2 forward's slowness on the
+// AMX host, docs/kernels.md "Session 17", not measured there since).
+//
 // A gate, up or gradient value as float (bf16 widens exactly).
 inline float widen(float v) {
   return v;
@@ -24,10 +29,6 @@ inline float widen(bf16_t v) {
   return moe::bf16_to_f32(v);
 }
 
-// The passes read their f32 or bf16 inputs in place, widening in the loop that uses them: no scratch copy
-// of each row (a pass through L1, and scratch rows 4 KiB + a malloc header apart whose reads may collide
-// with the copy's stores in the low 12 address bits; the suspect for the AVX2 forward's slowness on the
-// AMX host, docs/kernels.md "Session 17", not measured there since).
 inline void check_swiglu_dtype(Dtype dt) {
   MOE_CHECK(dt == Dtype::f32 || dt == Dtype::bf16,
             std::string("SwiGLU reads float32 or bfloat16, not ") + dtype_name(dt));
