@@ -275,6 +275,27 @@ TEST(GemmTable, ThresholdsComeFromTheKernelConfig) {
   }
 }
 
+// avx2's panels narrower than a thread's columns (avx2_panel_cols 48: several panels a thread, each
+// packing its weights and staging its rows' activations again, its partial sums carried apart; SwiGLU's
+// 24 gate columns three half tiles) give the reference's sums in every form; the default width leaves
+// one panel a thread at the cases' sizes.
+TEST(GemmTable, Avx2PanelsNarrowerThanAThreadsColumns) {
+  const GemmVariant* avx2 = gemm_variant("avx2");
+  if (!avx2 || !avx2->unavailable().empty())
+    GTEST_SKIP() << "avx2: " << (avx2 ? avx2->unavailable() : "not built");
+  KernelConfig k = variant_config("avx2");
+  k.thresholds.avx2_panel_cols = 48;
+  GemmKernels table(k, nullptr);
+  Inputs inputs(testing::test_seed());
+  check_nn(inputs, {{Dtype::bf16, Dtype::bf16}}, [&](auto&&... args) { table.nn(args...); });
+  check_nn_swiglu(inputs, {{Dtype::f32, Dtype::f32}}, [&](auto&&... args) { table.nn_swiglu(args...); });
+  check_nt(inputs, {{Dtype::f32, Dtype::f32}}, [&](auto&&... args) { table.nt(args...); });
+  check_nt_swiglu_grad(inputs, {Dtype::bf16}, [&](auto&&... args) { table.nt_swiglu_grad(args...); });
+  check_tn(
+      inputs, {{Dtype::bf16, Dtype::f32}}, [&](auto&&... args) { table.tn(args...); },
+      [&](auto&&... args) { table.tn_pair(args...); });
+}
+
 // The table's rows: the reference last, every form present, no row of a variant that cannot run here.
 TEST(GemmTable, RowsRunHereAndEndWithTheReference) {
   const GemmKernels table(variant_config("auto"), nullptr);

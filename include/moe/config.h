@@ -167,6 +167,9 @@ struct GemmThresholds {
   // dpbf16's tn packs dout in groups of tiles of this many bytes, half a Zen 4/5 L2 (1 MiB, 512 KiB and
   // 256 KiB measured 0.97-0.99, 1.00-1.01 and 1.00-1.01 of oneDNN at 1024 x 1024 x 1024).
   int64_t dpbf16_tn_group_bytes = int64_t(512) << 10;
+  // avx2's widest column panel (a multiple of 16): a thread stages a chunk of rows once for this many of
+  // its output columns, while its partial sums fit 16 MiB. 2-core Zen 3, docs/kernels.md session 19.
+  int64_t avx2_panel_cols = 2048;
 
   bool operator==(const GemmThresholds&) const = default;
   Status validate() const;

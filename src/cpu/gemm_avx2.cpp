@@ -6,18 +6,23 @@
 // activations of a row block while they are transposed into a step-major buffer in L1 that every tile of
 // the panel reads; results are rounded in the tile's epilogue.
 //
-// Layout and work:
+// Layout and work (BLIS's loop order, sized for Zen 3: 32 KiB L1d, 512 KiB L2 a core):
 //  - register tile: kTileRows (6) rows x kTileCols (16) columns, 12 accumulators of 8 floats; each
 //    reduction step loads two vectors of packed weights and broadcasts one float per row from the
 //    step-major activations (a step's 6 floats in one line; rows read where they lie, 4 KiB apart at
 //    Kd = 1024, would share L1 sets);
-//  - the weights of a panel (up to kPanelDepth reduction steps x kPanelCols columns, 256 KiB of float32,
-//    in L2) are packed into 16-column tiles, per step 16 floats (zeros past the panel's columns); weights
-//    read transposed (nt) are packed by 8 x 8 transposes;
 //  - each thread owns a fixed slice of the output columns across every group (dpbf16's split): no
-//    barriers, and each weight byte is packed by one thread;
-//  - sums across a column panel's reduction blocks stay in a per-thread float32 scratch; a bf16 output
-//    is rounded once, to nearest even (NaN stays NaN, as f32_to_bf16);
+//    barriers, and each weight byte is packed by one thread. A thread's panel is as many of its columns
+//    as its partial sums' budget allows (up to the avx2_panel_cols threshold); per reduction block of
+//    kPanelDepth steps the panel's weights are packed into 16-column tiles (per step 16 floats, zeros past
+//    the panel's columns; weights read transposed (nt) by 8 x 8 transposes);
+//  - the output rows go by chunks of kChunkRows: a chunk's activations are staged once for the whole
+//    panel (L2), then each weight tile (16 KiB, L1) meets every row block of the chunk. Before, a row
+//    block's activations were staged in L1 once per 256 columns and every tile streamed from L2: on
+//    Zen 3, whose two 256-bit FMA pipes need a weight line every 6 cycles, that cost the tile 10-20 %;
+//  - sums across a panel's reduction blocks stay in a per-thread float32 scratch (most_out_rows x
+//    panel columns), fetched back during a tile's last steps; a bf16 output is rounded once, to nearest
+//    even (NaN stays NaN, as f32_to_bf16);
 //  - nn_swiglu's tiles hold 8 gate and the same 8 up columns, so SwiGLU runs on the tile's sums (h
 //    rounded as stored first); nt_swiglu_grad's tile rounds dg as stored and reads h to write dh.
 // tn (weight gradients) is nn with lhs read transposed: its output rows are lhs's columns, its reduction
@@ -38,9 +43,19 @@ namespace moe::avx2 {
 constexpr int kTileRows = 6;
 constexpr int64_t kTileCols = 16;
 constexpr int64_t kPanelDepth = 256;
+// A panel's columns: as many as its thread has, up to the avx2_panel_cols threshold and within
+// kPartialBudget floats of partial sums (most_out_rows of them; at least kPanelCols columns): a chunk of
+// rows' activations are staged once for all of them.
 constexpr int64_t kPanelCols = 256;
-// A row block's staged activations: per reduction step, 8 floats (the block's 6 rows and 2 unused).
-constexpr int64_t kStepStride = 8;
+constexpr int64_t kPartialBudget = int64_t(4) << 20;  // floats a thread, 16 MiB
+// Rows staged at once: their activations (kChunkRows x kPanelDepth floats, step-major by row block: 64
+// KiB) stay in L2 while each 16-column weight tile, in L1, meets all of them.
+constexpr int64_t kChunkRows = 48;
+// A row block's staged activations: per reduction step, the block's 6 rows (written 8 floats at a time in
+// step order, each store's last 2 overwritten by the next; kStepSlack floats past the buffer's end take
+// the last one's).
+constexpr int64_t kStepStride = kTileRows;
+constexpr int64_t kStepSlack = 8;
 
 // One grouped GEMM in the kernel's terms, laid out by the build-ISA entry points (no library template
 // is instantiated in the AVX2 code below, docs/design.md "ISA levels").
@@ -61,13 +76,14 @@ struct Call {
   const int64_t* live_rows;  // or nullptr
   int64_t experts, Kd, N, ld_dout;
   int64_t most_out_rows;  // the largest output row count of a group (the partial sums' rows)
+  int64_t panel_cols;     // a panel's columns, a multiple of kTileCols (nn_swiglu: h's)
 };
 
 // Per-thread buffers, sized by the build-ISA entry point before the parallel region.
 struct ThreadScratch {
-  float* packed;   // kPanelDepth x kPanelCols
-  float* lhs;      // kPanelDepth x kStepStride: a row block's activations, step-major
-  float* partial;  // most_out_rows x kPanelCols
+  float* packed;   // kPanelDepth x panel_cols
+  float* lhs;      // kChunkRows / kTileRows blocks of kPanelDepth x kStepStride: activations, step-major
+  float* partial;  // most_out_rows x panel_cols
 };
 
 }  // namespace moe::avx2
@@ -83,6 +99,7 @@ namespace {
 
 using avx2::Call;
 using avx2::Form;
+using avx2::kChunkRows;
 using avx2::kPanelCols;
 using avx2::kPanelDepth;
 using avx2::kStepStride;
@@ -301,23 +318,36 @@ void tile_kernel(const TileJob& j) {
   const float* a = j.a;
   const float* b = j.b;
   const int64_t step_ld = j.a_step_ld, depth = j.depth;
-  // The partial sums this tile adds to arrive while it multiplies.
+  // The partial sums this tile adds to arrive while it multiplies its last kPrefetchSteps steps (sooner,
+  // the weights and activations streaming through L1 would evict them first).
+  constexpr int64_t kPrefetchSteps = 64;
+  auto steps = [&](int64_t count) {
+#pragma GCC unroll 2
+    for (int64_t s = 0; s < count; ++s) {
+      const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+#pragma GCC unroll 8
+      for (int r = 0; r < Rows; ++r) {
+        const __m256 av = _mm256_broadcast_ss(a + r);
+        acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
+        acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
+      }
+      a += step_ld;
+      b += kTileCols;
+    }
+  };
+  // The next row block's partial sums (the next tile job's, a chunk's row blocks going in turn) start
+  // their way to L2 now; a prefetch never faults, so past the last row it costs nothing.
+  if (j.in)
+#pragma GCC unroll 8
+    for (int r = 0; r < kTileRows; ++r)
+      _mm_prefetch(reinterpret_cast<const char*>(j.in + (Rows + r) * j.in_ld), _MM_HINT_T1);
+  const int64_t early = depth > kPrefetchSteps ? depth - kPrefetchSteps : 0;
+  steps(early);
   if (j.in)
 #pragma GCC unroll 8
     for (int r = 0; r < Rows; ++r)
       _mm_prefetch(reinterpret_cast<const char*>(j.in + r * j.in_ld), _MM_HINT_T0);
-#pragma GCC unroll 2
-  for (int64_t s = 0; s < depth; ++s) {
-    const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
-#pragma GCC unroll 8
-    for (int r = 0; r < Rows; ++r) {
-      const __m256 av = _mm256_broadcast_ss(a + r);
-      acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
-      acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
-    }
-    a += step_ld;
-    b += kTileCols;
-  }
+  steps(depth - early);
 #pragma GCC unroll 8
   for (int r = 0; r < Rows; ++r) {
     if (j.in) {
@@ -446,13 +476,12 @@ struct Activations {
   int64_t row_ld, step_ld;
 };
 
-// The float32 activations of rows [r0, r0 + rows), step-major in `buf` (kStepStride floats a step, so a
-// step's broadcasts read one line), widened from bf16 on the way: by 8 x 8 transposes where a row's
-// steps are adjacent (nn, nt: rows a power of two bytes apart would share L1 sets if read where they
+// The float32 activations of rows [r0, r0 + rows), step-major in `buf` (kStepStride floats a step: a
+// step's broadcasts read one line or two adjacent), widened from bf16 on the way: by 8 x 8 transposes where a
+// row's steps are adjacent (nn, nt: rows a power of two bytes apart would share L1 sets if read where they
 // lie), by a step's adjacent rows otherwise (tn).
 template <class T>
-Activations<float> row_block(const Activations<T>& a, int64_t r0, int rows, int64_t depth, int64_t out_rows,
-                             float* buf) {
+void row_block(const Activations<T>& a, int64_t r0, int rows, int64_t depth, int64_t out_rows, float* buf) {
   const T* base = a.base + r0 * a.row_ld;
   if (a.step_ld == 1) {
     int64_t s = 0;
@@ -460,30 +489,36 @@ Activations<float> row_block(const Activations<T>& a, int64_t r0, int rows, int6
       __m256 r[8];
       for (int i = 0; i < 8; ++i) r[i] = i < rows ? load8(base + i * a.row_ld + s) : _mm256_setzero_ps();
       transpose8(r);
-      for (int i = 0; i < 8; ++i) _mm256_store_ps(buf + (s + i) * kStepStride, r[i]);
+      for (int i = 0; i < 8; ++i) _mm256_storeu_ps(buf + (s + i) * kStepStride, r[i]);
     }
     for (; s < depth; ++s)
       for (int i = 0; i < rows; ++i) buf[s * kStepStride + i] = load1(base + i * a.row_ld + s);
-    return {buf, 1, kStepStride};
+    return;
   }
   // Steps s of 8 adjacent rows: one 8-element load where the 8 exist (r0 + 8 <= out_rows). Read where
   // they lie, each step's 6 floats would be a line of their own, thrashing L1 with the packed weights.
   for (int64_t s = 0; s < depth; ++s) {
     const T* src = base + s * a.step_ld;
     if (r0 + 8 <= out_rows)
-      _mm256_store_ps(buf + s * kStepStride, load8(src));
+      _mm256_storeu_ps(buf + s * kStepStride, load8(src));
     else
       for (int i = 0; i < rows; ++i) buf[s * kStepStride + i] = load1(src + i * a.row_ld);
   }
-  return {buf, 1, kStepStride};
 }
 
-// One panel (a reduction block of a column panel) over a group's output rows [0, out_rows).
-template <class TA, class TB = TA>
-struct Panel {
+// A run of the reduction: weights (its whole depth) and the activations they meet. nt's reduction spans
+// w13's two parts, a segment each.
+template <class TA, class TB>
+struct Segment {
   RawPanel<TB> w;
   Activations<TA> a;
-  bool first, last;
+};
+
+// A column panel over a group's output rows [0, out_rows): its segments' weights, out's column out_col on.
+template <class TA, class TB = TA>
+struct Panel {
+  Segment<TA, TB> seg[2];
+  int segments;
   int64_t out_col;
 };
 
@@ -495,62 +530,114 @@ struct SwigluOut {
   const float* row_weight = nullptr;
 };
 
+// Rows [r0, r0 + 6) and tile t of a reduction block: the staged activations at a, the packed weights at
+// b. The panel's first reduction block starts from zero (or the output, accumulating), later ones from
+// the partial sums; the last writes the output.
+struct TilePlace {
+  int64_t r0, t;
+  const float* a;
+  const float* b;
+  int64_t depth;
+  bool first, last;
+};
+
+template <class TA, class TB>
+TileJob tile_job(const Call& c, const Panel<TA, TB>& pn, const TilePlace& at, void* out, int64_t out_ld,
+                 const ThreadScratch& buf, const SwigluOut& swiglu) {
+  const RawPanel<TB>& w = pn.seg[0].w;
+  const int64_t tile_out_cols = w.up ? kTileCols / 2 : kTileCols;
+  const int64_t oc = pn.out_col + at.t * tile_out_cols, r0 = at.r0;
+  float* sums = buf.partial + r0 * c.panel_cols + at.t * kTileCols;
+  TileJob j;
+  j.a = at.a;
+  j.a_step_ld = kStepStride;
+  j.b = at.b;
+  j.depth = at.depth;
+  j.cols = smaller(tile_out_cols, w.cols - at.t * tile_out_cols);
+  j.g = nullptr;
+  j.h = nullptr;
+  if (at.first) {
+    j.in = c.accumulate ? static_cast<const float*>(out) + r0 * out_ld + oc : nullptr;
+    j.in_ld = out_ld;
+    j.in_cols = j.cols;
+  } else {
+    j.in = sums;
+    j.in_ld = c.panel_cols;
+    j.in_cols = kTileCols;  // the scratch's tiles are whole
+  }
+  if (!at.last) {
+    j.out = sums;
+    j.out_ld = c.panel_cols;
+    j.out_bf16 = false;
+    j.cols = kTileCols;  // the scratch's tiles are whole
+    return j;
+  }
+  const size_t elem = c.bf16_out ? sizeof(bf16_t) : sizeof(float);
+  j.out = static_cast<std::byte*>(out) + size_t(r0 * out_ld + oc) * elem;
+  j.out_ld = out_ld;
+  j.out_bf16 = c.bf16_out;
+  if (swiglu.g) {
+    const int64_t M = c.N / 2;
+    j.g = static_cast<std::byte*>(swiglu.g) + size_t(r0 * M + oc) * elem;
+    j.g_ld = M;
+    j.up_offset = M;
+    j.row_weight = swiglu.row_weight ? swiglu.row_weight + r0 : nullptr;
+    j.keep_h = c.keep_h;
+  }
+  if (swiglu.h) {
+    j.h = static_cast<const std::byte*>(swiglu.h) + size_t(r0 * out_ld + oc) * elem;
+    j.up_offset = c.Kd;
+    j.row_weight = swiglu.row_weight ? swiglu.row_weight + r0 : nullptr;
+  }
+  return j;
+}
+
+// The reduction block [k, k + depth) of a segment.
+template <class T>
+RawPanel<T> weights_at(const RawPanel<T>& w, int64_t k, int64_t depth) {
+  RawPanel<T> sub = w;
+  sub.raw = w.transposed ? w.raw + k : w.raw + k * w.ld;
+  if (w.up) sub.up = w.up + k * w.ld;
+  sub.depth = depth;
+  return sub;
+}
+
+// The panel over rows [0, out_rows) in BLIS's loop order: each reduction block of its weights packed
+// once; per chunk of rows, the block's activations staged once for all the panel's columns (L2), then
+// each weight tile (L1) meets every row block of the chunk.
 template <class TA, class TB>
 void multiply_panel(const Call& c, const Panel<TA, TB>& pn, int64_t out_rows, void* out, int64_t out_ld,
                     const ThreadScratch& buf, const SwigluOut& swiglu = {}) {
-  pack_panel(pn.w, buf.packed);
-  const int64_t tile_out_cols = pn.w.up ? kTileCols / 2 : kTileCols;
-  const int64_t tiles = (pn.w.cols + tile_out_cols - 1) / tile_out_cols;
-  for (int64_t r0 = 0; r0 < out_rows; r0 += kTileRows) {
-    const int rows = int(smaller(kTileRows, out_rows - r0));
-    const Activations<float> a = row_block(pn.a, r0, rows, pn.w.depth, out_rows, buf.lhs);
-    for (int64_t t = 0; t < tiles; ++t) {
-      const int64_t oc = pn.out_col + t * tile_out_cols;
-      float* sums = buf.partial + r0 * kPanelCols + t * kTileCols;
-      TileJob j;
-      j.a = a.base;
-      j.a_step_ld = a.step_ld;
-      j.b = buf.packed + t * pn.w.depth * kTileCols;
-      j.depth = pn.w.depth;
-      j.cols = smaller(tile_out_cols, pn.w.cols - t * tile_out_cols);
-      j.g = nullptr;
-      j.h = nullptr;
-      if (pn.first) {
-        j.in = c.accumulate ? static_cast<const float*>(out) + r0 * out_ld + oc : nullptr;
-        j.in_ld = out_ld;
-        j.in_cols = j.cols;
-      } else {
-        j.in = sums;
-        j.in_ld = kPanelCols;
-        j.in_cols = kTileCols;  // the scratch's tiles are whole
-      }
-      if (pn.last) {
-        j.out = c.bf16_out ? static_cast<void*>(static_cast<bf16_t*>(out) + r0 * out_ld + oc)
-                           : static_cast<void*>(static_cast<float*>(out) + r0 * out_ld + oc);
-        j.out_ld = out_ld;
-        j.out_bf16 = c.bf16_out;
-        if (swiglu.g) {
-          const int64_t M = c.N / 2;
-          const size_t elem = c.bf16_out ? sizeof(bf16_t) : sizeof(float);
-          j.g = static_cast<std::byte*>(swiglu.g) + size_t(r0 * M + oc) * elem;
-          j.g_ld = M;
-          j.up_offset = M;
-          j.row_weight = swiglu.row_weight ? swiglu.row_weight + r0 : nullptr;
-          j.keep_h = c.keep_h;
+  const int64_t tile_out_cols = pn.seg[0].w.up ? kTileCols / 2 : kTileCols;
+  const int64_t tiles = (pn.seg[0].w.cols + tile_out_cols - 1) / tile_out_cols;
+  const int last_seg = pn.segments - 1;
+  for (int s = 0; s < pn.segments; ++s) {
+    const Segment<TA, TB>& seg = pn.seg[s];
+    for (int64_t k = 0; k < seg.w.depth; k += kPanelDepth) {
+      const int64_t depth = smaller(kPanelDepth, seg.w.depth - k), block_floats = depth * kStepStride;
+      pack_panel(weights_at(seg.w, k, depth), buf.packed);
+      const Activations<TA> a{seg.a.base + k * seg.a.step_ld, seg.a.row_ld, seg.a.step_ld};
+      TilePlace at{.r0 = 0,
+                   .t = 0,
+                   .a = nullptr,
+                   .b = nullptr,
+                   .depth = depth,
+                   .first = s == 0 && k == 0,
+                   .last = s == last_seg && k + depth == seg.w.depth};
+      for (int64_t chunk = 0; chunk < out_rows; chunk += kChunkRows) {
+        const int64_t chunk_end = smaller(out_rows, chunk + kChunkRows);
+        for (int64_t r0 = chunk; r0 < chunk_end; r0 += kTileRows)
+          row_block(a, r0, int(smaller(kTileRows, out_rows - r0)), depth, out_rows,
+                    buf.lhs + (r0 - chunk) / kTileRows * block_floats);
+        for (at.t = 0; at.t < tiles; ++at.t) {
+          at.b = buf.packed + at.t * depth * kTileCols;
+          for (at.r0 = chunk; at.r0 < chunk_end; at.r0 += kTileRows) {
+            at.a = buf.lhs + (at.r0 - chunk) / kTileRows * block_floats;
+            kTileKernels[smaller(kTileRows, out_rows - at.r0) - 1](
+                tile_job(c, pn, at, out, out_ld, buf, swiglu));
+          }
         }
-        if (swiglu.h) {
-          const size_t elem = c.bf16_out ? sizeof(bf16_t) : sizeof(float);
-          j.h = static_cast<const std::byte*>(swiglu.h) + size_t(r0 * out_ld + oc) * elem;
-          j.up_offset = c.Kd;
-          j.row_weight = swiglu.row_weight ? swiglu.row_weight + r0 : nullptr;
-        }
-      } else {
-        j.out = sums;
-        j.out_ld = kPanelCols;
-        j.out_bf16 = false;
-        j.cols = kTileCols;  // the scratch's tiles are whole
       }
-      kTileKernels[rows - 1](j);
     }
   }
 }
@@ -577,16 +664,13 @@ void run_thread(const Call& c, int t, int n, const ThreadScratch& buf) {
                              : static_cast<void*>(static_cast<float*>(c.out) + row0 * c.N);
       for (int p = 0; p < c.parts; ++p) {
         const T* w = static_cast<const T*>(c.rhs[p]) + e * c.Kd * part_cols;  // (Kd, part_cols)
-        for (int64_t col = begin; col < end; col += kPanelCols)
-          for (int64_t k = 0; k < c.Kd; k += kPanelDepth) {
-            const int64_t depth = smaller(kPanelDepth, c.Kd - k), cols = smaller(kPanelCols, end - col);
-            const Panel<T> pn{{w + k * part_cols + col, part_cols, false, depth, cols},
-                              {lhs + row0 * c.Kd + k, c.Kd, 1},
-                              k == 0,
-                              k + depth == c.Kd,
-                              p * part_cols + col};
-            multiply_panel(c, pn, live, out, c.N, buf);
-          }
+        for (int64_t col = begin; col < end; col += c.panel_cols) {
+          const int64_t cols = smaller(c.panel_cols, end - col);
+          const Panel<T> pn{{{{w + col, part_cols, false, c.Kd, cols}, {lhs + row0 * c.Kd, c.Kd, 1}}},
+                            1,
+                            p * part_cols + col};
+          multiply_panel(c, pn, live, out, c.N, buf);
+        }
       }
     } else if (c.form == Form::nn_swiglu) {
       if (live == 0) continue;
@@ -599,16 +683,12 @@ void run_thread(const Call& c, int t, int n, const ThreadScratch& buf) {
       void* h = static_cast<std::byte*>(c.out) + size_t(row0 * c.N) * elem;
       const SwigluOut swiglu{.g = static_cast<std::byte*>(c.g) + size_t(row0 * M) * elem,
                              .row_weight = c.row_weight ? c.row_weight + row0 : nullptr};
-      for (int64_t col = begin; col < end; col += kPanelCols / 2)
-        for (int64_t k = 0; k < c.Kd; k += kPanelDepth) {
-          const int64_t depth = smaller(kPanelDepth, c.Kd - k), cols = smaller(kPanelCols / 2, end - col);
-          const Panel<T> pn{{gate + k * ld + col, ld, false, depth, cols, up + k * ld + col},
-                            {lhs + row0 * c.Kd + k, c.Kd, 1},
-                            k == 0,
-                            k + depth == c.Kd,
-                            col};
-          multiply_panel(c, pn, live, h, c.N, buf, swiglu);
-        }
+      for (int64_t col = begin; col < end; col += c.panel_cols / 2) {
+        const int64_t cols = smaller(c.panel_cols / 2, end - col);
+        const Panel<T> pn{
+            {{{gate + col, ld, false, c.Kd, cols, up + col}, {lhs + row0 * c.Kd, c.Kd, 1}}}, 1, col};
+        multiply_panel(c, pn, live, h, c.N, buf, swiglu);
+      }
     } else if (c.form == Form::nt) {
       if (live == 0) continue;
       const int64_t part_cols = c.N / c.parts;
@@ -622,19 +702,16 @@ void run_thread(const Call& c, int t, int n, const ThreadScratch& buf) {
         grad.h = static_cast<const std::byte*>(c.h) + size_t(row0 * out_ld) * elem;
         grad.row_weight = c.row_weight ? c.row_weight + row0 : nullptr;
       }
-      for (int64_t col = begin; col < end; col += kPanelCols)
+      for (int64_t col = begin; col < end; col += c.panel_cols) {
+        const int64_t cols = smaller(c.panel_cols, end - col);
+        Panel<T> pn{{}, c.parts, col};
         for (int p = 0; p < c.parts; ++p) {
           const T* w = static_cast<const T*>(c.rhs[p]) + e * c.Kd * part_cols;  // (Kd, part_cols)
-          for (int64_t k = 0; k < part_cols; k += kPanelDepth) {
-            const int64_t depth = smaller(kPanelDepth, part_cols - k), cols = smaller(kPanelCols, end - col);
-            const Panel<T> pn{{w + col * part_cols + k, part_cols, true, depth, cols},
-                              {lhs + row0 * c.N + p * part_cols + k, c.N, 1},
-                              p == 0 && k == 0,
-                              p + 1 == c.parts && k + depth == part_cols,
-                              col};
-            multiply_panel(c, pn, live, out, out_ld, buf, grad);
-          }
+          pn.seg[p] = {{w + col * part_cols, part_cols, true, part_cols, cols},
+                       {lhs + row0 * c.N + p * part_cols, c.N, 1}};
         }
+        multiply_panel(c, pn, live, out, out_ld, buf, grad);
+      }
     } else {
       // tn: drhs[e] (Kd, N); an expert no row reached has a zero gradient.
       column_slice(c.N, t, n, begin, end);
@@ -647,16 +724,14 @@ void run_thread(const Call& c, int t, int n, const ThreadScratch& buf) {
         continue;
       }
       const T* dout = static_cast<const T*>(c.rhs[0]);
-      for (int64_t col = begin; col < end; col += kPanelCols)
-        for (int64_t k = 0; k < live; k += kPanelDepth) {
-          const int64_t depth = smaller(kPanelDepth, live - k), cols = smaller(kPanelCols, end - col);
-          const Panel<T> pn{{dout + (row0 + k) * c.ld_dout + col, c.ld_dout, false, depth, cols},
-                            {lhs + (row0 + k) * c.Kd, 1, c.Kd},
-                            k == 0,
-                            k + depth == live,
-                            col};
-          multiply_panel(c, pn, c.Kd, out, c.N, buf);
-        }
+      for (int64_t col = begin; col < end; col += c.panel_cols) {
+        const int64_t cols = smaller(c.panel_cols, end - col);
+        const Panel<T> pn{
+            {{{dout + row0 * c.ld_dout + col, c.ld_dout, false, live, cols}, {lhs + row0 * c.Kd, 1, c.Kd}}},
+            1,
+            col};
+        multiply_panel(c, pn, c.Kd, out, c.N, buf);
+      }
     }
   }
 }
@@ -670,15 +745,13 @@ void run_dense_thread(const Call& c, int t, int n, const ThreadScratch& buf) {
   const int64_t R = c.group_offset[1];
   int64_t begin, end;
   column_slice(c.N, t, n, begin, end);
-  for (int64_t col = begin; col < end; col += kPanelCols)
-    for (int64_t k = 0; k < c.Kd; k += kPanelDepth) {
-      const int64_t depth = smaller(kPanelDepth, c.Kd - k), cols = smaller(kPanelCols, end - col);
-      const RawPanel<TB> w = c.trans_b ? RawPanel<TB>{b + col * c.Kd + k, c.Kd, true, depth, cols}
-                                       : RawPanel<TB>{b + k * c.N + col, c.N, false, depth, cols};
-      const Activations<TA> act =
-          c.trans_a ? Activations<TA>{a + k * R, 1, R} : Activations<TA>{a + k, c.Kd, 1};
-      multiply_panel(c, Panel<TA, TB>{w, act, k == 0, k + depth == c.Kd, col}, R, c.out, c.N, buf);
-    }
+  const Activations<TA> act = c.trans_a ? Activations<TA>{a, 1, R} : Activations<TA>{a, c.Kd, 1};
+  for (int64_t col = begin; col < end; col += c.panel_cols) {
+    const int64_t cols = smaller(c.panel_cols, end - col);
+    const RawPanel<TB> w = c.trans_b ? RawPanel<TB>{b + col * c.Kd, c.Kd, true, c.Kd, cols}
+                                     : RawPanel<TB>{b + col, c.N, false, c.Kd, cols};
+    multiply_panel(c, Panel<TA, TB>{{{w, act}}, 1, col}, R, c.out, c.N, buf);
+  }
 }
 
 }  // namespace
@@ -722,13 +795,21 @@ struct Buffers {
   std::vector<ThreadScratch> views;
 };
 
-void run(Call c) {
+void run(Call c, const GemmThresholds& k) {
   const int threads = omp_get_max_threads();
   c.most_out_rows = c.form == Form::tn ? c.Kd : 0;
   if (c.form != Form::tn)  // dense: one group of R rows
     for (int64_t e = 0; e < c.experts; ++e)
       c.most_out_rows =
           std::max(c.most_out_rows, c.live_rows ? c.live_rows[e] : c.group_offset[e + 1] - c.group_offset[e]);
+  // Panels as wide as the thread's columns and avx2_panel_cols allow, narrower where the partial sums
+  // would pass their budget.
+  const int64_t out_cols = c.form == Form::nt ? c.Kd : c.N;
+  const int64_t thread_cols = (out_cols + threads - 1) / threads;
+  const int64_t widest = std::min(k.avx2_panel_cols, (thread_cols + kTileCols - 1) / kTileCols * kTileCols);
+  const int64_t by_budget =
+      std::max(kPanelCols, kPartialBudget / std::max<int64_t>(1, c.most_out_rows) / kTileCols * kTileCols);
+  c.panel_cols = std::max(kTileCols, std::min(widest, by_budget));
   thread_local Buffers b;  // per calling thread: ranks as threads call at once
   if (int(b.views.size()) < threads) {
     b.packed.resize(size_t(threads));
@@ -737,10 +818,12 @@ void run(Call c) {
     b.views.resize(size_t(threads));
   }
   for (int t = 0; t < threads; ++t) {
-    if (b.packed[t].size() == 0) b.packed[t] = Buffer<float>(size_t(kPanelDepth * kPanelCols));
-    if (b.lhs[t].size() == 0) b.lhs[t] = Buffer<float>(size_t(kPanelDepth * kStepStride));
-    if (b.partial[t].size() < size_t(c.most_out_rows * kPanelCols))
-      b.partial[t] = Buffer<float>(size_t(c.most_out_rows * kPanelCols));
+    if (b.packed[t].size() < size_t(kPanelDepth * c.panel_cols))
+      b.packed[t] = Buffer<float>(size_t(kPanelDepth * c.panel_cols));
+    if (b.lhs[t].size() == 0)
+      b.lhs[t] = Buffer<float>(size_t(kChunkRows / kTileRows * kPanelDepth * kStepStride + kStepSlack));
+    if (b.partial[t].size() < size_t(c.most_out_rows * c.panel_cols))
+      b.partial[t] = Buffer<float>(size_t(c.most_out_rows * c.panel_cols));
     b.views[t] = {b.packed[t].data(), b.lhs[t].data(), b.partial[t].data()};
   }
   cpu::isa_avx2::grouped_f32_fma(c, b.views.data());
@@ -768,15 +851,15 @@ Call call_of(Form form, Dtype in_dtype, Dtype out_dtype, const void* lhs, Expert
 
 }  // namespace
 
-void grouped_gemm_nn(const GemmThresholds& /*k*/, void* out, Dtype out_dtype, const void* lhs,
-                     ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N) {
+void grouped_gemm_nn(const GemmThresholds& k, void* out, Dtype out_dtype, const void* lhs, ExpertWeights rhs,
+                     Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N) {
   gemm_detail::check_groups(groups, Kd, N);
-  run(call_of(Form::nn, in_dtype, out_dtype, lhs, rhs, out, groups, Kd, N));
+  run(call_of(Form::nn, in_dtype, out_dtype, lhs, rhs, out, groups, Kd, N), k);
   for (int64_t e = 0; e < groups.experts; ++e)
     gemm_detail::zero_padding_rows(out, out_dtype, gemm_detail::group_rows(groups, e), N);
 }
 
-void grouped_gemm_nn_swiglu(const GemmThresholds& /*k*/, void* h, void* g, Dtype out_dtype, const void* lhs,
+void grouped_gemm_nn_swiglu(const GemmThresholds& k, void* h, void* g, Dtype out_dtype, const void* lhs,
                             ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t M,
                             const float* row_weight, bool keep_h) {
   gemm_detail::check_groups(groups, Kd, 2 * M);
@@ -784,7 +867,7 @@ void grouped_gemm_nn_swiglu(const GemmThresholds& /*k*/, void* h, void* g, Dtype
   c.g = g;
   c.row_weight = row_weight;
   c.keep_h = keep_h;
-  run(c);
+  run(c, k);
   for (int64_t e = 0; e < groups.experts; ++e) {
     const gemm_detail::GroupRows rows = gemm_detail::group_rows(groups, e);
     if (keep_h) gemm_detail::zero_padding_rows(h, out_dtype, rows, 2 * M);
@@ -792,39 +875,37 @@ void grouped_gemm_nn_swiglu(const GemmThresholds& /*k*/, void* h, void* g, Dtype
   }
 }
 
-void grouped_gemm_nt(const GemmThresholds& /*k*/, void* out, Dtype out_dtype, const void* dout,
-                     ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N,
-                     bool accumulate) {
+void grouped_gemm_nt(const GemmThresholds& k, void* out, Dtype out_dtype, const void* dout, ExpertWeights rhs,
+                     Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N, bool accumulate) {
   gemm_detail::check_groups(groups, Kd, N);
   Call c = call_of(Form::nt, in_dtype, out_dtype, dout, rhs, out, groups, Kd, N);
   c.accumulate = accumulate;
-  run(c);
+  run(c, k);
   for (int64_t e = 0; e < groups.experts; ++e)
     gemm_detail::zero_padding_rows(out, out_dtype, gemm_detail::group_rows(groups, e), Kd);
 }
 
-void grouped_gemm_nt_swiglu_grad(const GemmThresholds& /*k*/, void* dh, void* /*dg*/, const void* dout,
+void grouped_gemm_nt_swiglu_grad(const GemmThresholds& k, void* dh, void* /*dg*/, const void* dout,
                                  ExpertWeights rhs, const void* h, Dtype dtype, GroupedShape groups,
                                  int64_t M, int64_t N, const float* row_weight) {
   gemm_detail::check_groups(groups, M, N);
   Call c = call_of(Form::nt, dtype, dtype, dout, rhs, dh, groups, M, N);
   c.h = h;
   c.row_weight = row_weight;
-  run(c);
+  run(c, k);
   for (int64_t e = 0; e < groups.experts; ++e)
     gemm_detail::zero_padding_rows(dh, dtype, gemm_detail::group_rows(groups, e), 2 * M);
 }
 
-void grouped_gemm_tn(const GemmThresholds& /*k*/, void* drhs, Dtype out_dtype, const void* lhs,
-                     const void* dout, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N,
-                     int64_t ld_dout) {
+void grouped_gemm_tn(const GemmThresholds& k, void* drhs, Dtype out_dtype, const void* lhs, const void* dout,
+                     Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout) {
   gemm_detail::check_groups(groups, Kd, N);
   Call c = call_of(Form::tn, in_dtype, out_dtype, lhs, ExpertWeights(dout), drhs, groups, Kd, N);
   c.ld_dout = ld_dout;
-  run(c);
+  run(c, k);
 }
 
-void dense_gemm(const GemmThresholds& /*k*/, void* out, Dtype out_dtype, const void* a, Dtype a_dtype,
+void dense_gemm(const GemmThresholds& k, void* out, Dtype out_dtype, const void* a, Dtype a_dtype,
                 const void* b, Dtype b_dtype, int64_t R, int64_t Kd, int64_t N, bool trans_a, bool trans_b) {
   MOE_CHECK(R >= 0 && Kd > 0 && N >= 0, "avx2 dense: a non-empty reduction (supports() refuses Kd = 0)");
   const int64_t offsets[2] = {0, R};
@@ -832,7 +913,7 @@ void dense_gemm(const GemmThresholds& /*k*/, void* out, Dtype out_dtype, const v
   c.bf16_b = b_dtype == Dtype::bf16;
   c.trans_a = trans_a;
   c.trans_b = trans_b;
-  run(c);
+  run(c, k);
 }
 
 std::string gemm_library_version() {
