@@ -44,6 +44,12 @@ KernelConfig variant_config(const std::string& name) {
   return k;
 }
 
+// Why variant `name` cannot run here ("not built", or its unavailable()), "" where it can.
+std::string unavailable_here(const std::string& name) {
+  const GemmVariant* v = gemm_variant(name);
+  return v ? v->unavailable() : "not built";
+}
+
 #define MOE_TABLE_OR_SKIP(name)                                                  \
   if (const GemmVariant* v = gemm_variant(name); v && !v->unavailable().empty()) \
     GTEST_SKIP() << (name) << ": " << v->unavailable();                          \
@@ -256,9 +262,7 @@ TEST_P(EveryGemmVariant, TheTableNamesTheRowThatRan) {
 
 // The thresholds are the config's: dpbf16's largest group moves with dpbf16_max_group_rows.
 TEST(GemmTable, ThresholdsComeFromTheKernelConfig) {
-  const GemmVariant* dpbf16 = gemm_variant("dpbf16");
-  if (!dpbf16 || !dpbf16->unavailable().empty())
-    GTEST_SKIP() << "dpbf16: " << (dpbf16 ? dpbf16->unavailable() : "not built");
+  if (const std::string why = unavailable_here("dpbf16"); !why.empty()) GTEST_SKIP() << "dpbf16: " << why;
   KernelConfig k = variant_config("dpbf16");
   k.thresholds.dpbf16_max_group_rows = 16;
   GemmKernels table(k, nullptr);
@@ -280,9 +284,7 @@ TEST(GemmTable, ThresholdsComeFromTheKernelConfig) {
 // 24 gate columns three half tiles) give the reference's sums in every form; the default width leaves
 // one panel a thread at the cases' sizes.
 TEST(GemmTable, Avx2PanelsNarrowerThanAThreadsColumns) {
-  const GemmVariant* avx2 = gemm_variant("avx2");
-  if (!avx2 || !avx2->unavailable().empty())
-    GTEST_SKIP() << "avx2: " << (avx2 ? avx2->unavailable() : "not built");
+  if (const std::string why = unavailable_here("avx2"); !why.empty()) GTEST_SKIP() << "avx2: " << why;
   KernelConfig k = variant_config("avx2");
   k.thresholds.avx2_panel_cols = 48;
   GemmKernels table(k, nullptr);
