@@ -298,6 +298,58 @@ TEST(GemmTable, Avx2PanelsNarrowerThanAThreadsColumns) {
       [&](auto&&... args) { table.tn_pair(args...); });
 }
 
+// Where a group's partial sums over a thread's panel would pass the avx2 kernel's 16 MiB and its rows
+// outnumber the panel's columns, the rows go in passes that each pack the panel again. One thread (a
+// panel of 2048 columns) and 4200 rows: three passes of 2016 rows. Each sum must be bit for bit the one
+// the kernel makes 48 rows at a time (a single pass each), which adds the same reduction blocks in the
+// same order, and near the float64 reference for a few rows of each pass.
+TEST(GemmTable, Avx2RowsInPassesWhereTheyOutnumberAPanelsColumns) {
+  if (const std::string why = unavailable_here("avx2"); !why.empty()) GTEST_SKIP() << "avx2: " << why;
+  GemmKernels table(variant_config("avx2"), nullptr);
+  struct OneThread {
+    int saved = omp_get_max_threads();
+    OneThread() { omp_set_num_threads(1); }
+    ~OneThread() { omp_set_num_threads(saved); }
+  } one_thread;
+  constexpr int64_t R = 4200, Kd = 300, N = 2048, kSlice = 48;  // Kd: two reduction blocks
+  const uint64_t seed = testing::test_seed();
+  Tensor a(Dtype::bf16, {R, Kd}), w(Dtype::f32, {Kd, N});
+  for (int64_t i = 0; i < a.numel(); ++i) a.set(i, random_normal(seed, uint64_t(i)));
+  for (int64_t i = 0; i < w.numel(); ++i) w.set(i, random_normal(seed, uint64_t(a.numel() + i)));
+  Tensor passes(Dtype::f32, {R, N}), slices(Dtype::f32, {R, N});
+  auto at = [](Tensor& t, int64_t row) {
+    return static_cast<std::byte*>(t.raw()) + row * t.dim(1) * dtype_size(t.dtype());
+  };
+  auto row_of = [](const Tensor& t, int64_t row) {
+    return static_cast<const std::byte*>(t.raw()) + row * t.dim(1) * dtype_size(t.dtype());
+  };
+  // dense: bf16 activations, float32 weights (the shared expert's mix).
+  table.dense(passes.raw(), Dtype::f32, a.raw(), Dtype::bf16, w.raw(), Dtype::f32, R, Kd, N);
+  for (int64_t r = 0; r < R; r += kSlice)
+    table.dense(at(slices, r), Dtype::f32, row_of(a, r), Dtype::bf16, w.raw(), Dtype::f32,
+                std::min(kSlice, R - r), Kd, N);
+  EXPECT_EQ(std::memcmp(passes.raw(), slices.raw(), passes.bytes()), 0) << "dense";
+  for (int64_t r : {int64_t(0), int64_t(2015), int64_t(2016), int64_t(4031), int64_t(4032), R - 1})
+    for (int64_t j = 0; j < N; j += 97) {
+      double want = 0, scale = 0;
+      for (int64_t k = 0; k < Kd; ++k) {
+        want += a.get(r * Kd + k) * w.get(k * N + j);
+        scale += std::fabs(a.get(r * Kd + k) * w.get(k * N + j));
+      }
+      ASSERT_NEAR(passes.get(r * N + j), want, 1e-5 * scale) << "row " << r << " column " << j;
+    }
+  // nn, bf16 throughout, all rows on one expert: the same, rounded once.
+  Tensor wb(Dtype::bf16, {1, Kd, N}), out(Dtype::bf16, {R, N}), sliced(Dtype::bf16, {R, N});
+  for (int64_t i = 0; i < wb.numel(); ++i) wb.set(i, w.get(i));
+  const int64_t one_group[2] = {0, R};
+  table.nn(out.raw(), Dtype::bf16, a.raw(), wb.raw(), Dtype::bf16, {one_group, 1}, Kd, N);
+  for (int64_t r = 0; r < R; r += kSlice) {
+    const int64_t slice[2] = {0, std::min(kSlice, R - r)};
+    table.nn(at(sliced, r), Dtype::bf16, row_of(a, r), wb.raw(), Dtype::bf16, {slice, 1}, Kd, N);
+  }
+  EXPECT_EQ(std::memcmp(out.raw(), sliced.raw(), out.bytes()), 0) << "nn";
+}
+
 // The table's rows: the reference last, every form present, no row of a variant that cannot run here.
 TEST(GemmTable, RowsRunHereAndEndWithTheReference) {
   const GemmKernels table(variant_config("auto"), nullptr);

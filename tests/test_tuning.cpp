@@ -94,6 +94,45 @@ TEST(Tuning, AutoMeasuresOnceKeepsTheFastestAndLaterTablesReadIt) {
   EXPECT_EQ(tuned.measurements(), 1);
 }
 
+// time_candidates on scripted call times (no clock): each candidate's calls return its script in turn.
+struct ScriptedCalls {
+  std::vector<std::vector<double>> script;  // per candidate, the seconds of its calls in order
+  std::vector<size_t> order;                // which candidate each call ran
+  std::vector<double> run() {
+    std::vector<size_t> made(script.size(), 0);
+    return time_candidates(script.size(), [&](size_t i) {
+      order.push_back(i);
+      EXPECT_LT(made[i], script[i].size()) << "candidate " << i << " called more often than scripted";
+      return script[i][std::min(made[i]++, script[i].size() - 1)];
+    });
+  }
+};
+
+TEST(Tuning, ASlowTimedCallDoesNotLoseTheFasterKernel) {
+  // Candidate 0 is the faster kernel, but the machine was busy during its first timed call: one timed
+  // call each would keep candidate 1. The extra rounds alternate and keep each one's fastest call.
+  ScriptedCalls calls{{{0.010, 0.030, 0.010, 0.011}, {0.020, 0.020, 0.021, 0.019}}, {}};
+  const std::vector<double> t = calls.run();
+  EXPECT_EQ(t, (std::vector<double>{0.010, 0.019}));
+  EXPECT_EQ(calls.order, (std::vector<size_t>{0, 0, 1, 1, 1, 0, 0, 1})) << "warm, timed; then in turns";
+}
+
+TEST(Tuning, AHopelessCandidateRunsOnceAndOnlyContendersRunAgain) {
+  // 2: its first call took over 8x the best first call; 1: timed at over 1.6x the best, not re-timed.
+  ScriptedCalls calls{{{0.010, 0.010, 0.012, 0.011}, {0.020, 0.017}, {0.090}}, {}};
+  const std::vector<double> t = calls.run();
+  EXPECT_EQ(t, (std::vector<double>{0.010, 0.017, 0.090}));
+  EXPECT_EQ(calls.order, (std::vector<size_t>{0, 0, 1, 1, 2})) << "no second contender: no extra rounds";
+}
+
+TEST(Tuning, ExtraRoundsStopOnceTheyHaveTakenThreeSeconds) {
+  // Calls of 2 s: one extra round (4 s) passes the budget, so there is no second one.
+  ScriptedCalls calls{{{2.0, 2.0, 1.9}, {2.0, 2.1, 2.2}}, {}};
+  const std::vector<double> t = calls.run();
+  EXPECT_EQ(t, (std::vector<double>{1.9, 2.1}));
+  EXPECT_EQ(calls.order, (std::vector<size_t>{0, 0, 1, 1, 1, 0}));
+}
+
 // One table serves every thread that calls it (the thread comm's ranks share the cpu backend's): threads
 // meeting new shape classes at once measure each class once and agree on its variant, and calls that
 // alternate between classes (each thread's fatal-signal text changes every call) corrupt nothing. Before

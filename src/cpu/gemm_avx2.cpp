@@ -12,16 +12,20 @@
 //    step-major activations (a step's 6 floats in one line; rows read where they lie, 4 KiB apart at
 //    Kd = 1024, would share L1 sets);
 //  - each thread owns a fixed slice of the output columns across every group (dpbf16's split): no
-//    barriers, and each weight byte is packed by one thread. A thread's panel is as many of its columns
-//    as its partial sums' budget allows (up to the avx2_panel_cols threshold); per reduction block of
-//    kPanelDepth steps the panel's weights are packed into 16-column tiles (per step 16 floats, zeros past
-//    the panel's columns; weights read transposed (nt) by 8 x 8 transposes);
+//    barriers, and each weight byte is packed by one thread (once per pass of rows). A thread's panel is
+//    as many of its columns as the avx2_panel_cols threshold allows; where the partial sums of a group's
+//    rows over it would pass their budget, the rows go in passes (each packing the panel again) when
+//    they outnumber the columns, else the panel narrows (each panel staging the rows again): whichever
+//    repeats less work. Per reduction block of kPanelDepth steps the panel's weights are packed into
+//    16-column tiles (per step 16 floats, zeros past the panel's columns; weights read transposed (nt) by
+//    8 x 8 transposes);
 //  - the output rows go by chunks of kChunkRows: a chunk's activations are staged once for the whole
-//    panel (L2), then each weight tile (16 KiB, L1) meets every row block of the chunk. Before, a row
-//    block's activations were staged in L1 once per 256 columns and every tile streamed from L2: on
-//    Zen 3, whose two 256-bit FMA pipes need a weight line every 6 cycles, that cost the tile 10-20 %;
-//  - sums across a panel's reduction blocks stay in a per-thread float32 scratch (most_out_rows x
-//    panel columns), fetched back during a tile's last steps; a bf16 output is rounded once, to nearest
+//    panel (L2), then each weight tile (16 KiB, L1) meets every row block of the chunk in one call of the
+//    tile kernel. Before, a row block's activations were staged in L1 once per 256 columns and every
+//    tile streamed from L2: on Zen 3, whose two 256-bit FMA pipes need a weight line every 6 cycles, that
+//    cost the tile 10-20 %;
+//  - sums across a panel's reduction blocks stay in a per-thread float32 scratch (pass_rows x panel
+//    columns), fetched back during a tile's last steps; a bf16 output is rounded once, to nearest
 //    even (NaN stays NaN, as f32_to_bf16);
 //  - nn_swiglu's tiles hold 8 gate and the same 8 up columns, so SwiGLU runs on the tile's sums (h
 //    rounded as stored first); nt_swiglu_grad's tile rounds dg as stored and reads h to write dh.
@@ -43,9 +47,9 @@ namespace moe::avx2 {
 constexpr int kTileRows = 6;
 constexpr int64_t kTileCols = 16;
 constexpr int64_t kPanelDepth = 256;
-// A panel's columns: as many as its thread has, up to the avx2_panel_cols threshold and within
-// kPartialBudget floats of partial sums (most_out_rows of them; at least kPanelCols columns): a chunk of
-// rows' activations are staged once for all of them.
+// A panel's columns: as many as its thread has, up to the avx2_panel_cols threshold, and within
+// kPartialBudget floats of partial sums over a pass of rows (at least kPanelCols columns where the panel
+// narrows): a chunk of rows' activations are staged once for all of them.
 constexpr int64_t kPanelCols = 256;
 constexpr int64_t kPartialBudget = int64_t(4) << 20;  // floats a thread, 16 MiB
 // Rows staged at once: their activations (kChunkRows x kPanelDepth floats, step-major by row block: 64
@@ -75,7 +79,8 @@ struct Call {
   const int64_t* group_offset;
   const int64_t* live_rows;  // or nullptr
   int64_t experts, Kd, N, ld_dout;
-  int64_t most_out_rows;  // the largest output row count of a group (the partial sums' rows)
+  int64_t most_out_rows;  // the largest output row count of a group
+  int64_t pass_rows;      // a group's output rows taken at once (the partial sums' rows), kChunkRows x n
   int64_t panel_cols;     // a panel's columns, a multiple of kTileCols (nn_swiglu: h's)
 };
 
@@ -83,7 +88,7 @@ struct Call {
 struct ThreadScratch {
   float* packed;   // kPanelDepth x panel_cols
   float* lhs;      // kChunkRows / kTileRows blocks of kPanelDepth x kStepStride: activations, step-major
-  float* partial;  // most_out_rows x panel_cols
+  float* partial;  // pass_rows x panel_cols
 };
 
 }  // namespace moe::avx2
@@ -183,6 +188,10 @@ inline __m256 sigmoid8(__m256 z) {
 // ---- the micro-kernel ------------------------------------------------------------------------------------
 
 struct TileJob {
+  // Row blocks of the tile's rows, one after another: a block's activations a_block_floats further on,
+  // its rows' outputs (and partial sums, g, h, row weights) the tile's rows further down.
+  int blocks;
+  int64_t a_block_floats;
   const float* a;  // row i, step s at a[i + s * a_step_ld]: a step's rows adjacent
   int64_t a_step_ld;
   const float* b;  // (depth, 16) packed
@@ -311,7 +320,7 @@ inline void swiglu_grad_row(const TileJob& j, int r, __m256 dg_lo, __m256 dg_hi)
 }
 
 template <int Rows>
-void tile_kernel(const TileJob& j) {
+void tile_block(const TileJob& j) {
   __m256 acc[Rows][2];
 #pragma GCC unroll 8
   for (int r = 0; r < Rows; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
@@ -376,6 +385,23 @@ void tile_kernel(const TileJob& j) {
   }
 }
 
+// The tile over its row blocks: a call per block cost a tenth of the tile's time in setting the job up and
+// in the call (256 steps of 12 FMAs are ~1500 cycles).
+template <int Rows>
+void tile_kernel(const TileJob& job) {
+  TileJob j = job;
+  const size_t elem = j.out_bf16 ? sizeof(bf16_t) : sizeof(float);
+  for (int block = 0; block < job.blocks; ++block) {
+    tile_block<Rows>(j);
+    j.a += j.a_block_floats;
+    if (j.in) j.in += Rows * j.in_ld;
+    j.out = static_cast<std::byte*>(j.out) + size_t(Rows * j.out_ld) * elem;
+    if (j.g) j.g = static_cast<std::byte*>(j.g) + size_t(Rows * j.g_ld) * elem;
+    if (j.h) j.h = static_cast<const std::byte*>(j.h) + size_t(Rows * j.out_ld) * elem;
+    if (j.row_weight) j.row_weight += Rows;
+  }
+}
+
 using TileKernel = void (*)(const TileJob&);
 constexpr TileKernel kTileKernels[kTileRows] = {&tile_kernel<1>, &tile_kernel<2>, &tile_kernel<3>,
                                                 &tile_kernel<4>, &tile_kernel<5>, &tile_kernel<6>};
@@ -413,43 +439,50 @@ inline void transpose8(__m256 r[8]) {
   r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
 }
 
-// The panel -> tiles of (depth, 16) floats, tile t at packed + t * depth * 16.
+// The panel -> tiles of (depth, 16) floats, tile t at packed + t * depth * 16. Weights stored step-major
+// (not transposed) are read a step's row at a time, in order, which the hardware prefetchers follow; a
+// tile at a time read one line from each of `depth` rows, each on its own page at N >= 1024 floats.
 template <class T>
 void pack_panel(const RawPanel<T>& p, float* packed) {
   if (p.up) {
     constexpr int64_t kHalf = kTileCols / 2;
-    const int64_t tiles = (p.cols + kHalf - 1) / kHalf;
-    for (int64_t t = 0; t < tiles; ++t) {
-      float* dst = packed + t * p.depth * kTileCols;
-      const int64_t c0 = t * kHalf, cols = smaller(kHalf, p.cols - c0);
-      for (int64_t s = 0; s < p.depth; ++s) {
-        const T* gate = p.raw + s * p.ld + c0;
-        const T* up = p.up + s * p.ld + c0;
-        if (cols == kHalf) {
-          _mm256_store_ps(dst + s * kTileCols, load8(gate));
-          _mm256_store_ps(dst + s * kTileCols + kHalf, load8(up));
-        } else {
-          for (int64_t c = 0; c < kHalf; ++c) {
-            dst[s * kTileCols + c] = c < cols ? load1(gate + c) : 0.0f;
-            dst[s * kTileCols + kHalf + c] = c < cols ? load1(up + c) : 0.0f;
-          }
-        }
+    const int64_t tiles = (p.cols + kHalf - 1) / kHalf, full = p.cols / kHalf;
+    for (int64_t s = 0; s < p.depth; ++s) {
+      const T* gate = p.raw + s * p.ld;
+      const T* up = p.up + s * p.ld;
+      for (int64_t t = 0; t < full; ++t) {
+        float* dst = packed + (t * p.depth + s) * kTileCols;
+        _mm256_store_ps(dst, load8(gate + t * kHalf));
+        _mm256_store_ps(dst + kHalf, load8(up + t * kHalf));
       }
+    }
+    for (int64_t t = full; t < tiles; ++t) {
+      float* dst = packed + t * p.depth * kTileCols;
+      const int64_t c0 = t * kHalf, cols = p.cols - c0;
+      for (int64_t s = 0; s < p.depth; ++s)
+        for (int64_t c = 0; c < kHalf; ++c) {
+          dst[s * kTileCols + c] = c < cols ? load1(p.raw + s * p.ld + c0 + c) : 0.0f;
+          dst[s * kTileCols + kHalf + c] = c < cols ? load1(p.up + s * p.ld + c0 + c) : 0.0f;
+        }
     }
     return;
   }
   const int64_t tiles = (p.cols + kTileCols - 1) / kTileCols;
-  for (int64_t t = 0; t < tiles; ++t) {
+  int64_t first_tile = 0;
+  if (!p.transposed) {
+    first_tile = p.cols / kTileCols;
+    for (int64_t s = 0; s < p.depth; ++s) {
+      const T* src = p.raw + s * p.ld;
+      for (int64_t t = 0; t < first_tile; ++t) {
+        float* dst = packed + (t * p.depth + s) * kTileCols;
+        _mm256_store_ps(dst, load8(src + t * kTileCols));
+        _mm256_store_ps(dst + 8, load8(src + t * kTileCols + 8));
+      }
+    }
+  }
+  for (int64_t t = first_tile; t < tiles; ++t) {
     float* dst = packed + t * p.depth * kTileCols;
     const int64_t c0 = t * kTileCols, cols = smaller(kTileCols, p.cols - c0);
-    if (!p.transposed && cols == kTileCols) {
-      for (int64_t s = 0; s < p.depth; ++s) {
-        const T* src = p.raw + s * p.ld + c0;
-        _mm256_store_ps(dst + s * kTileCols, load8(src));
-        _mm256_store_ps(dst + s * kTileCols + 8, load8(src + 8));
-      }
-      continue;
-    }
     int64_t s0 = 0;
     if (p.transposed && cols == kTileCols) {
       for (; s0 + 8 <= p.depth; s0 += 8)
@@ -534,7 +567,7 @@ struct SwigluOut {
 // b. The panel's first reduction block starts from zero (or the output, accumulating), later ones from
 // the partial sums; the last writes the output.
 struct TilePlace {
-  int64_t r0, t;
+  int64_t pass_r0, r0, t;  // the pass's first row, the block's
   const float* a;
   const float* b;
   int64_t depth;
@@ -547,7 +580,7 @@ TileJob tile_job(const Call& c, const Panel<TA, TB>& pn, const TilePlace& at, vo
   const RawPanel<TB>& w = pn.seg[0].w;
   const int64_t tile_out_cols = w.up ? kTileCols / 2 : kTileCols;
   const int64_t oc = pn.out_col + at.t * tile_out_cols, r0 = at.r0;
-  float* sums = buf.partial + r0 * c.panel_cols + at.t * kTileCols;
+  float* sums = buf.partial + (r0 - at.pass_r0) * c.panel_cols + at.t * kTileCols;
   TileJob j;
   j.a = at.a;
   j.a_step_ld = kStepStride;
@@ -556,6 +589,7 @@ TileJob tile_job(const Call& c, const Panel<TA, TB>& pn, const TilePlace& at, vo
   j.cols = smaller(tile_out_cols, w.cols - at.t * tile_out_cols);
   j.g = nullptr;
   j.h = nullptr;
+  j.row_weight = nullptr;
   if (at.first) {
     j.in = c.accumulate ? static_cast<const float*>(out) + r0 * out_ld + oc : nullptr;
     j.in_ld = out_ld;
@@ -602,39 +636,50 @@ RawPanel<T> weights_at(const RawPanel<T>& w, int64_t k, int64_t depth) {
   return sub;
 }
 
-// The panel over rows [0, out_rows) in BLIS's loop order: each reduction block of its weights packed
-// once; per chunk of rows, the block's activations staged once for all the panel's columns (L2), then
-// each weight tile (L1) meets every row block of the chunk.
+// The panel over rows [0, out_rows) in BLIS's loop order: per pass of rows, each reduction block of its
+// weights packed once; per chunk of rows, the block's activations staged once for all the panel's
+// columns (L2), then each weight tile (L1) meets every row block of the chunk.
 template <class TA, class TB>
 void multiply_panel(const Call& c, const Panel<TA, TB>& pn, int64_t out_rows, void* out, int64_t out_ld,
                     const ThreadScratch& buf, const SwigluOut& swiglu = {}) {
   const int64_t tile_out_cols = pn.seg[0].w.up ? kTileCols / 2 : kTileCols;
   const int64_t tiles = (pn.seg[0].w.cols + tile_out_cols - 1) / tile_out_cols;
   const int last_seg = pn.segments - 1;
-  for (int s = 0; s < pn.segments; ++s) {
-    const Segment<TA, TB>& seg = pn.seg[s];
-    for (int64_t k = 0; k < seg.w.depth; k += kPanelDepth) {
-      const int64_t depth = smaller(kPanelDepth, seg.w.depth - k), block_floats = depth * kStepStride;
-      pack_panel(weights_at(seg.w, k, depth), buf.packed);
-      const Activations<TA> a{seg.a.base + k * seg.a.step_ld, seg.a.row_ld, seg.a.step_ld};
-      TilePlace at{.r0 = 0,
-                   .t = 0,
-                   .a = nullptr,
-                   .b = nullptr,
-                   .depth = depth,
-                   .first = s == 0 && k == 0,
-                   .last = s == last_seg && k + depth == seg.w.depth};
-      for (int64_t chunk = 0; chunk < out_rows; chunk += kChunkRows) {
-        const int64_t chunk_end = smaller(out_rows, chunk + kChunkRows);
-        for (int64_t r0 = chunk; r0 < chunk_end; r0 += kTileRows)
-          row_block(a, r0, int(smaller(kTileRows, out_rows - r0)), depth, out_rows,
-                    buf.lhs + (r0 - chunk) / kTileRows * block_floats);
-        for (at.t = 0; at.t < tiles; ++at.t) {
-          at.b = buf.packed + at.t * depth * kTileCols;
-          for (at.r0 = chunk; at.r0 < chunk_end; at.r0 += kTileRows) {
-            at.a = buf.lhs + (at.r0 - chunk) / kTileRows * block_floats;
-            kTileKernels[smaller(kTileRows, out_rows - at.r0) - 1](
-                tile_job(c, pn, at, out, out_ld, buf, swiglu));
+  for (int64_t pass = 0; pass < out_rows; pass += c.pass_rows) {
+    const int64_t pass_end = smaller(out_rows, pass + c.pass_rows);
+    for (int s = 0; s < pn.segments; ++s) {
+      const Segment<TA, TB>& seg = pn.seg[s];
+      for (int64_t k = 0; k < seg.w.depth; k += kPanelDepth) {
+        const int64_t depth = smaller(kPanelDepth, seg.w.depth - k), block_floats = depth * kStepStride;
+        pack_panel(weights_at(seg.w, k, depth), buf.packed);
+        const Activations<TA> a{seg.a.base + k * seg.a.step_ld, seg.a.row_ld, seg.a.step_ld};
+        TilePlace at{.pass_r0 = pass,
+                     .r0 = 0,
+                     .t = 0,
+                     .a = nullptr,
+                     .b = nullptr,
+                     .depth = depth,
+                     .first = s == 0 && k == 0,
+                     .last = s == last_seg && k + depth == seg.w.depth};
+        for (int64_t chunk = pass; chunk < pass_end; chunk += kChunkRows) {
+          const int64_t chunk_end = smaller(pass_end, chunk + kChunkRows);
+          for (int64_t r0 = chunk; r0 < chunk_end; r0 += kTileRows)
+            row_block(a, r0, int(smaller(kTileRows, out_rows - r0)), depth, out_rows,
+                      buf.lhs + (r0 - chunk) / kTileRows * block_floats);
+          const int whole = int((chunk_end - chunk) / kTileRows), rest = int((chunk_end - chunk) % kTileRows);
+          for (at.t = 0; at.t < tiles; ++at.t) {
+            at.b = buf.packed + at.t * depth * kTileCols;
+            // The chunk's whole row blocks in one call, then the rows left over.
+            for (int part = 0; part < 2; ++part) {
+              const int blocks = part == 0 ? whole : rest > 0;
+              if (blocks == 0) continue;
+              at.r0 = chunk + (part == 0 ? 0 : whole * kTileRows);
+              at.a = buf.lhs + (at.r0 - chunk) / kTileRows * block_floats;
+              TileJob j = tile_job(c, pn, at, out, out_ld, buf, swiglu);
+              j.blocks = blocks;
+              j.a_block_floats = block_floats;
+              kTileKernels[part == 0 ? kTileRows - 1 : rest - 1](j);
+            }
           }
         }
       }
@@ -802,14 +847,23 @@ void run(Call c, const GemmThresholds& k) {
     for (int64_t e = 0; e < c.experts; ++e)
       c.most_out_rows =
           std::max(c.most_out_rows, c.live_rows ? c.live_rows[e] : c.group_offset[e + 1] - c.group_offset[e]);
-  // Panels as wide as the thread's columns and avx2_panel_cols allow, narrower where the partial sums
-  // would pass their budget.
+  // Panels as wide as the thread's columns and avx2_panel_cols allow. Where a group's partial sums over
+  // them would pass the budget, a pass of rows repacks the panel's weights (its columns x Kd) and a
+  // narrower panel restages the rows' activations (rows x Kd): the rows go in passes where they outnumber
+  // the columns (a dense GEMM of 16384 rows), else the panel narrows.
   const int64_t out_cols = c.form == Form::nt ? c.Kd : c.N;
   const int64_t thread_cols = (out_cols + threads - 1) / threads;
   const int64_t widest = std::min(k.avx2_panel_cols, (thread_cols + kTileCols - 1) / kTileCols * kTileCols);
-  const int64_t by_budget =
-      std::max(kPanelCols, kPartialBudget / std::max<int64_t>(1, c.most_out_rows) / kTileCols * kTileCols);
-  c.panel_cols = std::max(kTileCols, std::min(widest, by_budget));
+  const int64_t rows = std::max<int64_t>(1, c.most_out_rows);
+  c.panel_cols = widest;
+  c.pass_rows = (rows + kChunkRows - 1) / kChunkRows * kChunkRows;
+  if (rows * widest > kPartialBudget) {
+    if (rows >= widest)
+      c.pass_rows = std::max(kChunkRows, kPartialBudget / widest / kChunkRows * kChunkRows);
+    else
+      c.panel_cols = std::max(
+          kTileCols, std::min(widest, std::max(kPanelCols, kPartialBudget / rows / kTileCols * kTileCols)));
+  }
   thread_local Buffers b;  // per calling thread: ranks as threads call at once
   if (int(b.views.size()) < threads) {
     b.packed.resize(size_t(threads));
@@ -822,8 +876,8 @@ void run(Call c, const GemmThresholds& k) {
       b.packed[t] = Buffer<float>(size_t(kPanelDepth * c.panel_cols));
     if (b.lhs[t].size() == 0)
       b.lhs[t] = Buffer<float>(size_t(kChunkRows / kTileRows * kPanelDepth * kStepStride + kStepSlack));
-    if (b.partial[t].size() < size_t(c.most_out_rows * c.panel_cols))
-      b.partial[t] = Buffer<float>(size_t(c.most_out_rows * c.panel_cols));
+    if (b.partial[t].size() < size_t(c.pass_rows * c.panel_cols))
+      b.partial[t] = Buffer<float>(size_t(c.pass_rows * c.panel_cols));
     b.views[t] = {b.packed[t].data(), b.lhs[t].data(), b.partial[t].data()};
   }
   cpu::isa_avx2::grouped_f32_fma(c, b.views.data());

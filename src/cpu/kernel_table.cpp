@@ -165,22 +165,15 @@ const GemmRow& GemmKernels::choose(const GemmCall& call, Run&& run) {
         if (known) {
           pick = known;
         } else {
-          // Each candidate on the call's own operands: one call to warm it (primitives, scratch), one timed,
-          // unless its first call already took 8x the best (it cannot win). The caller runs the pick after.
+          const std::vector<double> times = time_candidates(
+              candidates.size(), [&](size_t i) { return seconds_of([&] { run(*candidates[i]); }); });
           std::vector<std::pair<std::string, double>> seconds;
-          const GemmVariant* fastest = nullptr;
-          double best = 0, best_first = 0;
-          for (const GemmRow* r : candidates) {
-            const double first = seconds_of([&] { run(*r); });
-            const double s = best_first > 0 && first > 8 * best_first ? first : seconds_of([&] { run(*r); });
-            seconds.emplace_back(r->variant->name, s);
-            if (best_first == 0 || first < best_first) best_first = first;
-            if (!fastest || s < best) {
-              best = s;
-              fastest = r->variant;
-            }
+          size_t fastest = 0;
+          for (size_t i = 0; i < candidates.size(); ++i) {
+            seconds.emplace_back(candidates[i]->variant->name, times[i]);
+            if (times[i] < times[fastest]) fastest = i;
           }
-          pick = fastest;
+          pick = candidates[fastest]->variant;
           ++measurements_;
           tuner_->record(cls, pick->name, seconds);
         }

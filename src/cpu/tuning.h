@@ -13,6 +13,8 @@
 // this process re-measures (--tune).
 #pragma once
 
+#include <cstddef>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -21,6 +23,16 @@
 #include <vector>
 
 namespace moe {
+
+// auto's measurement of one shape class's n candidates; call(i) runs candidate i once on the call's own
+// operands and returns its seconds. Each candidate's first call warms it (primitives, scratch) and its
+// second is timed, unless the first took 8x the best first call (it cannot win). Those within 1.6x of
+// the best then get up to two more timed calls, in turns (reversed every other round, so a machine
+// slowing down or speeding up favours none), while those extra calls stay under 3 seconds in all.
+// Returns each candidate's fastest timed call (the hopeless one's first). On this project's shared
+// 2-core machines one timed call each picked the slower of two kernels 5-10 % apart about one time in
+// three; contention only ever slows a call, so the fastest call is the kernel's speed.
+std::vector<double> time_candidates(size_t n, const std::function<double(size_t)>& call);
 
 class GemmTuner {
  public:
