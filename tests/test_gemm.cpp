@@ -279,6 +279,40 @@ TEST(GemmTable, ThresholdsComeFromTheKernelConfig) {
   }
 }
 
+// A KernelConfig built in code (no flag or file sets the thresholds) is refused by name where a threshold
+// is out of its range, before any kernel reads it.
+TEST(GemmTable, ThresholdsOutOfRangeAreRefusedByName) {
+  EXPECT_TRUE(GemmThresholds{}.validate().is_ok());
+  for (int64_t GemmThresholds::*field :
+       {&GemmThresholds::dpbf16_max_group_rows, &GemmThresholds::dpbf16_min_f32_swiglu_rows,
+        &GemmThresholds::dpbf16_stream_bytes, &GemmThresholds::dpbf16_tn_group_bytes,
+        &GemmThresholds::avx2_panel_cols}) {
+    for (int64_t bad : {int64_t(-1), (int64_t(1) << 40) + 1}) {
+      GemmThresholds t;
+      t.*field = bad;
+      const Status s = t.validate();
+      ASSERT_FALSE(s.is_ok()) << bad;
+      EXPECT_NE(s.message().find("invalid GEMM threshold"), std::string::npos) << s.message();
+      EXPECT_NE(s.message().find(std::to_string(bad)), std::string::npos) << s.message();
+    }
+  }
+  for (int64_t cols : {0, 8, 24, 1000}) {
+    KernelConfig k;
+    k.thresholds.avx2_panel_cols = cols;
+    const Status s = k.validate();
+    ASSERT_FALSE(s.is_ok()) << cols;
+    EXPECT_NE(
+        s.message().find("avx2_panel_cols=" + std::to_string(cols) + ": must be a positive multiple of 16"),
+        std::string::npos)
+        << s.message();
+  }
+  for (int64_t cols : {16, 48, 4096}) {
+    KernelConfig k;
+    k.thresholds.avx2_panel_cols = cols;
+    EXPECT_TRUE(k.validate().is_ok()) << cols;
+  }
+}
+
 // avx2's panels narrower than a thread's columns (avx2_panel_cols 48: several panels a thread, each
 // packing its weights and staging its rows' activations again, its partial sums carried apart; SwiGLU's
 // 24 gate columns three half tiles) give the reference's sums in every form; the default width leaves

@@ -168,7 +168,8 @@ struct GemmThresholds {
   // 256 KiB measured 0.97-0.99, 1.00-1.01 and 1.00-1.01 of oneDNN at 1024 x 1024 x 1024).
   int64_t dpbf16_tn_group_bytes = int64_t(512) << 10;
   // avx2's widest column panel (a multiple of 16): a thread stages a chunk of rows once for this many of
-  // its output columns, while its partial sums fit 16 MiB. 2-core Zen 3, docs/kernels.md session 19.
+  // its output columns (a group's rows go in passes, or the panel narrows, where their partial sums over
+  // it would pass 16 MiB). 2-core Zen 3, docs/kernels.md sessions 19-20.
   int64_t avx2_panel_cols = 2048;
 
   bool operator==(const GemmThresholds&) const = default;
