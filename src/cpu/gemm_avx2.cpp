@@ -79,9 +79,8 @@ struct Call {
   const int64_t* group_offset;
   const int64_t* live_rows;  // or nullptr
   int64_t experts, Kd, N, ld_dout;
-  int64_t most_out_rows;  // the largest output row count of a group
-  int64_t pass_rows;      // a group's output rows taken at once (the partial sums' rows), kChunkRows x n
-  int64_t panel_cols;     // a panel's columns, a multiple of kTileCols (nn_swiglu: h's)
+  int64_t pass_rows;   // a group's output rows taken at once (the partial sums' rows), kChunkRows x n
+  int64_t panel_cols;  // a panel's columns, a multiple of kTileCols (nn_swiglu: h's)
 };
 
 // Per-thread buffers, sized by the build-ISA entry point before the parallel region.
@@ -666,20 +665,20 @@ void multiply_panel(const Call& c, const Panel<TA, TB>& pn, int64_t out_rows, vo
           for (int64_t r0 = chunk; r0 < chunk_end; r0 += kTileRows)
             row_block(a, r0, int(smaller(kTileRows, out_rows - r0)), depth, out_rows,
                       buf.lhs + (r0 - chunk) / kTileRows * block_floats);
+          // Rows [r0, r0 + blocks * rows) of the chunk, `rows` a block, in one call of the tile kernel.
+          auto run_blocks = [&](int64_t r0, int blocks, int rows) {
+            at.r0 = r0;
+            at.a = buf.lhs + (r0 - chunk) / kTileRows * block_floats;
+            TileJob j = tile_job(c, pn, at, out, out_ld, buf, swiglu);
+            j.blocks = blocks;
+            j.a_block_floats = block_floats;
+            kTileKernels[rows - 1](j);
+          };
           const int whole = int((chunk_end - chunk) / kTileRows), rest = int((chunk_end - chunk) % kTileRows);
           for (at.t = 0; at.t < tiles; ++at.t) {
             at.b = buf.packed + at.t * depth * kTileCols;
-            // The chunk's whole row blocks in one call, then the rows left over.
-            for (int part = 0; part < 2; ++part) {
-              const int blocks = part == 0 ? whole : rest > 0;
-              if (blocks == 0) continue;
-              at.r0 = chunk + (part == 0 ? 0 : whole * kTileRows);
-              at.a = buf.lhs + (at.r0 - chunk) / kTileRows * block_floats;
-              TileJob j = tile_job(c, pn, at, out, out_ld, buf, swiglu);
-              j.blocks = blocks;
-              j.a_block_floats = block_floats;
-              kTileKernels[part == 0 ? kTileRows - 1 : rest - 1](j);
-            }
+            if (whole > 0) run_blocks(chunk, whole, kTileRows);
+            if (rest > 0) run_blocks(chunk + whole * kTileRows, 1, rest);
           }
         }
       }
@@ -842,11 +841,11 @@ struct Buffers {
 
 void run(Call c, const GemmThresholds& k) {
   const int threads = omp_get_max_threads();
-  c.most_out_rows = c.form == Form::tn ? c.Kd : 0;
+  int64_t most_out_rows = c.form == Form::tn ? c.Kd : 0;
   if (c.form != Form::tn)  // dense: one group of R rows
     for (int64_t e = 0; e < c.experts; ++e)
-      c.most_out_rows =
-          std::max(c.most_out_rows, c.live_rows ? c.live_rows[e] : c.group_offset[e + 1] - c.group_offset[e]);
+      most_out_rows =
+          std::max(most_out_rows, c.live_rows ? c.live_rows[e] : c.group_offset[e + 1] - c.group_offset[e]);
   // Panels as wide as the thread's columns and avx2_panel_cols allow. Where a group's partial sums over
   // them would pass the budget, a pass of rows repacks the panel's weights (its columns x Kd) and a
   // narrower panel restages the rows' activations (rows x Kd): the rows go in passes where they outnumber
@@ -854,7 +853,7 @@ void run(Call c, const GemmThresholds& k) {
   const int64_t out_cols = c.form == Form::nt ? c.Kd : c.N;
   const int64_t thread_cols = (out_cols + threads - 1) / threads;
   const int64_t widest = std::min(k.avx2_panel_cols, (thread_cols + kTileCols - 1) / kTileCols * kTileCols);
-  const int64_t rows = std::max<int64_t>(1, c.most_out_rows);
+  const int64_t rows = std::max<int64_t>(1, most_out_rows);
   c.panel_cols = widest;
   c.pass_rows = (rows + kChunkRows - 1) / kChunkRows * kChunkRows;
   if (rows * widest > kPartialBudget) {
