@@ -7,8 +7,7 @@
 # previous shape's huge pages, skew all of that shape's rows). Takes 20-40 minutes on 2 cores: run it on
 # a quiet machine. SHAPES (names in issue10-shapes.sh), DTYPES and
 # BACKENDS (comma lists) narrow it; extra args go to moe-bench after ours (a later flag wins). STORE
-# keeps the rows. Before each shape it waits for the machine to settle (see settle below; SETTLE_S,
-# default 15, is the fixed pause where the kernel does not count reported memory).
+# keeps the rows. Before each shape it waits for the machine to settle (scripts/settle.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/issue10-shapes.sh
@@ -16,27 +15,7 @@ source scripts/issue10-shapes.sh
 selected=(${SHAPES:-${issue10_order[*]}})
 rows=${STORE:-$(mktemp --suffix=.jsonl)}
 [[ -n ${STORE:-} ]] || trap 'rm -f "$rows"' EXIT
-# A process's first run, started within seconds of another process's exit, measured 20-30 % low or
-# noisy (a dense ceiling, or one of the block's calls): on VMs with free page reporting the kernel hands
-# the freed memory to the hypervisor a few seconds after the exit, in bursts, on one of the next run's
-# vCPUs. Where the kernel counts what it reported (/sys/module/page_reporting/parameters/reported_kib),
-# wait until that count has held still for QUIET_S seconds (default 5; at most 90 s in all); elsewhere
-# pause SETTLE_S.
-settle() {
-  local counter=/sys/module/page_reporting/parameters/reported_kib
-  if [[ ! -r $counter ]]; then
-    sleep "${SETTLE_S:-15}"
-    return
-  fi
-  local last now still=0 waited=0
-  last=$(<"$counter")
-  while ((still < ${QUIET_S:-5} && waited < 90)); do
-    sleep 1
-    waited=$((waited + 1))
-    now=$(<"$counter")
-    if [[ $now == "$last" ]]; then still=$((still + 1)); else still=0 last=$now; fi
-  done
-}
+source scripts/settle.sh
 for name in "${selected[@]}"; do
   settle
   echo "cpu-targets: $name" >&2

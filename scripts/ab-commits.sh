@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# A/B of two builds of moe-bench on this machine, timed alternately so that a noisy machine hits both
+# sides alike (how docs/kernels.md's "against main" figures are taken). BASE is a commit, built in a git
+# worktree under $AB_DIR; NEW is a commit too or, by default, this work tree as it is now (uncommitted
+# changes included). Both are built the same way in $AB_DIR (Release, no MPI, no CUDA, no tests; kept, so
+# a rerun rebuilds only what changed; AB_CMAKE_FLAGS adds flags to both). Each round runs every selected
+# shape, dtype and pass in one process per side with the dense ceiling timed before each run, the sides'
+# order flipping every round; each side tunes auto into its own fresh tuning file in its first run. Ends
+# with `moe-bench compare` (NEW's binary) of the two stores by pct_of_ceiling and by TF/s: the timed calls
+# of all rounds pooled, a delta inside both sides' spread marked noise.
+# Usage: scripts/ab-commits.sh BASE [NEW] [-- extra moe-bench flags, e.g. --gemm-variant avx2]
+# ROUNDS (default 3), SHAPES (names in issue10-shapes.sh, default reference), DTYPES (default
+# bfloat16,float32), PASSES (default forward,forward_backward), AB_DIR (default .ab). The stores
+# ($AB_DIR/<label>.jsonl) start afresh each time.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+die() { echo "ab-commits: $*" >&2; exit 2; }
+(($# >= 1)) && [[ $1 != -- ]] || die "usage: scripts/ab-commits.sh BASE [NEW] [-- moe-bench flags]"
+base_ref=$1
+shift
+new_ref=.
+if (($# >= 1)) && [[ $1 != -- ]]; then new_ref=$1; shift; fi
+if (($# >= 1)); then shift; fi  # the --
+extra=("$@")
+ab_dir=$(realpath -m "${AB_DIR:-.ab}")
+mkdir -p "$ab_dir"
+source scripts/issue10-shapes.sh
+source scripts/settle.sh
+# shellcheck disable=SC2206
+shapes=(${SHAPES:-reference})
+for name in "${shapes[@]}"; do [[ -n ${issue10_shapes[$name]:-} ]] || die "SHAPES: no shape named $name"; done
+
+# Builds one side into side_label and side_bin. "." is the work tree, anything else a commit.
+build_side() {
+  local ref=$1 src label
+  if [[ $ref == . ]]; then
+    src=$PWD
+    label="worktree-$(git rev-parse --short=12 HEAD)$(git diff --quiet HEAD -- 2>/dev/null || echo -dirty)"
+  else
+    local sha
+    sha=$(git rev-parse --verify --quiet "$ref^{commit}") || die "$ref is not a commit here"
+    label=$(git rev-parse --short=12 "$sha")
+    src=$ab_dir/src-$label
+    if [[ ! -d $src ]]; then
+      git worktree prune
+      git worktree add --detach --quiet "$src" "$sha" >&2
+    fi
+  fi
+  local build=$ab_dir/build-$label
+  echo "ab-commits: building $ref ($label) in $build" >&2
+  # shellcheck disable=SC2086  # AB_CMAKE_FLAGS splits into flags on purpose
+  cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOE_WITH_MPI=OFF -DMOE_WITH_CUDA=OFF \
+    -DMOE_BUILD_TESTS=OFF -DMOE_BUILD_MICROBENCH=OFF ${AB_CMAKE_FLAGS:-} >"$build.log" 2>&1 &&
+    cmake --build "$build" --target moe-bench >>"$build.log" 2>&1 || die "building $ref failed: see $build.log"
+  side_label=$label side_bin=$build/moe-bench
+}
+build_side "$base_ref"
+base_label=$side_label base_bin=$side_bin
+build_side "$new_ref"
+new_label=$side_label new_bin=$side_bin
+[[ $base_label != "$new_label" ]] || die "BASE and NEW are the same build ($base_label)"
+for label in "$base_label" "$new_label"; do rm -f "$ab_dir/$label.jsonl" "$ab_dir/$label.tuning.json"; done
+
+run_side() {
+  local label=$1 bin=$2 name=$3 round=$4
+  settle
+  echo "ab-commits: round $round $name $label" >&2
+  # shellcheck disable=SC2046  # the shape's flags split into words on purpose
+  "$bin" $(issue10_flags "$name") --impl fused_w13 --backend gmm --distribution random \
+    --dtype "${DTYPES:-bfloat16,float32}" --bench-pass "${PASSES:-forward,forward_backward}" --iters 3 --warmup 1 \
+    --ceiling every-run --tuning-file "$ab_dir/$label.tuning.json" "${extra[@]}" --format jsonl \
+    --out "$ab_dir/$label.jsonl" >/dev/null 2>"$ab_dir/$label.err" ||
+    die "round $round $name: $label exited $?: $(tail -1 "$ab_dir/$label.err")"
+}
+for round in $(seq "${ROUNDS:-3}"); do
+  for name in "${shapes[@]}"; do
+    if ((round % 2)); then
+      run_side "$base_label" "$base_bin" "$name" "$round"
+      run_side "$new_label" "$new_bin" "$name" "$round"
+    else
+      run_side "$new_label" "$new_bin" "$name" "$round"
+      run_side "$base_label" "$base_bin" "$name" "$round"
+    fi
+  done
+done
+echo "## A/B on $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), ${ROUNDS:-3} rounds alternately," \
+  "$(date -u +%Y-%m-%dT%H:%MZ): BASE $base_label, NEW $new_label"
+echo
+echo "scripts/ab-commits.sh $base_ref $new_ref${extra[*]:+ -- ${extra[*]}} (SHAPES=${shapes[*]}" \
+  "DTYPES=${DTYPES:-bfloat16,float32} PASSES=${PASSES:-forward,forward_backward})"
+for metric in pct_of_ceiling tflops; do
+  echo
+  "$new_bin" compare "$ab_dir/$base_label.jsonl" "$ab_dir/$new_label.jsonl" --metric "$metric"
+done
