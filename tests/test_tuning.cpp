@@ -292,5 +292,21 @@ TEST(Tuning, TheCliKeepsChoicesInTheFileAndRowsNameTheKernels) {
   ASSERT_EQ(none.exit_code, 0) << none.err;
 }
 
+// --trace-dir's traced call is a warm one: with a fresh tuning file auto measures in the untimed call
+// before it (run.cpp checks that the traced call measured nothing; before, the traced call was the
+// run's first and its stages held auto's measurements).
+TEST(Tuning, TheTracedCallComesAfterAutoHasMeasured) {
+  const std::string dir = testing::temp_dir("tuning_trace"), path = dir + "/t.json";
+  const testing::Ran ran = testing::run_bench(
+      "--tokens 96 --hidden 32 --mlp-dim 16 --experts 4 --topk 2 --iters 1 --warmup 0 --impl fused_w13 "
+      "--bench-pass forward_backward --dtype float32 --ceiling off --trace-dir " +
+      dir + "/trace --tuning-file " + path);
+  ASSERT_EQ(ran.exit_code, 0) << ran.err;
+  EXPECT_NE(ran.out.find("trace_dir="), std::string::npos) << ran.out;
+  if (candidates() >= 2) {
+    EXPECT_TRUE(std::filesystem::exists(path));
+  }
+}
+
 }  // namespace
 }  // namespace moe

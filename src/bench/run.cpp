@@ -234,7 +234,11 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, 
     if (!o.trace_dir.empty()) {
       // One extra, untimed call with every stage recorded (the seed's profiler trace, spec §1), made
       // before the timed calls so that the last call, which --check and --dump read, is a timed one.
+      // An untimed call goes first: a run's first call measures auto's GEMM kernels, creates oneDNN's
+      // primitives and touches fresh buffers, which no timed call does (docs/design.md, "--trace-dir").
       // Every rank records its own stages from the end of one barrier; rank 0 gathers them.
+      call();
+      const int64_t measured_before_trace = backend.kernel_measurements();
       std::vector<TraceEvent> mine;
       block.set_stage_observer([&](const char* stage, auto start, auto end) {
         mine.push_back({stage, int(m), start, end, comm.rank()});
@@ -243,6 +247,8 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, 
       const auto origin = std::chrono::steady_clock::now();
       call();
       block.set_stage_observer(nullptr);
+      MOE_CHECK(backend.kernel_measurements() == measured_before_trace,
+                "auto measured GEMM kernels in the traced call");
       if (!parallel) {
         events.insert(events.end(), mine.begin(), mine.end());
       } else {
