@@ -159,6 +159,25 @@ TEST(Table, DefaultColumnsAreTheVaryingKeysThenTheMetrics) {
   EXPECT_EQ(table_rows(r.out).size(), 2u) << "rows of one configuration pooled";
 }
 
+// Columns that leave two configurations alike get the keys that tell them apart in front; columns that
+// tell them apart get nothing added.
+TEST(Table, ColumnsThatLeaveRowsAlikeGetTheKeysThatTellThemApart) {
+  const std::string dir = temp_dir("table_alike");
+  MoeConfig f32 = tiny(2);
+  f32.dtype = Dtype::f32;
+  const std::string s = store(dir + "/s.jsonl", {timed_row(tiny(2), {1, 1.1}), timed_row(f32, {2, 2.1})});
+  const auto alike = run_bench("table " + s + " --columns topk,time_s");
+  ASSERT_EQ(alike.exit_code, 0) << alike.err;
+  EXPECT_EQ(split_lines(alike.out)[0], "| dtype | topk | time per call (s) |") << alike.out;
+  const auto cells = table_rows(alike.out);
+  ASSERT_EQ(cells.size(), 2u) << alike.out;
+  EXPECT_EQ(cells[0][0], "bfloat16");
+  EXPECT_EQ(cells[1][0], "float32");
+  const auto apart = run_bench("table " + s + " --columns topk,dtype,time_s");
+  ASSERT_EQ(apart.exit_code, 0) << apart.err;
+  EXPECT_EQ(split_lines(apart.out)[0], "| topk | dtype | time per call (s) |") << apart.out;
+}
+
 // Runs over other rank counts (world_size is in no config's JSON) are rows of their own.
 TEST(Table, RunsOverOtherRankCountsAreRowsOfTheirOwn) {
   const std::string dir = temp_dir("table_ranks");

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <set>
 
 #include "bench/cli.h"
 #include "bench/markdown.h"
@@ -11,6 +12,33 @@
 #include "moe/parse.h"
 
 namespace moe::bench {
+namespace {
+
+// The configuration keys, not among `cols`, that vary over `groups` where two groups agree on every
+// column of `cols` that names them (a metric or a measured float tells nothing apart); none otherwise.
+std::vector<std::string> keys_to_tell_apart(const std::vector<std::vector<const ResultRow*>>& groups,
+                                            const std::vector<std::string>& cols) {
+  std::set<std::string> seen;
+  bool alike = false;
+  for (const auto& g : groups) {
+    std::string id;
+    for (const std::string& c : cols) {
+      Metric m;
+      const ResultRow v = g.front()->value(c, ResultRow());
+      if (!find_metric(c, m) && !v.is_number_float()) id += value_text(v) + '\x1f';
+    }
+    alike |= !seen.insert(id).second;
+  }
+  if (!alike) return {};
+  std::vector<const ResultRow*> fronts;
+  for (const auto& g : groups) fronts.push_back(g.front());
+  std::vector<std::string> missing;
+  for (const std::string& k : varying_keys(fronts, run_keys()))
+    if (std::find(cols.begin(), cols.end(), k) == cols.end()) missing.push_back(k);
+  return missing;
+}
+
+}  // namespace
 
 Status rows_table(const std::vector<ResultRow>& rows, const std::vector<std::string>& columns,
                   std::string& markdown) {
@@ -22,6 +50,11 @@ Status rows_table(const std::vector<ResultRow>& rows, const std::vector<std::str
     cols = varying_keys(all, run_keys());
     for (const char* m : {"tflops", "tokens_per_s", "time_s", "pct_of_ceiling"}) cols.push_back(m);
   }
+  // Columns that leave two configurations looking the same (--columns tokens,tflops over a store that
+  // also varies the dtype) would print rows a reader cannot tell apart: the keys that tell them apart
+  // lead the table then.
+  if (const std::vector<std::string> missing = keys_to_tell_apart(groups, cols); !missing.empty())
+    cols.insert(cols.begin(), missing.begin(), missing.end());
   // A column some rows lack (check_pass in a store of --check and plain rows) is an empty cell there;
   // one no row has is a mistyped key.
   MarkdownTable table;
