@@ -5,7 +5,8 @@
 # changes included). Both are built the same way in $AB_DIR (Release, no MPI, no CUDA, no tests; kept, so
 # a rerun rebuilds only what changed; AB_CMAKE_FLAGS adds flags to both). Each round runs every selected
 # shape, dtype and pass in one process per side with the dense ceiling timed before each run, the sides'
-# order flipping every round; each side tunes auto into its own fresh tuning file in its first run. Ends
+# order flipping every round; each side tunes auto into its own fresh tuning file in its first run (where
+# the build has measured auto). Rows of a build older than a key still compare (src/bench/store.cpp). Ends
 # with `moe-bench compare` (NEW's binary) of the two stores by pct_of_ceiling and by TF/s: the timed calls
 # of all rounds pooled, a delta inside both sides' spread marked noise.
 # Usage: scripts/ab-commits.sh BASE [NEW] [-- extra moe-bench flags, e.g. --gemm-variant avx2]
@@ -63,12 +64,15 @@ for label in "$base_label" "$new_label"; do rm -f "$ab_dir/$label.jsonl" "$ab_di
 
 run_side() {
   local label=$1 bin=$2 name=$3 round=$4
+  # A build older than measured auto (issue 24) has no tuning file to give.
+  local tuning=()
+  if "$bin" --help 2>/dev/null | grep -q -- --tuning-file; then tuning=(--tuning-file "$ab_dir/$label.tuning.json"); fi
   settle
   echo "ab-commits: round $round $name $label" >&2
   # shellcheck disable=SC2046  # the shape's flags split into words on purpose
   "$bin" $(issue10_flags "$name") --impl fused_w13 --backend gmm --distribution random \
     --dtype "${DTYPES:-bfloat16,float32}" --bench-pass "${PASSES:-forward,forward_backward}" --iters 3 --warmup 1 \
-    --ceiling every-run --tuning-file "$ab_dir/$label.tuning.json" "${extra[@]}" --format jsonl \
+    --ceiling every-run "${tuning[@]}" "${extra[@]}" --format jsonl \
     --out "$ab_dir/$label.jsonl" >/dev/null 2>"$ab_dir/$label.err" ||
     die "round $round $name: $label exited $?: $(tail -1 "$ab_dir/$label.err")"
 }

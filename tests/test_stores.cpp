@@ -55,17 +55,24 @@ TEST(Stores, AWholeLastRowWithoutItsNewlineIsReadAndKept) {
   EXPECT_EQ(index.rows(), 3u) << "the row read unterminated is counted once";
 }
 
-// Rows written before the environment gained cpu_extensions (docs/results' stores) still read: the key
-// reads "unknown"; a row without an older environment key is still refused.
-TEST(Stores, RowsOlderThanAnEnvironmentKeyAddedWithinTheSchemaStillRead) {
+// Rows written before the environment gained cpu_extensions (docs/results' stores) or the config
+// cuda_gemm_streams (a build before the cuda backend, such as an A/B's base) still read: the keys read
+// "unknown" and the default; a row without an older key is still refused.
+TEST(Stores, RowsOlderThanAKeyAddedWithinTheSchemaStillRead) {
   const std::string dir = temp_dir("stores_older_rows");
   ResultRow older = timed_row(tiny(1), {1, 1.1});
   older.erase("cpu_extensions");
-  const std::string s = store(dir + "/s.jsonl", {older});
+  older.erase("cuda_gemm_streams");
+  const std::string s = store(dir + "/s.jsonl", {older, timed_row(tiny(1), {1.2, 1.3})});
   std::vector<ResultRow> rows;
   ASSERT_TRUE(read_store(s, rows));
-  ASSERT_EQ(rows.size(), 1u);
+  ASSERT_EQ(rows.size(), 2u);
   EXPECT_EQ(rows[0]["cpu_extensions"], "unknown");
+  EXPECT_EQ(rows[0]["cuda_gemm_streams"], KernelConfig{}.cuda_gemm_streams);
+  const auto one = run_bench("table " + s + " --columns topk,time_s");
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_EQ(split_lines(one.out).size(), 3u) << "the older row and the newer one are one configuration\n"
+                                             << one.out;
   const auto table = run_bench("table " + s + " --columns topk,cpu_extensions");
   EXPECT_EQ(table.exit_code, 0) << table.err;
   ResultRow without_isa = timed_row(tiny(2), {1, 1.1});

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <map>
 
+#include "moe/config.h"
 #include "moe/environment.h"
 #include "moe/file_io.h"
 #include "moe/parse.h"
@@ -37,18 +38,20 @@ std::string shortened(const std::string& text) {
 }
 
 // The keys the tools read as numbers, and what each must hold; every other key is shown as text.
-// Environment keys rows of this schema gained after stores of it were written (the ISA dispatch's
-// cpu_extensions): an older row reads them as "unknown" rather than being refused, since nothing matches
-// rows by them that the older rows could not answer.
-const std::vector<std::string>& keys_added_within_schema() {
-  static const std::vector<std::string> keys = {"cpu_extensions"};
+// Keys rows of this schema gained after stores of it were written, and what an older row reads for each
+// rather than being refused (so a store of an older build still compares with a new one, as
+// scripts/ab-commits.sh does): the ISA dispatch's cpu_extensions "unknown"; the cuda backend's
+// cuda_gemm_streams its default, since it came with that backend and the cpu backend never reads it.
+const std::vector<std::pair<std::string, ResultRow>>& keys_added_within_schema() {
+  static const std::vector<std::pair<std::string, ResultRow>> keys = {
+      {"cpu_extensions", "unknown"}, {"cuda_gemm_streams", KernelConfig{}.cuda_gemm_streams}};
   return keys;
 }
 
 void fill_keys_added_within_schema(ResultRow& row) {
   if (!row.is_object()) return;
-  for (const std::string& k : keys_added_within_schema())
-    if (!row.contains(k)) row[k] = "unknown";
+  for (const auto& [k, value] : keys_added_within_schema())
+    if (!row.contains(k)) row[k] = value;
 }
 
 Status check_values(const ResultRow& row, const std::string& where) {
