@@ -31,7 +31,8 @@ source scripts/settle.sh
 shapes=(${SHAPES:-reference})
 for name in "${shapes[@]}"; do [[ -n ${issue10_shapes[$name]:-} ]] || die "SHAPES: no shape named $name"; done
 
-# Builds one side into side_label and side_bin. "." is the work tree, anything else a commit.
+declare -A bin_of tuning_of  # by a side's label: its binary; its tuning file, empty where it has none
+# Builds one side and sets side_label. "." is the work tree, anything else a commit.
 build_side() {
   local ref=$1 src label
   if [[ $ref == . ]]; then
@@ -53,24 +54,26 @@ build_side() {
   cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOE_WITH_MPI=OFF -DMOE_WITH_CUDA=OFF \
     -DMOE_BUILD_TESTS=OFF -DMOE_BUILD_MICROBENCH=OFF ${AB_CMAKE_FLAGS:-} >"$build.log" 2>&1 &&
     cmake --build "$build" --target moe-bench >>"$build.log" 2>&1 || die "building $ref failed: see $build.log"
-  side_label=$label side_bin=$build/moe-bench
+  side_label=$label
+  bin_of[$label]=$build/moe-bench
+  # A build older than measured auto (issue 24) has no tuning file to give.
+  tuning_of[$label]=
+  if "$build/moe-bench" --help 2>/dev/null | grep -q -- --tuning-file; then tuning_of[$label]=$ab_dir/$label.tuning.json; fi
 }
 build_side "$base_ref"
-base_label=$side_label base_bin=$side_bin
+base_label=$side_label
 build_side "$new_ref"
-new_label=$side_label new_bin=$side_bin
+new_label=$side_label
 [[ $base_label != "$new_label" ]] || die "BASE and NEW are the same build ($base_label)"
 for label in "$base_label" "$new_label"; do rm -f "$ab_dir/$label.jsonl" "$ab_dir/$label.tuning.json"; done
 
 run_side() {
-  local label=$1 bin=$2 name=$3 round=$4
-  # A build older than measured auto (issue 24) has no tuning file to give.
-  local tuning=()
-  if "$bin" --help 2>/dev/null | grep -q -- --tuning-file; then tuning=(--tuning-file "$ab_dir/$label.tuning.json"); fi
+  local label=$1 name=$2 round=$3 tuning=()
+  [[ -z ${tuning_of[$label]} ]] || tuning=(--tuning-file "${tuning_of[$label]}")
   settle
   echo "ab-commits: round $round $name $label" >&2
   # shellcheck disable=SC2046  # the shape's flags split into words on purpose
-  "$bin" $(issue10_flags "$name") --impl fused_w13 --backend gmm --distribution random \
+  "${bin_of[$label]}" $(issue10_flags "$name") --impl fused_w13 --backend gmm --distribution random \
     --dtype "${DTYPES:-bfloat16,float32}" --bench-pass "${PASSES:-forward,forward_backward}" --iters 3 --warmup 1 \
     --ceiling every-run "${tuning[@]}" "${extra[@]}" --format jsonl \
     --out "$ab_dir/$label.jsonl" >/dev/null 2>"$ab_dir/$label.err" ||
@@ -79,11 +82,11 @@ run_side() {
 for round in $(seq "${ROUNDS:-3}"); do
   for name in "${shapes[@]}"; do
     if ((round % 2)); then
-      run_side "$base_label" "$base_bin" "$name" "$round"
-      run_side "$new_label" "$new_bin" "$name" "$round"
+      run_side "$base_label" "$name" "$round"
+      run_side "$new_label" "$name" "$round"
     else
-      run_side "$new_label" "$new_bin" "$name" "$round"
-      run_side "$base_label" "$base_bin" "$name" "$round"
+      run_side "$new_label" "$name" "$round"
+      run_side "$base_label" "$name" "$round"
     fi
   done
 done
@@ -94,5 +97,5 @@ echo "scripts/ab-commits.sh $base_ref $new_ref${extra[*]:+ -- ${extra[*]}} (SHAP
   "DTYPES=${DTYPES:-bfloat16,float32} PASSES=${PASSES:-forward,forward_backward})"
 for metric in pct_of_ceiling tflops; do
   echo
-  "$new_bin" compare "$ab_dir/$base_label.jsonl" "$ab_dir/$new_label.jsonl" --metric "$metric"
+  "${bin_of[$new_label]}" compare "$ab_dir/$base_label.jsonl" "$ab_dir/$new_label.jsonl" --metric "$metric"
 done
