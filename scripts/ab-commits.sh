@@ -6,16 +6,16 @@
 # a rerun rebuilds only what changed; AB_CMAKE_FLAGS adds flags to both). Each round runs every selected
 # shape, dtype and pass in one process per side with the dense ceiling timed before each run, the sides'
 # order flipping every round; each side tunes auto into its own fresh tuning file in its first run (where
-# the build has measured auto). Rows of a build older than a key still compare (src/bench/store.cpp). Ends
-# with `moe-bench compare` (NEW's binary) of the two stores by pct_of_ceiling and by TF/s: the timed calls
-# of all rounds pooled, a delta inside both sides' spread marked noise.
+# the build has measured auto). Ends with `moe-bench compare` of the two stores by pct_of_ceiling and by
+# TF/s (the timed calls of all rounds pooled, a delta inside both sides' spread marked noise), run by NEW's
+# binary, or BASE's where only BASE's reader takes both stores (src/bench/store.cpp).
 # Usage: scripts/ab-commits.sh BASE [NEW] [-- extra moe-bench flags, e.g. --gemm-variant avx2]
 # ROUNDS (default 3), SHAPES (names in issue10-shapes.sh, default reference), DTYPES (default
 # bfloat16,float32), PASSES (default forward,forward_backward), AB_DIR (default .ab). The stores
 # ($AB_DIR/<label>.jsonl) start afresh each time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-die() { echo "ab-commits: $*" >&2; exit 2; }
+die() { echo "ab-commits.sh: error: $*" >&2; exit 2; }
 (($# >= 1)) && [[ $1 != -- ]] || die "usage: scripts/ab-commits.sh BASE [NEW] [-- moe-bench flags]"
 base_ref=$1
 shift
@@ -95,7 +95,13 @@ echo "## A/B on $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), ${
 echo
 echo "scripts/ab-commits.sh $base_ref $new_ref${extra[*]:+ -- ${extra[*]}} (SHAPES=${shapes[*]}" \
   "DTYPES=${DTYPES:-bfloat16,float32} PASSES=${PASSES:-forward,forward_backward})"
+# NEW's reader, else BASE's: a reader refuses rows that lack a key it needs and cannot fill
+# (src/bench/store.cpp), which between two builds can go either way.
 for metric in pct_of_ceiling tflops; do
   echo
-  "${bin_of[$new_label]}" compare "$ab_dir/$base_label.jsonl" "$ab_dir/$new_label.jsonl" --metric "$metric"
+  for label in "$new_label" "$base_label" ""; do
+    [[ -n $label ]] || die "neither build's compare reads both stores: $(tail -1 "$ab_dir/compare.err")"
+    "${bin_of[$label]}" compare "$ab_dir/$base_label.jsonl" "$ab_dir/$new_label.jsonl" --metric "$metric" \
+      2>"$ab_dir/compare.err" && break
+  done
 done

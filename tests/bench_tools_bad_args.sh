@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The plain-C++ bench tools' bad arguments (bench/bench_args.h): each gets exactly one line on stderr that
-# names the tool and says "error", nothing on stdout, and exit 2, before any work is done.
-#   usage: bench_tools_bad_args.sh MOE_BENCH_NN_S8 MOE_BENCH_SWIGLU_PASSES
+# The bench tools' bad arguments (the plain-C++ ones: bench/bench_args.h; scripts/ab-commits.sh): each
+# gets exactly one line on stderr that names the tool and says "error", nothing on stdout, and exit 2,
+# before any work is done (ab-commits.sh: before it builds anything).
+#   usage: bench_tools_bad_args.sh MOE_BENCH_NN_S8 MOE_BENCH_SWIGLU_PASSES AB_COMMITS_SH
 set -u
 nn_s8=$1
 passes=$2
+ab_commits=$3
 out=$(mktemp) err=$(mktemp)
 trap 'rm -f "$out" "$err"' EXIT
 failed=0
@@ -34,4 +36,11 @@ expect_refusal "$passes" 5 16384 0
 expect_refusal "$passes" 5 16384 99999999999999999999
 expect_refusal "$passes" 5 268435456 1024
 expect_refusal "$passes" 5 16384 1024 7
+AB_DIR=$(mktemp -d)
+export AB_DIR
+expect_refusal "$ab_commits"
+expect_refusal "$ab_commits" -- --iters 1
+expect_refusal "$ab_commits" no-such-ref-of-moe-bench
+SHAPES=no_such_shape expect_refusal "$ab_commits" HEAD
+rm -rf "$AB_DIR"
 exit $failed
