@@ -29,6 +29,8 @@ expect_refusal "$nn_s8" 0
 expect_refusal "$nn_s8" 3x
 expect_refusal "$nn_s8" 1001
 expect_refusal "$nn_s8" 3 4
+expect_refusal "$nn_s8" 3 seeds
+expect_refusal "$nn_s8" 3 seed 1
 expect_refusal "$passes" -1
 expect_refusal "$passes" 5 15
 expect_refusal "$passes" 5 abc

@@ -3,6 +3,7 @@
 // reference's exact integer sums, also bit for bit (the dequantization is the same float32 steps, so
 // nothing may differ). Fresh random inputs each run; the seed is printed (MOE_TEST_SEED replays).
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cfloat>
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/gemm_s8.h"
 #include "cpu/gemm_variants.h"
 #include "cpu/quantize_isa.h"
 #include "int8_gemm_cases.h"
@@ -250,6 +252,18 @@ TEST_P(EveryInt8Variant, NnS8ExtremeValuesSumExactly) {
   check_nn_s8_extremes([&](auto&&... args) { table.nn_s8(args...); });
 }
 
+TEST_P(EveryInt8Variant, NnS8SwigluMatchesTheReference) {
+  MOE_INT8_TABLE_OR_SKIP(table);
+  GemmCall probe;
+  probe.form = GemmForm::nn_s8_swiglu;
+  probe.in_dtype = probe.b_dtype = Dtype::s8;
+  probe.out_dtype = Dtype::bf16;
+  if (const std::string why = gemm_variant(GetParam())->supports(probe, kDefaults); !why.empty())
+    GTEST_SKIP() << GetParam() << ": " << why;
+  check_nn_s8_swiglu(testing::test_seed(), [&](auto&&... args) { table.nn_s8_swiglu(args...); });
+  EXPECT_EQ(table.take_choices(), "nn_s8_swiglu:" + GetParam());
+}
+
 #ifdef MOE_HAVE_ONEDNN
 // oneDNN's nn_s8 row runs only where its int8 sums are exact (VNNI, AMX: supports()). Its plumbing
 // (groups, padding rows, the epilogue, accumulate) runs on every CPU with an s8 matmul: called directly
@@ -314,6 +328,144 @@ TEST(OnednnInt8, RefusesExactlyWhereItsSumsSaturate) {
   EXPECT_EQ(exact, why.empty()) << "supports(): '" << why << "', got " << got[0] << " for " << Kd * 127 * 127;
 }
 #endif
+// ---- our int8 kernel's instances (cpu/gemm_s8.h)
+// ----------------------------------------------------------- Each instance on its own: the hardware ones
+// (AVX-512 VNNI, AVX-VNNI, AVX2) where this CPU runs them, SKIPPED with the reason elsewhere, and their plain
+// C++ emulation (vpdpbusd in uint32 arithmetic; AVX2's saturating pair sums) on every CPU in each geometry,
+// so that the packing, the corrections, the tiles and the epilogues are checked everywhere.
+std::string s8_unavailable(const s8::Instance& inst) {
+  if (&inst == &cpu::isa_avx2::s8::kInstance) return gemm_variant("avx2_s8")->unavailable();
+  return vnni::unavailable(inst);  // "" for the emulated ones
+}
+
+class S8Instance : public ::testing::TestWithParam<const s8::Instance*> {
+ protected:
+  void SetUp() override {
+    if (const std::string why = s8_unavailable(*GetParam()); !why.empty())
+      GTEST_SKIP() << GetParam()->name << ": " << why;
+  }
+  void nn_s8(void* out, Dtype out_dtype, Int8Operands in, GroupedShape groups, int64_t Kd, int64_t N,
+             bool accumulate = false) {
+    s8::nn_s8_with(*GetParam(), out, out_dtype, in, groups, Kd, N, accumulate);
+  }
+};
+
+TEST_P(S8Instance, NnS8EqualsTheIntegerReferenceBitForBit) {
+  check_nn_s8(testing::test_seed(), [&](auto&&... args) { nn_s8(args...); });
+}
+
+TEST_P(S8Instance, NnS8ExtremeValuesSumExactly) {
+  check_nn_s8_extremes([&](auto&&... args) { nn_s8(args...); });
+}
+
+TEST_P(S8Instance, NnS8SwigluMatchesTheReference) {
+  check_nn_s8_swiglu(testing::test_seed(),
+                     [&](auto&&... args) { s8::nn_s8_swiglu_with(*GetParam(), args...); });
+}
+
+// The correction of each row (-128 x its sum) at the extremes of the u8 shift: every lhs -127 against every
+// weight -127 (u8 1) and +127 (u8 255), over a reduction of every residue mod 4, unpadded and padded.
+TEST_P(S8Instance, WeightsAtBothEndsSumExactly) {
+  for (int64_t Kd : {int64_t(1), int64_t(2), int64_t(3), int64_t(4), int64_t(4097)})
+    for (int8_t b : {int8_t(-127), int8_t(127)}) {
+      SCOPED_TRACE("Kd " + std::to_string(Kd) + " b " + std::to_string(int(b)));
+      const int64_t rows = 13, N = 35;
+      const std::vector<int8_t> lhs(size_t(rows * Kd), -127), rhs(size_t(Kd * N), b);
+      const std::vector<float> ls(size_t(rows), 1.0f), rs(1, 1.0f);
+      const int64_t offset[] = {0, rows};
+      std::vector<float> got(size_t(rows * N));
+      nn_s8(got.data(), Dtype::f32, {lhs.data(), ls.data(), rhs.data(), rs.data()}, {offset, 1}, Kd, N);
+      for (float v : got) ASSERT_EQ(double(v), double(float(double(Kd) * -127 * b)));
+    }
+}
+
+// The same bits on 1, 2, 3 and 7 threads (items are taken in turn: any thread may run any tile).
+TEST_P(S8Instance, SameBitsOnOneTwoThreeAndSevenThreads) {
+  uint64_t key = testing::test_seed() + 11;
+  const std::vector<int64_t> sizes{70, 0, 5, 131, 49};
+  const int64_t Kd = 203, N = 97, E = int64_t(sizes.size());
+  std::vector<int64_t> offset{0};
+  for (int64_t n : sizes) offset.push_back(offset.back() + n);
+  const int64_t rows = offset.back();
+  const std::vector<int8_t> lhs = random_s8(rows * Kd, ++key), rhs = random_s8(E * Kd * N, ++key);
+  const std::vector<float> ls = random_scales(rows, ++key), rs = random_scales(E * N, ++key);
+  const Int8Operands in{lhs.data(), ls.data(), rhs.data(), rs.data(), true};
+  Tensor want(Dtype::bf16, {rows, N});
+  ref_gemm::grouped_gemm_nn_s8(kDefaults, want.raw(), Dtype::bf16, in, {offset.data(), E}, Kd, N, false);
+  const int threads_before = omp_get_max_threads();
+  for (int threads : {1, 2, 3, 7}) {
+    omp_set_num_threads(threads);
+    Tensor got(Dtype::bf16, {rows, N});
+    nn_s8(got.raw(), Dtype::bf16, in, {offset.data(), E}, Kd, N);
+    EXPECT_EQ(std::memcmp(got.raw(), want.raw(), size_t(rows * N) * 2), 0) << threads << " threads";
+  }
+  omp_set_num_threads(threads_before);
+}
+
+// Weights packed once (S8WeightPacks: int8_routed_prequant's) give the bits of weights packed per call, in
+// a second call with other rows and routing too (every expert was packed, not only the first call's), for
+// both forms' layouts in one S8WeightPacks.
+TEST_P(S8Instance, WeightsPackedOnceEqualPackedPerCall) {
+  uint64_t key = testing::test_seed() + 12;
+  const int64_t E = 4, Kd = 66, N = 46, M = N / 2;
+  const std::vector<int8_t> rhs = random_s8(E * Kd * N, ++key);
+  const std::vector<float> rs = random_scales(E, ++key);
+  S8WeightPacks packs;
+  for (const std::vector<int64_t>& offset : {std::vector<int64_t>{0, 0, 30, 30, 41}, {0, 17, 17, 60, 61}}) {
+    const int64_t rows = offset.back();
+    const std::vector<int8_t> lhs = random_s8(rows * Kd, ++key);
+    const std::vector<float> ls = random_scales(rows, ++key);
+    Int8Operands in{lhs.data(), ls.data(), rhs.data(), rs.data()};
+    const GroupedShape groups{offset.data(), E};
+    Tensor want(Dtype::f32, {rows, N}), got(Dtype::f32, {rows, N});
+    Tensor want_g(Dtype::f32, {rows, M}), got_g(Dtype::f32, {rows, M});
+    std::vector<int8_t> q(size_t(rows * M)), want_q(q.size());
+    std::vector<float> scale(static_cast<size_t>(rows)), want_scale(scale.size());
+    s8::nn_s8_with(*GetParam(), want.raw(), Dtype::f32, in, groups, Kd, N, false);
+    s8::nn_s8_swiglu_with(*GetParam(), {want.raw(), want_g.raw(), want_q.data(), want_scale.data()},
+                          Dtype::f32, in, {}, groups, Kd, M, nullptr);
+    in.rhs_packs = &packs;
+    s8::nn_s8_with(*GetParam(), got.raw(), Dtype::f32, in, groups, Kd, N, false);
+    EXPECT_EQ(std::memcmp(got.raw(), want.raw(), size_t(rows * N) * 4), 0) << "nn_s8, rows " << rows;
+    s8::nn_s8_swiglu_with(*GetParam(), {got.raw(), got_g.raw(), q.data(), scale.data()}, Dtype::f32, in, {},
+                          groups, Kd, M, nullptr);
+    EXPECT_EQ(std::memcmp(got_g.raw(), want_g.raw(), size_t(rows * M) * 4), 0)
+        << "nn_s8_swiglu, rows " << rows;
+    EXPECT_EQ(q, want_q);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(S8, S8Instance,
+                         ::testing::Values(&cpu::isa_avx512::vnni::kInstance, &cpu::isa_avx2::vnni::kInstance,
+                                           &cpu::isa_avx2::s8::kInstance, &s8_emulated::kZmm,
+                                           &s8_emulated::kYmm, &s8_emulated::kAvx2),
+                         [](const auto& info) { return std::string(info.param->name); });
+
+// The variant runs the best instance this CPU has, and says why not where it has none.
+TEST(Vnni, TheVariantRunsTheBestInstanceHere) {
+  const s8::Instance* inst = vnni::hardware_instance();
+  const std::string why = gemm_variant("vnni")->unavailable();
+  EXPECT_EQ(inst == nullptr, !why.empty()) << why;
+  if (vnni::unavailable(cpu::isa_avx512::vnni::kInstance).empty()) {
+    EXPECT_EQ(inst, &cpu::isa_avx512::vnni::kInstance);
+  }
+  if (!inst) {
+    EXPECT_NE(why.find("VNNI"), std::string::npos) << why;
+  }
+}
+
+// One S8WeightPacks holds one tensor's packings: another tensor with it is a caller's bug, caught.
+TEST(S8WeightPacks, AnotherTensorWithTheSamePacksFailsTheInvariant) {
+  S8WeightPacks packs;
+  const std::vector<int8_t> a(64), b(64);
+  EXPECT_EQ(packs.find("x", a.data(), 1, 8, 8), nullptr);
+  EXPECT_NE(packs.make("x", a.data(), 1, 8, 8, 100), nullptr);
+  EXPECT_NE(packs.find("x", a.data(), 1, 8, 8), nullptr);
+  EXPECT_EQ(packs.find("y", a.data(), 1, 8, 8), nullptr);
+  EXPECT_DEATH((void)packs.find("x", b.data(), 1, 8, 8), "one object per weight tensor");
+  EXPECT_DEATH((void)packs.find("x", a.data(), 1, 8, 4), "one object per weight tensor");
+}
+
 INSTANTIATE_TEST_SUITE_P(Registry, EveryInt8Variant, ::testing::ValuesIn(int8_variant_names()),
                          [](const auto& info) { return info.param; });
 

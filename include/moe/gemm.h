@@ -95,11 +95,19 @@ struct ExpertWeights {
 // rhs_scale[e * N + n] (per output column), and stored to out_dtype (f32 or bf16), or added to a
 // float32 out (accumulate). Operands are symmetric int8 in [-127, 127]: -128 never occurs (kernels may
 // rely on it: a pair of products then fits int16). A dense int8 GEMM is one group.
-enum class GemmForm { nn, nn_swiglu, nt, nt_swiglu_grad, tn, tn_pair, dense, nn_s8 };
+//
+// nn_s8_swiglu: the int8 up projection with SwiGLU and g's row quantization in its epilogue (the int8 modes'
+// forward: down's input is g quantized per row): h (rows, 2M) = nn_s8's dequantized sums in out_dtype with
+// h's columns [gate | up] (rhs one (E, Kd, 2M) tensor with its scales, or two parts: rhs (E, Kd, M) the
+// gate's and Int8UpPart the up projection's, each with its scales), g (rows, M) = silu(gate) * up *
+// row_weight[r] from h as stored, in out_dtype, then g's rows as stored quantized as moe/quantize.h's
+// quantize_rows does: gq (rows, M), g_scale (rows). keep_h = false lets a kernel skip writing h. Padding
+// rows: h (when kept) and g zeros, gq zeros, g_scale quant_scale(0).
+enum class GemmForm { nn, nn_swiglu, nt, nt_swiglu_grad, tn, tn_pair, dense, nn_s8, nn_s8_swiglu };
 inline constexpr GemmForm kGemmForms[] = {
-    GemmForm::nn, GemmForm::nn_swiglu, GemmForm::nt,    GemmForm::nt_swiglu_grad,
-    GemmForm::tn, GemmForm::tn_pair,   GemmForm::dense, GemmForm::nn_s8};
-inline constexpr int kGemmFormCount = 8;
+    GemmForm::nn,      GemmForm::nn_swiglu, GemmForm::nt,    GemmForm::nt_swiglu_grad, GemmForm::tn,
+    GemmForm::tn_pair, GemmForm::dense,     GemmForm::nn_s8, GemmForm::nn_s8_swiglu};
+inline constexpr int kGemmFormCount = 9;
 const char* name(GemmForm form);
 
 using GemmNnFn = void (*)(const GemmThresholds&, void* out, Dtype out_dtype, const void* lhs,
@@ -122,6 +130,35 @@ using GemmTnPairFn = void (*)(const GemmThresholds&, void* drhs_first, void* drh
 using GemmDenseFn = void (*)(const GemmThresholds&, void* out, Dtype out_dtype, const void* a, Dtype a_dtype,
                              const void* b, Dtype b_dtype, int64_t R, int64_t Kd, int64_t N, bool trans_a,
                              bool trans_b);
+// Packings of int8 weights that hold the same values across nn_s8 calls (int8_routed_prequant's, quantized
+// once outside the timed calls): a variant that multiplies weights packed into a layout of its own packs
+// every expert on its first call with these packs and reads that packing in later calls, instead of packing
+// in every call. One object per weight tensor; the caller promises its values do not change while it
+// passes the same object (a different tensor or shape with it is an invariant failure).
+class S8WeightPacks {
+ public:
+  S8WeightPacks() = default;
+  S8WeightPacks(const S8WeightPacks&) = delete;
+  S8WeightPacks& operator=(const S8WeightPacks&) = delete;
+  // The packing named `layout` (a kernel's name for its layout) made of rhs (E, Kd, N), or nullptr.
+  const uint8_t* find(const std::string& layout, const int8_t* rhs, int64_t E, int64_t Kd, int64_t N) const;
+  // `bytes` of room, 64-byte aligned, for the packing named `layout` of rhs, which the caller fills before
+  // anyone finds it (one thread packs at a time: a kernel table runs one call at a time per op).
+  uint8_t* make(const std::string& layout, const int8_t* rhs, int64_t E, int64_t Kd, int64_t N, size_t bytes);
+
+ private:
+  struct Entry {
+    std::string layout;
+    std::vector<uint8_t> storage;  // 64 bytes more than asked, for the alignment
+    uint8_t* data;                 // in storage, 64-byte aligned
+  };
+  const int8_t* rhs_ = nullptr;
+  int64_t E_ = 0, Kd_ = 0, N_ = 0;
+  std::vector<Entry> entries_;
+  mutable std::mutex mutex_;
+  void check_same(const int8_t* rhs, int64_t E, int64_t Kd, int64_t N) const;
+};
+
 // nn_s8's operands: quantized values and their scales (moe/quantize.h makes them).
 struct Int8Operands {
   const int8_t* lhs;       // (rows, Kd)
@@ -129,12 +166,31 @@ struct Int8Operands {
   const int8_t* rhs;       // (E, Kd, N)
   const float* rhs_scale;  // (E) or (E, N)
   bool rhs_scale_per_column = false;
+  S8WeightPacks* rhs_packs = nullptr;  // rhs unchanged across calls: kernels may keep their packing here
 };
 using GemmNnS8Fn = void (*)(const GemmThresholds&, void* out, Dtype out_dtype, Int8Operands in,
                             GroupedShape groups, int64_t Kd, int64_t N, bool accumulate);
+// nn_s8_swiglu's second weight part: the up projection's (E, Kd, M) and its scales, per expert or per
+// column as Int8Operands says; rhs nullptr: Int8Operands' rhs is the whole (E, Kd, 2M) [gate | up]. With two
+// parts, Int8Operands' rhs_packs keeps the packing of both.
+struct Int8UpPart {
+  const int8_t* rhs = nullptr;
+  const float* rhs_scale = nullptr;
+};
+// nn_s8_swiglu's outputs.
+struct S8SwigluOut {
+  void* h;         // (rows, 2M) [gate | up] in out_dtype (a buffer of that size either way)
+  void* g;         // (rows, M) in out_dtype
+  int8_t* gq;      // (rows, M) g's rows quantized
+  float* g_scale;  // (rows)
+  bool keep_h = true;
+};
+using GemmNnS8SwigluFn = void (*)(const GemmThresholds&, S8SwigluOut out, Dtype out_dtype, Int8Operands in,
+                                  Int8UpPart up, GroupedShape groups, int64_t Kd, int64_t M,
+                                  const float* row_weight);
 // One form's function, by form (index = GemmForm); std::monostate: the variant has no kernel of it.
 using GemmFn = std::variant<std::monostate, GemmNnFn, GemmNnSwigluFn, GemmNtFn, GemmNtSwigluGradFn, GemmTnFn,
-                            GemmTnPairFn, GemmDenseFn, GemmNnS8Fn>;
+                            GemmTnPairFn, GemmDenseFn, GemmNnS8Fn, GemmNnS8SwigluFn>;
 
 // What a row's supports() sees of a call.
 struct GemmCall {
@@ -224,6 +280,8 @@ class GemmKernels {
              int64_t R, int64_t Kd, int64_t N, bool trans_a = false, bool trans_b = false);
   void nn_s8(void* out, Dtype out_dtype, Int8Operands in, GroupedShape groups, int64_t Kd, int64_t N,
              bool accumulate = false);
+  void nn_s8_swiglu(S8SwigluOut out, Dtype out_dtype, Int8Operands in, Int8UpPart up, GroupedShape groups,
+                    int64_t Kd, int64_t M, const float* row_weight);
 
   const KernelConfig& config() const { return kernel_; }
   // The rows of this table in its base order: the variants that run here (the one --gemm-variant names

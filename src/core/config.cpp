@@ -231,6 +231,10 @@ double MoeConfig::estimated_bytes() const {
     rows = blocks * 256;
     params += 3 * blocks * H * M * es;
   }
+  // int8 copies of the routed weights (one byte an element): quantized in every call and transposed for the
+  // backward, or once (int8_routed_prequant), which the int8 GEMMs also keep in their packed layouts.
+  if (routed_int8(quant_mode))
+    params += 3 * E * H * M * (quant_mode == QuantMode::int8_routed_prequant ? 4 : 2);
   double acts = (T * H * 3) * 4 + rows * (H * 2 + M * 4) * 4;  // x/out/dx + row buffers (f32 bound)
   double shared = T * S * 3 * 4;
   double grads = bench_pass == BenchPass::forward_backward ? params + acts : 0;

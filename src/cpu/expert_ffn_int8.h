@@ -6,22 +6,20 @@
 
 #include <memory>
 
-#include "cpu/swiglu.h"
 #include "moe/gemm.h"
 #include "moe/ops.h"
 
 namespace moe::cpu {
 
 // What an int8 op computes with: a kernel table (the cpu backend's, or one that runs the reference rows
-// only) and a quantization (moe/quantize.h: cpu:: or ref_quant::, bitwise equal), also of the rows the
-// SwiGLU pass makes (cpu::swiglu_forward_quantized, or the pass then ref_quant::quantize_rows).
+// only: its nn_s8_swiglu then runs SwiGLU in float64) and a quantization (moe/quantize.h: cpu:: or
+// ref_quant::, bitwise equal).
 struct Int8Kernels {
   GemmKernels& gemm;
   void (*quantize_rows)(int8_t*, float*, const void*, Dtype, int64_t, int64_t, int64_t, bool);
   void (*quantize_experts)(int8_t*, float*, ExpertWeights, Dtype, int64_t, int64_t, int64_t, bool);
   void (*quantize_columns)(int8_t*, float*, const void*, Dtype, int64_t, int64_t);
   void (*quantize_token_rows)(int8_t*, float*, const void*, Dtype, int64_t, int64_t, int64_t, const int32_t*);
-  decltype(&swiglu_forward_quantized) swiglu_quantized;
 };
 Int8Kernels cpu_int8_kernels(const KernelConfig& kernel);
 

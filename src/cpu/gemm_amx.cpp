@@ -50,7 +50,8 @@ std::string gemm_library_version() {
 }
 
 std::string supports(const GemmCall& call, const GemmThresholds&) {
-  if (call.form == GemmForm::nn_s8) return "";  // src/cpu/gemm_amx_s8.cpp: any int8 call
+  // src/cpu/gemm_amx_s8.cpp: any int8 call (nn_s8_swiglu: its nn_s8, then SwiGLU's quantizing pass)
+  if (call.form == GemmForm::nn_s8 || call.form == GemmForm::nn_s8_swiglu) return "";
   if (std::string why = gemm_detail::float_operands(call); !why.empty()) return why;
   if (call.form == GemmForm::dense) return "no dense kernel (the block's groups only)";
   if (call.in_dtype != Dtype::bf16) return "float32 inputs (AMX multiplies bfloat16 tiles)";

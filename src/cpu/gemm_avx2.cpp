@@ -1008,6 +1008,7 @@ std::string supports(const GemmCall& call, const GemmThresholds& /*k*/) {
     case GemmForm::dense:
       return "";
     case GemmForm::nn_s8:
+    case GemmForm::nn_s8_swiglu:
       break;
   }
   return "no kernel for this form";

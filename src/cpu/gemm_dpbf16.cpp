@@ -1150,7 +1150,8 @@ std::string supports(const GemmCall& call, const GemmThresholds& k) {
     case GemmForm::tn_pair:
       return "float32 weight gradients (oneDNN's measured faster)";
     case GemmForm::dense:
-    case GemmForm::nn_s8:  // float_operands refused it above
+    case GemmForm::nn_s8:  // float_operands refused these above
+    case GemmForm::nn_s8_swiglu:
       break;
   }
   return "no dense kernel";

@@ -796,7 +796,7 @@ std::string amx_odd_size_refusal(const GemmCall& call, bool amx) {
 }
 
 std::string supports(const GemmCall& call, const GemmThresholds& /*k*/) {
-  if (call.form != GemmForm::nn_s8) {
+  if (call.form != GemmForm::nn_s8 && call.form != GemmForm::nn_s8_swiglu) {
     if (std::string why = gemm_detail::float_operands(call); !why.empty()) return why;
     return amx_odd_size_refusal(call, amx_brgemm());
   }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "cpu/swiglu.h"
 #include "moe/gemm.h"
@@ -55,6 +56,13 @@
   namespace moe::ns {                                                                           \
   void grouped_gemm_nn_s8(const GemmThresholds& k, void* out, Dtype out_dtype, Int8Operands in, \
                           GroupedShape groups, int64_t Kd, int64_t N, bool accumulate);         \
+  }
+// A variant's own nn_s8_swiglu (the others get gemm_detail's composition of their nn_s8).
+#define MOE_DECLARE_GEMM_NN_S8_SWIGLU(ns)                                                                    \
+  namespace moe::ns {                                                                                        \
+  void grouped_gemm_nn_s8_swiglu(const GemmThresholds& k, S8SwigluOut out, Dtype out_dtype, Int8Operands in, \
+                                 Int8UpPart up, GroupedShape groups, int64_t Kd, int64_t M,                  \
+                                 const float* row_weight);                                                   \
   }
 
 // A variant's fused SwiGLU forms (moe/gemm.h): nn_swiglu, and nt_swiglu_grad.
@@ -109,10 +117,16 @@ MOE_DECLARE_GEMM_NN_S8(amx_emulated)
 MOE_DECLARE_GEMM_VARIANT(avx2)
 MOE_DECLARE_GEMM_NN_SWIGLU(avx2)
 MOE_DECLARE_GEMM_NT_SWIGLU_GRAD(avx2)
-// Our AVX2 int8 kernel (src/cpu/gemm_avx2_s8.cpp): nn_s8 only, in every build, run where isa_level() reaches
-// avx2.
+// Our int8 kernel (cpu/gemm_s8.h) on AVX2 (src/cpu/gemm_avx2_s8.cpp): nn_s8 and nn_s8_swiglu, in every build,
+// run where isa_level() reaches avx2.
 MOE_DECLARE_GEMM_VARIANT_CAPABILITIES(avx2_s8)
 MOE_DECLARE_GEMM_NN_S8(avx2_s8)
+MOE_DECLARE_GEMM_NN_S8_SWIGLU(avx2_s8)
+// Our int8 kernel (cpu/gemm_s8.h) on VNNI (src/cpu/gemm_vnni*.cpp): nn_s8 and nn_s8_swiglu, in every build,
+// run where the CPU has AVX-512 VNNI or AVX-VNNI at the ISA level in use.
+MOE_DECLARE_GEMM_VARIANT_CAPABILITIES(vnni)
+MOE_DECLARE_GEMM_NN_S8(vnni)
+MOE_DECLARE_GEMM_NN_S8_SWIGLU(vnni)
 namespace moe::gemm_detail {
 
 // Element offset -> byte pointer for a buffer of `dt`.
@@ -194,6 +208,31 @@ void nt_then_swiglu_grad(const GemmThresholds& k, void* dh, void* dg, const void
                          row_weight ? row_weight + rows.row0 : nullptr);
     zero_padding_rows(dh, dtype, rows, 2 * M);
   }
+}
+
+// grouped_gemm_nn_s8_swiglu for a variant without its own: its nn_s8 into h (two parts: each into scratch,
+// then into h's halves), then SwiGLU's pass that quantizes each row it makes, over every row (padding rows of
+// h are zeros, so theirs are too). h is always written.
+template <GemmNnS8Fn NnS8>
+void nn_s8_then_swiglu(const GemmThresholds& k, S8SwigluOut out, Dtype dt, Int8Operands in, Int8UpPart up,
+                       GroupedShape groups, int64_t Kd, int64_t M, const float* row_weight) {
+  const int64_t rows = groups.group_offset[groups.experts];
+  if (!up.rhs) {
+    NnS8(k, out.h, dt, in, groups, Kd, 2 * M, false);
+  } else {
+    std::vector<std::byte> part(size_t(rows * M) * dtype_size(dt));
+    for (int p = 0; p < 2; ++p) {
+      Int8Operands one = in;
+      one.rhs = p ? up.rhs : in.rhs;
+      one.rhs_scale = p ? up.rhs_scale : in.rhs_scale;
+      one.rhs_packs = nullptr;  // the packs are keyed by the first part
+      NnS8(k, part.data(), dt, one, groups, Kd, M, false);
+      for (int64_t r = 0; r < rows; ++r)
+        std::memcpy(at(out.h, r * 2 * M + p * M, dt), at(part.data(), r * M, dt), size_t(M) * dtype_size(dt));
+    }
+  }
+  cpu::swiglu_forward_quantized(out.g, dt, out.gq, out.g_scale, {out.h, at(out.h, M, dt), 2 * M}, dt, rows, M,
+                                row_weight);
 }
 
 // grouped_gemm_tn_pair for a variant without its own: two tn calls.

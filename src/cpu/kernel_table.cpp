@@ -65,6 +65,8 @@ const char* name(GemmForm form) {
       return "dense";
     case GemmForm::nn_s8:
       return "nn_s8";
+    case GemmForm::nn_s8_swiglu:
+      return "nn_s8_swiglu";
   }
   return "?";
 }
@@ -81,6 +83,7 @@ std::string GemmCall::shape_class() const {
 
 std::string GemmRow::dtypes() const {
   if (form == GemmForm::nn_s8) return "int8 -> float32,bfloat16";
+  if (form == GemmForm::nn_s8_swiglu) return "int8 -> float32,bfloat16 h and g, int8 g";
   return form == GemmForm::nn_swiglu || form == GemmForm::nt_swiglu_grad
              ? "float32 or bfloat16 throughout"
              : "float32,bfloat16 -> float32,bfloat16";
@@ -346,6 +349,17 @@ void GemmKernels::nn_s8(void* out, Dtype out_dtype, Int8Operands in, GroupedShap
   call.accumulate = accumulate;
   auto run = [&](const GemmRow& r) {
     std::get<GemmNnS8Fn>(r.fn)(kernel_.thresholds, out, out_dtype, in, groups, Kd, N, accumulate);
+  };
+  run_chosen(call, run);
+}
+
+void GemmKernels::nn_s8_swiglu(S8SwigluOut out, Dtype out_dtype, Int8Operands in, Int8UpPart up,
+                               GroupedShape groups, int64_t Kd, int64_t M, const float* row_weight) {
+  MOE_CHECK(out_dtype == Dtype::f32 || out_dtype == Dtype::bf16, "nn_s8_swiglu: float32 or bfloat16 h and g");
+  const GemmCall call =
+      grouped_call(GemmForm::nn_s8_swiglu, Dtype::s8, out_dtype, groups, Kd, M, up.rhs ? 2 : 1);
+  auto run = [&](const GemmRow& r) {
+    std::get<GemmNnS8SwigluFn>(r.fn)(kernel_.thresholds, out, out_dtype, in, up, groups, Kd, M, row_weight);
   };
   run_chosen(call, run);
 }

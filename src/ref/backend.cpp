@@ -65,21 +65,12 @@ class RefBackend final : public Backend {
     for (int64_t i = 0; i < src.numel(); ++i) dst.set(i, src.get(i));
   }
 
-  // The cpu int8 ops' sequences over the reference's quantization and GEMM rows (the independent oracle of
-  // the int8 modes is the float64 block reference, moe/reference.h).
+  // The cpu int8 ops' sequences over the reference's quantization and GEMM rows (whose nn_s8_swiglu runs
+  // SwiGLU in float64; the independent oracle of the int8 modes is the float64 block reference,
+  // moe/reference.h).
   cpu::Int8Kernels reference_int8_kernels() {
-    return {reference_gemms_,
-            &ref_quant::quantize_rows,
-            &ref_quant::quantize_experts,
-            &ref_quant::quantize_columns,
-            &ref_quant::quantize_token_rows,
-            &swiglu_then_quantize_rows};
-  }
-  // g = SwiGLU (the cpu op's pass, as the rest of the sequence), then its rows by the reference's rule.
-  static void swiglu_then_quantize_rows(void* g, Dtype g_dt, int8_t* gq, float* g_scale, cpu::GateUp in,
-                                        Dtype dt, int64_t rows, int64_t M, const float* row_weight) {
-    cpu::swiglu_forward(g, g_dt, in, dt, rows, M, row_weight);
-    ref_quant::quantize_rows(gq, g_scale, g, g_dt, rows, M, M);
+    return {reference_gemms_, &ref_quant::quantize_rows, &ref_quant::quantize_experts,
+            &ref_quant::quantize_columns, &ref_quant::quantize_token_rows};
   }
 
   // The kernel table with the reference's rows first (every form; nothing measured).

@@ -193,7 +193,7 @@ bool auto_candidate() {
 }
 
 std::string supports(const GemmCall& call, const GemmThresholds&) {
-  if (call.form == GemmForm::nn_s8)
+  if (call.form == GemmForm::nn_s8 || call.form == GemmForm::nn_s8_swiglu)
     return call.out_dtype == Dtype::f32 || call.out_dtype == Dtype::bf16 ? "" : "a float32 or bfloat16 out";
   for (Dtype dt : {call.in_dtype, call.b_dtype, call.out_dtype})
     if (!is_float(dt)) return std::string("no ") + dtype_name(dt) + " operands";

@@ -27,6 +27,11 @@ void dense_gemm(const GemmThresholds& k, void* out, Dtype out_dtype, const void*
 // int8: exact integer sums (src/ref/int8_gemm.cpp).
 void grouped_gemm_nn_s8(const GemmThresholds& k, void* out, Dtype out_dtype, Int8Operands in,
                         GroupedShape groups, int64_t Kd, int64_t N, bool accumulate);
+// nn_s8's h, then g from h as stored in float64 (rounded once to out_dtype), then g's rows quantized by the
+// reference quantization.
+void grouped_gemm_nn_s8_swiglu(const GemmThresholds& k, S8SwigluOut out, Dtype out_dtype, Int8Operands in,
+                               Int8UpPart up, GroupedShape groups, int64_t Kd, int64_t M,
+                               const float* row_weight);
 std::string gemm_library_version();
 std::string unavailable();
 bool bf16_arithmetic();

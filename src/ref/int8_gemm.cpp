@@ -1,10 +1,13 @@
 // The int8 GEMM reference (moe/gemm.h, nn_s8): exact integer sums (int64, so no kernel's int32 can
 // hide an overflow behind a matching one), dequantized in float32 in the seed's order. FBGEMM's
 // matmul_u8i8acc32_ref is the model. Every int8 kernel must equal it bit for bit.
+#include <cstring>
 #include <vector>
 
+#include "moe/quantize.h"
 #include "moe/status.h"
 #include "ref/gemm.h"
+#include "ref/ref.h"
 
 namespace moe::ref_gemm {
 
@@ -45,6 +48,42 @@ void grouped_gemm_nn_s8(const GemmThresholds&, void* out, Dtype out_dtype, Int8O
       }
     }
   }
+}
+
+void grouped_gemm_nn_s8_swiglu(const GemmThresholds& k, S8SwigluOut out, Dtype out_dtype, Int8Operands in,
+                               Int8UpPart up, GroupedShape groups, int64_t Kd, int64_t M,
+                               const float* row_weight) {
+  const int64_t rows = groups.group_offset[groups.experts];
+  const size_t elem = dtype_size(out_dtype);
+  // h's gate and up columns: the one [gate | up] tensor's, or each part's.
+  std::vector<std::byte> part(size_t(rows * (up.rhs ? M : 2 * M)) * elem);
+  for (int p = 0; p < (up.rhs ? 2 : 1); ++p) {
+    Int8Operands one = in;
+    if (p) {
+      one.rhs = up.rhs;
+      one.rhs_scale = up.rhs_scale;
+    }
+    const int64_t width = up.rhs ? M : 2 * M;
+    grouped_gemm_nn_s8(k, part.data(), out_dtype, one, groups, Kd, width, false);
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(static_cast<std::byte*>(out.h) + size_t(r * 2 * M + p * M) * elem,
+                  part.data() + size_t(r * width) * elem, size_t(width) * elem);
+  }
+  auto load = [&](int64_t i) {
+    return out_dtype == Dtype::f32 ? double(static_cast<const float*>(out.h)[i])
+                                   : double(bf16_to_f32(static_cast<const bf16_t*>(out.h)[i]));
+  };
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < M; ++j) {
+      // From h as stored, rounded once to out_dtype.
+      const double g =
+          ref::silu(load(r * 2 * M + j)) * load(r * 2 * M + M + j) * (row_weight ? row_weight[r] : 1.0);
+      if (out_dtype == Dtype::f32)
+        static_cast<float*>(out.g)[r * M + j] = float(g);
+      else
+        static_cast<bf16_t*>(out.g)[r * M + j] = f32_to_bf16(float(g));
+    }
+  ref_quant::quantize_rows(out.gq, out.g_scale, out.g, out_dtype, rows, M, M);
 }
 
 }  // namespace moe::ref_gemm
