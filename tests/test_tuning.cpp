@@ -94,6 +94,43 @@ TEST(Tuning, AutoMeasuresOnceKeepsTheFastestAndLaterTablesReadIt) {
   EXPECT_EQ(tuned.measurements(), 1);
 }
 
+// An int8 call whose weights come with their S8WeightPacks (kept across calls: a kernel packs them once) is a
+// shape class of its own: auto measures it apart from the same call with weights packed in every call.
+TEST(Tuning, Int8WeightsKeptAreAClassOfTheirOwn) {
+  GemmCall plain;
+  plain.form = GemmForm::nn_s8;
+  plain.in_dtype = plain.b_dtype = Dtype::s8;
+  plain.out_dtype = Dtype::bf16;
+  plain.rows = 33;
+  plain.experts = 3;
+  plain.Kd = 16;
+  plain.N = 24;
+  GemmCall kept = plain;
+  kept.weights_kept = true;
+  EXPECT_NE(plain.shape_class(), kept.shape_class());
+  EXPECT_NE(kept.shape_class().find(" kept"), std::string::npos) << kept.shape_class();
+  int int8_candidates = 0;
+  for (const GemmVariant& v : gemm_variants())
+    int8_candidates += v.tunable && v.unavailable().empty() && v.supports(plain, GemmThresholds{}).empty();
+  if (int8_candidates < 2) GTEST_SKIP() << "one int8 GEMM variant runs here: nothing to measure";
+  const std::string path = testing::temp_dir("tuning_int8_kept") + "/tuning.json";
+  GemmTuner tuner(path, false);
+  GemmKernels table(config_for(path), &tuner);
+  const int64_t offset[] = {0, 20, 20, 53};
+  const std::vector<int8_t> lhs(53 * 16, 3), rhs(3 * 16 * 24, -2);
+  const std::vector<float> ls(53, 1.0f), rs(3, 1.0f);
+  Tensor out(Dtype::bf16, {53, 24});
+  S8WeightPacks packs;
+  Int8Operands in{lhs.data(), ls.data(), rhs.data(), rs.data()};
+  table.nn_s8(out.raw(), Dtype::bf16, in, {offset, 3}, 16, 24);
+  EXPECT_EQ(table.measurements(), 1);
+  in.rhs_packs = &packs;
+  table.nn_s8(out.raw(), Dtype::bf16, in, {offset, 3}, 16, 24);
+  EXPECT_EQ(table.measurements(), 2) << "weights kept: measured again, as a class of its own";
+  table.nn_s8(out.raw(), Dtype::bf16, in, {offset, 3}, 16, 24);
+  EXPECT_EQ(table.measurements(), 2);
+}
+
 // time_candidates on scripted call times (no clock): each candidate's calls return its script in turn.
 struct ScriptedCalls {
   std::vector<std::vector<double>> script;  // per candidate, the seconds of its calls in order

@@ -6,7 +6,8 @@
 // the same process, interleaved round by round, and the best of the rounds is kept (the 2-core box is
 // shared: contention only ever slows a call down). Prints, per GEMM, milliseconds, useful GOP/s
 // (2 * rows * Kd * N) and the ratio to the bf16 nn (on AVX2 oneDNN computes bf16 in float32); each int8
-// variant also with its weights' packing kept across calls ("packed once", int8_routed_prequant's case).
+// variant also with its weights' packing kept across calls ("packed once", int8_routed_prequant's case). At
+// each up projection, also the int8 forward's up with SwiGLU (bench_swiglu).
 // Plain C++ (no Google Benchmark): the build always has it.
 //
 //   moe_bench_nn_s8 [rounds=7] [shapes=all|reference|seed]   MOE_GEMM_VARIANT=<name> for the float nn
@@ -25,6 +26,7 @@
 
 #include "bench_args.h"
 #include "cpu/backend.h"
+#include "cpu/swiglu.h"
 #include "moe/gemm.h"
 #include "moe/rng.h"
 #include "moe/status.h"
@@ -39,11 +41,12 @@ constexpr uint64_t kSeed = 20261127;
 struct GemmShape {
   const char* layer;  // "reference" or "seed"
   int64_t experts, Kd, N;
+  bool up;  // the up projection (N = 2M): also timed with SwiGLU
 };
-constexpr GemmShape kShapes[] = {{"reference", 16, 1024, 2048},
-                                 {"reference", 16, 1024, 1024},
-                                 {"seed", 60, 2048, 2816},
-                                 {"seed", 60, 1408, 2048}};
+constexpr GemmShape kShapes[] = {{"reference", 16, 1024, 2048, true},
+                                 {"reference", 16, 1024, 1024, false},
+                                 {"seed", 60, 2048, 2816, true},
+                                 {"seed", 60, 1408, 2048, false}};
 
 // (E+1) offsets of groups of the mean +- 5 % rows summing to kRows.
 std::vector<int64_t> group_offsets(int64_t experts) {
@@ -159,6 +162,60 @@ void bench_shape(const GemmShape& shape, int rounds) {
                 ops / k.best * 1e-9, c[0].best / k.best, c[1].best / k.best);
 }
 
+// The up projection with SwiGLU, as the block runs it (bf16 h and g; the int8 forms also quantize g's rows,
+// down's input): bf16's fused nn_swiglu against each int8 variant's nn_s8_swiglu and its nn_s8 followed by
+// SwiGLU's quantizing pass, the weights packed once (int8_routed_prequant's case).
+void bench_swiglu(const GemmShape& shape, int rounds) {
+  const int64_t E = shape.experts, Kd = shape.Kd, M = shape.N / 2;
+  const std::vector<int64_t> off = group_offsets(E);
+  const GroupedShape groups{off.data(), E};
+  const char* float_variant = std::getenv("MOE_GEMM_VARIANT") ? std::getenv("MOE_GEMM_VARIANT") : "auto";
+  Buffer<std::byte> x16 = filled(Dtype::bf16, kRows * Kd, 1), w16 = filled(Dtype::bf16, E * Kd * 2 * M, 2);
+  Buffer<std::byte> x8 = filled(Dtype::s8, kRows * Kd, 3), w8 = filled(Dtype::s8, E * Kd * 2 * M, 4);
+  std::vector<float> ls(size_t(kRows), 1e-3f), rs(size_t(E), 2e-3f), g_scale(static_cast<size_t>(kRows));
+  Buffer<std::byte> h(size_t(kRows * 2 * M) * 2), g(size_t(kRows * M) * 2), gq(size_t(kRows * M));
+  const Int8Operands in{reinterpret_cast<const int8_t*>(x8.data()), ls.data(),
+                        reinterpret_cast<const int8_t*>(w8.data()), rs.data()};
+  int8_t* q = reinterpret_cast<int8_t*>(gq.data());
+  std::vector<Candidate> c;
+  std::map<std::string, S8WeightPacks> packs;
+  c.push_back({std::string("nn_swiglu bf16 (") + float_variant + ")", [&] {
+                 table(float_variant)
+                     .nn_swiglu(h.data(), g.data(), Dtype::bf16, x16.data(), w16.data(), Dtype::bf16, groups,
+                                Kd, M, nullptr, false);
+               }});
+  for (const GemmVariant& v : gemm_variants()) {
+    if (!v.tunable || std::holds_alternative<std::monostate>(v.fns[size_t(GemmForm::nn_s8_swiglu)]) ||
+        !v.unavailable().empty())
+      continue;
+    const std::string name = v.name;
+    S8WeightPacks* kept = &packs[name];
+    c.push_back({"nn_s8_swiglu (" + name + ")", [&, name, kept] {
+                   Int8Operands once = in;
+                   once.rhs_packs = kept;
+                   table(name).nn_s8_swiglu({h.data(), g.data(), q, g_scale.data(), false}, Dtype::bf16, once,
+                                            {}, groups, Kd, M, nullptr);
+                 }});
+    c.push_back({"  nn_s8, then the pass (" + name + ")", [&, name, kept] {
+                   Int8Operands once = in;
+                   once.rhs_packs = kept;
+                   table(name).nn_s8(h.data(), Dtype::bf16, once, groups, Kd, 2 * M);
+                   cpu::swiglu_forward_quantized(g.data(), Dtype::bf16, q, g_scale.data(),
+                                                 {h.data(), h.data() + M * 2, 2 * M}, Dtype::bf16, kRows, M,
+                                                 nullptr);
+                 }});
+  }
+  for (Candidate& k : c) k.run();
+  for (int r = 0; r < rounds; ++r)
+    for (Candidate& k : c) k.best = std::min(k.best, seconds_of(k.run));
+  const double ops = 2.0 * double(kRows) * double(Kd) * double(2 * M);
+  std::printf("%s layer, up projection with SwiGLU: rows %lld (E = %lld), Kd = %lld, M = %lld, best of %d\n",
+              shape.layer, (long long)kRows, (long long)E, (long long)Kd, (long long)M, rounds);
+  for (const Candidate& k : c)
+    std::printf("  %-34s %9.2f ms %8.1f GOP/s  %5.2fx bf16 nn_swiglu\n", k.name.c_str(), k.best * 1e3,
+                ops / k.best * 1e-9, c[0].best / k.best);
+}
+
 }  // namespace
 }  // namespace moe
 
@@ -182,7 +239,10 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("gemm: %s\n", moe::gemm_library_version().c_str());
-  for (const moe::GemmShape& shape : moe::kShapes)
-    if (layers == "all" || layers == shape.layer) moe::bench_shape(shape, int(rounds));
+  for (const moe::GemmShape& shape : moe::kShapes) {
+    if (layers != "all" && layers != shape.layer) continue;
+    moe::bench_shape(shape, int(rounds));
+    if (shape.up) moe::bench_swiglu(shape, int(rounds));
+  }
   return 0;
 }

@@ -204,8 +204,12 @@ struct GemmCall {
   int parts = 1;  // weight parts (ExpertWeights)
   bool accumulate = false;
   bool trans_a = false, trans_b = false;
-  // "nn bf16->bf16 Kd=1024 N=2048 E=16 rows<=1024 parts=2": the shape class auto is tuned for (group
-  // rows rounded up to a power of two).
+  // int8 forms: the weights come with their S8WeightPacks (kept across calls), so a kernel that packs them
+  // does it once, not in every call: a class of its own (auto's choice differs: at 256-row groups oneDNN's
+  // nn_s8 matched vnni's packed per call, and lost to it packed once).
+  bool weights_kept = false;
+  // "nn bf16->bf16 Kd=1024 N=2048 E=16 rows<=1024 parts=2" (" kept" for weights_kept): the shape class auto
+  // is tuned for (group rows rounded up to a power of two).
   std::string shape_class() const;
   bool operator==(const GemmCall&) const = default;
 };

@@ -78,7 +78,8 @@ std::string GemmCall::shape_class() const {
   s += fmt::format("->{} Kd={} N={}", dtype_name(out_dtype), Kd, N);
   if (form == GemmForm::dense)
     return s + fmt::format(" R<={}{}{}", rows_class, trans_a ? " ta" : "", trans_b ? " tb" : "");
-  return s + fmt::format(" E={} rows<={} parts={}", experts, rows_class, parts);
+  return s +
+         fmt::format(" E={} rows<={} parts={}{}", experts, rows_class, parts, weights_kept ? " kept" : "");
 }
 
 std::string GemmRow::dtypes() const {
@@ -347,6 +348,7 @@ void GemmKernels::nn_s8(void* out, Dtype out_dtype, Int8Operands in, GroupedShap
   MOE_CHECK(!accumulate || out_dtype == Dtype::f32, "nn_s8 accumulates in a float32 out only");
   GemmCall call = grouped_call(GemmForm::nn_s8, Dtype::s8, out_dtype, groups, Kd, N, 1);
   call.accumulate = accumulate;
+  call.weights_kept = in.rhs_packs != nullptr;
   auto run = [&](const GemmRow& r) {
     std::get<GemmNnS8Fn>(r.fn)(kernel_.thresholds, out, out_dtype, in, groups, Kd, N, accumulate);
   };
@@ -356,8 +358,8 @@ void GemmKernels::nn_s8(void* out, Dtype out_dtype, Int8Operands in, GroupedShap
 void GemmKernels::nn_s8_swiglu(S8SwigluOut out, Dtype out_dtype, Int8Operands in, Int8UpPart up,
                                GroupedShape groups, int64_t Kd, int64_t M, const float* row_weight) {
   MOE_CHECK(out_dtype == Dtype::f32 || out_dtype == Dtype::bf16, "nn_s8_swiglu: float32 or bfloat16 h and g");
-  const GemmCall call =
-      grouped_call(GemmForm::nn_s8_swiglu, Dtype::s8, out_dtype, groups, Kd, M, up.rhs ? 2 : 1);
+  GemmCall call = grouped_call(GemmForm::nn_s8_swiglu, Dtype::s8, out_dtype, groups, Kd, M, up.rhs ? 2 : 1);
+  call.weights_kept = in.rhs_packs != nullptr;
   auto run = [&](const GemmRow& r) {
     std::get<GemmNnS8SwigluFn>(r.fn)(kernel_.thresholds, out, out_dtype, in, up, groups, Kd, M, row_weight);
   };
