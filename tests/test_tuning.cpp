@@ -260,6 +260,14 @@ TEST(Tuning, AFileOfAnotherFormatIsIgnoredWithOneWarning) {
   expect_ignored("tuning_other", "{\"hello\": 1}\n", "not a moe-bench tuning file");
 }
 
+// Keys of the wrong JSON type (a "format" that is no string aborted every auto run with an uncaught type
+// error, issue 41 item 1): the file is ignored like any other that is not ours.
+TEST(Tuning, KeysOfTheWrongTypeAreIgnoredWithOneWarning) {
+  expect_ignored("tuning_format_number", "{\"format\": 1}\n", "not a moe-bench tuning file");
+  expect_ignored("tuning_entries_list", R"({"format": "moe-bench tuning 1", "cpu_model": 7, "entries": {}})",
+                 "not a moe-bench tuning file");
+}
+
 TEST(Tuning, AForeignCpusFileIsIgnoredWithOneWarning) {
   expect_ignored("tuning_foreign",
                  R"({"format": "moe-bench tuning 1", "cpu_model": "Some Other CPU 9000", "entries": {}})",

@@ -27,8 +27,10 @@ std::string env(const char* name) {
 
 // Why `doc` is not a tuning file of this CPU, or "".
 std::string not_ours(const nlohmann::json& doc) {
-  if (!doc.is_object() || doc.value("format", "") != kFormat || !doc.contains("cpu_model") ||
-      !doc["cpu_model"].is_string() || !doc.contains("entries") || !doc["entries"].is_object())
+  // Each key's type is asked first: nlohmann's value() and get() throw on another type.
+  if (!doc.is_object() || !doc.contains("format") || !doc["format"].is_string() || doc["format"] != kFormat ||
+      !doc.contains("cpu_model") || !doc["cpu_model"].is_string() || !doc.contains("entries") ||
+      !doc["entries"].is_object())
     return fmt::format("not a moe-bench tuning file (\"format\": \"{}\" expected)", kFormat);
   for (const auto& [key, entry] : doc["entries"].items())
     if (!entry.is_object() || !entry.contains("variant") || !entry["variant"].is_string())
