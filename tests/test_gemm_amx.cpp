@@ -93,6 +93,12 @@ TEST(AmxEmulated, NnS8EqualsTheIntegerReferenceBitForBit) {
                          [](auto&&... args) { amx_emulated::grouped_gemm_nn_s8(kDefaults, args...); });
 }
 
+TEST(AmxEmulated, NnS8SwigluMatchesTheReference) {
+  int8_test::check_nn_s8_swiglu(testing::test_seed(), [](auto&&... args) {
+    amx_emulated::grouped_gemm_nn_s8_swiglu(kDefaults, args...);
+  });
+}
+
 TEST(AmxEmulated, NnS8ExtremeValuesSumExactly) {
   int8_test::check_nn_s8_extremes(
       [](auto&&... args) { amx_emulated::grouped_gemm_nn_s8(kDefaults, args...); });

@@ -27,6 +27,7 @@
 namespace moe::amx {
 
 MOE_DEFINE_GEMM_AMX_NN_S8(cpu::isa_amx::Tiles)
+MOE_DEFINE_GEMM_AMX_NN_S8_SWIGLU(cpu::isa_amx::Tiles)
 
 }  // namespace moe::amx
 

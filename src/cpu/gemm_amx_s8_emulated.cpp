@@ -8,5 +8,6 @@
 namespace moe::amx_emulated {
 
 MOE_DEFINE_GEMM_AMX_NN_S8(Tiles)
+MOE_DEFINE_GEMM_AMX_NN_S8_SWIGLU(Tiles)
 
 }  // namespace moe::amx_emulated

@@ -22,6 +22,8 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cfloat>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -54,19 +56,18 @@ struct AmxS8Gemm {
 
   static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-  // Packs columns [col, col + count) of expert e's weights (Kd, N) into one B tile per 64 reduction
-  // elements (dst: (chunks, 16, 16, 4)), zeros past Kd and past count.
-  static void pack_tile(const Call& c, int64_t e, int64_t col, int64_t count, int64_t chunks, int8_t* dst) {
-    const int8_t* w = c.in.rhs + e * c.Kd * c.N + col;  // (Kd, N), from column col
+  // Packs `count` columns of w (Kd rows, ld apart) into one B tile per 64 reduction elements (dst: (chunks,
+  // 16, 16, 4)), zeros past Kd and past count.
+  static void pack_tile(const int8_t* w, int64_t ld, int64_t Kd, int64_t count, int64_t chunks, int8_t* dst) {
     for (int64_t k = 0; k < chunks * kDepth; k += kQuad) {
       int8_t* d = dst + k * kTileCols;  // quad row k / 4: 16 columns x 4
-      if (count == kTileCols && k + kQuad <= c.Kd) {
-        interleave_quads(w + k * c.N, c.N, d);
+      if (count == kTileCols && k + kQuad <= Kd) {
+        interleave_quads(w + k * ld, ld, d);
         continue;
       }
       for (int64_t n = 0; n < kTileCols; ++n)
         for (int64_t i = 0; i < kQuad; ++i)
-          d[kQuad * n + i] = n < count && k + i < c.Kd ? w[(k + i) * c.N + n] : int8_t(0);
+          d[kQuad * n + i] = n < count && k + i < Kd ? w[(k + i) * ld + n] : int8_t(0);
     }
   }
 
@@ -158,7 +159,8 @@ struct AmxS8Gemm {
         const int64_t col = cb * kItemCols + t * kTileCols;
         cols[t] = std::clamp<int64_t>(c.N - col, 0, kTileCols);
         if (e != packed_e || cb != packed_cb)
-          pack_tile(c, e, col, cols[t], chunks, panel.data() + t * chunks * kTileBytes);
+          pack_tile(c.in.rhs + e * c.Kd * c.N + col, c.N, c.Kd, cols[t], chunks,
+                    panel.data() + t * chunks * kTileBytes);
       }
       packed_e = e;
       packed_cb = cb;
@@ -179,9 +181,154 @@ struct AmxS8Gemm {
     }
     Tiles::release();
   }
+
+  // ---- nn_s8_swiglu (moe/gemm.h) ------------------------------------------------------------------------
+  // A register block's two B tiles are 16 gate columns and the same 16 up columns, so its accumulators hold
+  // a row's gate and up sums side by side; the epilogue dequantizes them, rounds them as h stores them, and
+  // makes g = silu(gate) * up * row_weight from those. An item is one row block of an expert over all of its
+  // columns (g's rows are quantized whole): a thread packs an expert's weights once, for all its columns,
+  // when its range of items reaches that expert, keeps the block's rows of g in a staging buffer, and
+  // quantizes and writes them when the block is done.
+  struct SwigluCall {
+    S8SwigluOut out;
+    Dtype dt;  // h's and g's
+    Int8Operands in;
+    Int8UpPart up;
+    GroupedShape groups;
+    int64_t Kd, M;
+    const float* row_weight;
+  };
+
+  // Tile v (0: gate, 1: up) of g's columns [j0, j0 + 16) of expert e: its weights (Kd, ld) and scales.
+  static const int8_t* swiglu_weights(const SwigluCall& c, int64_t e, int v, int64_t j0, int64_t& ld) {
+    if (c.up.rhs) {
+      ld = c.M;
+      return (v ? c.up.rhs : c.in.rhs) + e * c.Kd * c.M + j0;
+    }
+    ld = 2 * c.M;
+    return c.in.rhs + e * c.Kd * 2 * c.M + v * c.M + j0;
+  }
+  static float swiglu_scale(const SwigluCall& c, int64_t e, int v, int64_t j) {
+    const float* scales = c.up.rhs && v ? c.up.rhs_scale : c.in.rhs_scale;
+    if (!c.in.rhs_scale_per_column) return scales[e];
+    return c.up.rhs ? scales[e * c.M + j] : scales[e * 2 * c.M + v * c.M + j];
+  }
+  static float as_stored(float v, Dtype dt) {
+    return dt == Dtype::bf16 ? bf16_to_f32(f32_to_bf16(v)) : v;
+  }
+
+  // The register block of acc (n, 32: 16 gate | 16 up sums) for g's columns [j0, j0 + count) of rows
+  // [r0, r0 + n): h (where kept) and the staged rows of g (g_stage, M apart, as stored).
+  static void swiglu_epilogue(const SwigluCall& c, const int32_t* acc, int64_t e, int64_t r0, int64_t n,
+                              int64_t j0, int64_t count, float* g_stage) {
+    for (int64_t r = 0; r < n; ++r) {
+      const int64_t row = r0 + r;
+      const float ls = c.in.lhs_scale[row], w = c.row_weight ? c.row_weight[row] : 1.0f;
+      const int32_t* sums = acc + r * 2 * kTileCols;
+      for (int64_t j = 0; j < count; ++j) {
+        const float gate = as_stored(float(float(sums[j]) * ls) * swiglu_scale(c, e, 0, j0 + j), c.dt);
+        const float up =
+            as_stored(float(float(sums[kTileCols + j]) * ls) * swiglu_scale(c, e, 1, j0 + j), c.dt);
+        if (c.out.keep_h) {
+          Parts::store_result(c.out.h, row * 2 * c.M + j0 + j, c.dt, gate);
+          Parts::store_result(c.out.h, row * 2 * c.M + c.M + j0 + j, c.dt, up);
+        }
+        g_stage[r * c.M + j0 + j] = as_stored(gate / (1.0f + std::exp(-gate)) * up * w, c.dt);
+      }
+    }
+  }
+
+  // The block's staged rows of g -> g, and g's rows quantized as moe/quantize.h's quantize_rows does: scale =
+  // amax / 127 + FLT_MIN, q = clip(round_half_even(x / scale), -127, 127) by a float32 division (rounded by
+  // the 1.5 x 2^23 addition, exact here, as cpu/quantize_row.h; no library call from this ISA's code).
+  static void flush_g(const SwigluCall& c, const float* g_stage, int64_t r0, int64_t n) {
+    for (int64_t r = 0; r < n; ++r) {
+      const float* g = g_stage + r * c.M;
+      float amax = 0.0f;
+      for (int64_t j = 0; j < c.M; ++j) amax = std::fabs(g[j]) > amax ? std::fabs(g[j]) : amax;
+      const float scale = amax / 127.0f + FLT_MIN;
+      c.out.g_scale[r0 + r] = scale;
+      for (int64_t j = 0; j < c.M; ++j) {
+        Parts::store_result(c.out.g, (r0 + r) * c.M + j, c.dt, g[j]);  // exact: g[j] is as stored
+        const float q = (g[j] / scale + 12582912.0f) - 12582912.0f;
+        c.out.gq[(r0 + r) * c.M + j] = int8_t(q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q);
+      }
+    }
+  }
+
+  static void nn_s8_swiglu(S8SwigluOut out, Dtype dt, Int8Operands in, Int8UpPart up, GroupedShape groups,
+                           int64_t Kd, int64_t M, const float* row_weight) {
+    MOE_CHECK(dt == Dtype::f32 || dt == Dtype::bf16, "amx nn_s8_swiglu: float32 or bfloat16 h and g");
+    gemm_detail::check_groups(groups, Kd, 2 * M);
+    for (int64_t e = 0; e < groups.experts; ++e) {  // padding rows: zeros, and a zero row's scale
+      const gemm_detail::GroupRows g = gemm_detail::group_rows(groups, e);
+      if (out.keep_h) gemm_detail::zero_padding_rows(out.h, dt, g, 2 * M);
+      gemm_detail::zero_padding_rows(out.g, dt, g, M);
+      gemm_detail::zero_padding_rows(out.gq, Dtype::s8, g, M);
+      for (int64_t r = g.row0 + g.live; r < g.row0 + g.rows; ++r) out.g_scale[r] = FLT_MIN;  // quant_scale(0)
+    }
+    const SwigluCall c{out, dt, in, up, groups, Kd, M, row_weight};
+    const typename Parts::Items items(groups.experts, 1, [&](int64_t e) {
+      return ceil_div(gemm_detail::group_rows(groups, e).live, kBlockRows);
+    });
+#pragma omp parallel
+    {
+      const int64_t t = omp_get_thread_num(), threads = omp_get_num_threads();
+      const int64_t begin = items.range_begin(t, threads), end = items.range_begin(t + 1, threads);
+      if (begin < end) run_swiglu_items(c, items, begin, end);
+    }
+  }
+
+  // Items [begin, end) (one row block of an expert each, all columns), on this thread.
+  static void run_swiglu_items(const SwigluCall& c, const typename Parts::Items& items, int64_t begin,
+                               int64_t end) {
+    const int64_t chunks = ceil_div(c.Kd, kDepth), depth = chunks * kDepth;
+    const int64_t blocks = ceil_div(c.M, kTileCols);  // register blocks: 16 g columns each
+    std::vector<int8_t> panel(size_t(blocks * 2 * chunks * kTileBytes));  // (blocks, gate | up, chunks, ...)
+    std::vector<int8_t> staged(size_t(kBlockRows * depth));
+    std::vector<float> g_stage(size_t(kBlockRows * c.M));
+    alignas(64) int32_t acc[kBlockRows * 2 * kTileCols];
+    int64_t e = items.expert_of(begin), packed_e = -1;
+    Tiles::configure();
+    for (int64_t i = begin; i < end; ++i) {
+      while (i >= items.first[size_t(e + 1)]) ++e;
+      if (e != packed_e) {
+        for (int64_t b = 0; b < blocks; ++b)
+          for (int v = 0; v < 2; ++v) {
+            int64_t ld = 0;
+            const int8_t* w = swiglu_weights(c, e, v, b * kTileCols, ld);
+            pack_tile(w, ld, c.Kd, std::min(kTileCols, c.M - b * kTileCols), chunks,
+                      panel.data() + (2 * b + v) * chunks * kTileBytes);
+          }
+        packed_e = e;
+      }
+      const gemm_detail::GroupRows g = gemm_detail::group_rows(c.groups, e);
+      const int64_t rb = i - items.first[size_t(e)];
+      const int64_t n = std::min(kBlockRows, g.live - rb * kBlockRows), r0 = g.row0 + rb * kBlockRows;
+      stage_rows(c.in.lhs + r0 * c.Kd, n, c.Kd, depth, staged.data());
+      for (int64_t b = 0; b < blocks; ++b) {
+        const int8_t* gate = panel.data() + 2 * b * chunks * kTileBytes;
+        Parts::template multiply<TileDot::s8>(staged.data(), depth, n, gate, gate + chunks * kTileBytes,
+                                              chunks, acc);
+        swiglu_epilogue(c, acc, e, r0, n, b * kTileCols, std::min(kTileCols, c.M - b * kTileCols),
+                        g_stage.data());
+      }
+      flush_g(c, g_stage.data(), r0, n);
+    }
+    Tiles::release();
+  }
 };
 
 }  // namespace moe::amx
+
+// Defines moe/gemm.h's nn_s8_swiglu (gemm_variants.h's MOE_DECLARE_GEMM_NN_S8_SWIGLU) in the enclosing
+// namespace on AmxS8Gemm<Tiles>.
+#define MOE_DEFINE_GEMM_AMX_NN_S8_SWIGLU(Tiles)                                                            \
+  void grouped_gemm_nn_s8_swiglu(const GemmThresholds&, S8SwigluOut out, Dtype out_dtype, Int8Operands in, \
+                                 Int8UpPart up, GroupedShape groups, int64_t Kd, int64_t M,                \
+                                 const float* row_weight) {                                                \
+    ::moe::amx::AmxS8Gemm<Tiles>::nn_s8_swiglu(out, out_dtype, in, up, groups, Kd, M, row_weight);         \
+  }
 
 // Defines moe/gemm.h's nn_s8 (gemm_variants.h's MOE_DECLARE_GEMM_NN_S8) in the enclosing namespace on
 // AmxS8Gemm<Tiles>.

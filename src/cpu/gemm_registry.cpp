@@ -39,7 +39,7 @@ const std::vector<GemmVariant>& gemm_variants() {
           "amx", amx, IsaLevel::amx, true, &amx::grouped_gemm_nn, &amx::grouped_gemm_nn_swiglu,
           &amx::grouped_gemm_nt, &gemm_detail::nt_then_swiglu_grad<&amx::grouped_gemm_nt>,
           &amx::grouped_gemm_tn, &gemm_detail::tn_twice<&amx::grouped_gemm_tn>, nullptr,
-          &amx::grouped_gemm_nn_s8, &gemm_detail::nn_s8_then_swiglu<&amx::grouped_gemm_nn_s8>,
+          &amx::grouped_gemm_nn_s8, &amx::grouped_gemm_nn_s8_swiglu,
           "AMX tiles: bf16 (tdpbf16ps, float32 accumulator tiles) and int8 nn_s8 (tdpbssd, exact int32 "
           "sums), weights packed per call into the tiles' pair or quad-interleaved layout, one work list "
           "over (expert, column block, row block); the grouped forms of bf16 inputs, no dense kernel"),

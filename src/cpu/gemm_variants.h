@@ -110,8 +110,10 @@ MOE_DECLARE_GEMM_VARIANT(portable)
 MOE_DECLARE_GEMM_VARIANT_CAPABILITIES(amx)
 MOE_DECLARE_GEMM_FORMS_WITH_NN_SWIGLU(amx)
 MOE_DECLARE_GEMM_NN_S8(amx)
+MOE_DECLARE_GEMM_NN_S8_SWIGLU(amx)
 MOE_DECLARE_GEMM_FORMS_WITH_NN_SWIGLU(amx_emulated)
 MOE_DECLARE_GEMM_NN_S8(amx_emulated)
+MOE_DECLARE_GEMM_NN_S8_SWIGLU(amx_emulated)
 // Our AVX2 float kernel (src/cpu/gemm_avx2.cpp): nn, nn_swiglu, nt, nt_swiglu_grad, tn and dense of float32
 // or bf16 storage in float32 arithmetic, in every build, run where isa_level() reaches avx2.
 MOE_DECLARE_GEMM_VARIANT(avx2)
