@@ -110,7 +110,9 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok, s
   num.add("--run-alpha", c.run_alpha, "runs distribution: mean run length 1/(1-alpha)");
   num.add("--run-noise-scale", c.run_noise_scale, "runs distribution: logit noise std");
   app.add_option("--quant-mode", quant_mode,
-                 "none|int8|int8_routed|int8_all|int8_routed_prequant (int8 modes: not implemented yet)")
+                 "none|int8|int8_routed|int8_all|int8_routed_prequant: int8 GEMMs with exact int32 sums "
+                 "(int8: the shared expert's; int8_routed: the routed experts', weights quantized in every "
+                 "call; int8_all: both; int8_routed_prequant: routed, weights quantized once)")
       ->capture_default_str();
   std::string matmul_precision = "default";
   app.add_option("--matmul-precision", matmul_precision,

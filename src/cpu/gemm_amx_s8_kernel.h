@@ -260,13 +260,7 @@ struct AmxS8Gemm {
                            int64_t Kd, int64_t M, const float* row_weight) {
     MOE_CHECK(dt == Dtype::f32 || dt == Dtype::bf16, "amx nn_s8_swiglu: float32 or bfloat16 h and g");
     gemm_detail::check_groups(groups, Kd, 2 * M);
-    for (int64_t e = 0; e < groups.experts; ++e) {  // padding rows: zeros, and a zero row's scale
-      const gemm_detail::GroupRows g = gemm_detail::group_rows(groups, e);
-      if (out.keep_h) gemm_detail::zero_padding_rows(out.h, dt, g, 2 * M);
-      gemm_detail::zero_padding_rows(out.g, dt, g, M);
-      gemm_detail::zero_padding_rows(out.gq, Dtype::s8, g, M);
-      for (int64_t r = g.row0 + g.live; r < g.row0 + g.rows; ++r) out.g_scale[r] = FLT_MIN;  // quant_scale(0)
-    }
+    gemm_detail::write_s8_swiglu_padding(out, dt, groups, M);
     const SwigluCall c{out, dt, in, up, groups, Kd, M, row_weight};
     const typename Parts::Items items(groups.experts, 1, [&](int64_t e) {
       return ceil_div(gemm_detail::group_rows(groups, e).live, kBlockRows);

@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "cpu/gemm_variants.h"
-#include "moe/quantize.h"
 #include "moe/tensor.h"
 
 namespace moe::s8 {
@@ -143,13 +142,7 @@ void nn_s8_swiglu_with(const Instance& inst, S8SwigluOut out, Dtype out_dtype, I
                        GroupedShape groups, int64_t Kd, int64_t M, const float* row_weight) {
   MOE_CHECK(out_dtype == Dtype::f32 || out_dtype == Dtype::bf16, "nn_s8_swiglu: float32 or bfloat16 h and g");
   gemm_detail::check_groups(groups, Kd, 2 * M);
-  for (int64_t e = 0; e < groups.experts; ++e) {  // padding rows: zeros, and a zero row's scale
-    const gemm_detail::GroupRows g = gemm_detail::group_rows(groups, e);
-    if (out.keep_h) gemm_detail::zero_padding_rows(out.h, out_dtype, g, 2 * M);
-    gemm_detail::zero_padding_rows(out.g, out_dtype, g, M);
-    gemm_detail::zero_padding_rows(out.gq, Dtype::s8, g, M);
-    std::fill(out.g_scale + g.row0 + g.live, out.g_scale + g.row0 + g.rows, quant_scale(0.0f));
-  }
+  gemm_detail::write_s8_swiglu_padding(out, out_dtype, groups, M);
   const Swiglu swiglu{out, row_weight, M, up};
   Work w{};
   w.in = in;

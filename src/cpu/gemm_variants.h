@@ -4,6 +4,7 @@
 // variant plugs in with its file(s) and one MOE_GEMM_VARIANT line in gemm_registry.cpp.
 #pragma once
 
+#include <cfloat>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -164,6 +165,17 @@ inline void zero_padding_rows(void* out, Dtype dt, GroupRows g, int64_t width) {
   if (g.rows > g.live)
     std::memset(at(out, (g.row0 + g.live) * width, dt), 0,
                 size_t((g.rows - g.live) * width) * dtype_size(dt));
+}
+
+// nn_s8_swiglu's padding rows (moe/gemm.h): h (where kept), g and gq zeros, g_scale a zero row's scale.
+inline void write_s8_swiglu_padding(S8SwigluOut out, Dtype dt, GroupedShape groups, int64_t M) {
+  for (int64_t e = 0; e < groups.experts; ++e) {
+    const GroupRows g = group_rows(groups, e);
+    if (out.keep_h) zero_padding_rows(out.h, dt, g, 2 * M);
+    zero_padding_rows(out.g, dt, g, M);
+    zero_padding_rows(out.gq, Dtype::s8, g, M);
+    for (int64_t r = g.row0 + g.live; r < g.row0 + g.rows; ++r) out.g_scale[r] = FLT_MIN;  // quant_scale(0)
+  }
 }
 
 // grouped_gemm_nn_swiglu for a variant without a fused one: group by group, its nn and then SwiGLU over
