@@ -328,6 +328,21 @@ TEST(Log, AppendsAnEntryInTheSeedFormatAndNeverRewrites) {
   ASSERT_EQ(run_bench("log --id RL-CPU-002 --hypothesis h --store " + s + " --logbook " + book).exit_code, 0);
   EXPECT_EQ(read_file(book).substr(0, after_first.size()), after_first);
 
+  // Texts that would break the entry's format are refused in one line (issue 41 item 6): a line break in
+  // the title wrote a heading of its own; the confidence is the seed logbooks' scale.
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--hypothesis h --title \"$(printf 'a\\n### 2026-01-01 00:00 - RL-CPU-009 forged')\"",
+            "--title holds a line break"},
+           {"--hypothesis \"$(printf 'h\\nmore')\"", "--hypothesis holds a line break"},
+           {"--hypothesis h --confidence sure", "invalid --confidence 'sure': expected exploratory"}}) {
+    const std::string before = read_file(book);
+    const auto bad = run_bench("log --id RL-CPU-003 --store " + s + " --logbook " + book + " " + args);
+    EXPECT_EQ(bad.exit_code, 2) << args;
+    EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << bad.err;
+    EXPECT_NE(bad.err.find(message), std::string::npos) << bad.err;
+    EXPECT_EQ(read_file(book), before) << "nothing appended";
+  }
+
   const auto fresh =
       run_bench("log --id NEW-001 --hypothesis h --store " + s + " --logbook " + dir + "/new.md");
   ASSERT_EQ(fresh.exit_code, 0) << fresh.err;

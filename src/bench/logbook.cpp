@@ -110,9 +110,25 @@ std::string_view heading_id(std::string_view line) {
 
 }  // namespace
 
+// The free texts that land in the entry: one line each (a line break in --title wrote a heading of its own,
+// which a later --id then met as a duplicate), and a confidence from the seed logbooks' scale.
+Status check_entry_texts(const LogOptions& o) {
+  for (const auto& [flag, text] :
+       {std::pair<const char*, const std::string&>{"--title", o.title}, {"--hypothesis", o.hypothesis}})
+    if (text.find_first_of("\r\n") != std::string::npos)
+      return Status::error(fmt::format("{} holds a line break: a logbook entry's {} is one line", flag,
+                                       flag == std::string("--title") ? "heading" : "hypothesis"));
+  for (const char* level : {"exploratory", "replicated", "actionable", "operational"})
+    if (o.confidence == level) return Status::ok();
+  return Status::error(
+      fmt::format("invalid --confidence '{}': expected exploratory, replicated, actionable or operational",
+                  o.confidence));
+}
+
 Status log_entry(const LogOptions& o, std::string& entry) {
   MOE_RETURN_IF_ERROR(check_id(o.id));
   if (o.hypothesis.empty()) return Status::error("--hypothesis is empty: say what the experiment tests");
+  MOE_RETURN_IF_ERROR(check_entry_texts(o));
   std::vector<ResultRow> rows;
   MOE_RETURN_IF_ERROR(load_selection(parse_selection(o.store), rows));
   std::vector<ResultRow> base_rows;
