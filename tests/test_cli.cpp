@@ -86,6 +86,14 @@ TEST(Cli, BadInputIsOneLineAndExitTwo) {
       "--topk-list 1,99999999999999999999",
       "--out ''",
       "--dump ''",
+
+      // issue 41 item 8: flags that would do nothing are refused, not ignored
+      "--trace-dir ''",
+      "--mesh ''",
+      "--check-perturb 0.1",
+      "--peak --out peak.jsonl",
+      "--peak --format csv",
+      "--peak --list",
   };
   for (const char* args : bad) {
     Ran r = run_bench(std::string(kTiny) + " " + args);

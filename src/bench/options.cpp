@@ -31,6 +31,20 @@ Status parse_mesh(const std::string& text, int64_t& data, int64_t& expert) {
   return Status::ok();
 }
 
+// Flags that would do nothing in the combination given are refused in one line, not ignored (issue 41
+// item 8): --check-perturb without --check (nothing compares the scaled results), --peak with --out or
+// --format (it prints its table to stdout and no rows), --peak with --list (each prints and exits).
+Status check_flags_take_effect(const CLI::App& app, const BenchOptions& opts) {
+  if (app.count("--check-perturb") > 0 && !opts.check)
+    return Status::error("--check-perturb scales the results --check compares: it takes --check");
+  if (opts.peak && opts.list) return Status::error("--peak and --list each print and exit: give one of them");
+  for (const char* flag : {"--out", "--format"})
+    if (opts.peak && app.count(flag) > 0)
+      return Status::error(
+          fmt::format("--peak prints its table to stdout and writes no rows: it takes no {}", flag));
+  return Status::ok();
+}
+
 }  // namespace
 
 const char* name(QueueMode q) {
@@ -200,9 +214,11 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok, s
   if (exit_ok) return Status::ok();
   MOE_RETURN_IF_ERROR(num.convert());
 
-  for (auto [flag, value] : {std::pair{"--out", &opts.out_path}, {"--dump", &opts.dump_dir}})
+  for (auto [flag, value] :
+       {std::pair{"--out", &opts.out_path}, {"--dump", &opts.dump_dir}, {"--trace-dir", &opts.trace_dir}})
     if (app.count(flag) > 0 && value->empty())
       return Status::error(fmt::format("invalid {} '': expected a path", flag));
+  MOE_RETURN_IF_ERROR(check_flags_take_effect(app, opts));
   MOE_RETURN_IF_ERROR(parse_wait_policy(wait_policy, opts.wait_policy));
   MOE_RETURN_IF_ERROR(
       parse_enum("--ceiling", ceiling, parse_ceiling_mode, "off, once, every-run", opts.ceiling));
@@ -222,7 +238,7 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok, s
       parse_enum("--parallel-mode", parallel_mode, parse_parallel_mode, "none, dp, ep", c.parallel_mode));
   MOE_RETURN_IF_ERROR(parse_enum("--ep-comm-path", ep_comm_path, parse_ep_comm_path,
                                  "compact_psum, ring_ag_rs, all_to_all, masked_psum", c.ep_comm_path));
-  if (!mesh.empty()) MOE_RETURN_IF_ERROR(parse_mesh(mesh, c.mesh_data, c.mesh_expert));
+  if (app.count("--mesh") > 0) MOE_RETURN_IF_ERROR(parse_mesh(mesh, c.mesh_data, c.mesh_expert));
   if (!backend_by_name(c.device))
     return Status::error(fmt::format("invalid --device '{}': expected one of {}", c.device, backend_names()));
   if (!std::isfinite(opts.check_perturb))
