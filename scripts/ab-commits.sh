@@ -23,29 +23,49 @@ new_ref=.
 if (($# >= 1)) && [[ $1 != -- ]]; then new_ref=$1; shift; fi
 if (($# >= 1)); then shift; fi  # the --
 extra=("$@")
+# Every argument is checked before anything is built (a bad one is one line, exit 2).
+[[ ${ROUNDS:-3} =~ ^[1-9][0-9]{0,2}$ ]] || die "ROUNDS must be a count from 1 to 999, not '${ROUNDS}'"
+IFS=, read -r -a ab_dtypes <<<"${DTYPES:-bfloat16,float32}"
+for d in "${ab_dtypes[@]}"; do
+  [[ $d == bfloat16 || $d == float32 ]] || die "DTYPES: '$d' is not bfloat16 or float32"
+done
+IFS=, read -r -a ab_passes <<<"${PASSES:-forward,forward_backward}"
+for p in "${ab_passes[@]}"; do
+  [[ $p == forward || $p == forward_backward ]] || die "PASSES: '$p' is not forward or forward_backward"
+done
 ab_dir=$(realpath -m "${AB_DIR:-.ab}")
-mkdir -p "$ab_dir"
+mkdir -p "$ab_dir" 2>/dev/null && [[ -w $ab_dir ]] || die "AB_DIR $ab_dir cannot be made or written"
 source scripts/issue10-shapes.sh
 source scripts/settle.sh
 # shellcheck disable=SC2206
 shapes=(${SHAPES:-reference})
 for name in "${shapes[@]}"; do [[ -n ${issue10_shapes[$name]:-} ]] || die "SHAPES: no shape named $name"; done
+# A side's label: its commit's short hash, or "worktree-<HEAD>[-dirty]" for "." (the work tree as it is).
+label_of() {
+  local ref=$1 sha
+  if [[ $ref == . ]]; then
+    echo "worktree-$(git rev-parse --short=12 HEAD)$(git diff --quiet HEAD -- 2>/dev/null || echo -dirty)"
+    return
+  fi
+  sha=$(git rev-parse --verify --quiet "$ref^{commit}") || return 1
+  git rev-parse --short=12 "$sha"
+}
+base_checked=$(label_of "$base_ref") || die "$base_ref is not a commit here"
+new_checked=$(label_of "$new_ref") || die "$new_ref is not a commit here"
+[[ $base_checked != "$new_checked" ]] || die "BASE and NEW are the same build ($base_checked)"
 
 declare -A bin_of tuning_of  # by a side's label: its binary; its tuning file, empty where it has none
 # Builds one side and sets side_label. "." is the work tree, anything else a commit.
 build_side() {
   local ref=$1 src label
+  label=$(label_of "$ref")
   if [[ $ref == . ]]; then
     src=$PWD
-    label="worktree-$(git rev-parse --short=12 HEAD)$(git diff --quiet HEAD -- 2>/dev/null || echo -dirty)"
   else
-    local sha
-    sha=$(git rev-parse --verify --quiet "$ref^{commit}") || die "$ref is not a commit here"
-    label=$(git rev-parse --short=12 "$sha")
     src=$ab_dir/src-$label
     if [[ ! -d $src ]]; then
       git worktree prune
-      git worktree add --detach --quiet "$src" "$sha" >&2
+      git worktree add --detach --quiet "$src" "$label" >&2
     fi
   fi
   local build=$ab_dir/build-$label
@@ -64,7 +84,6 @@ build_side "$base_ref"
 base_label=$side_label
 build_side "$new_ref"
 new_label=$side_label
-[[ $base_label != "$new_label" ]] || die "BASE and NEW are the same build ($base_label)"
 for label in "$base_label" "$new_label"; do rm -f "$ab_dir/$label.jsonl" "$ab_dir/$label.tuning.json"; done
 
 run_side() {

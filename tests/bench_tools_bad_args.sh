@@ -44,5 +44,13 @@ expect_refusal "$ab_commits"
 expect_refusal "$ab_commits" -- --iters 1
 expect_refusal "$ab_commits" no-such-ref-of-moe-bench
 SHAPES=no_such_shape expect_refusal "$ab_commits" HEAD
+# issue 41 item 10: refused before anything is built
+expect_refusal "$ab_commits" HEAD no-such-ref-of-moe-bench
+expect_refusal "$ab_commits" HEAD HEAD
+ROUNDS=abc expect_refusal "$ab_commits" HEAD
+ROUNDS=0 expect_refusal "$ab_commits" HEAD
+DTYPES=float16 expect_refusal "$ab_commits" HEAD
+PASSES=backward expect_refusal "$ab_commits" HEAD
+AB_DIR=/proc/version/ab expect_refusal "$ab_commits" HEAD
 rm -rf "$AB_DIR"
 exit $failed
