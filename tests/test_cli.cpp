@@ -327,7 +327,13 @@ TEST(Cli, BadOutputTargetsAreRefusedBeforeAnyRun) {
   const std::string dir = temp_dir("targets");
   std::ofstream(dir + "/file") << "x\n";
   std::ofstream(dir + "/foreign.csv") << "a,b\n1,2\n";
+  std::ofstream(dir + "/rows") << "{\"row_schema\": 1}\n";
   const std::string bad[] = {
+      // issue 41 item 4: rows of another format into a store
+      "--out " + dir + "/s.jsonl",
+      "--out " + dir + "/s.jsonl --format csv",
+      "--out " + dir + "/s.csv --format jsonl",
+      "--out " + dir + "/rows --format text",
       "--out " + dir + "/missing/r.jsonl",
       "--out " + dir,
       "--out " + dir + "/foreign.csv --format csv",

@@ -141,6 +141,7 @@ TEST(Stores, ARowOfTheWrongShapeIsOneLineNamingFileRowAndKey) {
       {with("samples_s", ResultRow::parse("[[]]")), "samples_s"},
       {with("samples_s", ResultRow::parse("[[1, \"x\"]]")), "samples_s"},
       {with("samples_s", ResultRow::parse("[1, 2]")), "samples_s"},
+      {with("samples_s", ResultRow::parse("[[0, 0, 0]]")), "samples_s"},  // issue 41 item 4: no call is free
       {with("time_s", "fast"), "time_s"},
       {with("time_s", -1.0), "time_s"},
       {with("time_stddev_s", ResultRow::array()), "time_stddev_s"},

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include "bench/run.h"
 #include "moe/file_io.h"
 #include "moe/memory_limit.h"
@@ -10,6 +13,33 @@ namespace moe::bench {
 namespace {
 
 constexpr double kGiB = 1073741824.0;
+
+// A results file takes one format: a name ending in .jsonl or .csv is that format's, and a file holding jsonl
+// rows (its first byte a '{') takes jsonl rows only (text rows were appended to a jsonl store, after which
+// every reader refused it: issue 41 item 4).
+Status check_out_format(const BenchOptions& o) {
+  const std::string& path = o.out_path;
+  const char* given = o.format == OutputFormat::jsonl ? "jsonl"
+                      : o.format == OutputFormat::csv ? "csv"
+                                                      : "text";
+  for (const char* kind : {"jsonl", "csv"}) {
+    const std::string suffix = std::string(".") + kind;
+    if (path.size() > suffix.size() &&
+        path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0 && std::string(given) != kind)
+      return Status::error(
+          fmt::format("--out '{}' is named a {} store but --format is {}: give --format {} or another name",
+                      path, kind, given, kind));
+  }
+  std::error_code ec;
+  if (o.format != OutputFormat::jsonl && std::filesystem::is_regular_file(path, ec)) {
+    std::ifstream f(path, std::ios::binary);
+    if (f.peek() == '{')
+      return Status::error(
+          fmt::format("--out '{}' holds jsonl rows but --format is {}: give --format jsonl or another file",
+                      path, given));
+  }
+  return Status::ok();
+}
 
 }  // namespace
 
@@ -45,8 +75,10 @@ Status preflight(const BenchOptions& o) {
     MOE_RETURN_IF_ERROR(prepare_output_dir("--dump directory", o.dump_dir));
   }
   if (!o.trace_dir.empty()) MOE_RETURN_IF_ERROR(prepare_output_dir("--trace-dir directory", o.trace_dir));
-  if (!o.out_path.empty())
+  if (!o.out_path.empty()) {
+    MOE_RETURN_IF_ERROR(check_out_format(o));
     MOE_RETURN_IF_ERROR(check_append_target(o.out_path, expected_header(o), "--out results file"));
+  }
   return Status::ok();
 }
 

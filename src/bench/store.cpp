@@ -21,13 +21,14 @@ bool nonnegative_number(const ResultRow& v) {
   return v.is_number() && v.get<double>() >= 0;
 }
 
-// samples_s: the timed calls, one non-empty list per --repeats block.
+// samples_s: the timed calls, one non-empty list per --repeats block; a call takes time (rows of zeros read
+// as infinite TF/s with a NaN spread, issue 41 item 4).
 bool call_times(const ResultRow& v) {
   if (!v.is_array() || v.empty()) return false;
   for (const ResultRow& block : v) {
     if (!block.is_array() || block.empty()) return false;
     for (const ResultRow& t : block)
-      if (!nonnegative_number(t)) return false;
+      if (!positive_number(t)) return false;
   }
   return true;
 }
@@ -64,7 +65,7 @@ Status check_values(const ResultRow& row, const std::string& where) {
       {"run_id", [](const ResultRow& v) { return v.is_string(); }, "a string"},
       {"time_s", positive_number, "a positive number"},
       {"time_stddev_s", nonnegative_number, "a number >= 0"},
-      {"samples_s", call_times, "a non-empty list of non-empty lists of call times (s)"},
+      {"samples_s", call_times, "a non-empty list of non-empty lists of positive call times (s)"},
       {"tflops", [](const ResultRow& v) { return v.is_null() || v.is_number(); }, "a number or null"},
       {"tokens_per_s", [](const ResultRow& v) { return v.is_null() || v.is_number(); }, "a number or null"},
       {"pct_of_ceiling", [](const ResultRow& v) { return v.is_null() || v.is_number(); }, "a number or null"},
