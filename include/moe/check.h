@@ -6,9 +6,11 @@
 // A run with int8 GEMMs (routed, or the shared expert's) raises the floor to kInt8CheckTolerance: the fast
 // path and the reference quantize the same values, but an intermediate (g, dy, dh) that float32 and float64
 // round a hair apart lands on the other side of a rounding boundary now and then, and that element moves by a
-// whole quantization step (1/127 of its row's largest value): measured 1.2e-4 in a float32 dx at T=256 H=64.
-// Still an order below int8's own error against float (a kernel that skipped quantizing, or used a wrong
-// scale, is off by 3e-3 or more: tests/test_block.cpp checks that it fails).
+// whole quantization step (1/127 of its row's largest value). One such step moved a float32 dx by 1.2e-4 at
+// T=256 H=64 and by up to 3.2e-3 at the tests' T=37 H=24 (2 configurations in 301 seeds over 1e-3, none over
+// 3.2e-3). A run that skipped quantizing is off by 1.4e-2 or more at that shape (3.6x this floor;
+// tests/test_block.cpp checks that it fails), and quantization's error does not shrink with the shape while
+// one step's effect does.
 #pragma once
 
 #include "moe/config.h"
@@ -19,7 +21,7 @@
 namespace moe {
 
 double check_tolerance(Dtype dtype);
-inline constexpr double kInt8CheckTolerance = 1e-3;
+inline constexpr double kInt8CheckTolerance = 4e-3;
 // The floor of a run of cfg: its dtype's, raised where it has int8 GEMMs.
 double check_tolerance(const MoeConfig& cfg);
 
