@@ -107,7 +107,8 @@ class BlockOnBackend : public ::testing::TestWithParam<std::string> {
     const MoeInputs in = make_inputs(c);
     const ConditionedCheck r = check_run(c, in, routing, run_block(backend(), c, in, routing, k, call));
     EXPECT_TRUE(r.pass) << describe(c) << " out_err=" << r.out_rel_err << " grad_err=" << r.grad_rel_err
-                        << " worst=" << r.worst.name << " err=" << r.worst.rel_err << " tol=" << r.worst.tol << " sens=" << r.worst.sensitivity;
+                        << " worst=" << r.worst.name << " err=" << r.worst.rel_err << " tol=" << r.worst.tol
+                        << " sens=" << r.worst.sensitivity;
     ++ran_;
     return true;
   }

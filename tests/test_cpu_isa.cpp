@@ -121,7 +121,8 @@ namespace moe {
 namespace {
 
 // --peak measures a register-resident peak for every ISA level this CPU runs (an AVX2 machine has the
-// float32 FMA and int8 ones); --with-peak puts the run's arithmetic peak in its rows, with its percentage of it.
+// float32 FMA and int8 ones); --with-peak puts the run's arithmetic peak in its rows, with its percentage of
+// it.
 TEST(CpuIsa, PeakIsMeasuredPerIsaAndRowsCarryIt) {
   const Ran r = testing::run_bench("--peak --threads 1");
   ASSERT_EQ(r.exit_code, 0) << r.err;
