@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "cpu/backend.h"
-#include "cpu/swiglu.h"
+#include "cpu/ops/swiglu.h"
 #include "moe/backend.h"
 #include "moe/inputs.h"
 #include "moe/ops.h"

@@ -8,7 +8,7 @@
 # order flipping every round; each side tunes auto into its own fresh tuning file in its first run (where
 # the build has measured auto). Ends with `moe-bench compare` of the two stores by pct_of_ceiling and by
 # TF/s (the timed calls of all rounds pooled, a delta inside both sides' spread marked noise), run by NEW's
-# binary, or BASE's where only BASE's reader takes both stores (src/bench/store.cpp).
+# binary, or BASE's where only BASE's reader takes both stores (src/bench/research/store.cpp).
 # Usage: scripts/ab-commits.sh BASE [NEW] [-- extra moe-bench flags, e.g. --gemm-variant avx2]
 # ROUNDS (default 3), SHAPES (names in issue10-shapes.sh, default reference), DTYPES (default
 # bfloat16,float32), PASSES (default forward,forward_backward), AB_DIR (default .ab). The stores
@@ -115,7 +115,7 @@ echo
 echo "scripts/ab-commits.sh $base_ref $new_ref${extra[*]:+ -- ${extra[*]}} (SHAPES=${shapes[*]}" \
   "DTYPES=${DTYPES:-bfloat16,float32} PASSES=${PASSES:-forward,forward_backward})"
 # NEW's reader, else BASE's: a reader refuses rows that lack a key it needs and cannot fill
-# (src/bench/store.cpp), which between two builds can go either way.
+# (src/bench/research/store.cpp), which between two builds can go either way.
 for metric in pct_of_ceiling tflops; do
   echo
   for label in "$new_label" "$base_label" ""; do

@@ -1,4 +1,4 @@
-// Tests of code compiled once per ISA level (cpu/isa_pick.h: swiglu_isa.h, quantize_isa.h): each
+// Tests of code compiled once per ISA level (cpu/gemm/isa_pick.h: swiglu_isa.h, quantize_isa.h): each
 // instance is a parameter, run where this CPU reaches its level and SKIPPED with the reason elsewhere.
 #pragma once
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/report.h"
+#include "bench/harness/report.h"
 #include "test_util.h"
 
 namespace moe::testing {

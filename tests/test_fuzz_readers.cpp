@@ -12,12 +12,12 @@
 #include <string>
 #include <vector>
 
-#include "bench/axes.h"
-#include "bench/compare.h"
-#include "bench/logbook.h"
-#include "bench/plan.h"
-#include "bench/store.h"
-#include "bench/table.h"
+#include "bench/research/axes.h"
+#include "bench/research/compare.h"
+#include "bench/research/logbook.h"
+#include "bench/research/plan.h"
+#include "bench/research/store.h"
+#include "bench/research/table.h"
 #include "result_rows.h"
 #include "test_util.h"
 

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "cpu/gemm_variants.h"
+#include "cpu/gemm/gemm_variants.h"
 #include "gemm_cases.h"
 #include "moe/gemm.h"
 #include "moe/rng.h"

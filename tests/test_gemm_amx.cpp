@@ -1,9 +1,9 @@
-// The amx variant's kernels (src/cpu/gemm_amx_kernel.h: nn, nn_swiglu, nt, tn; gemm_amx_s8_kernel.h:
+// The amx variant's kernels (src/cpu/gemm/amx/gemm_amx_kernel.h: nn, nn_swiglu, nt, tn; gemm_amx_s8_kernel.h:
 // nn_s8) on emulated tiles
-// (src/cpu/amx_tiles_emulated.h): the same work list, weight packing, row staging and epilogues the hardware
-// instance runs, checked on any CPU against the plain reference over gemm_cases.h's cases (odd sizes that are
-// no multiple of a tile's 16 rows, 16 columns or 32 reduction elements, empty experts, padding rows, two
-// weight parts), bf16 inputs to float32 and bf16 outputs. Fresh random inputs; the seed is printed
+// (src/cpu/gemm/portable/amx_tiles_emulated.h): the same work list, weight packing, row staging and epilogues
+// the hardware instance runs, checked on any CPU against the plain reference over gemm_cases.h's cases (odd
+// sizes that are no multiple of a tile's 16 rows, 16 columns or 32 reduction elements, empty experts, padding
+// rows, two weight parts), bf16 inputs to float32 and bf16 outputs. Fresh random inputs; the seed is printed
 // (MOE_TEST_SEED replays). The hardware instance runs the EveryGemmVariant suites (test_gemm.cpp), SKIPPED
 // off AMX.
 //
@@ -17,7 +17,7 @@
 #include <cstring>
 #include <vector>
 
-#include "cpu/gemm_variants.h"
+#include "cpu/gemm/gemm_variants.h"
 #include "gemm_cases.h"
 #include "int8_gemm_cases.h"
 #include "test_util.h"
@@ -84,7 +84,7 @@ TEST(AmxEmulated, SameBitsOnAnyThreadCount) {
     EXPECT_EQ(std::memcmp(outs[0].raw(), outs[i].raw(), outs[0].bytes()), 0) << "run " << i;
 }
 
-// The int8 kernel (src/cpu/gemm_amx_s8_kernel.h) on emulated TDPBSSD tiles: every case of
+// The int8 kernel (src/cpu/gemm/amx/gemm_amx_s8_kernel.h) on emulated TDPBSSD tiles: every case of
 // tests/int8_gemm_cases.h (odd sizes that are no multiple of a tile's 16 rows, 16 columns or 64 reduction
 // elements, empty experts, padding rows, per-expert and per-column scales, accumulation, a deep reduction)
 // equals the integer reference bit for bit, as the hardware's must (its int32 sums are exact too).

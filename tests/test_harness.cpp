@@ -12,9 +12,9 @@
 #include <regex>
 #include <sstream>
 
-#include "bench/ceiling.h"
-#include "bench/options.h"
-#include "bench/report.h"
+#include "bench/harness/options.h"
+#include "bench/harness/report.h"
+#include "bench/probes/ceiling.h"
 #include "moe/backend.h"
 #include "moe/null_routing.h"
 #include "test_util.h"

@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "cpu/gemm_s8.h"
-#include "cpu/gemm_variants.h"
-#include "cpu/quantize_isa.h"
+#include "cpu/gemm/gemm_s8.h"
+#include "cpu/gemm/gemm_variants.h"
+#include "cpu/ops/quantize_isa.h"
 #include "int8_gemm_cases.h"
 #include "isa_instances.h"
 #include "moe/cpu_isa.h"
@@ -75,7 +75,7 @@ void expect_round_trip(const Tensor& x, const std::vector<int8_t>& q, const std:
     }
 }
 
-// Each ISA level's instance of the cpu quantization this CPU reaches (cpu/quantize_isa.h; the others
+// Each ISA level's instance of the cpu quantization this CPU reaches (cpu/ops/quantize_isa.h; the others
 // SKIPPED with the reason), bit for bit the reference's.
 const auto kQuantizeLevels = testing::isa_instances(
     &cpu::baseline_quantize_passes, &cpu::avx2_quantize_passes, &cpu::avx512_bf16_quantize_passes);
@@ -328,7 +328,7 @@ TEST(OnednnInt8, RefusesExactlyWhereItsSumsSaturate) {
   EXPECT_EQ(exact, why.empty()) << "supports(): '" << why << "', got " << got[0] << " for " << Kd * 127 * 127;
 }
 #endif
-// ---- our int8 kernel's instances (cpu/gemm_s8.h)
+// ---- our int8 kernel's instances (cpu/gemm/gemm_s8.h)
 // ----------------------------------------------------------- Each instance on its own: the hardware ones
 // (AVX-512 VNNI, AVX-VNNI, AVX2) where this CPU runs them, SKIPPED with the reason elsewhere, and their plain
 // C++ emulation (vpdpbusd in uint32 arithmetic; AVX2's saturating pair sums) on every CPU in each geometry,

@@ -1,4 +1,4 @@
-// The machine-noise probe (src/bench/noise.h): threads pushed off their cores make a run "busy"; an
+// The machine-noise probe (src/bench/probes/noise.h): threads pushed off their cores make a run "busy"; an
 // idle wait does not.
 #include <gtest/gtest.h>
 
@@ -7,8 +7,8 @@
 #include <thread>
 #include <vector>
 
-#include "bench/noise.h"
-#include "bench/threads.h"
+#include "bench/harness/threads.h"
+#include "bench/probes/noise.h"
 
 namespace moe::bench {
 namespace {

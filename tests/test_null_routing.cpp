@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "cpu/pack.h"
+#include "cpu/ops/pack.h"
 #include "moe/inputs.h"
 #include "moe/null_routing.h"
 #include "moe/pack.h"

@@ -7,7 +7,7 @@
 #include <random>
 #include <string>
 
-#include "cpu/pack.h"
+#include "cpu/ops/pack.h"
 #include "moe/backend.h"
 #include "moe/pack.h"
 #include "moe/routing.h"

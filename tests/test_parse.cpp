@@ -9,8 +9,8 @@
 #include <cmath>
 #include <limits>
 
-#include "bench/finite.h"
-#include "bench/threads.h"
+#include "bench/harness/finite.h"
+#include "bench/harness/threads.h"
 #include "moe/parse.h"
 #include "moe/python_repr.h"
 

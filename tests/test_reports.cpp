@@ -9,11 +9,11 @@
 #include <regex>
 #include <sstream>
 
-#include "bench/compare.h"
-#include "bench/logbook.h"
-#include "bench/plot.h"
-#include "bench/report.h"
-#include "bench/table.h"
+#include "bench/harness/report.h"
+#include "bench/research/compare.h"
+#include "bench/research/logbook.h"
+#include "bench/research/plot.h"
+#include "bench/research/table.h"
 #include "result_rows.h"
 #include "test_util.h"
 

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "bench/plan.h"
-#include "bench/store.h"
+#include "bench/research/plan.h"
+#include "bench/research/store.h"
 #include "result_rows.h"
 #include "test_util.h"
 

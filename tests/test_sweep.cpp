@@ -1,5 +1,5 @@
-// Sweeps (issue 8): every flag a list expanded in a documented order (src/bench/axes.h), JSON plans that
-// mean the same as flags (plan.h), run_ids stable across processes, resumable stores, --repeats blocks
+// Sweeps (issue 8): every flag a list expanded in a documented order (src/bench/research/axes.h), JSON plans
+// that mean the same as flags (plan.h), run_ids stable across processes, resumable stores, --repeats blocks
 // with their samples, the ceiling measured once per key, and bad input refused with one line and
 // nothing written.
 #include <gtest/gtest.h>
@@ -12,10 +12,10 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "bench/axes.h"
-#include "bench/ceiling.h"
-#include "bench/plan.h"
-#include "bench/run_id.h"
+#include "bench/harness/run_id.h"
+#include "bench/probes/ceiling.h"
+#include "bench/research/axes.h"
+#include "bench/research/plan.h"
 #include "moe/backend.h"
 #include "test_util.h"
 

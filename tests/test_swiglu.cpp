@@ -1,4 +1,4 @@
-// SwiGLU's passes (cpu/swiglu.h) at each ISA level this CPU reaches (cpu/swiglu_isa.h: the build's
+// SwiGLU's passes (cpu/ops/swiglu.h) at each ISA level this CPU reaches (cpu/ops/swiglu_isa.h: the build's
 // baseline, AVX2, AVX-512 BF16; the others SKIPPED with the reason): forward, backward and the forward
 // that quantizes its rows, against float64 SwiGLU on fresh random inputs (seed printed), gate and up in
 // one fused buffer and in two, with and without routing weights, rows of odd widths and none. The
@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "cpu/swiglu.h"
-#include "cpu/swiglu_isa.h"
+#include "cpu/ops/swiglu.h"
+#include "cpu/ops/swiglu_isa.h"
 #include "isa_instances.h"
 #include "moe/cpu_isa.h"
 #include "moe/quantize.h"

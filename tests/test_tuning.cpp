@@ -1,5 +1,5 @@
-// auto measured, not list order (moe/gemm.h, src/cpu/tuning.h): the first call of a shape class times each
-// variant that takes it and keeps the fastest in the tuning file; later tables read it; --tune measures
+// auto measured, not list order (moe/gemm.h, src/cpu/gemm/tuning.h): the first call of a shape class times
+// each variant that takes it and keeps the fastest in the tuning file; later tables read it; --tune measures
 // again; a corrupt, foreign or unreadable file is ignored with one warning line and never written over; an
 // entry naming a variant that cannot run here is never taken. Files live in a temp dir of the test's own.
 #include <gtest/gtest.h>
@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "cpu/tuning.h"
+#include "cpu/gemm/tuning.h"
 #include "moe/gemm.h"
 #include "moe/reference.h"
 #include "moe/rng.h"

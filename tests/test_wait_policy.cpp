@@ -1,4 +1,4 @@
-// The OpenMP wait policy (src/bench/wait_policy.h): the user's environment wins over a forced flag,
+// The OpenMP wait policy (src/bench/probes/wait_policy.h): the user's environment wins over a forced flag,
 // which wins over auto; auto spins only where our threads have their cores; the policy chosen is the
 // one libgomp runs (its OMP_DISPLAY_ENV report of the image that ran), and every row says which and why.
 #include <gtest/gtest.h>
@@ -13,9 +13,9 @@
 #include <thread>
 #include <vector>
 
-#include "bench/report.h"
-#include "bench/threads.h"
-#include "bench/wait_policy.h"
+#include "bench/harness/report.h"
+#include "bench/harness/threads.h"
+#include "bench/probes/wait_policy.h"
 #include "test_util.h"
 
 namespace moe::bench {

@@ -26,7 +26,7 @@
 
 #include "bench_args.h"
 #include "cpu/backend.h"
-#include "cpu/swiglu.h"
+#include "cpu/ops/swiglu.h"
 #include "moe/gemm.h"
 #include "moe/rng.h"
 #include "moe/status.h"

@@ -55,7 +55,7 @@ Status read_regular_file(const std::string& path, uint64_t offset, std::string& 
 // Runs `edit` on the whole text of the small file `path` of our own (created empty when missing) under
 // an exclusive flock, and writes back what it leaves when that changed (truncate and rewrite in place: a
 // rename would move the lock off the file others wait on). For records that processes share, such as
-// a store's claims (bench/claims.h).
+// a store's claims (bench/research/claims.h).
 Status edit_locked(const std::string& path, std::string_view what,
                    const std::function<Status(std::string&)>& edit);
 

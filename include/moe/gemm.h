@@ -239,7 +239,7 @@ struct GemmVariant {
   std::string (*supports)(const GemmCall& call, const GemmThresholds& k);
   std::array<GemmFn, kGemmFormCount> fns;  // by form; monostate where it has none
 };
-// Every variant compiled in, in the table's order (src/cpu/gemm_registry.cpp), the reference last.
+// Every variant compiled in, in the table's order (src/cpu/gemm/gemm_registry.cpp), the reference last.
 const std::vector<GemmVariant>& gemm_variants();
 // nullptr for an unknown name.
 const GemmVariant* gemm_variant(const std::string& name);
@@ -257,7 +257,7 @@ struct GemmRow {
   std::string dtypes() const;  // "float32,bfloat16 -> float32,bfloat16" (what supports() may accept)
 };
 
-class GemmTuner;  // src/cpu/tuning.h: the per-machine tuning file behind auto
+class GemmTuner;  // src/cpu/gemm/tuning.h: the per-machine tuning file behind auto
 
 // The table for one KernelConfig on this CPU. Not thread-safe: one block at a time calls it (each call
 // is parallel inside).

@@ -5,7 +5,7 @@
 // contraction (the dense GEMMs of `int8`, AQT-like). -128 never occurs.
 //
 // Two implementations with one semantics and bitwise-equal results: the plain reference (moe::ref_quant,
-// src/ref/quantize.cpp) and the cpu backend's (moe::cpu, src/cpu/quantize.cpp: OpenMP, vectorised).
+// src/ref/quantize.cpp) and the cpu backend's (moe::cpu, src/cpu/ops/quantize.cpp: OpenMP, vectorised).
 // Both divide in float32 (not a multiply by the reciprocal, which rounds differently at ties).
 #pragma once
 

@@ -8,11 +8,11 @@
 #include <cstdio>
 #include <cstring>
 
-#include "bench/compare.h"
-#include "bench/logbook.h"
-#include "bench/plot.h"
-#include "bench/sweep.h"
-#include "bench/table.h"
+#include "bench/research/compare.h"
+#include "bench/research/logbook.h"
+#include "bench/research/plot.h"
+#include "bench/research/sweep.h"
+#include "bench/research/table.h"
 #include "moe/comm.h"
 #include "moe/fatal_signal.h"
 #include "moe/tensor.h"

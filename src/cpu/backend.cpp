@@ -9,15 +9,15 @@
 #include <memory>
 #include <mutex>
 
-#include "cpu/combine.h"
-#include "cpu/dispatch.h"
-#include "cpu/expert_ffn.h"
-#include "cpu/expert_ffn_int8.h"
-#include "cpu/pack.h"
-#include "cpu/shared_expert.h"
-#include "cpu/shared_expert_int8.h"
-#include "cpu/tuning.h"
-#include "cpu/vec_math.h"
+#include "cpu/gemm/tuning.h"
+#include "cpu/ops/combine.h"
+#include "cpu/ops/dispatch.h"
+#include "cpu/ops/expert_ffn.h"
+#include "cpu/ops/expert_ffn_int8.h"
+#include "cpu/ops/pack.h"
+#include "cpu/ops/shared_expert.h"
+#include "cpu/ops/shared_expert_int8.h"
+#include "cpu/ops/vec_math.h"
 #include "moe/gemm.h"
 
 namespace moe::cpu {

@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 
-#include "cpu/expert_ffn_int8.h"
-#include "cpu/shared_expert_int8.h"
+#include "cpu/ops/expert_ffn_int8.h"
+#include "cpu/ops/shared_expert_int8.h"
 #include "moe/quantize.h"
 #include "ref/ref.h"
 

@@ -1,0 +1,16 @@
+// --list: every registered backend with, for the configuration the other flags describe, which ops it
+// runs; the impls, grouped-GEMM backends and GEMM kernel variants.
+#pragma once
+
+#include "bench/probes/wait_policy.h"
+#include "moe/config.h"
+
+namespace moe::bench {
+
+// `--peak`: each ISA's register-resident arithmetic peak on this CPU with the current threads.
+void print_peaks();
+// `wait` and `threads`: the OpenMP wait policy a run with these flags would choose now (--list itself
+// executes nothing again).
+void print_list(const MoeConfig& c, WaitPolicy wait, int threads);
+
+}  // namespace moe::bench

@@ -1,0 +1,100 @@
+// What the two amx kernels (cpu/gemm/amx/gemm_amx_kernel.h: bf16, cpu/gemm/amx/gemm_amx_s8_kernel.h: int8)
+// share: their work list, one register block (32 rows x 32 columns in the four accumulator tiles, fed by two
+// A tiles of 16 rows and two B tiles of 16 columns per 64-byte chunk of the reduction: 32 bf16 or 64 int8),
+// written against either tile layer (cpu/gemm/amx/amx_tiles.h documents it), and the epilogue's store.
+// Members of a class template on the tile layer, as the kernels are: the hardware instance (compiled for AMX)
+// and the emulated one (the build's ISA) then share no function the linker could keep one copy of.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "moe/dtype.h"
+
+namespace moe::amx {
+
+enum class TileDot { bf16, s8 };  // TDPBF16PS (float32 sums) or TDPBSSD (int32 sums)
+
+template <class Tiles>
+struct AmxKernelParts {
+  // Items (expert, column block, row block) of a grouped GEMM, expert-major: expert e's col_blocks x its
+  // row blocks are [first[e], first[e + 1]). Each thread takes one contiguous range of them: every item is
+  // the same work (a small expert is few items, not a slow one), so no thread waits on another's expert.
+  struct Items {
+    std::vector<int64_t> first;  // (E + 1)
+    int64_t col_blocks;
+
+    // row_blocks(e): expert e's row blocks.
+    template <class RowBlocks>
+    Items(int64_t experts, int64_t col_blocks, RowBlocks row_blocks)
+        : first(size_t(experts + 1), 0), col_blocks(col_blocks) {
+      for (int64_t e = 0; e < experts; ++e)
+        first[size_t(e + 1)] = first[size_t(e)] + col_blocks * row_blocks(e);
+    }
+    // Thread t of `threads` takes items [range_begin(t), range_begin(t + 1)).
+    int64_t range_begin(int64_t t, int64_t threads) const { return first.back() * t / threads; }
+    int64_t expert_of(int64_t item) const {
+      return std::upper_bound(first.begin(), first.end(), item) - first.begin() - 1;
+    }
+    int64_t row_blocks(int64_t e) const { return (first[size_t(e + 1)] - first[size_t(e)]) / col_blocks; }
+  };
+
+  // accumulator (I, J) += A(I) B(J)
+  template <TileDot Dot, int I, int J>
+  static void tile_dot() {
+    if constexpr (Dot == TileDot::bf16)
+      Tiles::template dpbf16ps<I, J>();
+    else
+      Tiles::template dpbssd<I, J>();
+  }
+
+  // acc (32, 32) of 4-byte sums = a (rows, `stride` bytes apart, 64 bytes a chunk) @ the B tiles b0 | b1
+  // (1 KiB a chunk each), over `chunks` chunks; the second row tile only when `rows` > 16 (acc's rows
+  // 16-31 are then not written).
+  template <TileDot Dot>
+  static void multiply(const void* a_rows, int64_t stride, int64_t rows, const void* b0_tiles,
+                       const void* b1_tiles, int64_t chunks, void* acc) {
+    constexpr int64_t kChunkBytes = 64, kTileBytes = 16 * kChunkBytes, kAccRowBytes = 32 * 4;
+    const char* a = static_cast<const char*>(a_rows);
+    const char* b0 = static_cast<const char*>(b0_tiles);
+    const char* b1 = static_cast<const char*>(b1_tiles);
+    const bool two = rows > 16;
+    Tiles::template zero<0, 0>();
+    Tiles::template zero<0, 1>();
+    Tiles::template zero<1, 0>();
+    Tiles::template zero<1, 1>();
+    for (int64_t kc = 0; kc < chunks; ++kc) {
+      Tiles::template load_b<0>(b0 + kc * kTileBytes, kChunkBytes);
+      Tiles::template load_b<1>(b1 + kc * kTileBytes, kChunkBytes);
+      Tiles::template load_a<0>(a + kc * kChunkBytes, stride);
+      tile_dot<Dot, 0, 0>();
+      tile_dot<Dot, 0, 1>();
+      if (two) {
+        Tiles::template load_a<1>(a + 16 * stride + kc * kChunkBytes, stride);
+        tile_dot<Dot, 1, 0>();
+        tile_dot<Dot, 1, 1>();
+      }
+    }
+    char* out = static_cast<char*>(acc);
+    Tiles::template store<0, 0>(out, kAccRowBytes);
+    Tiles::template store<0, 1>(out + kAccRowBytes / 2, kAccRowBytes);
+    if (two) {
+      Tiles::template store<1, 0>(out + 16 * kAccRowBytes, kAccRowBytes);
+      Tiles::template store<1, 1>(out + 16 * kAccRowBytes + kAccRowBytes / 2, kAccRowBytes);
+    }
+  }
+
+  // An epilogue's result v for element i of out: added to a float32 out, or stored as dt (bf16: nearest
+  // even).
+  static void store_result(void* out, int64_t i, Dtype dt, float v, bool accumulate = false) {
+    if (accumulate)
+      static_cast<float*>(out)[i] += v;
+    else if (dt == Dtype::bf16)
+      static_cast<bf16_t*>(out)[i] = f32_to_bf16(v);
+    else
+      static_cast<float*>(out)[i] = v;
+  }
+};
+
+}  // namespace moe::amx

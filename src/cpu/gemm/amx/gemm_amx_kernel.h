@@ -1,0 +1,365 @@
+// The amx variant's grouped GEMM (nn, nn_swiglu with SwiGLU and the row weight in its epilogue, nt, tn),
+// written once against a tile layer (cpu/gemm/amx/amx_tiles.h documents it): the hardware's AMX tiles
+// (src/cpu/gemm/amx/gemm_amx.cpp, included there after the AMX target pragma) or their plain C++ emulation
+// (src/cpu/gemm/portable/gemm_amx_emulated.cpp, the tests' instance). Everything here is a member of the
+// class template, so the two instances share no function (each is compiled for its own ISA).
+//
+// bf16 inputs, float32 sums in the accumulator tiles, the output rounded once (bf16: nearest even).
+// Work list: items (expert, column block, row block of 32 rows), expert-major and row blocks innermost,
+// (tn: the row blocks are the weight gradient's K rows, for every expert, and the reduction is the
+// group's live rows: lhs^T staged per row block, dout's rows packed as the B tiles, column blocks
+// innermost),
+// cut into one contiguous range per thread: every item is the same work (a small expert has few items,
+// not a slow one), so no thread waits on another's expert. An item is two register blocks of 32 rows x
+// 32 columns (four accumulator tiles fed by two A and two B tiles).
+// Weights are packed inside the call (forward_backward changes them every step): a thread packs the
+// four B tiles of its item's column block (K x 64 columns, or 32 gate and the same 32 up columns for
+// SwiGLU) when its item's (expert, column block) changes, then its row blocks of that expert reuse them.
+// nn reads the weights (K, N) with rows along the reduction, nt (N, K) transposed: there a B tile's pair
+// (k, k + 1) of a column is two neighbours of one weight row.
+// Packed layout, per B tile: chunks of 32 reduction elements, each 16 pair rows x 16 columns x 2 (the
+// (K/2, N, 2) layout TDPBF16PS reads), the reduction padded with zeros to a multiple of 32 and columns
+// past the weights' with zero columns. A rows are loaded where they lie when a block has 32 live rows
+// and K is a multiple of 32; else they are staged in a zero-padded block (the rows past a group's live
+// rows and the reduction past K must read as zeros: the padding may hold anything).
+#pragma once
+
+#include <emmintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "cpu/gemm/amx/amx_kernel_parts.h"
+#include "cpu/gemm/gemm_variants.h"
+#include "cpu/ops/vec_math.h"
+#include "moe/dtype.h"
+
+namespace moe::amx {
+
+template <class Tiles>
+struct AmxGemm {
+  using Parts = AmxKernelParts<Tiles>;
+  static constexpr int64_t kDepth = 32;               // reduction elements of an A tile row (64 bytes)
+  static constexpr int64_t kTileCols = 16;            // columns of a B tile and an accumulator
+  static constexpr int64_t kTileElems = 16 * kDepth;  // bf16 of one A or B tile
+  static constexpr int64_t kBlockRows = 32;           // rows of a register block: two A tiles
+  static constexpr int64_t kItemTiles = 4;            // B tiles of an item: two register blocks of two
+
+  struct Call {
+    void* out;          // nn: (rows, N); nn_swiglu: h (rows, N = 2M)
+    Dtype out_dtype;    // f32 or bf16
+    const bf16_t* lhs;  // (rows, K): nn's lhs, nt's dout
+    ExpertWeights rhs;  // nn: (E, K, N), or two parts (E, K, N/2); nt: (E, N, K), or two parts (E, N, K/2)
+    GroupedShape groups;
+    int64_t K, N;  // the reduction (nn's Kd, nt's N) and out's columns (nn's N, nt's Kd)
+    bool swiglu = false;
+    void* g = nullptr;                  // nn_swiglu: (rows, M) in out_dtype
+    const float* row_weight = nullptr;  // nn_swiglu: (rows) or nullptr
+    bool keep_h = true;
+    bool transposed = false;  // nt: rhs[e] is (N, K), parts split the reduction
+    bool accumulate = false;  // nt: out's live rows += the product (float32 out)
+    // tn: out = drhs (E, K, N), group e's (K, N) = lhs_e^T (K, live_e) @ dout_e (live_e, N): the item's
+    // rows are K's (every expert, an empty one's sums zeros), the reduction is the group's live rows.
+    bool tn = false;
+    const bf16_t* dout = nullptr;  // tn: (rows, N) of (rows, ld_dout)
+    int64_t ld_dout = 0;
+  };
+
+  static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+  // An item's output columns: 64 of out (nn), or 32 of g (nn_swiglu: 32 gate and 32 up columns of h).
+  static int64_t item_cols(const Call& c) { return c.swiglu ? 2 * kTileCols : 4 * kTileCols; }
+  static int64_t out_cols(const Call& c) { return c.swiglu ? c.N / 2 : c.N; }
+  // Expert e's output rows (row blocks) and reduction length.
+  static int64_t item_rows(const Call& c, int64_t e) {
+    return c.tn ? c.K : gemm_detail::group_rows(c.groups, e).live;
+  }
+  static int64_t reduction(const Call& c, int64_t e) {
+    return c.tn ? gemm_detail::group_rows(c.groups, e).live : c.K;
+  }
+
+  // The weight columns B tile t of column block cb holds: [col, col + count), count <= 16 (0: none).
+  // nn: four consecutive tiles; nn_swiglu: gate, up, gate, up, each pair the same 16 columns of g.
+  static void tile_columns(const Call& c, int64_t cb, int64_t t, int64_t& col, int64_t& count) {
+    if (!c.swiglu) {
+      col = cb * 4 * kTileCols + t * kTileCols;
+      count = std::clamp<int64_t>(c.N - col, 0, kTileCols);
+      return;
+    }
+    const int64_t M = c.N / 2, j0 = cb * 2 * kTileCols + t / 2 * kTileCols;
+    col = (t % 2) * M + j0;
+    count = std::clamp<int64_t>(M - j0, 0, kTileCols);
+  }
+
+  // Packs weight columns [col, col + count) of expert e into one B tile per 32 reduction elements
+  // (dst: (chunks, 16, 16, 2)), zeros past K and past count.
+  static void pack_tile(const Call& c, int64_t e, int64_t col, int64_t count, int64_t chunks, bf16_t* dst) {
+    if (c.transposed) return pack_tile_transposed(c, e, col, count, chunks, dst);
+    // The source (Kd, parts x part_cols), rows ld apart: nn's weights, or tn's dout rows of group e.
+    const bf16_t* parts[2];
+    int64_t Kd, part_cols, ld;
+    if (c.tn) {
+      const gemm_detail::GroupRows g = gemm_detail::group_rows(c.groups, e);
+      parts[0] = c.dout + g.row0 * c.ld_dout;
+      Kd = g.live;
+      part_cols = c.N;
+      ld = c.ld_dout;
+    } else {
+      Kd = c.K;
+      part_cols = ld = c.N / c.rhs.parts();
+      for (int p = 0; p < c.rhs.parts(); ++p)
+        parts[p] = static_cast<const bf16_t*>(c.rhs.part(p)) + e * Kd * part_cols;
+    }
+    auto column = [&](int64_t n) {  // column n's element of row 0
+      const int64_t p = n / part_cols;
+      return parts[p] + (n - p * part_cols);
+    };
+    // 16 columns of one part are 16 consecutive elements of each row (the fast path); a tile across the
+    // parts' boundary (part_cols not a multiple of 16) or a ragged last one goes column by column.
+    const bool contiguous = count == kTileCols && col / part_cols == (col + kTileCols - 1) / part_cols;
+    const bf16_t* base = count > 0 ? column(col) : nullptr;
+    for (int64_t k = 0; k < chunks * kDepth; k += 2) {
+      bf16_t* d = dst + k * kTileCols;  // pair row k / 2: 16 columns x 2
+      if (contiguous && k + 1 < Kd) {
+        interleave_pairs(base + k * ld, base + (k + 1) * ld, d);
+        continue;
+      }
+      for (int64_t n = 0; n < kTileCols; ++n) {
+        const bf16_t* src = n < count ? column(col + n) : nullptr;
+        d[2 * n] = src && k < Kd ? src[k * ld] : bf16_t(0);
+        d[2 * n + 1] = src && k + 1 < Kd ? src[(k + 1) * ld] : bf16_t(0);
+      }
+    }
+  }
+
+  // d (16 columns x 2) = the 16 elements of rows r0 and r1, column by column: SSE2 (every x86-64 CPU, so
+  // the emulated instance runs it too) word interleaves.
+  static void interleave_pairs(const bf16_t* r0, const bf16_t* r1, bf16_t* d) {
+    for (int h = 0; h < 2; ++h) {  // columns 8h .. 8h + 7
+      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r0 + 8 * h));
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r1 + 8 * h));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 16 * h), _mm_unpacklo_epi16(a, b));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 16 * h + 8), _mm_unpackhi_epi16(a, b));
+    }
+  }
+
+  // pack_tile for nt's weights (N, K) per part (N, K / parts): element (k, col) is row col, column k.
+  static void pack_tile_transposed(const Call& c, int64_t e, int64_t col, int64_t count, int64_t chunks,
+                                   bf16_t* dst) {
+    const int64_t K = c.K, part_k = K / c.rhs.parts();
+    auto element = [&](int64_t k, int64_t n) {  // zero past K and past count
+      if (k >= K || n >= count) return bf16_t(0);
+      const int64_t p = k / part_k;
+      return static_cast<const bf16_t*>(c.rhs.part(int(p)))[(e * c.N + col + n) * part_k + k - p * part_k];
+    };
+    for (int64_t k = 0; k < chunks * kDepth; k += 2) {
+      bf16_t* d = dst + k * kTileCols;  // pair row k / 2: 16 columns x 2
+      const int64_t p = k / part_k;
+      if (count == kTileCols && k + 1 < K && (k + 1) / part_k == p) {
+        // The pair is two neighbours of each of 16 weight rows: one 32-bit copy per column.
+        const bf16_t* w =
+            static_cast<const bf16_t*>(c.rhs.part(int(p))) + (e * c.N + col) * part_k + k - p * part_k;
+        for (int64_t n = 0; n < kTileCols; ++n) std::memcpy(d + 2 * n, w + n * part_k, 2 * sizeof(bf16_t));
+        continue;
+      }
+      for (int64_t n = 0; n < kTileCols; ++n) {
+        d[2 * n] = element(k, n);
+        d[2 * n + 1] = element(k + 1, n);
+      }
+    }
+  }
+
+  // Rows [0, n) of a (n, Kd) block -> (32, chunks * 32), zeros past n and Kd.
+  static void stage_rows(const bf16_t* src, int64_t n, int64_t Kd, int64_t depth, bf16_t* dst) {
+    for (int64_t r = 0; r < kBlockRows; ++r) {
+      bf16_t* d = dst + r * depth;
+      const int64_t have = r < n ? Kd : 0;
+      if (have > 0) std::copy(src + r * Kd, src + r * Kd + have, d);
+      std::fill(d + have, d + depth, bf16_t(0));
+    }
+  }
+
+  // tn's A: rows [0, n) of lhs^T, i.e. columns of src (live, ld) -> (32, depth), zeros past n and live.
+  static void stage_transposed(const bf16_t* src, int64_t live, int64_t n, int64_t ld, int64_t depth,
+                               bf16_t* dst) {
+    std::fill(dst, dst + kBlockRows * depth, bf16_t(0));
+    for (int64_t r = 0; r < live; ++r)
+      for (int64_t i = 0; i < n; ++i) dst[i * depth + r] = src[r * ld + i];
+  }
+
+  // A float32 value as a tensor of dt stores it, and back.
+  static float stored(float v, Dtype dt) { return dt == Dtype::bf16 ? round_to_bf16(v) : v; }
+
+  // Register block s of an item: acc (n, 32) to rows [r0, r0 + n) of the output, from column block cb.
+  // nn: out's columns cb * 64 + s * 32 + [0, 32); nn_swiglu: acc's columns 0-15 are gate, 16-31 up of
+  // g's columns j0 + [0, 16), h and g computed from h's values as stored (as swiglu_forward does).
+  static void epilogue(const Call& c, const float* acc, int64_t r0, int64_t n, int64_t cb, int64_t s) {
+    const Dtype dt = c.out_dtype;
+    if (!c.swiglu) {
+      const int64_t c0 = cb * 4 * kTileCols + s * 2 * kTileCols,
+                    cols = std::min<int64_t>(2 * kTileCols, c.N - c0);
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t j = 0; j < cols; ++j)
+          Parts::store_result(c.out, (r0 + r) * c.N + c0 + j, dt, acc[r * 2 * kTileCols + j], c.accumulate);
+      return;
+    }
+    const int64_t M = c.N / 2, j0 = cb * 2 * kTileCols + s * kTileCols, cols = std::min(kTileCols, M - j0);
+    for (int64_t r = 0; r < n; ++r) {
+      const int64_t row = r0 + r;
+      const float w = c.row_weight ? c.row_weight[row] : 1.0f;
+      for (int64_t j = 0; j < cols; ++j) {
+        const float gate = stored(acc[r * 2 * kTileCols + j], dt),
+                    up = stored(acc[r * 2 * kTileCols + kTileCols + j], dt);
+        if (c.keep_h) {
+          Parts::store_result(c.out, row * c.N + j0 + j, dt, gate);
+          Parts::store_result(c.out, row * c.N + M + j0 + j, dt, up);
+        }
+        Parts::store_result(c.g, row * M + j0 + j, dt, gate * cpu::sigmoid_approx(gate) * up * w);
+      }
+    }
+  }
+
+  // moe/gemm.h's nn and nn_swiglu (bf16 inputs: supports() refuses the others).
+  static void nn(void* out, Dtype out_dtype, const void* lhs, ExpertWeights rhs, Dtype in_dtype,
+                 GroupedShape groups, int64_t Kd, int64_t N) {
+    MOE_CHECK(in_dtype == Dtype::bf16, "the amx kernel takes bfloat16 inputs");
+    gemm_detail::check_groups(groups, Kd, N);
+    run({out, out_dtype, static_cast<const bf16_t*>(lhs), rhs, groups, Kd, N});
+  }
+  static void nt(void* out, Dtype out_dtype, const void* dout, ExpertWeights rhs, Dtype in_dtype,
+                 GroupedShape groups, int64_t Kd, int64_t N, bool accumulate) {
+    MOE_CHECK(in_dtype == Dtype::bf16, "the amx kernel takes bfloat16 inputs");
+    MOE_CHECK(!accumulate || out_dtype == Dtype::f32, "nt accumulates into a float32 out only");
+    gemm_detail::check_groups(groups, Kd, N);
+    Call c{out, out_dtype, static_cast<const bf16_t*>(dout), rhs, groups, N, Kd};
+    c.transposed = true;
+    c.accumulate = accumulate;
+    run(c);
+  }
+  static void tn(void* drhs, Dtype out_dtype, const void* lhs, const void* dout, Dtype in_dtype,
+                 GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout) {
+    MOE_CHECK(in_dtype == Dtype::bf16, "the amx kernel takes bfloat16 inputs");
+    MOE_CHECK(ld_dout >= N, "tn: dout's rows are ld_dout >= N apart");
+    gemm_detail::check_groups(groups, Kd, N);
+    Call c{drhs, out_dtype, static_cast<const bf16_t*>(lhs), ExpertWeights(nullptr), groups, Kd, N};
+    c.tn = true;
+    c.dout = static_cast<const bf16_t*>(dout);
+    c.ld_dout = ld_dout;
+    run(c);
+  }
+  static void nn_swiglu(void* h, void* g, Dtype out_dtype, const void* lhs, ExpertWeights rhs, Dtype in_dtype,
+                        GroupedShape groups, int64_t Kd, int64_t M, const float* row_weight, bool keep_h) {
+    MOE_CHECK(in_dtype == Dtype::bf16, "the amx kernel takes bfloat16 inputs");
+    gemm_detail::check_groups(groups, Kd, 2 * M);
+    run({h, out_dtype, static_cast<const bf16_t*>(lhs), rhs, groups, Kd, 2 * M, true, g, row_weight, keep_h});
+  }
+
+  static void run(const Call& c) {
+    const GroupedShape& groups = c.groups;
+    const int64_t E = groups.experts;
+    const typename Parts::Items items(E, ceil_div(out_cols(c), item_cols(c)),
+                                      [&](int64_t e) { return ceil_div(item_rows(c, e), kBlockRows); });
+    int64_t max_chunks = 0;  // the longest reduction's, for the buffers
+    for (int64_t e = 0; e < E; ++e) max_chunks = std::max(max_chunks, ceil_div(reduction(c, e), kDepth));
+#pragma omp parallel
+    {
+      if (!c.tn) {  // tn's output has no padding rows
+#pragma omp for schedule(static) nowait
+        for (int64_t e = 0; e < E; ++e) {
+          const gemm_detail::GroupRows g = gemm_detail::group_rows(groups, e);
+          gemm_detail::zero_padding_rows(c.out, c.out_dtype, g, c.N);  // accumulate or not, as ref
+          if (c.swiglu) gemm_detail::zero_padding_rows(c.g, c.out_dtype, g, c.N / 2);
+        }
+      }
+      const int64_t t = omp_get_thread_num(), threads = omp_get_num_threads();
+      const int64_t begin = items.range_begin(t, threads), end = items.range_begin(t + 1, threads);
+      if (begin < end) run_items(c, items, begin, end, max_chunks);
+    }
+  }
+
+  // Items [begin, end) of the work list, on this thread.
+  static void run_items(const Call& c, const typename Parts::Items& items, int64_t begin, int64_t end,
+                        int64_t max_chunks) {
+    std::vector<bf16_t> panel(size_t(kItemTiles * max_chunks * kTileElems));  // (4, chunks, 16, 16, 2)
+    std::vector<bf16_t> staged(size_t(kBlockRows * max_chunks * kDepth));     // (32, depth)
+    alignas(64) float acc[kBlockRows * 2 * kTileCols];                        // (32, 32)
+    const int64_t col_blocks = items.col_blocks;
+    int64_t e = items.expert_of(begin);
+    int64_t packed_e = -1, packed_cb = -1, staged_e = -1, staged_rb = -1;
+    Tiles::configure();
+    for (int64_t i = begin; i < end; ++i) {
+      while (i >= items.first[size_t(e + 1)]) ++e;
+      const gemm_detail::GroupRows g = gemm_detail::group_rows(c.groups, e);
+      const int64_t chunks = ceil_div(reduction(c, e), kDepth), depth = chunks * kDepth;
+      const int64_t row_blocks = items.row_blocks(e);
+      // nn, nt: row blocks innermost (the packed B tiles serve the expert's row blocks in turn); tn: column
+      // blocks innermost (lhs^T, staged element by element, serves them; dout's rows pack as whole lines).
+      const int64_t local = i - items.first[size_t(e)];
+      const int64_t cb = c.tn ? local % col_blocks : local / row_blocks,
+                    rb = c.tn ? local / col_blocks : local % row_blocks;
+      int64_t cols[kItemTiles];  // each tile's valid columns
+      for (int64_t t = 0; t < kItemTiles; ++t) {
+        int64_t col;
+        tile_columns(c, cb, t, col, cols[t]);
+        if (e != packed_e || cb != packed_cb)
+          pack_tile(c, e, col, cols[t], chunks, panel.data() + t * chunks * kTileElems);
+      }
+      packed_e = e;
+      packed_cb = cb;
+      // The block's rows: lhs's rows of the group (nn, nt) or lhs's columns (tn: rows of lhs^T).
+      const int64_t n = std::min(kBlockRows, item_rows(c, e) - rb * kBlockRows);
+      const int64_t r0 = (c.tn ? e * c.K : g.row0) + rb * kBlockRows;  // out's row
+      const bf16_t* a = c.tn ? nullptr : c.lhs + r0 * c.K;
+      int64_t ld = c.K;
+      if (c.tn) {
+        if (e != staged_e || rb != staged_rb)
+          stage_transposed(c.lhs + g.row0 * c.K + rb * kBlockRows, g.live, n, c.K, depth, staged.data());
+        staged_e = e;
+        staged_rb = rb;
+        a = staged.data();
+        ld = depth;
+      } else if (n < kBlockRows || depth != c.K) {
+        stage_rows(a, n, c.K, depth, staged.data());
+        a = staged.data();
+        ld = depth;
+      }
+      for (int64_t s = 0; s < 2; ++s) {
+        if (cols[2 * s] == 0) break;  // past the last column
+        const bf16_t* b = panel.data() + 2 * s * chunks * kTileElems;
+        Parts::template multiply<TileDot::bf16>(a, ld * int64_t(sizeof(bf16_t)), n, b,
+                                                b + chunks * kTileElems, chunks, acc);
+        epilogue(c, acc, r0, n, cb, s);
+      }
+    }
+    Tiles::release();
+  }
+};
+
+}  // namespace moe::amx
+
+// Defines moe/gemm.h's nn, nn_swiglu, nt and tn (the signatures of gemm_variants.h's
+// MOE_DECLARE_GEMM_FORMS_WITH_NN_SWIGLU) in the enclosing namespace on AmxGemm<Tiles>.
+#define MOE_DEFINE_GEMM_AMX_FORMS(Tiles)                                                                     \
+  void grouped_gemm_nn(const GemmThresholds&, void* out, Dtype out_dtype, const void* lhs,                   \
+                       ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N) {      \
+    ::moe::amx::AmxGemm<Tiles>::nn(out, out_dtype, lhs, rhs, in_dtype, groups, Kd, N);                       \
+  }                                                                                                          \
+  void grouped_gemm_nn_swiglu(const GemmThresholds&, void* h, void* g, Dtype out_dtype, const void* lhs,     \
+                              ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t M, \
+                              const float* row_weight, bool keep_h) {                                        \
+    ::moe::amx::AmxGemm<Tiles>::nn_swiglu(h, g, out_dtype, lhs, rhs, in_dtype, groups, Kd, M, row_weight,    \
+                                          keep_h);                                                           \
+  }                                                                                                          \
+  void grouped_gemm_nt(const GemmThresholds&, void* out, Dtype out_dtype, const void* dout,                  \
+                       ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N,        \
+                       bool accumulate) {                                                                    \
+    ::moe::amx::AmxGemm<Tiles>::nt(out, out_dtype, dout, rhs, in_dtype, groups, Kd, N, accumulate);          \
+  }                                                                                                          \
+  void grouped_gemm_tn(const GemmThresholds&, void* drhs, Dtype out_dtype, const void* lhs,                  \
+                       const void* dout, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N,         \
+                       int64_t ld_dout) {                                                                    \
+    ::moe::amx::AmxGemm<Tiles>::tn(drhs, out_dtype, lhs, dout, in_dtype, groups, Kd, N, ld_dout);            \
+  }

@@ -1,0 +1,34 @@
+// The amx variant's nn_s8: cpu/gemm/amx/gemm_amx_s8_kernel.h on the hardware's AMX-INT8 tiles (TDPBSSD). Its
+// supports() and capabilities are the variant's (src/cpu/gemm/amx/gemm_amx.cpp); it runs where isa_level()
+// reaches amx (AMX tiles with BF16 and INT8, and the OS's permission for tile state). Auto measures it like
+// any other nn_s8 row (on the AMX host it ran ~2x oneDNN's s8 matmul and was taken: docs/kernels.md).
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "cpu/gemm/gemm_variants.h"
+#include "moe/dtype.h"
+
+// Everything from here to pop_options is AMX and AVX-512 code, whatever the build's -march, with the
+// same target as src/cpu/gemm/amx/gemm_amx.cpp and peak_amx.cpp (all three compile the tile layer's inline
+// functions; the linker keeps one copy). The headers above are the build ISA's (docs/design.md, "ISA
+// levels").
+#pragma GCC push_options
+#pragma GCC target( \
+    "avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx512vnni,avx2,fma,f16c,bmi,bmi2,amx-tile,amx-bf16,amx-int8")
+
+#include "cpu/gemm/amx/amx_tiles.h"
+#include "cpu/gemm/amx/gemm_amx_s8_kernel.h"
+
+namespace moe::amx {
+
+MOE_DEFINE_GEMM_AMX_NN_S8(cpu::isa_amx::Tiles)
+MOE_DEFINE_GEMM_AMX_NN_S8_SWIGLU(cpu::isa_amx::Tiles)
+
+}  // namespace moe::amx
+
+#pragma GCC pop_options

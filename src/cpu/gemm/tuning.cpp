@@ -1,0 +1,157 @@
+#include "cpu/gemm/tuning.h"
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "moe/build_info.h"
+#include "moe/cpu_isa.h"
+#include "moe/environment.h"
+#include "moe/file_io.h"
+#include "moe/gemm.h"
+
+namespace moe {
+namespace {
+
+constexpr const char* kFormat = "moe-bench tuning 1";
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+// Why `doc` is not a tuning file of this CPU, or "".
+std::string not_ours(const nlohmann::json& doc) {
+  // Each key's type is asked first: nlohmann's value() and get() throw on another type.
+  if (!doc.is_object() || !doc.contains("format") || !doc["format"].is_string() || doc["format"] != kFormat ||
+      !doc.contains("cpu_model") || !doc["cpu_model"].is_string() || !doc.contains("entries") ||
+      !doc["entries"].is_object())
+    return fmt::format("not a moe-bench tuning file (\"format\": \"{}\" expected)", kFormat);
+  for (const auto& [key, entry] : doc["entries"].items())
+    if (!entry.is_object() || !entry.contains("variant") || !entry["variant"].is_string())
+      return fmt::format("entry \"{}\" has no variant", key);
+  if (doc["cpu_model"].get<std::string>() != cpu_isa().model)
+    return fmt::format("made on CPU \"{}\", this is \"{}\"", doc["cpu_model"].get<std::string>(),
+                       cpu_isa().model);
+  return "";
+}
+
+}  // namespace
+
+std::vector<double> time_candidates(size_t n, const std::function<double(size_t)>& call) {
+  constexpr double kHopeless = 8, kContender = 1.6, kExtraBudgetSeconds = 3;
+  constexpr int kExtraRounds = 2;
+  std::vector<double> fastest(n);
+  double best_first = 0, best = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double first = call(i);
+    fastest[i] = best_first > 0 && first > kHopeless * best_first ? first : call(i);
+    if (best_first == 0 || first < best_first) best_first = first;
+    if (best == 0 || fastest[i] < best) best = fastest[i];
+  }
+  std::vector<size_t> contenders;
+  for (size_t i = 0; i < n; ++i)
+    if (fastest[i] <= kContender * best) contenders.push_back(i);
+  double extra = 0;
+  for (int round = 0; round < kExtraRounds && contenders.size() > 1 && extra < kExtraBudgetSeconds; ++round) {
+    std::reverse(contenders.begin(), contenders.end());
+    for (size_t i : contenders) {
+      const double s = call(i);
+      fastest[i] = std::min(fastest[i], s);
+      extra += s;
+    }
+  }
+  return fastest;
+}
+
+GemmTuner::GemmTuner(std::string path, bool retune) : path_(std::move(path)), retune_(retune) {}
+
+std::string GemmTuner::resolve_path(const std::string& tuning_file) {
+  if (!tuning_file.empty()) return tuning_file;
+  if (std::string p = env("MOE_TUNING_FILE"); !p.empty()) return p;
+  if (std::string xdg = env("XDG_CACHE_HOME"); !xdg.empty()) return xdg + "/moe-bench/tuning.json";
+  if (std::string home = env("HOME"); !home.empty()) return home + "/.cache/moe-bench/tuning.json";
+  return "";
+}
+
+std::string GemmTuner::key(const std::string& shape_class) const {
+  return fmt::format("isa={} threads={} libs={}; moe-bench {} | {}", isa_level_name(isa_level()),
+                     omp_get_max_threads(), gemm_library_version(), build_version(), shape_class);
+}
+
+void GemmTuner::warn(const std::string& why) {
+  if (!writable_) return;  // one line per file
+  writable_ = false;
+  fmt::print(stderr, "moe-bench: warning: tuning file '{}': {}; ignored (measured choices stay in memory)\n",
+             path_, why);
+}
+
+void GemmTuner::load() {
+  if (loaded_) return;
+  loaded_ = true;
+  std::error_code ec;
+  if (path_.empty() || !std::filesystem::exists(path_, ec)) return;
+  std::string text;
+  // Read under the file's lock (a writer rewrites it in place); an empty file is a fresh one.
+  const Status read = edit_locked(path_, "tuning file", [&](std::string& t) {
+    text = t;
+    return Status::ok();
+  });
+  if (!read) return warn(read.message());
+  if (text.empty()) return;
+  const nlohmann::json doc = nlohmann::json::parse(text, nullptr, false);
+  if (doc.is_discarded()) return warn("not JSON");
+  if (std::string why = not_ours(doc); !why.empty()) return warn(why);
+  for (const auto& [k, entry] : doc["entries"].items()) entries_[k] = entry["variant"].get<std::string>();
+}
+
+std::optional<std::string> GemmTuner::lookup(const std::string& shape_class) {
+  load();
+  const std::string k = key(shape_class);
+  if (retune_ && !measured_here_.count(k)) return std::nullopt;
+  auto it = entries_.find(k);
+  if (it == entries_.end()) return std::nullopt;
+  return it->second;
+}
+
+void GemmTuner::record(const std::string& shape_class, const std::string& variant,
+                       const std::vector<std::pair<std::string, double>>& seconds) {
+  load();
+  const std::string k = key(shape_class);
+  entries_[k] = variant;
+  measured_here_.insert(k);
+  if (path_.empty() || !writable_) return;
+  std::error_code ec;
+  const std::filesystem::path parent = std::filesystem::path(path_).parent_path();
+  if (!parent.empty() && !std::filesystem::is_directory(parent, ec) &&
+      !std::filesystem::create_directories(parent, ec))
+    return warn("cannot create its directory: " + ec.message());
+  nlohmann::ordered_json entry;
+  entry["variant"] = variant;
+  for (const auto& [name, s] : seconds) entry["seconds"][name] = s;
+  entry["date"] = utc_now_iso8601();
+  const Status wrote = edit_locked(path_, "tuning file", [&](std::string& text) {
+    nlohmann::ordered_json doc;
+    if (!text.empty()) {
+      doc = nlohmann::ordered_json::parse(text, nullptr, false);
+      // Another process may have left something that is not ours since we read it: leave it alone.
+      if (doc.is_discarded() || !not_ours(nlohmann::json::parse(text, nullptr, false)).empty())
+        return Status::error("changed into something that is not this CPU's tuning file");
+    } else {
+      doc["format"] = kFormat;
+      doc["cpu_model"] = cpu_isa().model;
+      doc["entries"] = nlohmann::ordered_json::object();
+    }
+    if (retune_ || !doc["entries"].contains(k)) doc["entries"][k] = entry;
+    text = doc.dump(1) + "\n";
+    return Status::ok();
+  });
+  if (!wrote) warn(wrote.message());
+}
+
+}  // namespace moe

@@ -1,0 +1,31 @@
+// moe/quantize.h's cpu functions for AVX2 + FMA (cpu/ops/quantize_passes.h), in every build; run where
+// isa_level() reaches avx2.
+#include <omp.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cpu/ops/quantize_isa.h"
+#include "moe/dtype.h"
+#include "moe/quantize.h"
+#include "moe/status.h"
+
+// Everything from here to pop_options is AVX2 + FMA code, whatever the build's -march (docs/design.md, "ISA
+// levels"); the headers above are the build ISA's.
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,bmi,bmi2")
+#define MOE_TARGET_AVX2 1
+#include "cpu/ops/quantize_passes.h"
+#pragma GCC pop_options
+
+namespace moe::cpu {
+
+QuantizePasses avx2_quantize_passes() {
+  return quantize_passes_here();
+}
+
+}  // namespace moe::cpu

@@ -1,0 +1,37 @@
+// swiglu.h's entry points: the passes of the best ISA level this CPU reaches (swiglu_isa.h), and the
+// build's baseline instance of them.
+#include "cpu/ops/swiglu.h"
+
+#include "cpu/gemm/isa_pick.h"
+#include "cpu/ops/swiglu_isa.h"
+#include "cpu/ops/swiglu_rows.h"
+
+namespace moe::cpu {
+
+SwigluPasses baseline_swiglu_passes() {
+  return swiglu_passes_here();
+}
+
+const SwigluPasses& swiglu_passes() {
+  // Decided once, as the level (and MOE_MAX_ISA's cap) is read once per process.
+  static const SwigluPasses chosen =
+      best_passes_here(&baseline_swiglu_passes, &avx2_swiglu_passes, &avx512_bf16_swiglu_passes);
+  return chosen;
+}
+
+void swiglu_forward(void* g, Dtype g_dt, GateUp in, Dtype dt, int64_t rows, int64_t M,
+                    const float* row_weight) {
+  swiglu_passes().forward(g, g_dt, in, dt, rows, M, row_weight);
+}
+
+void swiglu_forward_quantized(void* g, Dtype g_dt, int8_t* gq, float* g_scale, GateUp in, Dtype dt,
+                              int64_t rows, int64_t M, const float* row_weight) {
+  swiglu_passes().forward_quantized(g, g_dt, gq, g_scale, in, dt, rows, M, row_weight);
+}
+
+void swiglu_backward(GateUpGrad out, Dtype out_dt, const void* dg, GateUp in, Dtype dt, int64_t rows,
+                     int64_t M, const float* row_weight) {
+  swiglu_passes().backward(out, out_dt, dg, in, dt, rows, M, row_weight);
+}
+
+}  // namespace moe::cpu
