@@ -167,5 +167,14 @@ TEST(Threads, StartingThreadsTheSystemRefusesIsAnError) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+// Brackets inside strings (escaped quotes included) are text, not nesting.
+TEST(Parse, JsonDepthCountsNestingOutsideStrings) {
+  EXPECT_EQ(json_depth("1"), 0);
+  EXPECT_EQ(json_depth(R"({"a": [1, {"b": []}]})"), 4);
+  EXPECT_EQ(json_depth(R"({"a": "[[[{{{", "b": "\"[[["})"), 1);
+  EXPECT_EQ(json_depth(R"(["\\", [[]]])"), 3);
+  EXPECT_EQ(json_depth(std::string(100000, '[') + std::string(100000, ']')), 100000);
+}
+
 }  // namespace
 }  // namespace moe

@@ -163,6 +163,15 @@ TEST(Stores, ARowOfTheWrongShapeIsOneLineNamingFileRowAndKey) {
   text.replace(text.find("\"time_s\":") + 9, 1, "1e400,\"x\":");
   std::ofstream(huge) << text << "\n";
   expect_one_line(run_bench("table " + huge), "table " + huge, {huge + ":1"});
+  // A value nested 100,000 levels deep (issue 41 item 3: every reader died of a stack overflow).
+  const std::string deep = dir + "/deep.jsonl";
+  std::string deep_row = good.dump();
+  deep_row.insert(deep_row.size() - 1, ",\"x\":" + std::string(100000, '[') + std::string(100000, ']'));
+  std::ofstream(deep) << good.dump() << "\n" << deep_row << "\n";
+  for (const std::string& cmd :
+       {"table " + deep, "compare " + deep + " " + deep, "plot " + deep + " --x topk -o " + dir + "/d.png",
+        "log --id DP-CPU-001 --hypothesis h --store " + deep + " --logbook " + dir + "/b.md"})
+    expect_one_line(run_bench(cmd), cmd, {deep + ":2", "nested deeper than 256 levels"});
 }
 
 TEST(Stores, AColumnSomeRowsLackIsAnEmptyCell) {

@@ -118,6 +118,9 @@ TEST(Sweep, PlanMeansWhatTheSameFlagsMean) {
       {R"({"axes": {"out": ["a"]}})", "cannot be set in a plan"},
       {R"({"fixed": {"tokens": 1,}})", "not JSON"},
       {R"([1, 2])", "expected a JSON object"},
+      // issue 41 item 3: a description nested this deep overflowed the stack under ASan
+      {"{\"description\": " + std::string(100000, '[') + std::string(100000, ']') + "}",
+       "nested deeper than 256 levels"},
   };
   for (const auto& [json, message] : bad) {
     const Status s = plan(json, args);

@@ -266,6 +266,9 @@ TEST(Tuning, KeysOfTheWrongTypeAreIgnoredWithOneWarning) {
   expect_ignored("tuning_format_number", "{\"format\": 1}\n", "not a moe-bench tuning file");
   expect_ignored("tuning_entries_list", R"({"format": "moe-bench tuning 1", "cpu_model": 7, "entries": {}})",
                  "not a moe-bench tuning file");
+  // Issue 41 item 3: nested deeper than any JSON reader should follow (it overflowed the stack).
+  expect_ignored("tuning_deep", "{\"format\": " + std::string(100000, '[') + std::string(100000, ']') + "}\n",
+                 "nested deeper than 256 levels");
 }
 
 TEST(Tuning, AForeignCpusFileIsIgnoredWithOneWarning) {

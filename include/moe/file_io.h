@@ -28,10 +28,12 @@
 
 namespace moe {
 
-// Checks, without writing, that `path` can take appended rows: an existing file must be a regular file
+// Checks that `path` can take appended rows: an existing file must be a regular file
 // (or a character device or pipe, which rows are written to and never read back) that is readable and
 // writable and (when `header` is not empty and the file is not) starts with the
-// line `header`; a missing file needs a writable directory. `what` names the target in messages
+// line `header`, and take a write (its last byte written again in place: a /proc file opens read-write as
+// root, then fails every write); a missing file needs a writable directory. `what` names the target in
+// messages
 // ("results file").
 Status check_append_target(const std::string& path, const std::string& header, std::string_view what);
 

@@ -34,6 +34,13 @@ template <typename Enum, typename Parse>
 Status parse_enum_list(std::string_view flag, std::string_view text, Parse parse, std::string_view choices,
                        std::vector<Enum>& out);
 
+// The deepest nesting of arrays and objects in JSON text (brackets inside strings do not count); text that
+// is not JSON gets some number. JSON readers refuse text deeper than kMaxJsonDepth before parsing it:
+// nlohmann's values free their children recursively, and a row nested 100,000 levels deep overflowed
+// the stack.
+inline constexpr int64_t kMaxJsonDepth = 256;
+int64_t json_depth(std::string_view text);
+
 // The non-blank, trimmed items of a comma list.
 std::vector<std::string_view> list_items(std::string_view text);
 

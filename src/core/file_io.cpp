@@ -192,6 +192,20 @@ bool read_range(int fd, off_t from, off_t to, std::string& out) {
 
 std::atomic<unsigned> g_tmp_counter{0};
 
+// Whether a file takes writes, found by writing: a /proc file opens read-write (as root) and then fails every
+// write with EIO, so a run would end by losing its row. The last byte is written again in place, or an empty
+// file gets a newline that is cut off again, under the writers' lock: the file ends as it began. (A second
+// descriptor: pwrite on one opened O_APPEND appends.)
+Status probe_writes(int fd, const std::string& path, off_t size, std::string_view what) {
+  Fd writer(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  char byte = '\n';
+  const bool wrote = writer.get() >= 0 && (size == 0 || ::pread(fd, &byte, 1, size - 1) == 1) &&
+                     ::pwrite(writer.get(), &byte, 1, size > 0 ? size - 1 : 0) == 1 &&
+                     (size > 0 || ::ftruncate(writer.get(), 0) == 0);
+  if (!wrote) return Status::error(fmt::format("cannot write {} '{}': {}", what, path, errno_text()));
+  return Status::ok();
+}
+
 }  // namespace
 
 Status check_append_target(const std::string& path, const std::string& header, std::string_view what) {
@@ -210,10 +224,11 @@ Status check_append_target(const std::string& path, const std::string& header, s
       return Status::error(fmt::format("cannot create {} '{}': {}", what, path, errno_text()));
     return Status::ok();
   }
-  MOE_RETURN_IF_ERROR(lock(fd.get(), LOCK_SH, what, path));
+  MOE_RETURN_IF_ERROR(lock(fd.get(), LOCK_EX, what, path));
   struct stat st {};
   ::fstat(fd.get(), &st);
-  return check_header(fd.get(), st.st_size, header, path, what);
+  MOE_RETURN_IF_ERROR(check_header(fd.get(), st.st_size, header, path, what));
+  return probe_writes(fd.get(), path, st.st_size, what);
 }
 
 Status append_lines(const std::string& path, const std::string& header, const std::vector<std::string>& lines,

@@ -99,4 +99,25 @@ Status parse_double_list(std::string_view flag, std::string_view text, std::vect
   return parse_list(flag, text, out, parse_double);
 }
 
+int64_t json_depth(std::string_view text) {
+  int64_t depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;  // an escaped character, '"' included
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
 }  // namespace moe

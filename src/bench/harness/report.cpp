@@ -7,6 +7,7 @@
 #include "bench/harness/accounting.h"
 #include "bench/probes/ceiling.h"
 #include "moe/file_io.h"
+#include "moe/parse.h"
 
 namespace moe::bench {
 
@@ -296,7 +297,9 @@ RowTest row_test(OutputFormat format, const std::string& header) {
     case OutputFormat::text:
       return {};
     case OutputFormat::jsonl:
-      return [](std::string_view line) { return ResultRow::parse(line, nullptr, false).is_object(); };
+      return [](std::string_view line) {
+        return json_depth(line) <= kMaxJsonDepth && ResultRow::parse(line, nullptr, false).is_object();
+      };
     case OutputFormat::csv:
       return [fields = csv_fields(header)](std::string_view line) { return csv_fields(line) == fields; };
   }

@@ -7,6 +7,7 @@
 
 #include "bench/research/axes.h"
 #include "moe/file_io.h"
+#include "moe/parse.h"
 
 namespace moe::bench {
 namespace {
@@ -127,6 +128,8 @@ Status parse_plan(const PlanReader& plan, const std::string& text, Json& j) {
       duplicate = parsed.get<std::string>();
     return true;
   };
+  if (json_depth(text) > kMaxJsonDepth)
+    return plan.error(fmt::format("nested deeper than {} levels", kMaxJsonDepth));
   try {
     j = Json::parse(text, note);
   } catch (const Json::exception& e) {

@@ -115,6 +115,9 @@ Status read_rows(const std::string& path, uint64_t& offset, int64_t& line, OnRow
   size_t start = 0;
   auto one = [&](std::string_view l, int64_t number, bool whole) {
     if (l.find_first_not_of(" \t\r") == std::string_view::npos) return Status::ok();
+    if (json_depth(l) > kMaxJsonDepth)
+      return Status::error(fmt::format("{}:{}: a row nested deeper than {} levels (no row of ours nests)",
+                                       path, number, kMaxJsonDepth));
     ResultRow row = ResultRow::parse(l, nullptr, false);
     if (!whole && !row.is_object()) return Status::ok();
     if (row.is_discarded()) row = nullptr;

@@ -14,6 +14,7 @@
 #include "moe/environment.h"
 #include "moe/file_io.h"
 #include "moe/gemm.h"
+#include "moe/parse.h"
 
 namespace moe {
 namespace {
@@ -104,6 +105,8 @@ void GemmTuner::load() {
   });
   if (!read) return warn(read.message());
   if (text.empty()) return;
+  if (json_depth(text) > kMaxJsonDepth)
+    return warn(fmt::format("nested deeper than {} levels", kMaxJsonDepth));
   const nlohmann::json doc = nlohmann::json::parse(text, nullptr, false);
   if (doc.is_discarded()) return warn("not JSON");
   if (std::string why = not_ours(doc); !why.empty()) return warn(why);
@@ -138,6 +141,8 @@ void GemmTuner::record(const std::string& shape_class, const std::string& varian
   const Status wrote = edit_locked(path_, "tuning file", [&](std::string& text) {
     nlohmann::ordered_json doc;
     if (!text.empty()) {
+      if (json_depth(text) > kMaxJsonDepth)
+        return Status::error("changed into something that is not this CPU's tuning file");
       doc = nlohmann::ordered_json::parse(text, nullptr, false);
       // Another process may have left something that is not ours since we read it: leave it alone.
       if (doc.is_discarded() || !not_ours(nlohmann::json::parse(text, nullptr, false)).empty())
