@@ -63,8 +63,8 @@ TEST(Cli, BadInputIsOneLineAndExitTwo) {
       "--device ''",
       "--quant-mode int9",
       "--parallel-mode sideways",
-      "--ep-comm-path ring_ag_rs",
-      "--ep-comm-path all_to_all --parallel-mode dp",
+      "--run-alpha nan",
+      "--run-alpha inf --distribution runs",
       "--check-perturb nan",
       "--matmul-precision fast",
 
@@ -342,6 +342,8 @@ TEST(Cli, BadOutputTargetsAreRefusedBeforeAnyRun) {
       "--dump " + dir + "/file",
       "--trace-dir " + dir + "/file",
       "--trace-dir " + dir + "/file/sub",
+      // issue 41 item 9: opens read-write as root, then fails every write (the row was lost after the run)
+      "--out /proc/version",
   };
   for (const std::string& args : bad) {
     Ran r = run_bench(std::string(kTiny) + " --impl fused_w13 --distribution random " + args);
@@ -352,6 +354,18 @@ TEST(Cli, BadOutputTargetsAreRefusedBeforeAnyRun) {
   }
   std::ifstream f(dir + "/foreign.csv");
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(f), {}), "a,b\n1,2\n");
+  // The write probe leaves a file as it was: an empty one holds the run's row alone, a full one gains it.
+  for (const std::string before : {"", "x\n"}) {
+    const std::string out = dir + "/probed.txt";
+    std::ofstream(out) << before;
+    ASSERT_EQ(
+        run_bench(std::string(kTiny) + " --impl fused_w13 --distribution random --out " + out).exit_code, 0);
+    std::ifstream in(out);
+    const std::string text(std::istreambuf_iterator<char>(in), {});
+    EXPECT_EQ(text.rfind(before, 0), 0u) << text;
+    EXPECT_GT(text.size(), before.size() + 10) << text;
+    EXPECT_NE(text.substr(before.size(), 1), "\n") << "the probe's newline stayed: " << text;
+  }
 }
 
 TEST(Cli, CsvResultsFileKeepsOneHeaderAcrossRuns) {
@@ -367,6 +381,27 @@ TEST(Cli, CsvResultsFileKeepsOneHeaderAcrossRuns) {
   int lines = 0;
   for (std::string line; std::getline(f, line);) ++lines;
   EXPECT_EQ(lines, 3) << "one header, two rows";
+}
+
+// Inputs the seed's script runs (issue 41): a negative --warmup (its range(warmup) warms up nothing), any
+// finite --run-alpha (its mean run length clamps), --ep-comm-path outside EP (it ignores it). And like the
+// seed, a normal run writes nothing on stderr unless asked (--verbose) or on a terminal.
+TEST(Cli, InputsTheSeedRunsRunHereAndStderrStaysQuiet) {
+  const std::string base = std::string(kTiny) + " --impl fused_w13 ";
+  const Ran cold = run_bench(base + "--warmup -1 --format jsonl");
+  ASSERT_EQ(cold.exit_code, 0) << cold.err;
+  EXPECT_EQ(nlohmann::json::parse(cold.out.substr(0, cold.out.find('\n')))["warmup"], 0);
+  for (const char* args : {"--distribution runs --run-alpha 1.0", "--distribution runs --run-alpha 1.5",
+                           "--ep-comm-path ring_ag_rs", "--ep-comm-path all_to_all --parallel-mode dp"}) {
+    const Ran r = run_bench(base + args);
+    EXPECT_EQ(r.exit_code, 0) << args << ": " << r.err;
+    EXPECT_NE(r.out.find("tflops="), std::string::npos) << args;
+  }
+  const Ran quiet = run_bench(base + "--distribution random");
+  ASSERT_EQ(quiet.exit_code, 0);
+  EXPECT_EQ(quiet.err, "");
+  const Ran told = run_bench(base + "--distribution random --verbose");
+  EXPECT_EQ(told.err.rfind("moe-bench: device cpu (", 0), 0u) << told.err;
 }
 
 TEST(Cli, HelpListsFlagsWithDefaults) {

@@ -208,7 +208,7 @@ const char* kRun =
 
 Ran run_clean(const std::string& env, const std::string& args) {
   return run_command("env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT OMP_DISPLAY_ENV=verbose " + env + " " +
-                     MOE_BENCH_BINARY + kRun + " " + args);
+                     MOE_BENCH_BINARY + kRun + " --verbose " + args);
 }
 
 TEST(WaitPolicyCli, AForcedPolicyIsTheOneLibgompRuns) {

@@ -299,8 +299,9 @@ Status MoeConfig::validate() const {
   if (!std::isfinite(capacity_factor) || capacity_factor > 64)
     return Status::error(
         fmt::format("invalid --capacity-factor={}: must be a finite number <= 64", capacity_factor));
-  if (!(run_alpha >= 0 && run_alpha < 1))
-    return Status::error(fmt::format("invalid --run-alpha={}: must be in [0, 1)", run_alpha));
+  // Any finite alpha, as the seed: its mean run length max(2, 1 / max(1e-6, 1 - alpha)) takes 1.0 and beyond.
+  if (!std::isfinite(run_alpha))
+    return Status::error(fmt::format("invalid --run-alpha={}: must be a finite number", run_alpha));
   // The runs distribution's logits are 6 + scale * N(0, 1) in float32: they must stay finite, or
   // the top-k softmax turns them into NaN weights and NaN outputs.
   const double max_noise = (double(std::numeric_limits<float>::max()) - 6.0) / kMaxAbsNormal;
@@ -321,8 +322,6 @@ Status MoeConfig::validate() const {
         fmt::format("invalid --mesh data={},expert={}: both must be >= 1", mesh_data, mesh_expert));
   if (ep_overlap < 1)
     return Status::error(fmt::format("invalid --ep-overlap={}: must be >= 1 (1 = no overlap)", ep_overlap));
-  if (parallel_mode != ParallelMode::ep && ep_comm_path != EpCommPath::compact_psum)
-    return Status::error(fmt::format("--ep-comm-path {} needs --parallel-mode ep", name(ep_comm_path)));
   if (device.empty()) return Status::error("invalid --device '': expected a backend name (see --list)");
   MOE_RETURN_IF_ERROR(validate_ref_dp(*this));
   if (null_routing_active() && capacity_policy != CapacityPolicy::none)

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -152,7 +153,8 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok, s
   app.add_flag("--renormalize-real-after-null", c.null_routing.renormalize,
                "renormalize each token's remaining real weights to sum to 1");
   num.add("--iters", opts.iters, "timed iterations", 1, kMaxInt);
-  num.add("--warmup", opts.warmup, "untimed iterations after the first call", 0, kMaxInt);
+  num.add("--warmup", opts.warmup, "untimed iterations after the first call (a negative count: none)",
+          -kMaxInt, kMaxInt);
   num.add("--repeats", opts.repeats,
           "separate timed blocks (warmup + iters each) per run; rows carry the spread of all their calls", 1,
           kMaxInt);
@@ -200,6 +202,9 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok, s
   app.add_flag(
       "--peak", opts.peak,
       "measure the register-resident arithmetic peak of each ISA this CPU runs (--threads), then exit");
+  app.add_flag("--verbose", opts.verbose,
+               "say each backend's device, threads and OpenMP wait policy on stderr (said anyway on a "
+               "terminal and in a sweep of several runs; the seed's script writes nothing there)");
   app.add_flag("--with-peak", opts.with_peak,
                "rows carry peak_tflops and pct_of_peak: the CPU's peak for the run's arithmetic, measured "
                "once per process");
@@ -213,6 +218,7 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok, s
   MOE_RETURN_IF_ERROR(parse_cli(app, argc, argv, exit_ok));
   if (exit_ok) return Status::ok();
   MOE_RETURN_IF_ERROR(num.convert());
+  opts.warmup = std::max(opts.warmup, 0);  // the seed's range(warmup): a negative count warms up nothing
 
   for (auto [flag, value] :
        {std::pair{"--out", &opts.out_path}, {"--dump", &opts.dump_dir}, {"--trace-dir", &opts.trace_dir}})

@@ -43,6 +43,7 @@ struct BenchOptions {
   bool list = false;
   bool peak = false;       // --peak: print the arithmetic peaks of this CPU, then exit
   bool with_peak = false;  // --with-peak: rows carry peak_tflops and pct_of_peak (cpu backend)
+  bool verbose = false;    // --verbose: say the device, threads and wait policy on stderr
   // --wait-policy: how OpenMP threads wait, one per process (bench/probes/wait_policy.h); not part of a run's
   // identity: rows carry the policy that ran (wait_policy, wait_policy_reason).
   WaitPolicy wait_policy = WaitPolicy::automatic;

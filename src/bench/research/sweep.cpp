@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -303,7 +304,7 @@ class Runner {
     const bool text_stdout = o.format == OutputFormat::text || !o.out_path.empty();
     if (backend.name() != last_backend_) {
       if (text_stdout) fmt::print("{}\n", devices_line({backend.devices()}));
-      if (comm_.rank() == 0)
+      if (comm_.rank() == 0 && (o.verbose || total_runs(s_) > 1 || ::isatty(STDERR_FILENO)))
         fmt::print(
             stderr, "moe-bench: device {} ({}), {} threads{}, OpenMP waits {}\n", backend.name(),
             backend.description(), omp_get_max_threads(),
