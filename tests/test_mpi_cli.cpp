@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
@@ -283,6 +284,28 @@ TEST(MpiCli, BadMeshIsOneLineOnEveryRankAndExitTwo) {
     EXPECT_EQ(count(r.err, "moe-bench: error: "), 4) << flags << "\n" << r.err;
     EXPECT_EQ(r.out.find("RESULT"), std::string::npos) << r.out;
   }
+}
+
+// One rank's refusal after MPI starts (a --trace-dir that is a file on its host only) ends every rank at
+// once with that rank's line, printed once (issue 41 item 2: the other rank waited forever in the first
+// all-gather).
+TEST(MpiCli, OneRanksRefusalEndsEveryRankWithItsLineOnce) {
+  REQUIRE_MPI();
+  const std::string shape =
+      "--tokens 64 --hidden 32 --mlp-dim 32 --experts 8 --topk 2 --iters 1 --warmup 0 --impl fused_w13 "
+      "--distribution random --parallel-mode ep --ceiling off";
+  const auto start = std::chrono::steady_clock::now();
+  const testing::Ran r = testing::run_command(
+      fmt::format("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 timeout 60 {} "
+                  "--oversubscribe --bind-to none -np 1 {} {} : -np 1 {} {} --trace-dir /proc/version",
+                  kMpiexec, MOE_BENCH_BINARY, shape, MOE_BENCH_BINARY, shape));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.exit_code, 124) << "the job hung until timeout killed it";
+  EXPECT_LT(seconds, 10.0) << r.err;
+  EXPECT_EQ(count(r.err, "moe-bench: error: "), 1) << r.err;
+  EXPECT_NE(r.err.find("--trace-dir"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("RESULT"), std::string::npos) << r.out;
 }
 
 // --help under mpirun: every rank parses it and exits 0, rank 0 alone prints it (so does a subcommand's).

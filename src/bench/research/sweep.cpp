@@ -136,15 +136,24 @@ int64_t plan_hash(const Sweep& s) {
   return int64_t(h);
 }
 
-// Over several ranks: the same points on every rank (a --plan file or the command line may differ
-// between hosts), else one line on every rank.
-Status check_ranks_agree(Comm& world, const Sweep& s) {
-  if (world.size() == 1) return Status::ok();
-  Tensor mine(Dtype::s64, {1}), all(Dtype::s64, {world.size()});
-  mine.data<int64_t>()[0] = plan_hash(s);
+// Over several ranks, every rank learns each rank's pre-run check (`checked`: a path present on one host
+// only fails there) and whether all have the same points (a --plan file or the command line may differ
+// between hosts), in one all-gather that every rank reaches: a rank that stopped at its check would leave
+// the others waiting in the first collective of the run. A rank whose check failed returns its error (its
+// line); the others set `another_refused` and stop without a line of their own.
+Status check_ranks_agree(Comm& world, const Sweep& s, const Status& checked, bool& another_refused) {
+  another_refused = false;
+  if (world.size() == 1) return checked;
+  Tensor mine(Dtype::s64, {2}), all(Dtype::s64, {2 * world.size()});
+  mine.data<int64_t>()[0] = checked.is_ok();
+  mine.data<int64_t>()[1] = plan_hash(s);
   MOE_RETURN_IF_ERROR(world.all_gather(all, mine));
+  if (!checked) return checked;
+  const int64_t* rank = all.data<int64_t>();  // (ok, points) per rank
+  for (int r = 0; r < world.size(); ++r) another_refused |= rank[2 * r] == 0;
+  if (another_refused) return Status::ok();
   for (int r = 1; r < world.size(); ++r)
-    if (all.data<int64_t>()[r] != all.data<int64_t>()[0])
+    if (rank[2 * r + 1] != rank[1])
       return Status::error(fmt::format(
           "rank {} has other sweep points than rank 0 (a --plan file or flags that differ between hosts?)",
           r));
@@ -349,14 +358,16 @@ int run_sweep(const std::vector<std::string>& args, const std::string& command, 
   Comm& world = world_comm();
   if (world.rank() != 0 && std::freopen("/dev/null", "w", stdout) == nullptr)
     return fail(Status::error("rank " + std::to_string(world.rank()) + ": cannot close its stdout"));
-  if (Status st = check_points(s); !st) return fail(st);
-  if (first.list || first.peak) {
+  const Status checked = check_points(s);
+  if (checked && (first.list || first.peak)) {
     if (Status st = set_thread_count(first.kernel.threads); !st) return fail(st);
     if (first.list) print_list(first.base, first.wait_policy, most_threads(s));
     if (first.peak) print_peaks();
     return 0;
   }
-  if (Status st = check_ranks_agree(world, s); !st) return fail(st);
+  bool another_refused = false;
+  if (Status st = check_ranks_agree(world, s, checked, another_refused); !st) return fail(st);
+  if (another_refused) return 2;  // that rank printed why
   // A jsonl store this moe-bench cannot read back is refused before it grows (the sweep re-reads it
   // anyway); rank 0 owns it, and an error only it meets ends the job.
   if (!first.out_path.empty() && first.format == OutputFormat::jsonl && world.rank() == 0)
