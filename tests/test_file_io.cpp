@@ -103,6 +103,61 @@ TEST_F(FileIoTest, ConcurrentAppendersLoseNoRow) {
   EXPECT_EQ(std::set<std::string>(got.begin() + 1, got.end()), want);
 }
 
+// edit_locked puts a new file in place by rename (issue 41 item 1: a kill during the old truncate-and-rewrite
+// left a truncated tuning file); editors that waited on the old file's lock take the new one's, so no
+// increment of a shared counter is lost, and no temporary is left.
+TEST_F(FileIoTest, ConcurrentEditorsLoseNoUpdateAndReplaceTheFileWhole) {
+  constexpr int kEditors = 4, kEdits = 40;
+  const std::string counter = path("counter");
+  std::vector<pid_t> pids;
+  for (int w = 0; w < kEditors; ++w) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      for (int i = 0; i < kEdits; ++i) {
+        const Status s = edit_locked(counter, "counter", [](std::string& text) {
+          text = std::to_string((text.empty() ? 0 : std::stoi(text)) + 1);
+          return Status::ok();
+        });
+        if (!s) _exit(1);
+      }
+      _exit(0);
+    }
+    pids.push_back(pid);
+  }
+  for (pid_t pid : pids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  EXPECT_EQ(content("counter"), std::to_string(kEditors * kEdits));
+  EXPECT_EQ(entries(), std::set<std::string>{"counter"}) << "a temporary was left";
+  struct stat before {
+  }, after{};
+  ASSERT_EQ(::stat(counter.c_str(), &before), 0);
+  ASSERT_TRUE(edit_locked(counter, "counter", [](std::string& text) {
+    text += "0";
+    return Status::ok();
+  }));
+  ASSERT_EQ(::stat(counter.c_str(), &after), 0);
+  EXPECT_NE(before.st_ino, after.st_ino) << "rewritten in place, not replaced";
+}
+
+// read_locked reads a file it may only read (the tuning file was opened read-write to be read), and a
+// missing file as empty text.
+TEST_F(FileIoTest, ReadLockedReadsAReadOnlyFileAndAMissingOneAsEmpty) {
+  std::ofstream(path("ro")) << "kept";
+  fs::permissions(path("ro"), fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
+  const int code = in_child([&] {
+    if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0))
+      return 3;  // as nobody, where root would open anything
+    std::string text;
+    if (!read_locked(path("ro"), "file", text) || text != "kept") return 1;
+    if (!read_locked(path("missing"), "file", text) || !text.empty()) return 2;
+    return 0;
+  });
+  EXPECT_EQ(code, 0);
+}
+
 TEST_F(FileIoTest, KilledAppenderLeavesNoTempFileAndNoHalfRow) {
   const pid_t pid = fork();
   if (pid == 0) {

@@ -55,11 +55,16 @@ Status append_lines(const std::string& path, const std::string& header, const st
 Status read_regular_file(const std::string& path, uint64_t offset, std::string& text, std::string_view what);
 
 // Runs `edit` on the whole text of the small file `path` of our own (created empty when missing) under
-// an exclusive flock, and writes back what it leaves when that changed (truncate and rewrite in place: a
-// rename would move the lock off the file others wait on). For records that processes share, such as
-// a store's claims (bench/research/claims.h).
+// an exclusive flock, and puts what it leaves in place when that changed: a new file renamed over the old,
+// so a process killed at any moment leaves the old text or the new, never a truncated one. The lock is
+// the file's: a process that waited on a file renamed away meanwhile finds `path` is another file once
+// it holds the lock, and takes the new one's. For records that processes share, such as a store's claims
+// (bench/research/claims.h).
 Status edit_locked(const std::string& path, std::string_view what,
                    const std::function<Status(std::string&)>& edit);
+// The whole text of `path` under a shared flock of the same protocol, opened read-only (a file of ours
+// that we may only read is still read). A missing file is empty text.
+Status read_locked(const std::string& path, std::string_view what, std::string& text);
 
 // Whole-file writer: open(), any number of write()s, commit(). Destroying it without a successful
 // commit() leaves `path` untouched and no temporary behind.

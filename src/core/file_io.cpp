@@ -25,6 +25,13 @@ class Fd {
   explicit Fd(int fd = -1) : fd_(fd) {}
   Fd(const Fd&) = delete;
   Fd& operator=(const Fd&) = delete;
+  Fd& operator=(Fd&& other) noexcept {
+    if (this != &other) {
+      if (fd_ >= 0) ::close(fd_);
+      fd_ = std::exchange(other.fd_, -1);
+    }
+    return *this;
+  }
   ~Fd() {
     if (fd_ >= 0) ::close(fd_);
   }
@@ -300,31 +307,53 @@ Status read_regular_file(const std::string& path, uint64_t offset, std::string& 
   return Status::ok();
 }
 
-Status edit_locked(const std::string& path, std::string_view what,
-                   const std::function<Status(std::string&)>& edit) {
-  Fd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+namespace {
+
+// Opens `path` (flags: O_RDWR | O_CREAT, or O_RDONLY) and takes its flock (LOCK_EX or LOCK_SH), again
+// while `path` names another file than the one locked (an editor renamed a new one over it meanwhile).
+// Leaves the file's text in `text`; a missing file read-only is empty text and fd -1.
+Status open_locked(const std::string& path, std::string_view what, int flags, int how, Fd& fd,
+                   std::string& text) {
   auto io_error = [&](std::string_view action, const std::string& why) {
     return Status::error(fmt::format("cannot {} {} '{}': {}", action, what, path, why));
   };
-  if (fd.get() < 0) return io_error("open", errno_text());
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return io_error("read", errno_text());
-  if (!S_ISREG(st.st_mode)) return io_error("use", "not a regular file");
-  if (Status s = lock(fd.get(), LOCK_EX, what, path); !s) return io_error("lock", s.message());
-  if (::fstat(fd.get(), &st) != 0) return io_error("read", errno_text());
+  for (;;) {
+    fd = Fd(::open(path.c_str(), flags | O_CLOEXEC, 0644));
+    if (fd.get() < 0 && errno == ENOENT && !(flags & O_CREAT)) return Status::ok();
+    if (fd.get() < 0) return io_error("open", errno_text());
+    struct stat st {
+    }, named{};
+    if (::fstat(fd.get(), &st) != 0) return io_error("read", errno_text());
+    if (!S_ISREG(st.st_mode)) return io_error("use", "not a regular file");
+    if (Status s = lock(fd.get(), how, what, path); !s) return io_error("lock", s.message());
+    if (::stat(path.c_str(), &named) != 0 || named.st_ino != st.st_ino || named.st_dev != st.st_dev)
+      continue;  // renamed over while we waited: lock the file that is there now
+    if (::fstat(fd.get(), &st) != 0 || !read_range(fd.get(), 0, st.st_size, text))
+      return io_error("read", errno_text());
+    return Status::ok();
+  }
+}
+
+}  // namespace
+
+Status edit_locked(const std::string& path, std::string_view what,
+                   const std::function<Status(std::string&)>& edit) {
+  Fd fd;
   std::string text;
-  if (!read_range(fd.get(), 0, st.st_size, text)) return io_error("read", errno_text());
+  MOE_RETURN_IF_ERROR(open_locked(path, what, O_RDWR | O_CREAT, LOCK_EX, fd, text));
   const std::string before = text;
   MOE_RETURN_IF_ERROR(edit(text));
   if (text == before) return Status::ok();
-  if (::ftruncate(fd.get(), 0) != 0) return io_error("write", errno_text());
-  for (size_t done = 0; done < text.size();) {
-    const ssize_t n = ::pwrite(fd.get(), text.data() + done, text.size() - done, off_t(done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return io_error("write", n < 0 ? errno_text() : "short write");
-    done += size_t(n);
-  }
+  // Renamed over the old file while its lock is held: waiters then find the new file (open_locked).
+  if (Status s = write_file_atomic(path, text); !s)
+    return Status::error(fmt::format("cannot write {} '{}': {}", what, path, s.message()));
   return Status::ok();
+}
+
+Status read_locked(const std::string& path, std::string_view what, std::string& text) {
+  Fd fd;
+  text.clear();
+  return open_locked(path, what, O_RDONLY, LOCK_SH, fd, text);
 }
 
 AtomicFileWriter::AtomicFileWriter(std::string path) : path_(std::move(path)) {}

@@ -98,11 +98,9 @@ void GemmTuner::load() {
   std::error_code ec;
   if (path_.empty() || !std::filesystem::exists(path_, ec)) return;
   std::string text;
-  // Read under the file's lock (a writer rewrites it in place); an empty file is a fresh one.
-  const Status read = edit_locked(path_, "tuning file", [&](std::string& t) {
-    text = t;
-    return Status::ok();
-  });
+  // Read under the file's lock (a writer renames a new one over it), read-only: a tuning file we may only
+  // read still says what was measured. An empty file is a fresh one.
+  const Status read = read_locked(path_, "tuning file", text);
   if (!read) return warn(read.message());
   if (text.empty()) return;
   if (json_depth(text) > kMaxJsonDepth)
