@@ -404,6 +404,27 @@ TEST(Cli, InputsTheSeedRunsRunHereAndStderrStaysQuiet) {
   EXPECT_EQ(told.err.rfind("moe-bench: device cpu (", 0), 0u) << told.err;
 }
 
+// argparse's habits a seed script may rely on: a unique prefix of a flag is the flag (where our extra flags
+// make it ambiguous, the seed's flag wins), an ambiguous one and unknown arguments are its words.
+TEST(Cli, ArgparseAbbreviationsAndItsErrorWords) {
+  const std::string shape = "--hidden 16 --mlp-dim 12 --experts 4 --topk 2 --iters 1 --warmup 0 --threads 1";
+  for (const char* tokens : {"--tok 24", "--tok=24", "--toke 24"}) {
+    const Ran r = run_bench(shape + " " + tokens);
+    EXPECT_EQ(r.exit_code, 0) << tokens << ": " << r.err;
+    EXPECT_NE(r.out.find("shape tokens=24 "), std::string::npos) << tokens << ": " << r.out;
+  }
+  const Ran seeds = run_bench(shape + " --tokens 24 --shared-expert 8");  // also --shared-expert-dim only
+  EXPECT_EQ(seeds.exit_code, 0) << seeds.err;
+  EXPECT_NE(seeds.out.find("shared_expert_dim=8"), std::string::npos) << seeds.out;
+  const Ran ambiguous = run_bench(shape + " --to 24");
+  EXPECT_EQ(ambiguous.exit_code, 2);
+  EXPECT_EQ(ambiguous.err,
+            "moe-bench: error: ambiguous option: --to could match --tokens, --topk, --topk-list\n");
+  const Ran extra = run_bench(shape + " --tokens 24 --bogus 1");
+  EXPECT_EQ(extra.exit_code, 2);
+  EXPECT_EQ(extra.err, "moe-bench: error: unrecognized arguments: --bogus 1\n");
+}
+
 TEST(Cli, HelpListsFlagsWithDefaults) {
   Ran r = run_bench("--help");
   EXPECT_EQ(r.exit_code, 0);

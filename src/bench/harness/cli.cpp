@@ -24,6 +24,11 @@ Status parse_cli(CLI::App& app, int argc, char** argv, bool& exit_ok) {
   } catch (const CLI::CallForVersion& e) {
     if (launched_rank() == 0) std::puts(e.what());
     exit_ok = true;
+  } catch (const CLI::ExtrasError& e) {
+    // argparse's words, the arguments in the order given (CLI11 lists them last first).
+    std::string extras;
+    for (const std::string& a : app.remaining()) extras += (extras.empty() ? "" : " ") + a;
+    return Status::error("unrecognized arguments: " + extras);
   } catch (const CLI::ParseError& e) {
     std::string msg = e.what();
     for (char& ch : msg)

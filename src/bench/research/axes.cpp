@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 #include <regex>
+#include <set>
 
 #include "moe/parse.h"
 
@@ -65,6 +66,68 @@ const FlagSpec* find_flag(std::string_view name) {
   for (const FlagSpec& f : flag_specs())
     if (f.name == name) return &f;
   return nullptr;
+}
+
+Status expand_abbreviations(std::vector<std::string>& args) {
+  // The flags of the seed's script (docs/harness-spec.md §1, both branches), argparse's --help with them.
+  static const std::set<std::string_view> kSeedFlags = {"--backend",
+                                                        "--bench-pass",
+                                                        "--capacity-factor",
+                                                        "--capacity-policy",
+                                                        "--dispatch-permute-mode",
+                                                        "--distribution",
+                                                        "--dtype",
+                                                        "--ep-comm-path",
+                                                        "--experts",
+                                                        "--hidden",
+                                                        "--impl",
+                                                        "--iters",
+                                                        "--mlp-dim",
+                                                        "--null-experts",
+                                                        "--null-route-frac",
+                                                        "--null-route-frac-list",
+                                                        "--null-route-seed",
+                                                        "--null-route-sweep",
+                                                        "--null-routing-mode",
+                                                        "--parallel-mode",
+                                                        "--quant-mode",
+                                                        "--queue-mode",
+                                                        "--remat-mode",
+                                                        "--renormalize-real-after-null",
+                                                        "--routing-pack-strategy",
+                                                        "--run-alpha",
+                                                        "--run-noise-scale",
+                                                        "--seed",
+                                                        "--shared-expert-dim",
+                                                        "--shared-fused",
+                                                        "--stage-timing",
+                                                        "--tokens",
+                                                        "--topk",
+                                                        "--topk-list",
+                                                        "--trace-dir",
+                                                        "--use-custom-sort-vjp",
+                                                        "--warmup",
+                                                        "--help"};
+  for (std::string& a : args) {
+    if (a.size() <= 2 || a.rfind("--", 0) != 0) continue;
+    const size_t eq = a.find('=');
+    const std::string name = a.substr(0, eq);
+    if (find_flag(name)) continue;
+    std::vector<std::string_view> begun, seed_begun;
+    for (const FlagSpec& f : flag_specs())
+      if (f.name.rfind(name, 0) == 0) {
+        begun.push_back(f.name);
+        if (kSeedFlags.count(f.name)) seed_begun.push_back(f.name);
+      }
+    if (begun.size() > 1 && seed_begun.size() == 1) begun = seed_begun;
+    if (begun.size() > 1) {
+      std::string all;
+      for (std::string_view b : begun) all += (all.empty() ? "" : ", ") + std::string(b);
+      return Status::error(fmt::format("ambiguous option: {} could match {}", name, all));
+    }
+    if (begun.size() == 1) a = std::string(begun.front()) + (eq == std::string::npos ? "" : a.substr(eq));
+  }
+  return Status::ok();
 }
 
 bool is_axis_flag(std::string_view flag) {

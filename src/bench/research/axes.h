@@ -38,6 +38,12 @@ struct Point {
 // Every flag of moe-bench (options.h parse_options).
 const std::vector<FlagSpec>& flag_specs();
 const FlagSpec* find_flag(std::string_view name);
+
+// argparse's abbreviations, which the seed's scripts may use: a long flag that names no flag but begins
+// exactly one (`--tok 1024`, `--tok=1024`) is that flag. Where it begins several, the one flag of the
+// seed's script among them wins (a seed command stays unambiguous beside our extra flags); otherwise it is
+// argparse's error, "ambiguous option: --t could match --tokens, --topk, ...". Other words stay as they are.
+Status expand_abbreviations(std::vector<std::string>& args);
 // Whether a comma list given to `flag` is a sweep axis (see above).
 bool is_axis_flag(std::string_view flag);
 

@@ -67,7 +67,9 @@ class InputsCache {
 // again after it: settle_wait_policy).
 Status parse_points(const std::vector<std::string>& args, const std::string& command, Sweep& s,
                     bool& exit_ok) {
-  MOE_RETURN_IF_ERROR(expand_axes(args, s.points));
+  std::vector<std::string> full = args;
+  MOE_RETURN_IF_ERROR(expand_abbreviations(full));
+  MOE_RETURN_IF_ERROR(expand_axes(full, s.points));
   for (const Point& p : s.points) {
     std::vector<std::string> argv_text = {"moe-bench"};
     argv_text.insert(argv_text.end(), p.args.begin(), p.args.end());
