@@ -249,6 +249,19 @@ TEST(MpiCli, RowsCarryTheCommPeakAndEveryRanksStages) {
       EXPECT_TRUE(seen.count({rank, stage})) << rank << " " << stage;
 }
 
+// The seed's lines of an EP job (issue 41, parity): devices= lists one device per rank, as the seed's forced
+// host devices do, and --stage-timing prints the seed's "skipped" line before every rank's stages.
+TEST(MpiCli, EpPrintsTheSeedsDevicesAndStageTimingLines) {
+  REQUIRE_MPI();
+  const testing::Ran r = mpirun(2, fmt::format("{} --parallel-mode ep --stage-timing", kShape));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const std::vector<std::string> lines = testing::split_lines(r.out);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines.front(), "devices=[CpuDevice(id=0), CpuDevice(id=1)]");
+  EXPECT_EQ(count(r.out, "[random] pass=forward stage_timing skipped for parallel_mode=ep\n"), 1) << r.out;
+  EXPECT_EQ(count(r.out, "rank=1 stage_pct "), 1) << r.out;
+}
+
 // moe-bench sweep under mpirun: rank 0 owns the store (each run's rows written once) and every rank
 // takes its verdicts, so a wider sweep over the same store runs only the new runs and a repeated one none.
 TEST(MpiCli, SweepResumesFromRankZerosStore) {

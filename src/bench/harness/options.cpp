@@ -305,6 +305,7 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok, s
   if (c.bench_pass != BenchPass::forward) opts.queue_modes = {QueueMode::full};
 
   opts.queue_mode_flag = queue;
+  opts.quant_mode_given = app.count("--quant-mode") > 0;
 
   MOE_RETURN_IF_ERROR(parse_int_list("--topk-list", topk_list, -kMax64, kMax64, opts.topks));
   if (opts.topks.empty()) opts.topks = {opts.topk_flag};

@@ -26,6 +26,8 @@ struct BenchOptions {
   std::vector<int64_t> topks;
   int64_t topk_flag = MoeConfig{}.topk;  // --topk as given (the seed's shape line prints it)
   std::string queue_mode_flag = "full";  // --queue-mode as given, before forward_backward forces full
+  // --quant-mode was given: the text lines carry the int8 branch's quant_mode line and shape key too
+  bool quant_mode_given = false;
   std::vector<Impl> impls;
   std::vector<QueueMode> queue_modes;
   std::vector<double> null_fracs;  // the innermost sweep axis (spec §1 run loop)

@@ -123,7 +123,9 @@ std::string result_text(const ResultRow& r) {
     const auto& v = r[k];
     line += " " + k + "=" + text_value(v);
   }
-  // Keys only some rows have (the quant modes').
+  // The quant modes' keys (the int8 branch prints quant_mode; ours are the rest).
+  if (r.contains("quant_mode") && r["quant_mode"] != "none")
+    line += " quant_mode=" + text_value(r["quant_mode"]);
   for (const char* k : {"int8_backward", "quant_rel_err", "quant_grad_rel_err"})
     if (r.contains(k)) line += std::string(" ") + k + "=" + text_value(r[k]);
   return line;

@@ -326,10 +326,10 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, 
                   process_wait_policy(), backend.device_model()},
                  env);
     if (text_stdout)
-      fmt::print(
-          "{}{}{}\n",
-          mode_lines(c, name(mode), t.mean, row["tflops"].get<double>(), row["tokens_per_s"].get<double>()),
-          stats_lines, result_text(row));
+      fmt::print("{}{}{}\n",
+                 mode_lines(c, name(mode), t.mean, row["tflops"].get<double>(),
+                            row["tokens_per_s"].get<double>(), o.quant_mode_given),
+                 stats_lines, result_text(row));
     outcome.rows.push_back(std::move(row));
   }
   if (!trace_run.empty()) {
@@ -338,6 +338,10 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, 
   }
 
   if (o.stage_timing && text_stdout) {
+    // The seed's EP line first (a seed parser looks for it; the seed times stages of forward only), then
+    // every rank's stages.
+    if (c.parallel_mode == ParallelMode::ep && c.bench_pass == BenchPass::forward)
+      fmt::print("[{}] pass=forward stage_timing skipped for parallel_mode=ep\n", name(c.distribution));
     if (parallel)
       fmt::print("{}", rank_stages);
     else

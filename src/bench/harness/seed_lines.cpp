@@ -14,17 +14,28 @@ std::string devices_line(const std::vector<std::string>& device_reprs) {
   return "devices=[" + list + "]";
 }
 
+std::vector<std::string> world_devices(const std::string& own_repr, int ranks) {
+  std::vector<std::string> reprs;
+  const size_t id = own_repr.find("(id=0)");
+  for (int r = 0; r < ranks; ++r)
+    reprs.push_back(id == std::string::npos || ranks == 1
+                        ? own_repr
+                        : own_repr.substr(0, id) + fmt::format("(id={})", r) + own_repr.substr(id + 6));
+  return reprs;
+}
+
 std::string shape_line(const BenchOptions& o) {
   const MoeConfig& c = o.base;
   return fmt::format(
       "shape tokens={} hidden={} mlp_dim={} experts={} topk={} dtype={} backend={} impl={} "
-      "shared_expert_dim={} shared_fused={} bench_pass={} parallel_mode={} ep_comm_path={} "
+      "shared_expert_dim={} shared_fused={} bench_pass={} parallel_mode={} ep_comm_path={}{} "
       "queue_mode={} routing_pack_strategy={} dispatch_permute_mode={} use_custom_sort_vjp={} remat_mode={} "
       "capacity_policy={} capacity_factor={} null_route_frac={} null_experts={} null_routing_mode={} "
       "renormalize_real_after_null={} stage_timing={}",
       c.tokens, c.hidden, c.mlp_dim, c.experts, o.topk_flag, dtype_name(c.dtype), name(c.gemm_backend),
       o.impls.size() > 1 ? "both" : name(o.impls.front()), c.shared_expert_dim, python_bool(c.shared_fused),
-      name(c.bench_pass), name(c.parallel_mode), name(c.ep_comm_path), o.queue_mode_flag,
+      name(c.bench_pass), name(c.parallel_mode), name(c.ep_comm_path),
+      o.quant_mode_given ? fmt::format(" quant_mode={}", name(c.quant_mode)) : "", o.queue_mode_flag,
       name(c.pack_strategy), name(c.permute_mode), python_bool(c.use_custom_sort_vjp), name(c.remat_mode),
       name(c.capacity_policy), python_float(c.capacity_factor), python_float(c.null_routing.frac),
       c.null_routing.null_experts, name(c.null_routing.mode), python_bool(c.null_routing.renormalize),
@@ -40,14 +51,15 @@ std::string trace_run_dir(const BenchOptions& o, const MoeConfig& c, int64_t tim
 }
 
 std::string mode_lines(const MoeConfig& c, std::string_view mode, double time_s, double tflops,
-                       double tokens_per_s) {
+                       double tokens_per_s, bool quant_mode_line) {
   const std::string head = fmt::format("[{}] mode={} pass={} topk={} impl={}", name(c.distribution), mode,
                                        name(c.bench_pass), c.topk, name(c.impl));
   return fmt::format(
-      "{0} backend={1}\n{0} remat_mode={2}\n{0} parallel_mode={6}\n{0} ep_comm_path={7}\n"
+      "{0} backend={1}\n{8}{0} remat_mode={2}\n{0} parallel_mode={6}\n{0} ep_comm_path={7}\n"
       "{0} time_s={3:.6f}\n{0} tflops={4:.3f}\n{0} tokens_per_s={5:.2f}\n",
       head, name(c.gemm_backend), name(c.remat_mode), time_s, tflops, tokens_per_s, name(c.parallel_mode),
-      name(c.ep_comm_path));
+      name(c.ep_comm_path),
+      quant_mode_line ? fmt::format("{} quant_mode={}\n", head, name(c.quant_mode)) : std::string());
 }
 
 std::string routing_lines(const MoeConfig& c, const Routing& routing, const NullRoutingStats& null_stats) {

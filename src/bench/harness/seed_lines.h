@@ -19,6 +19,9 @@ namespace moe::bench {
 
 // "devices=[CpuDevice(id=0)]": the seed prints jax.devices(); `device_reprs` are the devices' reprs.
 std::string devices_line(const std::vector<std::string>& device_reprs);
+// The devices of a job of `ranks` processes, one each, as the seed's forced host devices list them:
+// "CpuDevice(id=0)" on 4 ranks -> CpuDevice(id=0) .. CpuDevice(id=3) (JAX numbers devices globally).
+std::vector<std::string> world_devices(const std::string& own_repr, int ranks);
 
 // The flags as given (Python str() of argparse's values: --topk, not the topk list; raw --impl and
 // --queue-mode; floats as Python prints them; True/False).
@@ -28,9 +31,11 @@ std::string shape_line(const BenchOptions& o);
 // <parallel_mode>_<ep_comm_path>_<pass>_<queue_mode>" (queue_mode as given on the command line).
 std::string trace_run_dir(const BenchOptions& o, const MoeConfig& c, int64_t time_ns);
 
-// The seven "[dist] mode=.. pass=.. topk=.. impl=.." lines of one queue mode.
+// The seven "[dist] mode=.. pass=.. topk=.. impl=.." lines of one queue mode, and the int8 branch's
+// "... quant_mode=.." line after the backend line where --quant-mode was given (a parser written for
+// either branch finds its lines; the shape line then carries quant_mode= after ep_comm_path=).
 std::string mode_lines(const MoeConfig& c, std::string_view mode, double time_s, double tflops,
-                       double tokens_per_s);
+                       double tokens_per_s, bool quant_mode_line);
 
 // run_stats, load_stats, capacity (cap = ceil(cf*T*K/E) whenever cf > 0, whatever the policy) and
 // null_route (always; zeros when off) lines of one run.

@@ -314,7 +314,7 @@ class Runner {
     point_started_ = true;
     const bool text_stdout = o.format == OutputFormat::text || !o.out_path.empty();
     if (backend.name() != last_backend_) {
-      if (text_stdout) fmt::print("{}\n", devices_line({backend.devices()}));
+      if (text_stdout) fmt::print("{}\n", devices_line(world_devices(backend.devices(), comm_.size())));
       if (comm_.rank() == 0 && (o.verbose || total_runs(s_) > 1 || ::isatty(STDERR_FILENO)))
         fmt::print(
             stderr, "moe-bench: device {} ({}), {} threads{}, OpenMP waits {}\n", backend.name(),
