@@ -6,11 +6,13 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <thread>
 
+#include "bench/research/claims.h"
 #include "test_util.h"
 
 namespace {
@@ -66,6 +68,32 @@ TEST(Claims, AKilledClaimersPointIsRunAgain) {
   const auto r = run_command(kSweep + " --out " + store + " >/dev/null");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(rows_and_ids(store), std::make_pair(size_t(8), size_t(8))) << r.err;
+}
+
+// Claims no process here can vouch for (another host's, issue 41 item 5: waited on forever) hold while
+// renewed and expire a lease after their last renewal.
+TEST(Claims, AnotherHostsClaimHoldsWhileRenewedAndExpiresAfterTheLease) {
+  const std::string dir = temp_dir("claims_lease"), probe = dir + "/probe.jsonl", store = dir + "/s.jsonl";
+  ASSERT_EQ(run_command(kSweep + " --out " + probe + " >/dev/null").exit_code, 0);
+  std::set<std::string> ids;
+  for (const std::string& line : split_lines(read_file(probe)))
+    ids.insert(nlohmann::json::parse(line)["run_id"].get<std::string>());
+  ASSERT_EQ(ids.size(), 8u);
+  const int64_t now =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  auto claim_all = [&](int64_t renewed) {
+    std::ofstream claims(store + ".claims");
+    for (const std::string& id : ids) claims << id << " elsewhere 1 1 " << renewed << "\n";
+  };
+  claim_all(now);  // renewed just now: honoured, so the sweep waits for them
+  const auto waits = run_command("timeout 3 " + kSweep + " --out " + store + " >/dev/null");
+  EXPECT_EQ(waits.exit_code, 124) << waits.err;
+  EXPECT_NE(waits.err.find("waiting for 8 runs"), std::string::npos) << waits.err;
+  claim_all(now - moe::bench::kClaimLeaseSeconds - 60);  // last renewed over a lease ago: expired
+  const auto runs = run_command("timeout 60 " + kSweep + " --out " + store + " >/dev/null");
+  ASSERT_EQ(runs.exit_code, 0) << runs.err;
+  EXPECT_EQ(rows_and_ids(store), std::make_pair(size_t(8), size_t(8))) << runs.err;
 }
 
 }  // namespace

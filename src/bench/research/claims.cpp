@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -37,18 +38,28 @@ std::string start_time(long pid) {
   return field;
 }
 
+int64_t unix_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 struct Claim {
   std::string run_id, host, start;
   long pid = 0;
+  int64_t renewed = 0;  // wall-clock seconds of the claimer's last renewal (0: a line without one)
 };
 
 bool parse_claim(const std::string& line, Claim& c) {
   std::istringstream in(line);
-  return bool(in >> c.run_id >> c.host >> c.pid >> c.start);
+  if (!(in >> c.run_id >> c.host >> c.pid >> c.start)) return false;
+  if (!(in >> c.renewed)) c.renewed = 0;
+  return true;
 }
 
-// Whether the claimer still runs: a claim of another host is taken to.
-bool alive(const Claim& c, const std::string& here) {
+// Whether the claim holds: renewed within the lease (whatever host made it), and where its process
+// can be seen (this host), that process still runs.
+bool alive(const Claim& c, const std::string& here, int64_t now) {
+  if (now - c.renewed > kClaimLeaseSeconds) return false;
   if (c.host != here) return true;
   if (::kill(pid_t(c.pid), 0) != 0 && errno != EPERM) return false;
   return start_time(c.pid) == c.start;
@@ -58,16 +69,18 @@ bool alive(const Claim& c, const std::string& here) {
 std::vector<Claim> live_claims(const std::string& text, const std::string& here) {
   std::vector<Claim> claims;
   std::istringstream lines(text);
+  const int64_t now = unix_seconds();
   for (std::string line; std::getline(lines, line);) {
     Claim c;
-    if (parse_claim(line, c) && alive(c, here)) claims.push_back(c);
+    if (parse_claim(line, c) && alive(c, here, now)) claims.push_back(c);
   }
   return claims;
 }
 
 std::string claims_text(const std::vector<Claim>& claims) {
   std::string text;
-  for (const Claim& c : claims) text += fmt::format("{} {} {} {}\n", c.run_id, c.host, c.pid, c.start);
+  for (const Claim& c : claims)
+    text += fmt::format("{} {} {} {} {}\n", c.run_id, c.host, c.pid, c.start, c.renewed);
   return text;
 }
 
@@ -96,7 +109,7 @@ Status Claims::claim(const std::vector<std::string>& run_ids, StoreIndex& index,
   const std::string here = host_name();
   const long pid = long(::getpid());
   const std::string start = start_time(pid);
-  return edit_locked(path_, "sweep claims file", [&](std::string& text) {
+  const Status s = edit_locked(path_, "sweep claims file", [&](std::string& text) {
     MOE_RETURN_IF_ERROR(decide());
     std::vector<Claim> claims = live_claims(text, here);
     if (verdict == Verdict::mine)
@@ -104,10 +117,39 @@ Status Claims::claim(const std::vector<std::string>& run_ids, StoreIndex& index,
         for (const std::string& id : missing)
           if (c.run_id == id && !(c.host == here && c.pid == pid)) verdict = Verdict::taken;
     if (verdict == Verdict::mine)
-      for (const std::string& id : missing) claims.push_back({id, here, start, pid});
+      for (const std::string& id : missing) claims.push_back({id, here, start, pid, unix_seconds()});
     text = claims_text(claims);  // expired claims go too
     return Status::ok();
   });
+  if (s && verdict == Verdict::mine && !renewer_.joinable()) renewer_ = std::thread([this] { renew_loop(); });
+  return s;
+}
+
+void Claims::renew_loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stop_renewing_.wait_for(lock, std::chrono::seconds(kClaimRenewSeconds), [this] { return stop_; })) {
+    lock.unlock();
+    const std::string here = host_name();
+    const long pid = long(::getpid());
+    // A failed renewal is retried at the next tick; the lease covers several.
+    (void)edit_locked(path_, "sweep claims file", [&](std::string& text) {
+      std::vector<Claim> claims = live_claims(text, here);
+      for (Claim& c : claims)
+        if (c.host == here && c.pid == pid) c.renewed = unix_seconds();
+      text = claims_text(claims);
+      return Status::ok();
+    });
+    lock.lock();
+  }
+}
+
+Claims::~Claims() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  stop_renewing_.notify_all();
+  if (renewer_.joinable()) renewer_.join();
 }
 
 Status Claims::release(const std::vector<std::string>& run_ids) {
