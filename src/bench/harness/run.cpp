@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <optional>
 #include <string_view>
 #include <tuple>
@@ -165,107 +166,122 @@ Protocol protocol_of(const BenchOptions& o) {
   return {o.iters, o.warmup, o.repeats, o.command, world_comm().size()};
 }
 
-RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, Comm& comm,
-                   const MoeInputs& in, const MoeInputs& host_in, const Routing& host_routing,
-                   const NullRoutingStats& null_stats, const Ceiling& ceiling, const Environment& env) {
-  RunOutcome outcome;
-  const bool text_stdout = o.format == OutputFormat::text || !o.out_path.empty();
-  // Over several ranks rank 0 alone prints, writes and checks (the others' stdout is closed, main.cpp).
-  const bool root = comm.rank() == 0, parallel = comm.size() > 1;
-  const std::string dist = name(c.distribution);
-  MoeBlock block(c, o.kernel, backend, comm);
-  // This rank's tokens, experts and routing rows (all of them on one rank).
-  const MoeConfig rc = rank_config(c, block.layout());
-  const RoutingTensors routing = to_memory(rank_routing(host_routing, block.layout()), backend.memory());
-  Tensor out = backend.empty(c.dtype, {rc.tokens, c.hidden});
-  std::optional<MoeGrads> grads;
-  if (c.bench_pass == BenchPass::forward_backward) grads = make_grads(rc, backend.memory());
+namespace {
 
-  // The seed announces a run's trace directory before the run.
-  std::string trace_run;
-  std::vector<TraceEvent> events;
-  if (!o.trace_dir.empty() && root) {
-    const auto now = std::chrono::system_clock::now().time_since_epoch();
-    trace_run = trace_run_dir(o, c, std::chrono::duration_cast<std::chrono::nanoseconds>(now).count());
-    outcome.output_status = prepare_output_dir("--trace-dir directory", trace_run);
-    if (!outcome.output_status) return outcome;
-    if (text_stdout) fmt::print("trace_dir={}\n", trace_run);
-  }
-  const std::string stats_lines = routing_lines(c, host_routing, null_stats);
-  // A quant run's float counterpart, run once before its timed calls (nothing of it stays in the
-  // backend's memory).
-  std::optional<FloatResults> float_counterpart;
-  if (root && c.quant_mode == QuantMode::int8 && !c.has_shared())
-    fmt::print(stderr,
-               "moe-bench: --quant-mode int8 quantizes the shared expert's GEMMs only; without one "
-               "(--shared-expert-dim 0) it runs quant_mode none's GEMMs, as the seed does\n");
-  if (c.quant_mode != QuantMode::none) {
-    outcome.output_status =
-        float_results(float_counterpart.emplace(), c, o.kernel, backend, comm, in, routing);
-    if (!outcome.output_status) return outcome;
+// One run's steps over its context and what they hand each other: prepare (the trace directory, the
+// float counterpart of a quant run), per queue mode the traced call and the timed calls with their row,
+// then the outputs (trace, stage lines, rows) and, on rank 0, --check and --dump.
+class Run {
+ public:
+  explicit Run(const RunContext& x)
+      : x_(x),
+        o_(x.o),
+        c_(x.c),
+        text_stdout_(o_.format == OutputFormat::text || !o_.out_path.empty()),
+        root_(x.comm.rank() == 0),
+        parallel_(x.comm.size() > 1),
+        block_(c_, o_.kernel, x.backend, x.comm),
+        // This rank's tokens, experts and routing rows (all of them on one rank).
+        rc_(rank_config(c_, block_.layout())),
+        routing_(to_memory(rank_routing(x.host_routing, block_.layout()), x.backend.memory())),
+        out_(x.backend.empty(c_.dtype, {rc_.tokens, c_.hidden})),
+        stats_lines_(routing_lines(c_, x.host_routing, x.null_stats)) {
+    if (c_.bench_pass == BenchPass::forward_backward) grads_ = make_grads(rc_, x.backend.memory());
   }
 
-  // --check, --dump and the finiteness scan read host copies of the last timed call's results, made
-  // explicitly (no copy on a host backend).
-  Tensor host_out;
-  std::optional<MoeGrads> host_grads;
-  // The last queue mode's global results on rank 0, where quant_rel_err gathered them: --check and
-  // --dump read those instead of gathering again.
-  Tensor global_out;
-  std::optional<MoeGrads> global_grads;
-  bool have_global = false;
-  std::optional<CommPeak> comm_peak;  // measured after the first queue mode's timed calls
-  std::string rank_stages;            // --stage-timing over several ranks: rank 0's lines
-  for (size_t m = 0; m < o.queue_modes.size(); ++m) {
-    const QueueMode mode = o.queue_modes[m];
-    // The call this (pass, queue mode) times; prequeue packs and dispatches once, outside it.
-    if (c.bench_pass == BenchPass::forward && mode == QueueMode::prequeue)
-      outcome.output_status = block.prepare_dispatch(in, routing);
-    auto call = [&] {
-      Status s;
-      if (c.bench_pass == BenchPass::forward_backward)
-        s = block.forward_backward(out, *grads, in, routing);
-      else if (mode == QueueMode::prequeue)
-        s = block.forward_prepared(out, in, routing);
-      else
-        s = block.forward(out, in, routing);
-      if (!s && outcome.output_status) outcome.output_status = s;
-    };
-    if (!o.trace_dir.empty()) {
-      // One extra, untimed call with every stage recorded (the seed's profiler trace, spec §1), made
-      // before the timed calls so that the last call, which --check and --dump read, is a timed one.
-      // An untimed call goes first: a run's first call measures auto's GEMM kernels, creates oneDNN's
-      // primitives and touches fresh buffers, which no timed call does (docs/design.md, "--trace-dir").
-      // Every rank records its own stages from the end of one barrier; rank 0 gathers them.
-      call();
-      const int64_t measured_before_trace = backend.kernel_measurements();
-      std::vector<TraceEvent> mine;
-      block.set_stage_observer([&](const char* stage, auto start, auto end) {
-        mine.push_back({stage, int(m), start, end, comm.rank()});
-      });
-      if (parallel) keep_first_error(outcome.output_status, comm.barrier());
-      const auto origin = std::chrono::steady_clock::now();
-      call();
-      block.set_stage_observer(nullptr);
-      MOE_CHECK(backend.kernel_measurements() == measured_before_trace,
-                "auto measured GEMM kernels in the traced call");
-      if (!parallel) {
-        events.insert(events.end(), mine.begin(), mine.end());
-      } else {
-        std::vector<std::string> texts;
-        keep_first_error(outcome.output_status, gather_text(comm, encode_trace_events(mine, origin), texts));
-        for (size_t r = 0; r < texts.size(); ++r) {
-          const std::vector<TraceEvent> got = decode_trace_events(texts[r], int(r), origin);
-          events.insert(events.end(), got.begin(), got.end());
-        }
-      }
+  RunOutcome run() {
+    if (!prepare()) return std::move(outcome_);
+    for (size_t m = 0; m < o_.queue_modes.size(); ++m)
+      if (!time_queue_mode(m)) return std::move(outcome_);
+    if (!print_outputs()) return std::move(outcome_);
+    check_and_dump();
+    return std::move(outcome_);
+  }
+
+ private:
+  // The seed announces a run's trace directory before the run. A quant run's float counterpart runs once
+  // before its timed calls (nothing of it stays in the backend's memory).
+  bool prepare() {
+    if (!o_.trace_dir.empty() && root_) {
+      const auto now = std::chrono::system_clock::now().time_since_epoch();
+      trace_run_ = trace_run_dir(o_, c_, std::chrono::duration_cast<std::chrono::nanoseconds>(now).count());
+      outcome_.output_status = prepare_output_dir("--trace-dir directory", trace_run_);
+      if (!outcome_.output_status) return false;
+      if (text_stdout_) fmt::print("trace_dir={}\n", trace_run_);
     }
-    MemorySpace& memory = backend.memory();
+    if (root_ && c_.quant_mode == QuantMode::int8 && !c_.has_shared())
+      fmt::print(stderr,
+                 "moe-bench: --quant-mode int8 quantizes the shared expert's GEMMs only; without one "
+                 "(--shared-expert-dim 0) it runs quant_mode none's GEMMs, as the seed does\n");
+    if (c_.quant_mode == QuantMode::none) return true;
+    outcome_.output_status =
+        float_results(float_counterpart_.emplace(), c_, o_.kernel, x_.backend, x_.comm, x_.in, routing_);
+    return bool(outcome_.output_status);
+  }
+
+  // The call a (pass, queue mode) times; prequeue packs and dispatches once, outside it.
+  std::function<void()> call_for(QueueMode mode) {
+    if (c_.bench_pass == BenchPass::forward && mode == QueueMode::prequeue)
+      outcome_.output_status = block_.prepare_dispatch(x_.in, routing_);
+    return [this, mode] {
+      Status s;
+      if (c_.bench_pass == BenchPass::forward_backward)
+        s = block_.forward_backward(out_, *grads_, x_.in, routing_);
+      else if (mode == QueueMode::prequeue)
+        s = block_.forward_prepared(out_, x_.in, routing_);
+      else
+        s = block_.forward(out_, x_.in, routing_);
+      if (!s && outcome_.output_status) outcome_.output_status = s;
+    };
+  }
+
+  // One extra, untimed call with every stage recorded (the seed's profiler trace, spec §1), made before
+  // the timed calls so that the last call, which --check and --dump read, is a timed one. An untimed call
+  // goes first: a run's first call measures auto's GEMM kernels, creates oneDNN's primitives and touches
+  // fresh buffers, which no timed call does (docs/design.md, "--trace-dir"). Every rank records its own
+  // stages from the end of one barrier; rank 0 gathers them.
+  void trace_call(size_t m, const std::function<void()>& call) {
+    call();
+    const int64_t measured_before_trace = x_.backend.kernel_measurements();
+    std::vector<TraceEvent> mine;
+    block_.set_stage_observer([&](const char* stage, auto start, auto end) {
+      mine.push_back({stage, int(m), start, end, x_.comm.rank()});
+    });
+    if (parallel_) keep_first_error(outcome_.output_status, x_.comm.barrier());
+    const auto origin = std::chrono::steady_clock::now();
+    call();
+    block_.set_stage_observer(nullptr);
+    MOE_CHECK(x_.backend.kernel_measurements() == measured_before_trace,
+              "auto measured GEMM kernels in the traced call");
+    if (!parallel_) {
+      events_.insert(events_.end(), mine.begin(), mine.end());
+      return;
+    }
+    std::vector<std::string> texts;
+    keep_first_error(outcome_.output_status, gather_text(x_.comm, encode_trace_events(mine, origin), texts));
+    for (size_t r = 0; r < texts.size(); ++r) {
+      const std::vector<TraceEvent> got = decode_trace_events(texts[r], int(r), origin);
+      events_.insert(events_.end(), got.begin(), got.end());
+    }
+  }
+
+  // What the timed calls of one queue mode measured.
+  struct Timed {
+    TimingStats time;
+    MemoryUse memory;
+    MachineNoise noise;
+    std::string gemm_kernels;
+    ParallelMeasure parallel;
+  };
+
+  // --repeats blocks of --warmup + --iters calls, each timed call after a barrier over several ranks.
+  Timed time_calls(size_t m, const std::function<void()>& call) {
+    MemorySpace& memory = x_.backend.memory();
     memory.reset_peak();
     const MemoryUse before = memory.use();
     // auto measures GEMM kernels the first time it meets a shape (moe/gemm.h), which is the untimed first
     // call: none may happen in a later one.
-    (void)backend.take_kernel_choices();  // the ceiling's and earlier runs'
+    (void)x_.backend.take_kernel_choices();  // the ceiling's and earlier runs'
     int calls = 0;
     int64_t measured_by_first_call = 0;
     // Only the timed calls are metered: the untimed and warmup calls start without a barrier, so their
@@ -273,129 +289,184 @@ RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, 
     CommMeter timed_meter;
     bool timed = false;  // set by the barrier before each timed call
     auto counted_call = [&] {
-      const CommMeter before = block.comm_meter().mark();
+      const CommMeter mark = block_.comm_meter().mark();
       call();
-      if (timed) timed_meter.add_since(before, block.comm_meter());
+      if (timed) timed_meter.add_since(mark, block_.comm_meter());
       timed = false;
-      if (++calls == 1) measured_by_first_call = backend.kernel_measurements();
+      if (++calls == 1) measured_by_first_call = x_.backend.kernel_measurements();
     };
     const NoiseProbe noise_probe;
     const auto calls_start = std::chrono::steady_clock::now();
     const TimingStats rank_t = time_fn_aligned(
-        counted_call, o.warmup, o.iters, [&] { backend.synchronize(); }, o.repeats,
+        counted_call, o_.warmup, o_.iters, [&] { x_.backend.synchronize(); }, o_.repeats,
         [&] {
           timed = true;
-          if (!parallel) return;
-          keep_first_error(outcome.output_status, comm.barrier());
+          if (parallel_) keep_first_error(outcome_.output_status, x_.comm.barrier());
         });
     const MemoryUse during = memory.use();  // before the ranks' times and bytes are gathered
-    const MachineNoise noise = noise_probe.finish(
+    Timed t;
+    t.noise = noise_probe.finish(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - calls_start).count(),
         omp_get_max_threads(), available_cores());
-    MOE_CHECK(backend.kernel_measurements() == measured_by_first_call,
+    MOE_CHECK(x_.backend.kernel_measurements() == measured_by_first_call,
               "auto measured GEMM kernels after a run's first call (a shape class changed between calls)");
-    const std::string gemm_kernels = backend.take_kernel_choices();
-    const TimingStats t = max_over_ranks(comm, rank_t, outcome.output_status);
-    const ParallelMeasure pm =
-        measure_parallel(comm, c, timed_meter, null_stats.real_assignments, comm_peak, outcome.output_status);
+    t.gemm_kernels = x_.backend.take_kernel_choices();
+    t.memory = MemoryUse{before.live_bytes, during.peak_bytes, during.allocations - before.allocations};
+    t.time = max_over_ranks(x_.comm, rank_t, outcome_.output_status);
+    t.parallel = measure_parallel(x_.comm, c_, timed_meter, x_.null_stats.real_assignments, comm_peak_,
+                                  outcome_.output_status);
     // After the meter was read: these calls are not the timed ones.
-    if (o.stage_timing && text_stdout && parallel && m == 0)
-      keep_first_error(outcome.output_status, time_rank_stages(o, c, comm, block, call, rank_stages));
-    if (!outcome.output_status) return outcome;
-    host_out = out.to_host();
-    if (grads) host_grads = to_host(*grads);
-    // Before the finiteness scan, which one rank alone may fail: the gather is collective.
-    QuantError qe;
-    if (float_counterpart) {
-      outcome.output_status =
-          global_results(comm, c, host_out, host_grads ? &*host_grads : nullptr, global_out, global_grads);
-      if (!outcome.output_status) return outcome;
-      have_global = true;
-      if (root) qe = quant_error(*float_counterpart, global_out, global_grads ? &*global_grads : nullptr);
-    }
-    if (Status s = check_finite(host_out, host_grads ? &*host_grads : nullptr); !s) {
-      outcome.numerics = Status::error(fmt::format("run distribution={} topk={} impl={} mode={}: {}", dist,
-                                                   c.topk, name(c.impl), name(mode), s.message()));
-      return outcome;
-    }
-    ResultRow row =
-        make_row(c, o.kernel, protocol_of(o),
-                 {name(mode), t, ceiling, block.saved_activation_bytes(),
-                  MemoryUse{before.live_bytes, during.peak_bytes, during.allocations - before.allocations},
-                  omp_get_max_threads(), null_stats, noise, gemm_kernels, pm, qe.out_rel_err, qe.grad_rel_err,
-                  process_wait_policy(), backend.device_model()},
-                 env);
-    if (text_stdout)
-      fmt::print("{}{}{}\n",
-                 mode_lines(c, name(mode), t.mean, row["tflops"].get<double>(),
-                            row["tokens_per_s"].get<double>(), o.quant_mode_given),
-                 stats_lines, result_text(row));
-    outcome.rows.push_back(std::move(row));
-  }
-  if (!trace_run.empty()) {
-    outcome.output_status = write_chrome_trace(trace_run, events);
-    if (!outcome.output_status) return outcome;
+    if (o_.stage_timing && text_stdout_ && parallel_ && m == 0)
+      keep_first_error(outcome_.output_status, time_rank_stages(o_, c_, x_.comm, block_, call, rank_stages_));
+    return t;
   }
 
-  if (o.stage_timing && text_stdout) {
-    // The seed's EP line first (a seed parser looks for it; the seed times stages of forward only), then
-    // every rank's stages.
-    if (c.parallel_mode == ParallelMode::ep && c.bench_pass == BenchPass::forward)
-      fmt::print("[{}] pass=forward stage_timing skipped for parallel_mode=ep\n", name(c.distribution));
-    if (parallel)
-      fmt::print("{}", rank_stages);
-    else
-      print_stage_timing(o, c, in, routing, block, backend);
-  }
-  if (!text_stdout) {
-    static bool csv_header_printed = false;
-    if (o.format == OutputFormat::csv && !csv_header_printed && !outcome.rows.empty()) {
-      fmt::print("{}\n", csv_header(outcome.rows.front()));
-      csv_header_printed = true;
+  // The last timed call's results on the host; a quant run's error against its float counterpart
+  // (gathered: collective, so before the finiteness scan, which one rank alone may fail).
+  bool read_results(QueueMode mode, QuantError& qe) {
+    host_out_ = out_.to_host();
+    if (grads_) host_grads_ = to_host(*grads_);
+    if (float_counterpart_) {
+      outcome_.output_status = global_results(x_.comm, c_, host_out_, host_grads_ ? &*host_grads_ : nullptr,
+                                              global_out_, global_grads_);
+      if (!outcome_.output_status) return false;
+      have_global_ = true;
+      if (root_)
+        qe = quant_error(*float_counterpart_, global_out_, global_grads_ ? &*global_grads_ : nullptr);
     }
-    for (const std::string& line : format_rows(o.format, outcome.rows)) fmt::print("{}\n", line);
+    if (Status s = check_finite(host_out_, host_grads_ ? &*host_grads_ : nullptr); !s) {
+      outcome_.numerics =
+          Status::error(fmt::format("run distribution={} topk={} impl={} mode={}: {}", name(c_.distribution),
+                                    c_.topk, name(c_.impl), name(mode), s.message()));
+      return false;
+    }
+    return true;
+  }
+
+  bool time_queue_mode(size_t m) {
+    const QueueMode mode = o_.queue_modes[m];
+    const std::function<void()> call = call_for(mode);
+    if (!o_.trace_dir.empty()) trace_call(m, call);
+    const Timed t = time_calls(m, call);
+    if (!outcome_.output_status) return false;
+    QuantError qe;
+    if (!read_results(mode, qe)) return false;
+    ResultRow row =
+        make_row(c_, o_.kernel, protocol_of(o_),
+                 {name(mode), t.time, x_.ceiling, block_.saved_activation_bytes(), t.memory,
+                  omp_get_max_threads(), x_.null_stats, t.noise, t.gemm_kernels, t.parallel, qe.out_rel_err,
+                  qe.grad_rel_err, process_wait_policy(), x_.backend.device_model()},
+                 x_.env);
+    if (text_stdout_)
+      fmt::print("{}{}{}\n",
+                 mode_lines(c_, name(mode), t.time.mean, row["tflops"].get<double>(),
+                            row["tokens_per_s"].get<double>(), o_.quant_mode_given),
+                 stats_lines_, result_text(row));
+    outcome_.rows.push_back(std::move(row));
+    return true;
+  }
+
+  // The trace file, the stage lines and, in jsonl/csv mode, the rows on stdout.
+  bool print_outputs() {
+    if (!trace_run_.empty()) {
+      outcome_.output_status = write_chrome_trace(trace_run_, events_);
+      if (!outcome_.output_status) return false;
+    }
+    if (o_.stage_timing && text_stdout_) {
+      // The seed's EP line first (a seed parser looks for it; the seed times stages of forward only),
+      // then every rank's stages.
+      if (c_.parallel_mode == ParallelMode::ep && c_.bench_pass == BenchPass::forward)
+        fmt::print("[{}] pass=forward stage_timing skipped for parallel_mode=ep\n", name(c_.distribution));
+      if (parallel_)
+        fmt::print("{}", rank_stages_);
+      else
+        print_stage_timing(o_, c_, x_.in, routing_, block_, x_.backend);
+    }
+    if (text_stdout_) return true;
+    if (o_.format == OutputFormat::csv && !*x_.csv_header_printed && !outcome_.rows.empty()) {
+      fmt::print("{}\n", csv_header(outcome_.rows.front()));
+      *x_.csv_header_printed = true;
+    }
+    for (const std::string& line : format_rows(o_.format, outcome_.rows)) fmt::print("{}\n", line);
+    return true;
   }
 
   // --check and --dump read the global results and inputs: over several ranks the slices are gathered
   // on rank 0, which draws the global inputs.
-  std::optional<MoeInputs> global_in_store;
-  if (o.check || !o.dump_dir.empty()) {
-    if (!have_global) {
-      outcome.output_status =
-          global_results(comm, c, host_out, host_grads ? &*host_grads : nullptr, global_out, global_grads);
-      if (!outcome.output_status) return outcome;
+  void check_and_dump() {
+    std::optional<MoeInputs> global_in_store;
+    if (o_.check || !o_.dump_dir.empty()) {
+      if (!have_global_) {
+        outcome_.output_status = global_results(x_.comm, c_, host_out_, host_grads_ ? &*host_grads_ : nullptr,
+                                                global_out_, global_grads_);
+        if (!outcome_.output_status) return;
+      }
+      if (parallel_ && root_) global_in_store = make_inputs(c_);
     }
-    if (parallel && root) global_in_store = make_inputs(c);
+    if (!root_) return;
+    const MoeInputs& global_in = global_in_store ? *global_in_store : x_.host_in;
+    if (o_.check) check(global_in);
+    if (!o_.dump_dir.empty()) {
+      // The output and gradients of the last timed call: deterministic, so they belong to these inputs.
+      const std::string extra =
+          fmt::format("{{\"kernel\": {}, \"environment\": {}}}", o_.kernel.to_json(), x_.env.to_json());
+      outcome_.output_status = write_dump(o_.dump_dir, c_, extra, global_in, x_.host_routing, global_out_,
+                                          global_grads_ ? &*global_grads_ : nullptr);
+    }
+    std::fflush(stdout);
   }
-  if (!root) return outcome;
-  const MoeInputs& global_in = global_in_store ? *global_in_store : host_in;
 
-  if (o.check) {
-    Tensor check_out = global_out;
-    std::optional<MoeGrads> check_grads = global_grads;
-    if (o.check_perturb != 0) {
-      check_out = perturbed(global_out, o.check_perturb);
+  void check(const MoeInputs& global_in) {
+    Tensor check_out = global_out_;
+    std::optional<MoeGrads> check_grads = global_grads_;
+    if (o_.check_perturb != 0) {
+      check_out = perturbed(global_out_, o_.check_perturb);
       if (check_grads)
         for (Tensor* g : {&check_grads->dx, &check_grads->dw1, &check_grads->dw3, &check_grads->dw2,
                           &check_grads->dsw1, &check_grads->dsw3, &check_grads->dsw2})
-          *g = perturbed(*g, o.check_perturb);
+          *g = perturbed(*g, o_.check_perturb);
     }
     const ConditionedCheck r =
-        check_conditioned(c, global_in, host_routing, check_out, check_grads ? &*check_grads : nullptr);
+        check_conditioned(c_, global_in, x_.host_routing, check_out, check_grads ? &*check_grads : nullptr);
     // In jsonl/csv mode stdout holds rows only, so the CHECK line goes to stderr.
-    fmt::print(text_stdout ? stdout : stderr, "{}\n", check_line(c, r));
-    outcome.check_failed = !r.pass;
-    for (ResultRow& row : outcome.rows) add_check_fields(row, r);
+    fmt::print(text_stdout_ ? stdout : stderr, "{}\n", check_line(c_, r));
+    outcome_.check_failed = !r.pass;
+    for (ResultRow& row : outcome_.rows) add_check_fields(row, r);
   }
-  if (!o.dump_dir.empty()) {
-    // The output and gradients of the last timed call: deterministic, so they belong to these inputs.
-    std::string extra =
-        fmt::format("{{\"kernel\": {}, \"environment\": {}}}", o.kernel.to_json(), env.to_json());
-    outcome.output_status = write_dump(o.dump_dir, c, extra, global_in, host_routing, global_out,
-                                       global_grads ? &*global_grads : nullptr);
-  }
-  std::fflush(stdout);
-  return outcome;
+
+  const RunContext& x_;
+  const BenchOptions& o_;
+  const MoeConfig& c_;
+  const bool text_stdout_;
+  // Over several ranks rank 0 alone prints, writes and checks (the others' stdout is closed, main.cpp).
+  const bool root_, parallel_;
+  MoeBlock block_;
+  const MoeConfig rc_;
+  const RoutingTensors routing_;
+  Tensor out_;
+  std::optional<MoeGrads> grads_;
+  const std::string stats_lines_;
+  RunOutcome outcome_;
+  std::string trace_run_;
+  std::vector<TraceEvent> events_;
+  std::optional<FloatResults> float_counterpart_;
+  // --check, --dump and the finiteness scan read host copies of the last timed call's results, made
+  // explicitly (no copy on a host backend).
+  Tensor host_out_;
+  std::optional<MoeGrads> host_grads_;
+  // The last queue mode's global results on rank 0, where quant_rel_err gathered them: --check and
+  // --dump read those instead of gathering again.
+  Tensor global_out_;
+  std::optional<MoeGrads> global_grads_;
+  bool have_global_ = false;
+  std::optional<CommPeak> comm_peak_;  // measured after the first queue mode's timed calls
+  std::string rank_stages_;            // --stage-timing over several ranks: rank 0's lines
+};
+
+}  // namespace
+
+RunOutcome run_one(const RunContext& context) {
+  return Run(context).run();
 }
 
 Status check_runnable(const BenchOptions& o, Backend& backend, const Comm& comm) {

@@ -26,11 +26,25 @@ struct RunOutcome {
   std::vector<ResultRow> rows;
 };
 
-// `in` is in the backend's memory, `host_in` the same inputs on the host (for --check and --dump).
-// Runs the queue modes of o.queue_modes.
-RunOutcome run_one(const BenchOptions& o, const MoeConfig& c, Backend& backend, Comm& comm,
-                   const MoeInputs& in, const MoeInputs& host_in, const Routing& host_routing,
-                   const NullRoutingStats& null_stats, const Ceiling& ceiling, const Environment& env);
+// What one run reads: its options and configuration, where it runs, its inputs (`in` in the backend's
+// memory, `host_in` the same on the host, for --check and --dump), its routing, and what the sweep
+// measured or keeps for it.
+struct RunContext {
+  const BenchOptions& o;
+  const MoeConfig& c;
+  Backend& backend;
+  Comm& comm;
+  const MoeInputs& in;
+  const MoeInputs& host_in;
+  const Routing& host_routing;
+  const NullRoutingStats& null_stats;
+  const Ceiling& ceiling;
+  const Environment& env;
+  bool* csv_header_printed;  // the sweep's: stdout's csv rows get one header
+};
+
+// Runs the queue modes of c.o.queue_modes.
+RunOutcome run_one(const RunContext& context);
 
 // Every configuration of o's loop runs on the backend and over the comm: asked before anything is
 // allocated, so a refusal is one line before any output.

@@ -265,8 +265,8 @@ class Runner {
     // fraction is a superset of a smaller one's.
     NullRoutingStats null_stats;
     const Routing routing = make_routing(c, &null_stats);
-    RunOutcome r =
-        run_one(run_o, c, backend, comm_, inputs_.device(), host_in, routing, null_stats, ceiling, env_);
+    RunOutcome r = run_one({run_o, c, backend, comm_, inputs_.device(), host_in, routing, null_stats, ceiling,
+                            env_, &csv_header_printed_});
     any_check_failed_ |= r.check_failed;
     // Over several ranks an error one rank met may not be the others' (a file, a NaN in its slice):
     // it ends the whole job, so that none waits for it in a collective.
@@ -329,6 +329,7 @@ class Runner {
   const Sweep& s_;
   Progress progress_;
   Comm& comm_;
+  bool csv_header_printed_ = false;
   std::optional<StoreIndex> store_;
   std::optional<Claims> claims_;
   std::vector<std::pair<size_t, MoeConfig>> deferred_;  // (point, run) another sweep held
