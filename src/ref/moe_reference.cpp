@@ -177,8 +177,9 @@ ReferenceResult reference_forward(const MoeConfig& cfg, const MoeInputs& in, con
   return reference_forward(cfg, reference_params(in), routing, with_grads);
 }
 
-ReferenceResult reference_forward(const MoeConfig& cfg, const ReferenceParams& p, const Routing& routing,
-                                  bool with_grads) {
+namespace {
+
+void check_shapes(const MoeConfig& cfg, const ReferenceParams& p, const Routing& routing) {
   const int64_t T = cfg.tokens, H = cfg.hidden, M = cfg.mlp_dim, E = cfg.experts, K = cfg.topk;
   const int64_t S = cfg.shared_expert_dim, A = T * K;
   MOE_CHECK(T > 0 && H > 0 && M > 0 && E > 0 && K > 0 && S >= 0, "reference: dimensions must be positive");
@@ -192,114 +193,158 @@ ReferenceResult reference_forward(const MoeConfig& cfg, const ReferenceParams& p
             "reference: routing shape mismatch");
   MOE_CHECK(routing.ids.size() == size_t(A) && routing.weights.size() == size_t(A),
             "reference: routing ids/weights are not (T, K)");
+}
 
-  const std::vector<char> kept = kept_assignments(cfg, routing);
-  // The int8 modes' rows: routed (int8_routed, int8_all, int8_routed_prequant) and shared (int8, int8_all).
-  std::optional<Int8RoutedReference> int8;
-  if (routed_int8(cfg.quant_mode)) int8.emplace(cfg, p.w1, p.w3, p.w2);
-  std::optional<Int8SharedReference> int8_shared;
-  if (quantizes_dense(cfg.quant_mode) && S > 0) int8_shared.emplace(cfg, p.sw1, p.sw3, p.sw2);
-  const bool threaded = A * H * M + T * H * S >= kMinWorkForThreads;
-  auto weight_of = [&](int64_t a) { return double(routing.weights[size_t(a)]); };
+// The block in float64, token by token: forward keeps the activations the backward reads (routed rows by
+// flat assignment, shared rows by token), backward the rows' gradients the weight gradients sum.
+class BlockReference {
+ public:
+  BlockReference(const MoeConfig& cfg, const ReferenceParams& p, const Routing& routing)
+      : p_(p),
+        routing_(routing),
+        T(cfg.tokens),
+        H(cfg.hidden),
+        M(cfg.mlp_dim),
+        E(cfg.experts),
+        K(cfg.topk),
+        S(cfg.shared_expert_dim),
+        A(T * K),
+        kept_(kept_assignments(cfg, routing)),
+        threaded_(A * H * M + T * H * S >= kMinWorkForThreads),
+        act_a_(size_t(A * M), 0.0),
+        act_b_(size_t(A * M), 0.0),
+        sh_a_(size_t(T * S), 0.0),
+        sh_b_(size_t(T * S), 0.0) {
+    // The int8 modes' rows: routed (int8_routed, int8_all, int8_routed_prequant), shared (int8, int8_all).
+    if (routed_int8(cfg.quant_mode)) int8_.emplace(cfg, p.w1, p.w3, p.w2);
+    if (quantizes_dense(cfg.quant_mode) && S > 0) int8_shared_.emplace(cfg, p.sw1, p.sw3, p.sw2);
+  }
 
-  // Activations are kept for the backward: routed rows by flat assignment, shared rows by token.
-  ReferenceResult res;
-  res.out.assign(size_t(T * H), 0.0);
-  std::vector<double> act_a(size_t(A * M), 0.0), act_b(size_t(A * M), 0.0);  // (A, M)
-  std::vector<double> sh_a(size_t(T * S), 0.0), sh_b(size_t(T * S), 0.0);    // (T, S)
+  void forward(ReferenceResult& res) {
+    res.out.assign(size_t(T * H), 0.0);
+#pragma omp parallel for schedule(static) if (threaded_)
+    for (int64_t t = 0; t < T; ++t) forward_token(t, res.out.data() + t * H);
+    double sum_sq = 0;
+    for (double v : res.out) sum_sq += v * v;
+    res.loss = sum_sq / double(T * H);
+  }
 
-#pragma omp parallel for schedule(static) if (threaded)
-  for (int64_t t = 0; t < T; ++t) {
-    const double* xt = p.x.data() + t * H;
-    double* yt = res.out.data() + t * H;
+  void backward(ReferenceResult& res) {
+    // d loss / d y = 2 y / (T*H); routing weights are constants.
+    dy_.resize(size_t(T * H));  // (T, H)
+    for (size_t i = 0; i < dy_.size(); ++i) dy_[i] = 2.0 * res.out[i] / double(T * H);
+    res.has_grads = true;
+    res.dx.assign(size_t(T * H), 0.0);
+    d_a_.assign(size_t(A * M), 0.0);  // (A, M)
+    d_b_.assign(size_t(A * M), 0.0);
+    dsh_a_.assign(size_t(T * S), 0.0);  // (T, S)
+    dsh_b_.assign(size_t(T * S), 0.0);
+#pragma omp parallel for schedule(static) if (threaded_)
+    for (int64_t t = 0; t < T; ++t) backward_token(t, res.dx.data() + t * H);
+    weight_grads(res);
+  }
+
+ private:
+  double weight_of(int64_t a) const {
+    return double(routing_.weights[size_t(a)]);
+  }
+
+  void forward_token(int64_t t, double* yt) {
+    const double* xt = p_.x.data() + t * H;
     for (int64_t k = 0; k < K; ++k) {
       const int64_t a = t * K + k;
-      if (!kept[size_t(a)]) continue;
-      const int64_t e = routing.ids[size_t(a)];
-      double* aa = act_a.data() + a * M;
-      double* ab = act_b.data() + a * M;
-      if (int8) {
-        int8->row_forward(aa, ab, yt, xt, e, weight_of(a));
+      if (!kept_[size_t(a)]) continue;
+      const int64_t e = routing_.ids[size_t(a)];
+      double* aa = act_a_.data() + a * M;
+      double* ab = act_b_.data() + a * M;
+      if (int8_) {
+        int8_->row_forward(aa, ab, yt, xt, e, weight_of(a));
         continue;
       }
-      up_proj(aa, ab, xt, p.w1.data() + e * H * M, p.w3.data() + e * H * M, H, M);
-      down_proj_acc(yt, aa, ab, p.w2.data() + e * M * H, weight_of(a), M, H);
+      up_proj(aa, ab, xt, p_.w1.data() + e * H * M, p_.w3.data() + e * H * M, H, M);
+      down_proj_acc(yt, aa, ab, p_.w2.data() + e * M * H, weight_of(a), M, H);
     }
-    if (S > 0) {
-      double* sa = sh_a.data() + t * S;
-      double* sb = sh_b.data() + t * S;
-      if (int8_shared) {
-        int8_shared->row_forward(sa, sb, yt, xt);
-      } else {
-        up_proj(sa, sb, xt, p.sw1.data(), p.sw3.data(), H, S);
-        down_proj_acc(yt, sa, sb, p.sw2.data(), 1.0, S, H);
-      }
+    if (S == 0) return;
+    double* sa = sh_a_.data() + t * S;
+    double* sb = sh_b_.data() + t * S;
+    if (int8_shared_) {
+      int8_shared_->row_forward(sa, sb, yt, xt);
+    } else {
+      up_proj(sa, sb, xt, p_.sw1.data(), p_.sw3.data(), H, S);
+      down_proj_acc(yt, sa, sb, p_.sw2.data(), 1.0, S, H);
     }
   }
 
-  double sum_sq = 0;
-  for (double v : res.out) sum_sq += v * v;
-  res.loss = sum_sq / double(T * H);
-  if (!with_grads) return res;
-
-  // d loss / d y = 2 y / (T*H); routing weights are constants.
-  std::vector<double> dy(size_t(T * H));  // (T, H)
-  for (size_t i = 0; i < dy.size(); ++i) dy[i] = 2.0 * res.out[i] / double(T * H);
-
-  res.has_grads = true;
-  res.dx.assign(size_t(T * H), 0.0);
-  std::vector<double> d_a(size_t(A * M), 0.0), d_b(size_t(A * M), 0.0);      // (A, M)
-  std::vector<double> dsh_a(size_t(T * S), 0.0), dsh_b(size_t(T * S), 0.0);  // (T, S)
-
-#pragma omp parallel for schedule(static) if (threaded)
-  for (int64_t t = 0; t < T; ++t) {
-    const double* dyt = dy.data() + t * H;
-    double* dxt = res.dx.data() + t * H;
+  void backward_token(int64_t t, double* dxt) {
+    const double* dyt = dy_.data() + t * H;
     for (int64_t k = 0; k < K; ++k) {
       const int64_t a = t * K + k;
-      if (!kept[size_t(a)]) continue;
-      const int64_t e = routing.ids[size_t(a)];
-      if (int8) {
-        int8->row_backward(d_a.data() + a * M, d_b.data() + a * M, dxt, dyt, act_a.data() + a * M,
-                           act_b.data() + a * M, e, weight_of(a));
+      if (!kept_[size_t(a)]) continue;
+      const int64_t e = routing_.ids[size_t(a)];
+      if (int8_) {
+        int8_->row_backward(d_a_.data() + a * M, d_b_.data() + a * M, dxt, dyt, act_a_.data() + a * M,
+                            act_b_.data() + a * M, e, weight_of(a));
         continue;
       }
-      row_backward(d_a.data() + a * M, d_b.data() + a * M, dxt, dyt, act_a.data() + a * M,
-                   act_b.data() + a * M, p.w1.data() + e * H * M, p.w3.data() + e * H * M,
-                   p.w2.data() + e * M * H, weight_of(a), H, M);
+      row_backward(d_a_.data() + a * M, d_b_.data() + a * M, dxt, dyt, act_a_.data() + a * M,
+                   act_b_.data() + a * M, p_.w1.data() + e * H * M, p_.w3.data() + e * H * M,
+                   p_.w2.data() + e * M * H, weight_of(a), H, M);
     }
-    if (S > 0 && int8_shared) {
-      int8_shared->row_backward(dsh_a.data() + t * S, dsh_b.data() + t * S, dxt, dyt, sh_a.data() + t * S,
-                                sh_b.data() + t * S);
+    if (S > 0 && int8_shared_) {
+      int8_shared_->row_backward(dsh_a_.data() + t * S, dsh_b_.data() + t * S, dxt, dyt, sh_a_.data() + t * S,
+                                 sh_b_.data() + t * S);
     } else if (S > 0) {
-      row_backward(dsh_a.data() + t * S, dsh_b.data() + t * S, dxt, dyt, sh_a.data() + t * S,
-                   sh_b.data() + t * S, p.sw1.data(), p.sw3.data(), p.sw2.data(), 1.0, H, S);
+      row_backward(dsh_a_.data() + t * S, dsh_b_.data() + t * S, dxt, dyt, sh_a_.data() + t * S,
+                   sh_b_.data() + t * S, p_.sw1.data(), p_.sw3.data(), p_.sw2.data(), 1.0, H, S);
     }
   }
 
   // Each expert's rows in flat order, so its weight gradients sum in a fixed order.
-  std::vector<std::vector<Row>> rows(static_cast<size_t>(E));
-  for (int64_t a = 0; a < A; ++a)
-    if (kept[size_t(a)]) rows[size_t(routing.ids[size_t(a)])].push_back(Row{a / K, a, weight_of(a)});
-
-  res.dw1.resize(size_t(E * H * M));
-  res.dw3.resize(size_t(E * H * M));
-  res.dw2.resize(size_t(E * M * H));
-  for (int64_t e = 0; e < E; ++e) {
-    expert_weight_grads(res.dw1.data() + e * H * M, res.dw3.data() + e * H * M, res.dw2.data() + e * M * H,
-                        rows[size_t(e)], p.x.data(), dy.data(), act_a.data(), act_b.data(), d_a.data(),
-                        d_b.data(), H, M, threaded);
-  }
-
-  res.dsw1.resize(size_t(H * S));
-  res.dsw3.resize(size_t(H * S));
-  res.dsw2.resize(size_t(S * H));
-  if (S > 0) {
+  void weight_grads(ReferenceResult& res) {
+    std::vector<std::vector<Row>> rows(static_cast<size_t>(E));
+    for (int64_t a = 0; a < A; ++a)
+      if (kept_[size_t(a)]) rows[size_t(routing_.ids[size_t(a)])].push_back(Row{a / K, a, weight_of(a)});
+    res.dw1.resize(size_t(E * H * M));
+    res.dw3.resize(size_t(E * H * M));
+    res.dw2.resize(size_t(E * M * H));
+    for (int64_t e = 0; e < E; ++e)
+      expert_weight_grads(res.dw1.data() + e * H * M, res.dw3.data() + e * H * M, res.dw2.data() + e * M * H,
+                          rows[size_t(e)], p_.x.data(), dy_.data(), act_a_.data(), act_b_.data(), d_a_.data(),
+                          d_b_.data(), H, M, threaded_);
+    res.dsw1.resize(size_t(H * S));
+    res.dsw3.resize(size_t(H * S));
+    res.dsw2.resize(size_t(S * H));
+    if (S == 0) return;
     std::vector<Row> shared_rows(static_cast<size_t>(T));
     for (int64_t t = 0; t < T; ++t) shared_rows[size_t(t)] = Row{t, t, 1.0};
-    expert_weight_grads(res.dsw1.data(), res.dsw3.data(), res.dsw2.data(), shared_rows, p.x.data(), dy.data(),
-                        sh_a.data(), sh_b.data(), dsh_a.data(), dsh_b.data(), H, S, threaded);
+    expert_weight_grads(res.dsw1.data(), res.dsw3.data(), res.dsw2.data(), shared_rows, p_.x.data(),
+                        dy_.data(), sh_a_.data(), sh_b_.data(), dsh_a_.data(), dsh_b_.data(), H, S,
+                        threaded_);
   }
+
+  const ReferenceParams& p_;
+  const Routing& routing_;
+  const int64_t T, H, M, E, K, S, A;
+  const std::vector<char> kept_;
+  const bool threaded_;
+  std::optional<Int8RoutedReference> int8_;
+  std::optional<Int8SharedReference> int8_shared_;
+  std::vector<double> act_a_, act_b_;  // (A, M) the routed rows' activations
+  std::vector<double> sh_a_, sh_b_;    // (T, S) the shared rows'
+  std::vector<double> dy_;             // (T, H)
+  std::vector<double> d_a_, d_b_;      // (A, M)
+  std::vector<double> dsh_a_, dsh_b_;  // (T, S)
+};
+
+}  // namespace
+
+ReferenceResult reference_forward(const MoeConfig& cfg, const ReferenceParams& p, const Routing& routing,
+                                  bool with_grads) {
+  check_shapes(cfg, p, routing);
+  BlockReference block(cfg, p, routing);
+  ReferenceResult res;
+  block.forward(res);
+  if (with_grads) block.backward(res);
   return res;
 }
 

@@ -131,13 +131,15 @@ std::string result_text(const ResultRow& r) {
   return line;
 }
 
-ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const Protocol& p, const Measured& m,
-                   const Environment& env) {
+namespace {
+
+ResultRow number_or_null(const std::optional<double>& v) {
+  return v ? ResultRow(*v) : ResultRow(nullptr);
+}
+
+// The seed's RESULT keys, then our timing statistics.
+void add_seed_keys(ResultRow& r, const MoeConfig& c, const Measured& m, double tflops) {
   const TimingStats& t = m.time;
-  const int64_t real = m.null_stats.real_assignments;
-  const double tflops = seed_flops(c, real) / t.mean / 1e12;
-  const std::optional<double>& ceiling = m.ceiling.tflops;
-  ResultRow r;
   r["distribution"] = name(c.distribution);
   r["mode"] = m.mode;
   r["pass"] = name(c.bench_pass);
@@ -148,7 +150,7 @@ ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const Protocol& p,
   r["null_realized"] = m.null_stats.realized;
   r["null_mode"] = name(c.null_routing.mode);
   r["null_assignments"] = m.null_stats.null_assignments;
-  r["real_assignments"] = real;
+  r["real_assignments"] = m.null_stats.real_assignments;
   r["tflops"] = tflops;
   r["tokens_per_s"] = double(c.tokens) / t.mean;
   r["dtype"] = dtype_name(c.dtype);
@@ -157,16 +159,21 @@ ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const Protocol& p,
   r["time_min_s"] = t.min;
   r["time_max_s"] = t.max;
   r["time_stddev_s"] = t.stddev;
+}
+
+// What the run is measured against (the dense ceiling, the ISA peak), its memory, and the machine's state.
+void add_limits_and_machine(ResultRow& r, const Measured& m, double tflops) {
+  const std::optional<double>& ceiling = m.ceiling.tflops;
   const double pct = ceiling ? 100.0 * tflops / *ceiling : 0.0;
-  r["ceiling_tflops"] = ceiling ? ResultRow(*ceiling) : ResultRow(nullptr);
+  r["ceiling_tflops"] = number_or_null(ceiling);
   r["pct_of_ceiling"] = ceiling ? ResultRow(pct) : ResultRow(nullptr);
-  r["ceiling_note"] = ceiling_note(m.ceiling, pct, t);
+  r["ceiling_note"] = ceiling_note(m.ceiling, pct, m.time);
   r["saved_activation_bytes"] = m.saved_activation_bytes;
   r["tensor_bytes_live"] = m.memory.live_bytes;
   r["tensor_bytes_peak"] = m.memory.peak_bytes;
   r["timed_allocations"] = m.memory.allocations;
   const std::optional<double> peak = m.ceiling.peak_tflops;
-  r["peak_tflops"] = peak ? ResultRow(*peak) : ResultRow(nullptr);
+  r["peak_tflops"] = number_or_null(peak);
   r["pct_of_peak"] = peak ? ResultRow(100.0 * tflops / *peak) : ResultRow(nullptr);
   r["threads"] = m.threads;
   r["noise_note"] = m.noise.note;
@@ -175,7 +182,10 @@ ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const Protocol& p,
   r["steal_pct"] = m.noise.steal_pct;
   r["wait_policy"] = name(m.wait.policy);
   r["wait_policy_reason"] = m.wait.reason;
-  const ParallelMeasure& pm = m.parallel;
+}
+
+// The ranks and what moved between them.
+void add_parallel(ResultRow& r, const MoeConfig& c, const ParallelMeasure& pm, double tflops) {
   r["world_size"] = pm.world_size;
   r["mesh_data"] = pm.mesh_data;
   r["mesh_expert"] = pm.mesh_expert;
@@ -197,6 +207,10 @@ ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const Protocol& p,
       positive_or_null(pm.ideal_comm_s > 0 ? double(pm.comm_bytes) / pm.ideal_comm_s / 1e9 : 0);
   r["pct_of_comm_peak"] =
       positive_or_null(pm.comm_transfer_s > 0 ? 100.0 * pm.ideal_comm_s / pm.comm_transfer_s : 0);
+}
+
+// The kernels that ran and, for the quant modes, how they differentiate and how far they are from float.
+void add_kernels_and_quant(ResultRow& r, const MoeConfig& c, const KernelConfig& k, const Measured& m) {
   r["device_model"] = m.device_model;
   r["gemm_kernels"] = m.gemm_kernels.empty() ? "none" : m.gemm_kernels;
   r["gemm_thresholds"] = k.thresholds.to_text();
@@ -206,10 +220,15 @@ ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const Protocol& p,
   if (any_int8_gemm(c))
     r["int8_backward"] = c.quant_mode == QuantMode::int8_routed_prequant ? "seed_vjp" : "ste";
   if (c.quant_mode != QuantMode::none) {
-    r["quant_rel_err"] = m.quant_rel_err ? ResultRow(*m.quant_rel_err) : ResultRow(nullptr);
-    r["quant_grad_rel_err"] = m.quant_grad_rel_err ? ResultRow(*m.quant_grad_rel_err) : ResultRow(nullptr);
+    r["quant_rel_err"] = number_or_null(m.quant_rel_err);
+    r["quant_grad_rel_err"] = number_or_null(m.quant_grad_rel_err);
   }
-  // Full config, kernel config and environment, without repeating a key already in the row.
+}
+
+// The full config, kernel config and environment (keys the row has already are not repeated), the
+// protocol, the run's identity and every timed call, block by block.
+void add_config_and_protocol(ResultRow& r, const MoeConfig& c, const KernelConfig& k, const Protocol& p,
+                             const Measured& m, const Environment& env) {
   for (const std::string& extra : {c.to_json(), k.to_json(), env.to_json()}) {
     const ResultRow fields = ResultRow::parse(extra);
     for (auto it = fields.begin(); it != fields.end(); ++it)
@@ -221,6 +240,7 @@ ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const Protocol& p,
   r["run_id"] = run_id(c, k, p, m.mode);
   r["row_schema"] = kRowSchema;
   r["command"] = p.command;
+  const TimingStats& t = m.time;
   ResultRow blocks = ResultRow::array();
   const size_t per_block = t.samples.size() / size_t(std::max(1, t.blocks));
   for (size_t i = 0; i < t.samples.size(); ++i) {
@@ -228,6 +248,19 @@ ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const Protocol& p,
     blocks.back().push_back(t.samples[i]);
   }
   r["samples_s"] = blocks;
+}
+
+}  // namespace
+
+ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const Protocol& p, const Measured& m,
+                   const Environment& env) {
+  const double tflops = seed_flops(c, m.null_stats.real_assignments) / m.time.mean / 1e12;
+  ResultRow r;
+  add_seed_keys(r, c, m, tflops);
+  add_limits_and_machine(r, m, tflops);
+  add_parallel(r, c, m.parallel, tflops);
+  add_kernels_and_quant(r, c, k, m);
+  add_config_and_protocol(r, c, k, p, m, env);
   return r;
 }
 
