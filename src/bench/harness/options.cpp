@@ -52,28 +52,24 @@ const char* name(QueueMode q) {
   return q == QueueMode::full ? "full" : "prequeue";
 }
 
-Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok, std::vector<FlagSpec>* flags) {
-  exit_ok = false;
-  MoeConfig& c = opts.base;
-  CLI::App app{"moe-bench: benchmark one Mixture-of-Experts block (forward / forward+backward) on the CPU"};
-  // argparse semantics: a repeated option takes its last value (sweep scripts append overrides).
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  NumericFlags num(app);
-  constexpr int64_t kMaxInt = std::numeric_limits<int>::max(), kMax64 = std::numeric_limits<int64_t>::max();
-  app.set_version_flag("--version",
-                       std::string("moe-bench ") + build_version() + " (" + build_git_commit() + ")");
-  app.get_formatter()->column_width(36);
-  app.footer(
-      "Every flag that describes a run takes a comma list, a sweep axis run as a cartesian product (integers "
-      "also "
-      "first-last, first-last+step, first-last*factor); the seed's list flags keep their meaning.\n"
-      "Research commands (each with --help): moe-bench sweep [--plan FILE] --out STORE [FLAGS] (resumable), "
-      "compare BASE NEW, plot STORE, table STORE, log --id ID.");
+namespace {
 
+// The flags whose values are names or lists, as given: converted once the command line is parsed.
+struct FlagText {
   std::string dtype = "bfloat16", backend = "gmm", impl = "both", distribution = "both",
               bench_pass = "forward";
   std::string pack = "argsort", permute = "direct_take", remat = "none", cap_policy = "none", queue = "full";
-  std::string parallel_mode = "none", quant_mode = "none", topk_list;
+  std::string parallel_mode = "none", quant_mode = "none", topk_list, ep_comm_path = "compact_psum", mesh;
+  std::string matmul_precision = "default", null_list, null_mode = "independent", ceiling = "once";
+  std::string wait_policy = "auto", format = "text";
+  bool null_sweep = false;
+};
+
+constexpr int64_t kMaxInt = std::numeric_limits<int>::max(), kMax64 = std::numeric_limits<int64_t>::max();
+
+// The block's shape and how its groups are formed.
+void add_shape_flags(CLI::App& app, NumericFlags& num, BenchOptions& opts, FlagText& t) {
+  MoeConfig& c = opts.base;
 
   num.add("--tokens", c.tokens, "T, tokens (rows of x)", 1, kMax64);
   num.add("--hidden", c.hidden, "H, hidden size", 1, kMax64);
@@ -84,90 +80,94 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok, s
           "off)",
           1, 1024);
   num.add("--topk", opts.topk_flag, "K, experts per token (unless --topk-list)", -kMax64, kMax64);
-  app.add_option("--topk-list", topk_list, "comma list of K values, overrides --topk (e.g. 1,2,4,8)");
+  app.add_option("--topk-list", t.topk_list, "comma list of K values, overrides --topk (e.g. 1,2,4,8)");
   num.add("--shared-expert-dim", c.shared_expert_dim, "S, shared expert size (0 = none)", 0, kMax64);
   app.add_flag("--shared-fused", c.shared_fused, "shared w1|w3 as one [H,2S] GEMM");
-  app.add_option("--dtype", dtype, "float32|bfloat16 (bf16 storage, f32 accumulation)")
+  app.add_option("--dtype", t.dtype, "float32|bfloat16 (bf16 storage, f32 accumulation)")
       ->capture_default_str();
-  app.add_option("--backend", backend, "gmm (contiguous, tile-padded groups) | ragged_dot (exact groups)")
+  app.add_option("--backend", t.backend, "gmm (contiguous, tile-padded groups) | ragged_dot (exact groups)")
       ->capture_default_str();
-  app.add_option("--impl", impl,
+  app.add_option("--impl", t.impl,
                  "baseline|fused_w13|preweight|fused_w13_preweight|scatter|fast|both, or ref_dp (the seed's "
                  "DP baseline, spec 5.5)")
       ->capture_default_str();
-  app.add_option("--distribution", distribution, "random|runs|both")->capture_default_str();
-  app.add_option("--bench-pass", bench_pass, "forward|forward_backward")->capture_default_str();
-  app.add_option("--parallel-mode", parallel_mode,
+  app.add_option("--distribution", t.distribution, "random|runs|both")->capture_default_str();
+  app.add_option("--bench-pass", t.bench_pass, "forward|forward_backward")->capture_default_str();
+  app.add_option("--parallel-mode", t.parallel_mode,
                  "none|dp|ep: one rank, or tokens (dp) or experts (ep) sharded over the ranks of mpirun")
       ->capture_default_str();
-  app.add_option("--queue-mode", queue, "full|prequeue|both (forward_backward forces full)")
+  app.add_option("--queue-mode", t.queue, "full|prequeue|both (forward_backward forces full)")
       ->capture_default_str();
-  app.add_option("--routing-pack-strategy", pack, "argsort|tuple_sort|expert_score_sort")
+  app.add_option("--routing-pack-strategy", t.pack, "argsort|tuple_sort|expert_score_sort")
       ->capture_default_str();
-  app.add_option("--dispatch-permute-mode", permute, "direct_take|repeat_sort")->capture_default_str();
+  app.add_option("--dispatch-permute-mode", t.permute, "direct_take|repeat_sort")->capture_default_str();
   app.add_flag("--use-custom-sort-vjp", c.use_custom_sort_vjp,
                "repeat_sort backward as an inverse-permutation gather instead of a scatter-add");
-  std::string ep_comm_path = "compact_psum", mesh;
-  app.add_option("--mesh", mesh,
+}
+
+// Parallel modes, routing, capacity, quantization, the device and null routing.
+void add_routing_and_parallel_flags(CLI::App& app, NumericFlags& num, BenchOptions& opts, FlagText& t) {
+  MoeConfig& c = opts.base;
+  app.add_option("--mesh", t.mesh,
                  "data=D,expert=X: the ranks as D data replicas of X expert shards (--parallel-mode ep; "
                  "default: dp data=R,expert=1, ep data=1,expert=R)");
   app.add_option(
-         "--ep-comm-path", ep_comm_path,
+         "--ep-comm-path", t.ep_comm_path,
          "compact_psum|ring_ag_rs|all_to_all|masked_psum (ep: all-reduce of the output; all-gather of x and "
          "reduce-scatter of the output; all-to-all-v of rows; the seed's first EP: every assignment "
          "through the local experts, the others' masked, all-reduce of the output)")
       ->capture_default_str();
   app.add_option("--trace-dir", opts.trace_dir,
                  "write a Chrome trace (stage spans of one extra call) per run under this directory");
-  app.add_option("--remat-mode", remat, "none|expert_mlp|combine")->capture_default_str();
+  app.add_option("--remat-mode", t.remat, "none|expert_mlp|combine")->capture_default_str();
   num.add("--capacity-factor", c.capacity_factor, "capacity factor (<= 0 disables)");
-  app.add_option("--capacity-policy", cap_policy, "none|drop|pad")->capture_default_str();
+  app.add_option("--capacity-policy", t.cap_policy, "none|drop|pad")->capture_default_str();
   num.add("--run-alpha", c.run_alpha, "runs distribution: mean run length 1/(1-alpha)");
   num.add("--run-noise-scale", c.run_noise_scale, "runs distribution: logit noise std");
-  app.add_option("--quant-mode", quant_mode,
+  app.add_option("--quant-mode", t.quant_mode,
                  "none|int8|int8_routed|int8_all|int8_routed_prequant: int8 GEMMs with exact int32 sums "
                  "(int8: the shared expert's; int8_routed: the routed experts', weights quantized in every "
                  "call; int8_all: both; int8_routed_prequant: routed, weights quantized once)")
       ->capture_default_str();
-  std::string matmul_precision = "default";
-  app.add_option("--matmul-precision", matmul_precision,
+  app.add_option("--matmul-precision", t.matmul_precision,
                  "default|highest: how a bfloat16 run multiplies the shared expert's float32 activations "
                  "(default: one bf16 pass, as JAX on TPU; highest: float32)")
       ->capture_default_str();
   app.add_option("--device", c.device, "backend that runs the block: cpu|ref|cuda (see --list)")
       ->capture_default_str();
-  std::string null_list, null_mode = "independent";
-  bool null_sweep = false;
   num.add("--null-route-frac", c.null_routing.frac, "fraction of the T*K assignments routed to null slots");
-  app.add_option("--null-route-frac-list", null_list,
+  app.add_option("--null-route-frac-list", t.null_list,
                  "comma list of null fractions (overrides sweep and frac)");
-  app.add_flag("--null-route-sweep", null_sweep, "null fractions 0.1..0.9");
+  app.add_flag("--null-route-sweep", t.null_sweep, "null fractions 0.1..0.9");
   num.add("--null-experts", c.null_routing.null_experts, "null slots M0 (0 = max(1, round(E f/(1-f))))", 0,
           kMax64);
   // The seed folds it into a key as a uint32 (jax.random.fold_in).
   num.add("--null-route-seed", c.null_routing.seed, "folded into the null-mask key", 0, 0xffffffffll);
-  app.add_option("--null-routing-mode", null_mode, "independent|take_until_null")->capture_default_str();
+  app.add_option("--null-routing-mode", t.null_mode, "independent|take_until_null")->capture_default_str();
   app.add_flag(
       "--renormalize-topk", c.renormalize_topk,
       "--impl ref_dp: rescale the top-k softmax probabilities to sum to 1 (the profile harness's flag)");
   app.add_flag("--renormalize-real-after-null", c.null_routing.renormalize,
                "renormalize each token's remaining real weights to sum to 1");
+}
+
+// The timing protocol, kernels, checks and outputs.
+void add_run_flags(CLI::App& app, NumericFlags& num, BenchOptions& opts, FlagText& t) {
+  MoeConfig& c = opts.base;
   num.add("--iters", opts.iters, "timed iterations", 1, kMaxInt);
   num.add("--warmup", opts.warmup, "untimed iterations after the first call (a negative count: none)",
           -kMaxInt, kMaxInt);
   num.add("--repeats", opts.repeats,
           "separate timed blocks (warmup + iters each) per run; rows carry the spread of all their calls", 1,
           kMaxInt);
-  std::string ceiling = "once";
   app.add_option(
-         "--ceiling", ceiling,
+         "--ceiling", t.ceiling,
          "dense GEMM ceiling: off, once (per shape, dtype, backend, threads in this process), every-run")
       ->capture_default_str();
   // Any int64, as the seed's jax.random.PRNGKey(seed) accepts.
   num.add("--seed", c.seed, "master seed of inputs and routing", std::numeric_limits<int64_t>::min(), kMax64);
   num.add("--threads", opts.kernel.threads, "CPU threads (0 = all cores)", 0, kMaxInt);
-  std::string wait_policy = "auto";
-  app.add_option("--wait-policy", wait_policy,
+  app.add_option("--wait-policy", t.wait_policy,
                  "how OpenMP threads wait: auto (spin where our threads have their cores, else passive; "
                  "measured at start), spin, passive, bounded (spin briefly, then sleep); OMP_WAIT_POLICY or "
                  "GOMP_SPINCOUNT in the environment win")
@@ -191,8 +191,7 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok, s
           "tests the oracle: scale the output and gradients by (1 + this) before --check compares them");
   app.add_option("--dump", opts.dump_dir,
                  "write inputs, routing, output and gradients as .npy + config.json here");
-  std::string format = "text";
-  app.add_option("--format", format,
+  app.add_option("--format", t.format,
                  "text|jsonl|csv: rows on stdout, or in --out with the seed lines on stdout")
       ->capture_default_str();
   app.add_option(
@@ -208,6 +207,141 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok, s
   app.add_flag("--with-peak", opts.with_peak,
                "rows carry peak_tflops and pct_of_peak: the CPU's peak for the run's arithmetic, measured "
                "once per process");
+}
+
+// Output paths, the run's modes and names (error on the first wrong one).
+Status convert_modes(const CLI::App& app, const FlagText& t, BenchOptions& opts) {
+  MoeConfig& c = opts.base;
+  for (auto [flag, value] :
+       {std::pair{"--out", &opts.out_path}, {"--dump", &opts.dump_dir}, {"--trace-dir", &opts.trace_dir}})
+    if (app.count(flag) > 0 && value->empty())
+      return Status::error(fmt::format("invalid {} '': expected a path", flag));
+  MOE_RETURN_IF_ERROR(check_flags_take_effect(app, opts));
+  MOE_RETURN_IF_ERROR(parse_wait_policy(t.wait_policy, opts.wait_policy));
+  MOE_RETURN_IF_ERROR(
+      parse_enum("--ceiling", t.ceiling, parse_ceiling_mode, "off, once, every-run", opts.ceiling));
+  if (t.format == "text")
+    opts.format = OutputFormat::text;
+  else if (t.format == "jsonl")
+    opts.format = OutputFormat::jsonl;
+  else if (t.format == "csv")
+    opts.format = OutputFormat::csv;
+  else
+    return Status::error(fmt::format("invalid --format '{}': expected one of text, jsonl, csv", t.format));
+  MOE_RETURN_IF_ERROR(parse_enum("--quant-mode", t.quant_mode, parse_quant_mode,
+                                 "none, int8, int8_routed, int8_all, int8_routed_prequant", c.quant_mode));
+  MOE_RETURN_IF_ERROR(parse_enum("--matmul-precision", t.matmul_precision, parse_matmul_precision,
+                                 "default, highest", c.matmul_precision));
+  MOE_RETURN_IF_ERROR(
+      parse_enum("--parallel-mode", t.parallel_mode, parse_parallel_mode, "none, dp, ep", c.parallel_mode));
+  MOE_RETURN_IF_ERROR(parse_enum("--ep-comm-path", t.ep_comm_path, parse_ep_comm_path,
+                                 "compact_psum, ring_ag_rs, all_to_all, masked_psum", c.ep_comm_path));
+  if (app.count("--mesh") > 0) MOE_RETURN_IF_ERROR(parse_mesh(t.mesh, c.mesh_data, c.mesh_expert));
+  if (!backend_by_name(c.device))
+    return Status::error(fmt::format("invalid --device '{}': expected one of {}", c.device, backend_names()));
+  if (!std::isfinite(opts.check_perturb))
+    return Status::error(fmt::format("invalid --check-perturb={}: must be finite", opts.check_perturb));
+
+  return Status::ok();
+}
+
+// The block's named flags.
+Status convert_block_names(const FlagText& t, BenchOptions& opts) {
+  MoeConfig& c = opts.base;
+  MOE_RETURN_IF_ERROR(parse_enum("--dtype", t.dtype, parse_run_dtype, "float32, bfloat16", c.dtype));
+  MOE_RETURN_IF_ERROR(
+      parse_enum("--backend", t.backend, parse_gemm_backend, "gmm, ragged_dot", c.gemm_backend));
+  MOE_RETURN_IF_ERROR(
+      parse_enum("--bench-pass", t.bench_pass, parse_bench_pass, "forward, forward_backward", c.bench_pass));
+  MOE_RETURN_IF_ERROR(parse_enum("--routing-pack-strategy", t.pack, parse_pack_strategy,
+                                 "argsort, tuple_sort, expert_score_sort", c.pack_strategy));
+  MOE_RETURN_IF_ERROR(parse_enum("--dispatch-permute-mode", t.permute, parse_permute_mode,
+                                 "direct_take, repeat_sort", c.permute_mode));
+  MOE_RETURN_IF_ERROR(
+      parse_enum("--remat-mode", t.remat, parse_remat_mode, "none, expert_mlp, combine", c.remat_mode));
+  MOE_RETURN_IF_ERROR(parse_enum("--capacity-policy", t.cap_policy, parse_capacity_policy, "none, drop, pad",
+                                 c.capacity_policy));
+
+  MOE_RETURN_IF_ERROR(parse_enum("--null-routing-mode", t.null_mode, parse_null_routing_mode,
+                                 "independent, take_until_null", c.null_routing.mode));
+  Status null_status;
+  opts.null_fracs = null_route_fractions(t.null_list, t.null_sweep, c.null_routing.frac, null_status);
+  MOE_RETURN_IF_ERROR(null_status);
+  for (double f : opts.null_fracs)
+    if (f > 0 && c.capacity_policy != CapacityPolicy::none)
+      return Status::error("Null routing currently requires capacity_policy='none' in this harness.");
+
+  return Status::ok();
+}
+
+// The seed's list flags: impls, distributions, queue modes, K values.
+Status convert_lists(const CLI::App& app, const FlagText& t, BenchOptions& opts) {
+  const MoeConfig& c = opts.base;
+  opts.impls.clear();
+  if (t.impl == "both") {
+    opts.impls = kAllImpls;
+  } else {
+    Impl one = Impl::fused_w13;
+    MOE_RETURN_IF_ERROR(
+        parse_enum("--impl", t.impl, parse_impl,
+                   "baseline, fused_w13, preweight, fused_w13_preweight, scatter, fast, ref_dp, both", one));
+    opts.impls = {one};
+  }
+  opts.distributions.clear();
+  if (t.distribution == "both") {
+    opts.distributions = {Distribution::random, Distribution::runs};
+  } else {
+    Distribution one = Distribution::random;
+    MOE_RETURN_IF_ERROR(
+        parse_enum("--distribution", t.distribution, parse_distribution, "random, runs, both", one));
+    opts.distributions = {one};
+  }
+  if (t.queue == "full")
+    opts.queue_modes = {QueueMode::full};
+  else if (t.queue == "prequeue")
+    opts.queue_modes = {QueueMode::prequeue};
+  else if (t.queue == "both")
+    opts.queue_modes = {QueueMode::full, QueueMode::prequeue};
+  else
+    return Status::error(
+        fmt::format("invalid --queue-mode '{}': expected one of full, prequeue, both", t.queue));
+  // The seed's rule: prequeue is a forward-only notion.
+  if (c.bench_pass != BenchPass::forward) opts.queue_modes = {QueueMode::full};
+
+  opts.queue_mode_flag = t.queue;
+  opts.quant_mode_given = app.count("--quant-mode") > 0;
+
+  MOE_RETURN_IF_ERROR(parse_int_list("--topk-list", t.topk_list, -kMax64, kMax64, opts.topks));
+  if (opts.topks.empty()) opts.topks = {opts.topk_flag};
+
+  MOE_RETURN_IF_ERROR(check_gemm_variant(opts.kernel.gemm_variant));
+
+  return Status::ok();
+}
+
+}  // namespace
+
+Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok, std::vector<FlagSpec>* flags) {
+  exit_ok = false;
+  MoeConfig& c = opts.base;
+  CLI::App app{"moe-bench: benchmark one Mixture-of-Experts block (forward / forward+backward) on the CPU"};
+  // argparse semantics: a repeated option takes its last value (sweep scripts append overrides).
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  NumericFlags num(app);
+  app.set_version_flag("--version",
+                       std::string("moe-bench ") + build_version() + " (" + build_git_commit() + ")");
+  app.get_formatter()->column_width(36);
+  app.footer(
+      "Every flag that describes a run takes a comma list, a sweep axis run as a cartesian product (integers "
+      "also "
+      "first-last, first-last+step, first-last*factor); the seed's list flags keep their meaning.\n"
+      "Research commands (each with --help): moe-bench sweep [--plan FILE] --out STORE [FLAGS] (resumable), "
+      "compare BASE NEW, plot STORE, table STORE, log --id ID.");
+
+  FlagText t;
+  add_shape_flags(app, num, opts, t);
+  add_routing_and_parallel_flags(app, num, opts, t);
+  add_run_flags(app, num, opts, t);
   if (flags) {
     for (const CLI::Option* opt : app.get_options())
       for (const std::string& n : opt->get_lnames())
@@ -220,97 +354,9 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok, s
   MOE_RETURN_IF_ERROR(num.convert());
   opts.warmup = std::max(opts.warmup, 0);  // the seed's range(warmup): a negative count warms up nothing
 
-  for (auto [flag, value] :
-       {std::pair{"--out", &opts.out_path}, {"--dump", &opts.dump_dir}, {"--trace-dir", &opts.trace_dir}})
-    if (app.count(flag) > 0 && value->empty())
-      return Status::error(fmt::format("invalid {} '': expected a path", flag));
-  MOE_RETURN_IF_ERROR(check_flags_take_effect(app, opts));
-  MOE_RETURN_IF_ERROR(parse_wait_policy(wait_policy, opts.wait_policy));
-  MOE_RETURN_IF_ERROR(
-      parse_enum("--ceiling", ceiling, parse_ceiling_mode, "off, once, every-run", opts.ceiling));
-  if (format == "text")
-    opts.format = OutputFormat::text;
-  else if (format == "jsonl")
-    opts.format = OutputFormat::jsonl;
-  else if (format == "csv")
-    opts.format = OutputFormat::csv;
-  else
-    return Status::error(fmt::format("invalid --format '{}': expected one of text, jsonl, csv", format));
-  MOE_RETURN_IF_ERROR(parse_enum("--quant-mode", quant_mode, parse_quant_mode,
-                                 "none, int8, int8_routed, int8_all, int8_routed_prequant", c.quant_mode));
-  MOE_RETURN_IF_ERROR(parse_enum("--matmul-precision", matmul_precision, parse_matmul_precision,
-                                 "default, highest", c.matmul_precision));
-  MOE_RETURN_IF_ERROR(
-      parse_enum("--parallel-mode", parallel_mode, parse_parallel_mode, "none, dp, ep", c.parallel_mode));
-  MOE_RETURN_IF_ERROR(parse_enum("--ep-comm-path", ep_comm_path, parse_ep_comm_path,
-                                 "compact_psum, ring_ag_rs, all_to_all, masked_psum", c.ep_comm_path));
-  if (app.count("--mesh") > 0) MOE_RETURN_IF_ERROR(parse_mesh(mesh, c.mesh_data, c.mesh_expert));
-  if (!backend_by_name(c.device))
-    return Status::error(fmt::format("invalid --device '{}': expected one of {}", c.device, backend_names()));
-  if (!std::isfinite(opts.check_perturb))
-    return Status::error(fmt::format("invalid --check-perturb={}: must be finite", opts.check_perturb));
-
-  MOE_RETURN_IF_ERROR(parse_enum("--dtype", dtype, parse_run_dtype, "float32, bfloat16", c.dtype));
-  MOE_RETURN_IF_ERROR(
-      parse_enum("--backend", backend, parse_gemm_backend, "gmm, ragged_dot", c.gemm_backend));
-  MOE_RETURN_IF_ERROR(
-      parse_enum("--bench-pass", bench_pass, parse_bench_pass, "forward, forward_backward", c.bench_pass));
-  MOE_RETURN_IF_ERROR(parse_enum("--routing-pack-strategy", pack, parse_pack_strategy,
-                                 "argsort, tuple_sort, expert_score_sort", c.pack_strategy));
-  MOE_RETURN_IF_ERROR(parse_enum("--dispatch-permute-mode", permute, parse_permute_mode,
-                                 "direct_take, repeat_sort", c.permute_mode));
-  MOE_RETURN_IF_ERROR(
-      parse_enum("--remat-mode", remat, parse_remat_mode, "none, expert_mlp, combine", c.remat_mode));
-  MOE_RETURN_IF_ERROR(parse_enum("--capacity-policy", cap_policy, parse_capacity_policy, "none, drop, pad",
-                                 c.capacity_policy));
-
-  MOE_RETURN_IF_ERROR(parse_enum("--null-routing-mode", null_mode, parse_null_routing_mode,
-                                 "independent, take_until_null", c.null_routing.mode));
-  Status null_status;
-  opts.null_fracs = null_route_fractions(null_list, null_sweep, c.null_routing.frac, null_status);
-  MOE_RETURN_IF_ERROR(null_status);
-  for (double f : opts.null_fracs)
-    if (f > 0 && c.capacity_policy != CapacityPolicy::none)
-      return Status::error("Null routing currently requires capacity_policy='none' in this harness.");
-
-  opts.impls.clear();
-  if (impl == "both") {
-    opts.impls = kAllImpls;
-  } else {
-    Impl one = Impl::fused_w13;
-    MOE_RETURN_IF_ERROR(
-        parse_enum("--impl", impl, parse_impl,
-                   "baseline, fused_w13, preweight, fused_w13_preweight, scatter, fast, ref_dp, both", one));
-    opts.impls = {one};
-  }
-  opts.distributions.clear();
-  if (distribution == "both") {
-    opts.distributions = {Distribution::random, Distribution::runs};
-  } else {
-    Distribution one = Distribution::random;
-    MOE_RETURN_IF_ERROR(
-        parse_enum("--distribution", distribution, parse_distribution, "random, runs, both", one));
-    opts.distributions = {one};
-  }
-  if (queue == "full")
-    opts.queue_modes = {QueueMode::full};
-  else if (queue == "prequeue")
-    opts.queue_modes = {QueueMode::prequeue};
-  else if (queue == "both")
-    opts.queue_modes = {QueueMode::full, QueueMode::prequeue};
-  else
-    return Status::error(
-        fmt::format("invalid --queue-mode '{}': expected one of full, prequeue, both", queue));
-  // The seed's rule: prequeue is a forward-only notion.
-  if (c.bench_pass != BenchPass::forward) opts.queue_modes = {QueueMode::full};
-
-  opts.queue_mode_flag = queue;
-  opts.quant_mode_given = app.count("--quant-mode") > 0;
-
-  MOE_RETURN_IF_ERROR(parse_int_list("--topk-list", topk_list, -kMax64, kMax64, opts.topks));
-  if (opts.topks.empty()) opts.topks = {opts.topk_flag};
-
-  MOE_RETURN_IF_ERROR(check_gemm_variant(opts.kernel.gemm_variant));
+  MOE_RETURN_IF_ERROR(convert_modes(app, t, opts));
+  MOE_RETURN_IF_ERROR(convert_block_names(t, opts));
+  MOE_RETURN_IF_ERROR(convert_lists(app, t, opts));
 
   // The impl's own rules (ref_dp's) are checked per run (check_runnable); here the first impl's, so a
   // flag only one impl takes (--renormalize-topk) is seen with it.
