@@ -425,6 +425,28 @@ TEST(Cli, ArgparseAbbreviationsAndItsErrorWords) {
   EXPECT_EQ(extra.err, "moe-bench: error: unrecognized arguments: --bogus 1\n");
 }
 
+// The cuda backend is a module opened when asked for (issue 41 item 11): the program links no CUDA
+// library, so a CPU run maps none and the program runs where there is none; without its module the cuda
+// backend says why in one line.
+TEST(Cli, TheCudaBackendIsAModuleACpuRunNeverOpens) {
+#ifndef MOE_HAVE_CUDA
+  GTEST_SKIP() << "built without CUDA";
+#else
+  const Ran libs = moe::testing::run_command(std::string("ldd ") + MOE_BENCH_BINARY);
+  ASSERT_EQ(libs.exit_code, 0) << libs.err;
+  EXPECT_EQ(libs.out.find("libcuda"), std::string::npos) << libs.out;
+  EXPECT_EQ(libs.out.find("libcublas"), std::string::npos) << libs.out;
+  const std::string alone = temp_dir("cuda_module") + "/moe-bench";
+  std::filesystem::copy_file(MOE_BENCH_BINARY, alone, std::filesystem::copy_options::overwrite_existing);
+  const std::string shape = std::string(" ") + kTiny + " --impl fused_w13";
+  EXPECT_EQ(moe::testing::run_command(alone + shape).exit_code, 0);
+  const Ran cuda = moe::testing::run_command(alone + shape + " --device cuda");
+  EXPECT_EQ(cuda.exit_code, 2);
+  EXPECT_NE(cuda.err.find("its module libmoe_cuda.so cannot be opened"), std::string::npos) << cuda.err;
+  EXPECT_EQ(cuda.err.find('\n'), cuda.err.size() - 1) << cuda.err;
+#endif
+}
+
 TEST(Cli, HelpListsFlagsWithDefaults) {
   Ran r = run_bench("--help");
   EXPECT_EQ(r.exit_code, 0);

@@ -6,7 +6,7 @@
 #include "moe/cpu_isa.h"
 #include "ref/backend.h"
 #ifdef MOE_HAVE_CUDA
-#include "cuda/backend.h"
+#include "registry/cuda_module.h"
 #endif
 
 namespace moe {
@@ -88,10 +88,9 @@ Status every_op_float_expert_ffn(const Backend& backend, OpKind op, const MoeCon
 
 const std::vector<Backend*>& registered_backends() {
   static const std::vector<Backend*> backends = {
-      &cpu::cpu_backend(),
-      &ref::ref_backend(),
+      &cpu::cpu_backend(), &ref::ref_backend(),
 #ifdef MOE_HAVE_CUDA
-      &cuda::cuda_backend(),
+      &cuda_module_backend(),  // opened when first asked (registry/cuda_module.h)
 #endif
   };
   return backends;

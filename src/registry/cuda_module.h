@@ -1,0 +1,13 @@
+// The cuda backend as the registry holds it: a stand-in that opens the cuda module (libmoe_cuda.so,
+// beside the program, else on the loader's path) the first time anything but its name is asked, and
+// forwards to the backend inside. Where the module or the CUDA runtime is missing, available() says so
+// and every supports() refuses with that reason, as on a machine without a GPU.
+#pragma once
+
+#include "moe/backend.h"
+
+namespace moe {
+
+Backend& cuda_module_backend();
+
+}  // namespace moe
