@@ -447,6 +447,35 @@ TEST(Cli, TheCudaBackendIsAModuleACpuRunNeverOpens) {
 #endif
 }
 
+// --model sets a published layer's shape flags where it stands (issue 40 item 1): later flags override it,
+// earlier ones it overrides; a list of models is a sweep axis; an unknown name is one line.
+TEST(Cli, ModelPresetsSetTheShapeWhereTheyStand) {
+  const std::string run =
+      "--tokens 32 --iters 1 --warmup 0 --threads 1 --impl fused_w13 --distribution random ";
+  const Ran later = run_bench(run + "--model qwen3-30b-a3b --hidden 64 --mlp-dim 32 --experts 16");
+  ASSERT_EQ(later.exit_code, 0) << later.err;
+  EXPECT_NE(later.out.find("shape tokens=32 hidden=64 mlp_dim=32 experts=16 topk=8 "), std::string::npos)
+      << later.out;
+  const Ran earlier = run_bench(run + "--hidden 64 --model deepseek-v2-lite --mlp-dim 32 --experts 16");
+  ASSERT_EQ(earlier.exit_code, 0) << earlier.err;
+  EXPECT_NE(earlier.out.find("shape tokens=32 hidden=2048 mlp_dim=32 experts=16 topk=6 "), std::string::npos)
+      << earlier.out;
+  EXPECT_NE(earlier.out.find(" shared_expert_dim=2816 "), std::string::npos) << earlier.out;
+  const Ran both = run_bench(run + "--model olmoe-1b-7b,qwen3-30b-a3b --hidden 64 --mlp-dim 32 --experts 16");
+  ASSERT_EQ(both.exit_code, 0) << both.err;
+  EXPECT_EQ(moe::testing::split_lines(both.out).size(), 2 * moe::testing::split_lines(later.out).size() - 1)
+      << "one devices line, then each model's lines";
+  const Ran unknown = run_bench(run + "--model gpt-5");
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_EQ(unknown.err.rfind("moe-bench: error: invalid --model 'gpt-5': expected one of qwen-like-a, ", 0),
+            0u)
+      << unknown.err;
+  const Ran list = run_bench("--list");
+  EXPECT_NE(list.out.find("  deepseek-v3        7168   2048  256  8  2048  deepseek-ai/DeepSeek-V3"),
+            std::string::npos)
+      << list.out;
+}
+
 TEST(Cli, HelpListsFlagsWithDefaults) {
   Ran r = run_bench("--help");
   EXPECT_EQ(r.exit_code, 0);

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 
+#include "bench/harness/models.h"
 #include "cpu/gemm/peak.h"
 #include "cpu/gemm/tuning.h"
 #include "moe/backend.h"
@@ -47,6 +48,10 @@ void print_list(const MoeConfig& c, WaitPolicy wait, int threads) {
   fmt::print(" {} (the seed's DP baseline, not in 'both')", name(Impl::ref_dp));
   fmt::print(
       "\ngrouped_gemm backends: gmm (contiguous layout, tile-padded groups) ragged_dot (exact groups)\n");
+  fmt::print("models (--model; hidden, mlp-dim, experts, topk, shared-expert-dim):\n");
+  for (const ModelPreset& m : model_presets())
+    fmt::print("  {:<17} {:>5} {:>6} {:>4} {:>2} {:>5}  {}\n", m.name, m.hidden, m.mlp_dim, m.experts, m.topk,
+               m.shared_expert_dim, m.source);
   fmt::print(
       "gemm variants of the cpu backend (--gemm-variant; auto = the fastest per GEMM form and shape class, "
       "measured once per machine and kept in {}):\n",

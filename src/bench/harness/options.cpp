@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "bench/harness/cli.h"
+#include "bench/harness/models.h"
 #include "bench/harness/numeric_flags.h"
 #include "moe/backend.h"
 #include "moe/build_info.h"
@@ -61,7 +62,7 @@ struct FlagText {
   std::string pack = "argsort", permute = "direct_take", remat = "none", cap_policy = "none", queue = "full";
   std::string parallel_mode = "none", quant_mode = "none", topk_list, ep_comm_path = "compact_psum", mesh;
   std::string matmul_precision = "default", null_list, null_mode = "independent", ceiling = "once";
-  std::string wait_policy = "auto", format = "text";
+  std::string wait_policy = "auto", format = "text", model;
   bool null_sweep = false;
 };
 
@@ -70,6 +71,11 @@ constexpr int64_t kMaxInt = std::numeric_limits<int>::max(), kMax64 = std::numer
 // The block's shape and how its groups are formed.
 void add_shape_flags(CLI::App& app, NumericFlags& num, BenchOptions& opts, FlagText& t) {
   MoeConfig& c = opts.base;
+  // Expanded into the flags below before parsing (models.h), where it stands among them.
+  app.add_option("--model", t.model,
+                 "a published model's MoE layer: sets --hidden, --mlp-dim, --experts, --topk and "
+                 "--shared-expert-dim (later flags override; --list shows the numbers): " +
+                     model_names());
 
   num.add("--tokens", c.tokens, "T, tokens (rows of x)", 1, kMax64);
   num.add("--hidden", c.hidden, "H, hidden size", 1, kMax64);
@@ -212,6 +218,7 @@ void add_run_flags(CLI::App& app, NumericFlags& num, BenchOptions& opts, FlagTex
 // Output paths, the run's modes and names (error on the first wrong one).
 Status convert_modes(const CLI::App& app, const FlagText& t, BenchOptions& opts) {
   MoeConfig& c = opts.base;
+  MOE_CHECK(t.model.empty(), "--model reaches parse_options expanded (expand_model_presets)");
   for (auto [flag, value] :
        {std::pair{"--out", &opts.out_path}, {"--dump", &opts.dump_dir}, {"--trace-dir", &opts.trace_dir}})
     if (app.count(flag) > 0 && value->empty())

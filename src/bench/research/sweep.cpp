@@ -15,6 +15,7 @@
 
 #include "bench/harness/cli.h"
 #include "bench/harness/list.h"
+#include "bench/harness/models.h"
 #include "bench/harness/preflight.h"
 #include "bench/harness/run.h"
 #include "bench/harness/seed_lines.h"
@@ -71,8 +72,10 @@ Status parse_points(const std::vector<std::string>& args, const std::string& com
   MOE_RETURN_IF_ERROR(expand_abbreviations(full));
   MOE_RETURN_IF_ERROR(expand_axes(full, s.points));
   for (const Point& p : s.points) {
+    std::vector<std::string> point_args = p.args;
+    MOE_RETURN_IF_ERROR(expand_model_presets(point_args));
     std::vector<std::string> argv_text = {"moe-bench"};
-    argv_text.insert(argv_text.end(), p.args.begin(), p.args.end());
+    argv_text.insert(argv_text.end(), point_args.begin(), point_args.end());
     std::vector<char*> argv;
     for (std::string& a : argv_text) argv.push_back(a.data());
     BenchOptions& o = s.opts.emplace_back();

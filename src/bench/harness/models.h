@@ -1,0 +1,31 @@
+// --model NAME: the MoE layer of a published model as the shape flags it sets (hidden, expert width,
+// routed experts, experts per token, shared expert width). A preset stands where it is given among the
+// flags: later flags override it, earlier ones it overrides (`--model qwen3-30b-a3b --topk 4`). Facts
+// only, each from the config its `source` names (docs/models.md); attention and the rest of the model are
+// not the block's.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "moe/status.h"
+
+namespace moe::bench {
+
+struct ModelPreset {
+  const char* name;
+  int64_t hidden, mlp_dim, experts, topk, shared_expert_dim;
+  const char* source;  // the config the numbers come from
+};
+
+const std::vector<ModelPreset>& model_presets();
+const ModelPreset* find_model(const std::string& name);
+// "mixtral-8x7b, olmoe-1b-7b, ...": for messages and --help.
+std::string model_names();
+
+// Replaces each `--model NAME` / `--model=NAME` of `args` (program name excluded) by the preset's shape
+// flags in its place; an unknown name is one line naming the choices.
+Status expand_model_presets(std::vector<std::string>& args);
+
+}  // namespace moe::bench
