@@ -1,5 +1,6 @@
 // moe-bench as a user runs it: bad input gets one clear line on stderr and exit code 2, never a crash;
 // a tiny run prints seed-format lines and a passing CHECK.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "moe/backend.h"
+#include "moe/memory_limit.h"
 #include "test_util.h"
 
 namespace {
@@ -474,6 +476,20 @@ TEST(Cli, ModelPresetsSetTheShapeWhereTheyStand) {
   EXPECT_NE(list.out.find("  deepseek-v3        7168   2048  256  8  2048  deepseek-ai/DeepSeek-V3"),
             std::string::npos)
       << list.out;
+}
+
+// A shape this machine cannot hold is refused before it starts with what would fit (issue 40 item 3): 32
+// experts whose weights are each about a sixteenth of the memory limit.
+TEST(Cli, AShapeTooLargeSaysWhatWouldFit) {
+  const double limit = double(moe::memory_limit().bytes);
+  const int64_t hidden = 4096, mlp_dim = int64_t(limit / 16 / (3.0 * 2 * hidden));
+  const Ran r = run_bench(fmt::format(
+      "--tokens 64 --hidden {} --mlp-dim {} --experts 32 --topk 2 --iters 1 --warmup 0 --impl fused_w13",
+      hidden, mlp_dim));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("; it would fit with --experts "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(", or --parallel-mode ep over "), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << r.err;
 }
 
 TEST(Cli, HelpListsFlagsWithDefaults) {

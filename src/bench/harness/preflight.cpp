@@ -53,16 +53,60 @@ std::string expected_header(const BenchOptions& o) {
   return file_header(o.format, row);
 }
 
+namespace {
+
+// The largest value in [lo, hi] of `field` with which c fits in `budget` bytes (0: none does).
+int64_t largest_that_fits(MoeConfig c, int64_t MoeConfig::*field, int64_t lo, int64_t hi, double budget) {
+  int64_t best = 0;
+  while (lo <= hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    c.*field = mid;
+    if (c.estimated_bytes() <= budget) {
+      best = mid;
+      lo = mid + 1;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return best;
+}
+
+// What would fit instead of c: fewer experts, fewer tokens, or the experts sharded over EP ranks (each
+// rank holds E / R of them).
+std::string what_fits(const MoeConfig& c, double budget) {
+  std::vector<std::string> ways;
+  if (const int64_t e = largest_that_fits(c, &MoeConfig::experts, c.topk, c.experts, budget); e > 0)
+    ways.push_back(fmt::format("--experts {}", e));
+  if (const int64_t t = largest_that_fits(c, &MoeConfig::tokens, 1, c.tokens, budget); t > 0)
+    ways.push_back(fmt::format("--tokens {}", t));
+  for (int64_t ranks = 2; ranks <= c.experts; ++ranks) {
+    MoeConfig shard = c;
+    shard.experts = c.experts / ranks;
+    if (c.experts % ranks == 0 && shard.experts >= 1 && shard.estimated_bytes() <= budget) {
+      ways.push_back(fmt::format("--parallel-mode ep over {} ranks ({} experts each)", ranks, shard.experts));
+      break;
+    }
+  }
+  if (ways.empty()) return "";
+  std::string text = "; it would fit with ";
+  for (size_t i = 0; i < ways.size(); ++i)
+    text += (i == 0 ? "" : i + 1 == ways.size() ? ", or " : ", ") + ways[i];
+  return text;
+}
+
+}  // namespace
+
 Status check_memory(const BenchOptions& o) {
   const MemoryLimit limit = memory_limit();
   MoeConfig c = o.base;
+  const double budget = 0.9 * limit.bytes;
   for (int64_t k : o.topks) {
     c.topk = k;
     const double need = c.estimated_bytes();
-    if (need > 0.9 * limit.bytes)
+    if (need > budget)
       return Status::error(
-          fmt::format("this shape (--topk {}) needs about {:.1f} GiB but {} allows {:.1f} GiB", k,
-                      need / kGiB, limit.source, limit.bytes / kGiB));
+          fmt::format("this shape (--topk {}) needs about {:.1f} GiB but {} allows {:.1f} GiB{}", k,
+                      need / kGiB, limit.source, limit.bytes / kGiB, what_fits(c, budget)));
   }
   return Status::ok();
 }
