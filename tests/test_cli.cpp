@@ -492,6 +492,54 @@ TEST(Cli, AShapeTooLargeSaysWhatWouldFit) {
   EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << r.err;
 }
 
+// --hf-config FILE reads a model's MoE layer from its Hugging Face config.json under its architecture's
+// keys (issue 40 item 2); what it cannot read is one line naming the key.
+TEST(Cli, HfConfigSetsTheShapeOrNamesTheMissingKey) {
+  const std::string dir = temp_dir("hf_config");
+  auto config = [&](const std::string& name, const std::string& json) {
+    std::ofstream(dir + "/" + name) << json;
+    return dir + "/" + name;
+  };
+  const std::string run =
+      "--tokens 32 --iters 1 --warmup 0 --threads 1 --impl fused_w13 --distribution random ";
+  const std::vector<std::pair<std::string, std::string>> good = {
+      {config("v3.json", R"({"model_type": "deepseek_v3", "hidden_size": 64, "moe_intermediate_size": 32,
+          "n_routed_experts": 8, "num_experts_per_tok": 2, "n_shared_experts": 1, "vocab_size": 129280})"),
+       "hidden=64 mlp_dim=32 experts=8 topk=2 dtype=bfloat16 backend=gmm impl=fused_w13 "
+       "shared_expert_dim=32 "},
+      {config("scout.json", R"({"model_type": "llama4", "text_config": {"model_type": "llama4_text",
+          "hidden_size": 48, "intermediate_size": 16, "num_local_experts": 4, "num_experts_per_tok": 1}})"),
+       "hidden=48 mlp_dim=16 experts=4 topk=1 dtype=bfloat16 backend=gmm impl=fused_w13 "
+       "shared_expert_dim=16 "},
+      {config("oss.json", R"({"model_type": "gpt_oss", "hidden_size": 40, "intermediate_size": 24,
+          "num_local_experts": 8, "experts_per_token": 4})"),
+       "hidden=40 mlp_dim=24 experts=8 topk=4 dtype=bfloat16 backend=gmm impl=fused_w13 "
+       "shared_expert_dim=0 "},
+  };
+  for (const auto& [file, shape] : good) {
+    const Ran r = run_bench(run + "--hf-config " + file);
+    ASSERT_EQ(r.exit_code, 0) << file << ": " << r.err;
+    EXPECT_NE(r.out.find("shape tokens=32 " + shape), std::string::npos) << r.out;
+  }
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {config("llama.json", R"({"model_type": "llama", "hidden_size": 4096})"),
+       "model_type \"llama\" is not"},
+      {config("no_topk.json", R"({"model_type": "mixtral", "hidden_size": 64, "intermediate_size": 32,
+          "num_local_experts": 8})"),
+       "no \"num_experts_per_tok\""},
+      {config("text.json", R"({"model_type": "qwen3_moe", "hidden_size": "big"})"),
+       "\"hidden_size\" is not a count"},
+      {config("list.json", "[1, 2]"), "not a JSON object"},
+      {dir + "/missing.json", "missing.json"},
+  };
+  for (const auto& [file, message] : bad) {
+    const Ran r = run_bench(run + "--hf-config " + file);
+    EXPECT_EQ(r.exit_code, 2) << file;
+    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << r.err;
+  }
+}
+
 TEST(Cli, HelpListsFlagsWithDefaults) {
   Ran r = run_bench("--help");
   EXPECT_EQ(r.exit_code, 0);

@@ -24,8 +24,15 @@ const ModelPreset* find_model(const std::string& name);
 // "mixtral-8x7b, olmoe-1b-7b, ...": for messages and --help.
 std::string model_names();
 
-// Replaces each `--model NAME` / `--model=NAME` of `args` (program name excluded) by the preset's shape
-// flags in its place; an unknown name is one line naming the choices.
+// The shape of the MoE layer a Hugging Face config.json describes, under the keys of its `model_type`
+// (mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, olmoe, gpt_oss, llama4 / llama4_text; a
+// llama4 config's text_config). An unknown model_type, a missing key or a value of another type is one line
+// naming the file and key.
+Status read_hf_config(const std::string& path, ModelPreset& shape);
+
+// Replaces each `--model NAME` / `--model=NAME` and `--hf-config FILE` / `--hf-config=FILE` of `args`
+// (program name excluded) by the shape flags it stands for, in its place; an unknown name is one line
+// naming the choices.
 Status expand_model_presets(std::vector<std::string>& args);
 
 }  // namespace moe::bench

@@ -62,7 +62,7 @@ struct FlagText {
   std::string pack = "argsort", permute = "direct_take", remat = "none", cap_policy = "none", queue = "full";
   std::string parallel_mode = "none", quant_mode = "none", topk_list, ep_comm_path = "compact_psum", mesh;
   std::string matmul_precision = "default", null_list, null_mode = "independent", ceiling = "once";
-  std::string wait_policy = "auto", format = "text", model;
+  std::string wait_policy = "auto", format = "text", model, hf_config;
   bool null_sweep = false;
 };
 
@@ -76,6 +76,9 @@ void add_shape_flags(CLI::App& app, NumericFlags& num, BenchOptions& opts, FlagT
                  "a published model's MoE layer: sets --hidden, --mlp-dim, --experts, --topk and "
                  "--shared-expert-dim (later flags override; --list shows the numbers): " +
                      model_names());
+  app.add_option("--hf-config", t.hf_config,
+                 "a Hugging Face config.json: its MoE layer's shape flags, as --model sets them (mixtral, "
+                 "qwen2_moe, qwen3_moe, deepseek_v2/v3, olmoe, gpt_oss, llama4)");
 
   num.add("--tokens", c.tokens, "T, tokens (rows of x)", 1, kMax64);
   num.add("--hidden", c.hidden, "H, hidden size", 1, kMax64);
@@ -218,7 +221,8 @@ void add_run_flags(CLI::App& app, NumericFlags& num, BenchOptions& opts, FlagTex
 // Output paths, the run's modes and names (error on the first wrong one).
 Status convert_modes(const CLI::App& app, const FlagText& t, BenchOptions& opts) {
   MoeConfig& c = opts.base;
-  MOE_CHECK(t.model.empty(), "--model reaches parse_options expanded (expand_model_presets)");
+  MOE_CHECK(t.model.empty() && t.hf_config.empty(),
+            "--model and --hf-config reach parse_options expanded (expand_model_presets)");
   for (auto [flag, value] :
        {std::pair{"--out", &opts.out_path}, {"--dump", &opts.dump_dir}, {"--trace-dir", &opts.trace_dir}})
     if (app.count(flag) > 0 && value->empty())
