@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 #include <string>
 
@@ -141,6 +142,12 @@ TEST(CpuIsa, PeakIsMeasuredPerIsaAndRowsCarryIt) {
   }
   if (isa_level() >= IsaLevel::avx512_bf16) {
     EXPECT_NE(r.out.find("int8_vnni_avx512"), std::string::npos) << r.out;
+  }
+  // The memory roofline's peak beside the arithmetic ones (issue 40 item 4): streaming reads and triad.
+  for (const char* bw : {"memory_read", "memory_triad"}) {
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(r.out, m, std::regex(std::string(bw) + " +([0-9.]+)  GB/s"))) << r.out;
+    EXPECT_GT(std::stod(m[1]), 0.1) << r.out;
   }
   if (isa_level() < IsaLevel::avx2) GTEST_SKIP() << "no peak kernel below AVX2";
   const Ran run = testing::run_bench(

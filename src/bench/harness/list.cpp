@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "bench/harness/models.h"
+#include "bench/probes/bandwidth.h"
 #include "cpu/gemm/peak.h"
 #include "cpu/gemm/tuning.h"
 #include "moe/backend.h"
@@ -21,6 +22,11 @@ void print_peaks() {
   fmt::print("{:<16} {:>10}  {}\n", "peak", "tera/s", "multiplies");
   for (const cpu::ArithmeticPeak& p : cpu::measure_peaks(omp_get_max_threads()))
     fmt::print("{:<16} {:>10.3f}  {}\n", p.name, p.tera_per_s, dtype_name(p.arithmetic));
+  // The memory roofline's peak (bench/probes/bandwidth.h): GB/s, reading and STREAM's triad.
+  const Bandwidth bw = measure_bandwidth(omp_get_max_threads());
+  fmt::print("{:<16} {:>10.1f}  GB/s, streaming reads\n", "memory_read", bw.read_gbps);
+  fmt::print("{:<16} {:>10.1f}  GB/s, triad a = b + s * c (24 bytes an element)\n", "memory_triad",
+             bw.triad_gbps);
 }
 
 void print_list(const MoeConfig& c, WaitPolicy wait, int threads) {
