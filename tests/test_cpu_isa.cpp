@@ -115,6 +115,37 @@ TEST(CpuIsa, AVariantThatCannotRunHereIsOneLineAndExitTwo) {
 #endif
 }
 
+// Rows carry the memory roofline (issue 40 item 4): the bytes a call must move (the touched experts'
+// weights, x and out; forward_backward reads the weights twice and writes their gradients), the rate, and
+// with --with-peak the bandwidth peak and the binding peak: one token through one expert moves ~1 FLOP a
+// byte (memory-bound on any CPU), 4096 tokens through one small expert ~175 (compute-bound on any CPU).
+TEST(CpuIsa, RowsCarryTheMemoryRoofline) {
+  const std::string one_token =
+      "--tokens 1 --hidden 512 --mlp-dim 256 --experts 1 --topk 1 --iters 2 --warmup 1 --threads 1 "
+      "--impl fused_w13 --distribution random --format jsonl ";
+  auto row_of = [](const testing::Ran& r) {
+    return nlohmann::json::parse(r.out.substr(0, r.out.find('\n')));
+  };
+  const testing::Ran fwd = testing::run_bench(one_token + "--with-peak");
+  ASSERT_EQ(fwd.exit_code, 0) << fwd.err;
+  const nlohmann::json f = row_of(fwd);
+  EXPECT_EQ(f["bytes_moved"].get<double>(), 3.0 * 512 * 256 * 2 + 2.0 * 512 * 2) << f.dump();
+  EXPECT_NEAR(f["gbps"].get<double>(), f["bytes_moved"].get<double>() / f["time_s"].get<double>() / 1e9,
+              1e-9);
+  ASSERT_TRUE(f["bw_peak_gbps"].is_number()) << f.dump();
+  EXPECT_NEAR(f["pct_of_bw_peak"].get<double>(),
+              100 * f["gbps"].get<double>() / f["bw_peak_gbps"].get<double>(), 1e-6);
+  EXPECT_EQ(f["bound"], "memory") << f.dump();
+  const nlohmann::json b = row_of(testing::run_bench(one_token + "--bench-pass forward_backward"));
+  EXPECT_EQ(b["bytes_moved"].get<double>(), 3 * (3.0 * 512 * 256 * 2) + 2 * (2.0 * 512 * 2)) << b.dump();
+  EXPECT_TRUE(b["bw_peak_gbps"].is_null() && b["bound"].is_null()) << "measured with --with-peak only";
+  const testing::Ran many = testing::run_bench(
+      "--tokens 4096 --hidden 256 --mlp-dim 256 --experts 1 --topk 1 --iters 2 --warmup 1 --threads 1 "
+      "--impl fused_w13 --distribution random --dtype float32 --with-peak --format jsonl");
+  ASSERT_EQ(many.exit_code, 0) << many.err;
+  EXPECT_EQ(row_of(many)["bound"], "compute") << many.out;
+}
+
 }  // namespace
 }  // namespace moe
 

@@ -58,6 +58,11 @@ static const std::vector<std::string> kTextExtraKeys = {"dtype",
                                                         "ceiling_note",
                                                         "peak_tflops",
                                                         "pct_of_peak",
+                                                        "bytes_moved",
+                                                        "gbps",
+                                                        "bw_peak_gbps",
+                                                        "pct_of_bw_peak",
+                                                        "bound",
                                                         "saved_activation_bytes",
                                                         "tensor_bytes_live",
                                                         "tensor_bytes_peak",
@@ -184,6 +189,22 @@ void add_limits_and_machine(ResultRow& r, const Measured& m, double tflops) {
   r["wait_policy_reason"] = m.wait.reason;
 }
 
+// The memory roofline (accounting.h compulsory_bytes): the bytes a call must move, the rate it moved them
+// at, and with --with-peak the bandwidth peak and which peak binds: the run's arithmetic intensity
+// (FLOPs / bytes) against the ridge point (arithmetic peak / bandwidth peak).
+void add_memory_roofline(ResultRow& r, const MoeConfig& c, const Measured& m) {
+  const double bytes = compulsory_bytes(c, m.experts_touched);
+  const double gbps = bytes / m.time.mean / 1e9;
+  r["bytes_moved"] = int64_t(bytes);
+  r["gbps"] = gbps;
+  const std::optional<double> bw = m.ceiling.bw_peak_gbps, peak = m.ceiling.peak_tflops;
+  r["bw_peak_gbps"] = number_or_null(bw);
+  r["pct_of_bw_peak"] = bw ? ResultRow(100.0 * gbps / *bw) : ResultRow(nullptr);
+  const double intensity = seed_flops(c, m.null_stats.real_assignments) / bytes;
+  r["bound"] = bw && peak ? ResultRow(intensity < *peak * 1e12 / (*bw * 1e9) ? "memory" : "compute")
+                          : ResultRow(nullptr);
+}
+
 // The ranks and what moved between them.
 void add_parallel(ResultRow& r, const MoeConfig& c, const ParallelMeasure& pm, double tflops) {
   r["world_size"] = pm.world_size;
@@ -258,6 +279,7 @@ ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const Protocol& p,
   ResultRow r;
   add_seed_keys(r, c, m, tflops);
   add_limits_and_machine(r, m, tflops);
+  add_memory_roofline(r, c, m);
   add_parallel(r, c, m.parallel, tflops);
   add_kernels_and_quant(r, c, k, m);
   add_config_and_protocol(r, c, k, p, m, env);

@@ -66,7 +66,8 @@ struct Measured {
   // same inputs (bench/harness/quant_error.h); nullopt where not measured.
   std::optional<double> quant_rel_err, quant_grad_rel_err;
   WaitChoice wait;  // how its OpenMP threads waited (bench/probes/wait_policy.h): the process's policy
-  std::string device_model;  // Backend::device_model(): the CPU or GPU that computed
+  std::string device_model;     // Backend::device_model(): the CPU or GPU that computed
+  int64_t experts_touched = 0;  // routed experts with a row (their weights are read: compulsory_bytes)
 };
 
 // One row of a run: the seed's RESULT keys in its order, then ours (dtype, the five time statistics,

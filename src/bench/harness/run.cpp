@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -167,6 +168,14 @@ Protocol protocol_of(const BenchOptions& o) {
 }
 
 namespace {
+
+// Routed experts with at least one assignment (ids >= E are null slots).
+int64_t experts_touched(const Routing& routing) {
+  std::vector<char> touched(size_t(routing.experts), 0);
+  for (int32_t id : routing.ids)
+    if (id >= 0 && id < routing.experts) touched[size_t(id)] = 1;
+  return std::count(touched.begin(), touched.end(), char(1));
+}
 
 // One run's steps over its context and what they hand each other: prepare (the trace directory, the
 // float counterpart of a quant run), per queue mode the traced call and the timed calls with their row,
@@ -351,12 +360,12 @@ class Run {
     if (!outcome_.output_status) return false;
     QuantError qe;
     if (!read_results(mode, qe)) return false;
-    ResultRow row =
-        make_row(c_, o_.kernel, protocol_of(o_),
-                 {name(mode), t.time, x_.ceiling, block_.saved_activation_bytes(), t.memory,
-                  omp_get_max_threads(), x_.null_stats, t.noise, t.gemm_kernels, t.parallel, qe.out_rel_err,
-                  qe.grad_rel_err, process_wait_policy(), x_.backend.device_model()},
-                 x_.env);
+    ResultRow row = make_row(
+        c_, o_.kernel, protocol_of(o_),
+        {name(mode), t.time, x_.ceiling, block_.saved_activation_bytes(), t.memory, omp_get_max_threads(),
+         x_.null_stats, t.noise, t.gemm_kernels, t.parallel, qe.out_rel_err, qe.grad_rel_err,
+         process_wait_policy(), x_.backend.device_model(), experts_touched(x_.host_routing)},
+        x_.env);
     if (text_stdout_)
       fmt::print("{}{}{}\n",
                  mode_lines(c_, name(mode), t.time.mean, row["tflops"].get<double>(),

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "bench/probes/bandwidth.h"
 #include "cpu/gemm/peak.h"
 #include "moe/backend.h"
 #include "moe/gemm.h"
@@ -111,6 +112,10 @@ Ceiling CeilingCache::get(CeilingMode mode, Backend& backend, const MoeConfig& c
   if (it == peaks_.end())
     it = peaks_.emplace(key, cpu::best_peak(cpu::measure_peaks(omp_get_max_threads()), arithmetic)).first;
   ceiling.peak_tflops = it->second;
+  auto bw = bandwidths_.find(omp_get_max_threads());
+  if (bw == bandwidths_.end())
+    bw = bandwidths_.emplace(omp_get_max_threads(), measure_bandwidth(omp_get_max_threads()).read_gbps).first;
+  ceiling.bw_peak_gbps = bw->second;
   return ceiling;
 }
 

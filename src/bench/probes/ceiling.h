@@ -37,6 +37,8 @@ struct Ceiling {
   // (cpu/gemm/peak.h) with the run's threads, where a run asks for it (--with-peak) on the cpu backend; the
   // int8 peak (TOP/s) for the routed int8 quant modes.
   std::optional<double> peak_tflops;
+  // The memory roofline's peak beside it: streaming reads with the run's threads (bandwidth.h), GB/s.
+  std::optional<double> bw_peak_gbps;
 };
 
 Ceiling measure_ceiling(Backend& backend, const MoeConfig& c, double seconds = 0.2);
@@ -57,6 +59,7 @@ class CeilingCache {
   Ceiling measured(CeilingMode mode, Backend& backend, const MoeConfig& c);
   std::map<std::string, Ceiling> by_key_;
   std::map<std::string, std::optional<double>> peaks_;  // by threads and arithmetic
+  std::map<int, double> bandwidths_;                    // by threads
   int measurements_ = 0;
 };
 
