@@ -10,5 +10,5 @@ trap 'rm -f "$rows"' EXIT
 build/moe-bench --tokens 8192 --hidden 1024 --mlp-dim 1024 --experts 16 --topk 2 --impl fused_w13 \
   --backend gmm,ragged_dot --dtype bfloat16,float32 --bench-pass forward,forward_backward \
   --distribution random --iters 5 --warmup 1 "$@" --format jsonl --out "$rows" >/dev/null
-# The columns of the table in docs/kernels.md, so rows paste as they are.
+# The columns of a % of ceiling table, so rows paste into docs/kernels.md as they are.
 build/moe-bench table "$rows" --columns date,git_commit,backend,dtype,pass,tflops,ceiling_tflops,pct_of_ceiling,ceiling_note

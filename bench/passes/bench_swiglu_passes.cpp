@@ -1,9 +1,9 @@
 // SwiGLU's passes (cpu/ops/swiglu.h) at each ISA level this CPU reaches (cpu/ops/swiglu_isa.h), by default at
 // issue 23's rows: 16384 rows (T = 8192, K = 2) of M = 1024, bf16, gate and up in one (rows, 2M) buffer. Each
 // pass alone, and right after an int8 grouped GEMM of the kernel table's choice (the GEMM untimed: whether
-// code after AMX/AVX-512 kernels pays a transition; on the AMX host it did not, docs/kernels.md "Session
-// 17"). Candidates interleaved round by round, best of the rounds kept. Prints milliseconds, GB/s of the
-// pass's reads and writes, and nanoseconds an element a thread.
+// code after AMX/AVX-512 kernels pays a transition; on the AMX host it did not: the kernels log, git show
+// 26fb9b0:docs/kernels.md, "Session 17"). Candidates interleaved round by round, best of the rounds kept.
+// Prints milliseconds, GB/s of the pass's reads and writes, and nanoseconds an element a thread.
 //
 //   moe_bench_swiglu_passes [rounds=5] [rows=16384] [M=1024]   (small rows: the passes from cache)
 #include <omp.h>

@@ -156,7 +156,8 @@ bool any_int8_gemm(const MoeConfig& cfg);
 // them (rows' gemm_thresholds, --list) and a test or a tuning session can move them.
 struct GemmThresholds {
   // dpbf16's rows take groups of at most this many live rows (its per-thread partial sums are sized by
-  // it); larger groups go to the next row of the table (oneDNN). 2-core Zen 5, docs/kernels.md session 5.
+  // it); larger groups go to the next row of the table (oneDNN). 2-core Zen 5, the kernels log (git show
+  // 26fb9b0:docs/kernels.md), session 5.
   int64_t dpbf16_max_group_rows = 1536;
   // dpbf16's float32 nn_swiglu takes groups from this many rows (oneDNN's nn + SwiGLU was faster below;
   // session 8).
@@ -169,7 +170,7 @@ struct GemmThresholds {
   int64_t dpbf16_tn_group_bytes = int64_t(512) << 10;
   // avx2's widest column panel (a multiple of 16): a thread stages a chunk of rows once for this many of
   // its output columns (a group's rows go in passes, or the panel narrows, where their partial sums over
-  // it would pass 16 MiB). 2-core Zen 3, docs/kernels.md sessions 19-20.
+  // it would pass 16 MiB). 2-core Zen 3, the kernels log (git show 26fb9b0:docs/kernels.md), sessions 19-20.
   int64_t avx2_panel_cols = 2048;
 
   bool operator==(const GemmThresholds&) const = default;

@@ -1,7 +1,8 @@
 // What a crash says. A kernel this CPU cannot run or a library bug at some size (oneDNN 2.6's AMX brgemm
-// died with SIGILL on the AMX host, docs/kernels.md "Session 16") kills the process with a signal; this
-// turns that into one line on stderr naming the GEMM row and shape that were running, then lets the
-// signal take its default action (exit status 128 + signal, a core where the system keeps one).
+// died with SIGILL on the AMX host, the kernels log (git show 26fb9b0:docs/kernels.md), "Session 16") kills
+// the process with a signal; this turns that into one line on stderr naming the GEMM row and shape that were
+// running, then lets the signal take its default action (exit status 128 + signal, a core where the system
+// keeps one).
 #pragma once
 
 #include <string_view>

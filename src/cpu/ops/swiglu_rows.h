@@ -19,7 +19,7 @@ inline namespace MOE_VEC_ISA {
 // The passes read their f32 or bf16 inputs in place, widening in the loop that uses them: no scratch copy
 // of each row (a pass through L1, and scratch rows 4 KiB + a malloc header apart whose reads may collide
 // with the copy's stores in the low 12 address bits; the suspect for the AVX2 forward's slowness on the
-// AMX host, docs/kernels.md "Session 17", not measured there since).
+// AMX host, the kernels log (git show 26fb9b0:docs/kernels.md), "Session 17", not measured there since).
 //
 // A gate, up or gradient value as float (bf16 widens exactly).
 inline float widen(float v) {

@@ -73,7 +73,7 @@ bool same_sums_on_any_thread_count() {
 }
 
 // On the AMX host it beat oneDNN at nn, nn_swiglu, nt and nt_swiglu_grad and lost at tn and tn_pair
-// (docs/kernels.md, session 16): first only where auto measured it faster.
+// (the kernels log (git show 26fb9b0:docs/kernels.md), session 16): first only where auto measured it faster.
 bool auto_candidate() {
   return false;
 }
