@@ -125,8 +125,9 @@ MOE_DECLARE_GEMM_NT_SWIGLU_GRAD(avx2)
 MOE_DECLARE_GEMM_VARIANT_CAPABILITIES(avx2_s8)
 MOE_DECLARE_GEMM_NN_S8(avx2_s8)
 MOE_DECLARE_GEMM_NN_S8_SWIGLU(avx2_s8)
-// Our int8 kernel (cpu/gemm/gemm_s8.h) on VNNI (src/cpu/gemm_vnni*.cpp): nn_s8 and nn_s8_swiglu, in every
-// build, run where the CPU has AVX-512 VNNI or AVX-VNNI at the ISA level in use.
+// Our int8 kernel (cpu/gemm/gemm_s8.h) on VNNI (src/cpu/gemm/gemm_vnni.cpp, avx512/gemm_vnni_avx512.cpp,
+// avx2/gemm_vnni_avx2.cpp): nn_s8 and nn_s8_swiglu, in every build, run where the CPU has AVX-512 VNNI or
+// AVX-VNNI at the ISA level in use.
 MOE_DECLARE_GEMM_VARIANT_CAPABILITIES(vnni)
 MOE_DECLARE_GEMM_NN_S8(vnni)
 MOE_DECLARE_GEMM_NN_S8_SWIGLU(vnni)
