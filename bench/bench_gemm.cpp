@@ -1,4 +1,4 @@
-// Micro-benchmark of the CPU GEMMs (moe/gemm.h) at the acceptance shape: A = T*K = 16384 live rows,
+// Micro-benchmark of the CPU GEMMs (cpu/gemm/gemm.h) at the acceptance shape: A = T*K = 16384 live rows,
 // H = 1024, E = 16 experts of ~1024 rows (+-5%, fixed seed), contiguous layout padded to 64 rows.
 // The weights are w13 (E, H, N) with N = 2M = 2048 (and N = 1024, the w2-sized GEMM). Every figure
 // is GFLOP/s of useful work (2 * 16384 * H * N; padding rows count as overhead) and, in the summary
@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "cpu/backend.h"
-#include "moe/gemm.h"
+#include "cpu/gemm/gemm.h"
 #include "moe/rng.h"
 #include "moe/status.h"
 #include "moe/tensor.h"
@@ -343,12 +343,12 @@ using Variant = void (*)(Problem&);
 // The cpu backend's kernel table as the block gets it (MOE_GEMM_VARIANT picks --gemm-variant's name;
 // MOE_TUNING_FILE as for moe-bench).
 GemmKernels& kernels() {
-  static const KernelConfig config = [] {
+  static GemmKernels table([] {
     KernelConfig k;
     if (const char* v = std::getenv("MOE_GEMM_VARIANT")) k.gemm_variant = v;
     return k;
-  }();
-  return cpu::cpu_gemm_kernels(config);
+  }());
+  return table;
 }
 
 const std::pair<const char*, Variant> kVariants[] = {

@@ -28,8 +28,12 @@ namespace {
 // The reference shape's config, routing and plan, made once for every op benchmark.
 struct Stage {
   MoeConfig cfg;
-  KernelConfig kernel;
-  Backend& backend = cpu::cpu_backend();
+  KernelConfig kernel = [] {
+    KernelConfig k;
+    k.tuning_file = "none";
+    return k;
+  }();
+  cpu::CpuBackend backend{kernel};
   StageTracer tracer;
   Routing routing;
   RoutingTensors routing_tensors;
@@ -44,16 +48,13 @@ struct Stage {
     cfg.topk = 2;
     cfg.dtype = Dtype::bf16;
     cfg.impl = Impl::fused_w13;
-    kernel.tuning_file = "none";
     routing = make_routing(cfg);
     routing_tensors = to_memory(routing, backend.memory());
     plan = allocate_plan(cfg, context().tile_rows, backend.memory());
     backend.make_pack(context())->forward(plan, routing_tensors);
     rows = host_view(plan).rows;
   }
-  OpContext context() {
-    return OpContext{cfg, kernel, backend, tracer, layout_tile_rows(cfg, kernel.gmm_tile_rows)};
-  }
+  OpContext context() { return OpContext{cfg, backend, tracer, layout_tile_rows(cfg, kernel.gmm_tile_rows)}; }
   Tensor filled(Dtype dt, std::vector<int64_t> shape) {
     Tensor t(dt, std::move(shape));
     for (int64_t i = 0; i < t.numel(); ++i) t.set(i, double(int64_t(i * 2654435761u % 2001) - 1000) / 4000.0);

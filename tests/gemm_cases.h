@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "moe/gemm.h"
+#include "cpu/gemm/gemm.h"
 #include "moe/rng.h"
 #include "moe/tensor.h"
 #include "ref/gemm.h"

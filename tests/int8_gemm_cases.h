@@ -1,4 +1,4 @@
-// The int8 GEMM tests' inputs, cases and check (nn_s8, moe/gemm.h), shared by the kernel table's suite
+// The int8 GEMM tests' inputs, cases and check (nn_s8, cpu/gemm/gemm.h), shared by the kernel table's suite
 // (tests/test_int8_gemm.cpp) and the amx kernel's emulated instance (tests/test_gemm_amx.cpp): random
 // symmetric int8 operands and scales, odd sizes and tails of every width a kernel may block by, empty
 // experts, padding rows, per-expert and per-column weight scales, float32 and bf16 outputs, accumulation,
@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "moe/gemm.h"
+#include "cpu/gemm/gemm.h"
 #include "moe/quantize.h"
 #include "moe/rng.h"
 #include "moe/tensor.h"

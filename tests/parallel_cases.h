@@ -31,8 +31,9 @@ struct Results {
 // slices of the inputs and routing, and gathers the global results on rank 0.
 inline Results run_rank(Comm& comm, const MoeConfig& cfg, const Routing& routing,
                         const std::string& device = "cpu", bool measure_peak = false) {
-  Backend& be = *backend_by_name(device);
-  MoeBlock block(cfg, {}, be, comm);
+  const std::unique_ptr<Backend> rank_backend = make_backend(device);  // each rank's own, as each process's
+  Backend& be = *rank_backend;
+  MoeBlock block(cfg, be, comm);
   const RankLayout& l = block.layout();
   const MoeConfig rc = rank_config(cfg, l);
   const MoeInputs in = to_memory(make_rank_inputs(cfg, l), be.memory());

@@ -17,7 +17,7 @@ class MemoryOfBackend : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     if (Status s = be().available(); !s) GTEST_SKIP() << s.message();
   }
-  Backend& be() { return *backend_by_name(GetParam()); }
+  Backend& be() { return testing::test_backend(GetParam()); }
 };
 
 TEST_P(MemoryOfBackend, RoundTripFillAndCopy) {

@@ -255,8 +255,8 @@ class OpsOnBackend : public ::testing::TestWithParam<std::string> {
     seed_ = testing::test_seed();
     cases_ = edge_grid(seed_);
   }
-  Backend& be() { return *backend_by_name(GetParam()); }
-  Backend& ref() { return *backend_by_name("ref"); }
+  Backend& be() { return testing::test_backend(GetParam()); }
+  Backend& ref() { return testing::test_backend("ref"); }
 
   // True when `be` runs `op` for the case; else records why.
   bool supported(OpKind op, const Case& c) {
@@ -275,7 +275,7 @@ class OpsOnBackend : public ::testing::TestWithParam<std::string> {
   }
 
   OpContext context(const Case& c, Backend& b) {
-    return OpContext{c.cfg, c.kernel, b, tracer_, layout_tile_rows(c.cfg, c.kernel.gmm_tile_rows)};
+    return OpContext{c.cfg, b, tracer_, layout_tile_rows(c.cfg, c.kernel.gmm_tile_rows)};
   }
   // The case's plan from the ref backend's pack (host memory).
   DispatchPlan ref_plan(const Case& c) {

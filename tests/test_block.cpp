@@ -16,11 +16,11 @@
 #include <functional>
 #include <iostream>
 
+#include "cpu/gemm/gemm.h"
 #include "moe/backend.h"
 #include "moe/block.h"
 #include "moe/check.h"
 #include "moe/conditioned_check.h"
-#include "moe/gemm.h"
 #include "moe/inputs.h"
 #include "moe/null_routing.h"
 #include "moe/reference.h"
@@ -61,9 +61,9 @@ struct BlockRun {
 enum class Call { full, prequeue };
 
 BlockRun run_block(Backend& be, const MoeConfig& c, const MoeInputs& host_in, const Routing& routing,
-                   const KernelConfig& k = {}, Call call = Call::full, Comm* comm = nullptr) {
+                   Call call = Call::full, Comm* comm = nullptr) {
   std::unique_ptr<Comm> local = make_local_comm();
-  MoeBlock block(c, k, be, comm ? *comm : *local);
+  MoeBlock block(c, be, comm ? *comm : *local);
   const MoeInputs in = to_memory(host_in, be.memory());
   const RoutingTensors r = to_memory(routing, be.memory());
   Tensor out = be.empty(c.dtype, {c.tokens, c.hidden});
@@ -94,7 +94,7 @@ ConditionedCheck check_run(const MoeConfig& c, const MoeInputs& in, const Routin
 
 class BlockOnBackend : public ::testing::TestWithParam<std::string> {
  protected:
-  Backend& backend() { return *backend_by_name(GetParam()); }
+  Backend& backend() { return testing::test_backend(GetParam()); }
 
   // Runs cfg on this backend and checks it against the reference; false (with the reason recorded)
   // when the backend cannot run cfg.
@@ -105,7 +105,8 @@ class BlockOnBackend : public ::testing::TestWithParam<std::string> {
       return false;
     }
     const MoeInputs in = make_inputs(c);
-    const ConditionedCheck r = check_run(c, in, routing, run_block(backend(), c, in, routing, k, call));
+    const ConditionedCheck r =
+        check_run(c, in, routing, run_block(testing::test_backend(GetParam(), k), c, in, routing, call));
     EXPECT_TRUE(r.pass) << describe(c) << " out_err=" << r.out_rel_err << " grad_err=" << r.grad_rel_err
                         << " worst=" << r.worst.name << " err=" << r.worst.rel_err << " tol=" << r.worst.tol
                         << " sens=" << r.worst.sensitivity;
@@ -214,7 +215,7 @@ TEST(BlockInt8, AFloatRunFailsTheQuantizedCheck) {
     c.bench_pass = pass;
     const MoeInputs in = make_inputs(c);
     const Routing routing = make_routing(c);
-    const BlockRun run = run_block(*backend_by_name("cpu"), c, in, routing);
+    const BlockRun run = run_block(testing::test_backend("cpu"), c, in, routing);
     c.quant_mode = QuantMode::int8_routed;
     const ConditionedCheck r = check_run(c, in, routing, run);
     EXPECT_FALSE(r.pass) << name(pass);
@@ -229,7 +230,7 @@ TEST(BlockInt8, AFloatRunFailsTheQuantizedCheck) {
     c.shared_fused = fused;
     const MoeInputs in = make_inputs(c);
     const Routing routing = make_routing(c);
-    const BlockRun run = run_block(*backend_by_name("cpu"), c, in, routing);
+    const BlockRun run = run_block(testing::test_backend("cpu"), c, in, routing);
     c.quant_mode = QuantMode::int8;
     const ConditionedCheck r = check_run(c, in, routing, run);
     EXPECT_FALSE(r.pass) << "fused " << fused;
@@ -369,7 +370,7 @@ TEST_P(BlockOnBackend, PrequeueMatchesReferenceAndTheFullCall) {
       if (!run_and_check(c, routing, {}, Call::prequeue)) continue;
       const MoeInputs in = make_inputs(c);
       const BlockRun full = run_block(backend(), c, in, routing),
-                     pre = run_block(backend(), c, in, routing, {}, Call::prequeue);
+                     pre = run_block(backend(), c, in, routing, Call::prequeue);
       EXPECT_EQ(full.out.to_f64(), pre.out.to_f64()) << describe(c);
     }
   skip_if_nothing_ran();
@@ -432,7 +433,7 @@ TEST_P(BlockOnBackend, RepeatedCallsAreStable) {
   c.shared_fused = true;
   if (Status s = backend().supports_block(c); !s) GTEST_SKIP() << s.message();
   std::unique_ptr<Comm> comm = make_local_comm();
-  MoeBlock block(c, {}, backend(), *comm);
+  MoeBlock block(c, backend(), *comm);
   const MoeInputs in = to_memory(make_inputs(c), backend().memory());
   const RoutingTensors routing = to_memory(make_routing(c), backend().memory());
   Tensor a = backend().empty(c.dtype, {c.tokens, c.hidden}),
@@ -454,7 +455,6 @@ INSTANTIATE_TEST_SUITE_P(Backends, BlockOnBackend, ::testing::ValuesIn(testing::
 
 TEST(BlockCpu, EveryGemmVariantRunsTheBlock) {
   const uint64_t seed = testing::test_seed();
-  Backend& cpu = *backend_by_name("cpu");
   for (const GemmVariant& v : gemm_variants()) {
     if (const std::string why = v.unavailable(); !why.empty()) {
       std::cout << "variant " << v.name << " skipped: " << why << "\n";
@@ -476,12 +476,13 @@ TEST(BlockCpu, EveryGemmVariantRunsTheBlock) {
         c.bench_pass = BenchPass::forward_backward;
         const MoeInputs in = make_inputs(c);
         const Routing routing = make_routing(c);
-        (void)cpu.take_kernel_choices();
-        const ConditionedCheck r = check_run(c, in, routing, run_block(cpu, c, in, routing, k));
+        (void)take_kernel_choices(testing::test_backend("cpu", k));
+        const ConditionedCheck r =
+            check_run(c, in, routing, run_block(testing::test_backend("cpu", k), c, in, routing));
         EXPECT_TRUE(r.pass) << v.name << " " << describe(c) << " grad_err=" << r.grad_rel_err;
         // Each form ran the named variant's row, or one the table names after it where it does not take it
         // (amx takes no float32 inputs: every form of a float32 block then runs a later row).
-        const std::string ran = cpu.take_kernel_choices();
+        const std::string ran = take_kernel_choices(testing::test_backend("cpu", k));
         GemmCall up;
         up.form = GemmForm::nn;
         up.in_dtype = up.b_dtype = up.out_dtype = dt;
@@ -503,7 +504,7 @@ TEST(BlockCpu, EveryGemmVariantRunsTheBlock) {
 // never a sum); elsewhere it moves results by their last bits only.
 TEST(BlockCpu, ResultsIndependentOfThreadCount) {
   const uint64_t seed = testing::test_seed();
-  Backend& cpu = *backend_by_name("cpu");
+  Backend& cpu = testing::test_backend("cpu");
   const int threads_before = omp_get_max_threads();
   for (Impl impl : {Impl::baseline, Impl::fast, Impl::fused_w13_preweight})
     for (Dtype dt : {Dtype::f32, Dtype::bf16}) {
@@ -521,15 +522,14 @@ TEST(BlockCpu, ResultsIndependentOfThreadCount) {
       // of h or g, one bf16 step carried through the block.
       // auto's choices are made once per shape class by the table of this KernelConfig, whatever the thread
       // count, so the three runs take the same kernels.
-      const KernelConfig k;
-      (void)cpu.take_kernel_choices();
+      (void)take_kernel_choices(cpu);
       const double last_bits_tolerance = dt == Dtype::f32 ? 1e-5 : 1e-2;
       std::vector<BlockRun> runs;
       std::vector<std::string> kernels;
       for (int threads : {1, 2, 3}) {
         omp_set_num_threads(threads);
-        runs.push_back(run_block(cpu, c, in, routing, k));
-        kernels.push_back(cpu.take_kernel_choices());
+        runs.push_back(run_block(cpu, c, in, routing));
+        kernels.push_back(take_kernel_choices(cpu));
       }
       bool bitwise = kernels[0] == kernels[1] && kernels[0] == kernels[2];
       for (const GemmVariant& v : gemm_variants())
@@ -605,7 +605,7 @@ TEST(BlockExchange, ForwardAndBackwardCrossTheCommAtTheirInsertionPoints) {
   const Routing routing = make_routing(c);
   std::vector<std::string> log;
   RecordingComm comm(&log);
-  const BlockRun run = run_block(*backend_by_name("cpu"), c, in, routing, {}, Call::full, &comm);
+  const BlockRun run = run_block(testing::test_backend("cpu"), c, in, routing, Call::full, &comm);
   EXPECT_TRUE(check_run(c, in, routing, run).pass);
   const int64_t max_rows = max_plan_rows(c, 64), rows_elems = max_rows * c.hidden;
   const int64_t EHM = c.experts * c.hidden * c.mlp_dim, HS = c.hidden * c.shared_expert_dim;

@@ -250,7 +250,8 @@ TEST(Cli, UnbuiltModesSayWhoRefusesThem) {
       {"--device nosuch", "expected one of cpu, ref"},
 #ifdef MOE_HAVE_CUDA
       // Without a GPU the cuda backend says why (on a GPU machine it runs: not a refusal case there).
-      {moe::backend_by_name("cuda")->available() ? "--quant-mode int8_all --device cuda" : "--device cuda",
+      {moe::testing::test_backend("cuda").available() ? "--quant-mode int8_all --device cuda"
+                                                      : "--device cuda",
        "--device cuda cannot run this block: "},
 #else
       {"--device cuda", "invalid --device 'cuda': expected one of cpu, ref"},
@@ -298,7 +299,7 @@ TEST(Cli, ListShowsEveryBackendAndWhatItRuns) {
   std::vector<std::string> wants = {"  cpu: ", "  ref: ", "    pack           yes", "    expert_ffn     yes",
                                     "    shared_expert  yes"};
 #ifdef MOE_HAVE_CUDA
-  if (moe::backend_by_name("cuda")->available())  // else every op says there is no GPU
+  if (moe::testing::test_backend("cuda").available())  // else every op says there is no GPU
     wants.push_back("    expert_ffn     no: --quant-mode int8_all is not implemented yet on backend cuda");
 #endif
   for (const std::string& want : wants)

@@ -26,7 +26,7 @@ struct BlockRun {
 BlockRun run_block(const MoeConfig& c) {
   BlockRun r{c, make_inputs(c), make_routing(c), Tensor(c.dtype, {c.tokens, c.hidden}), make_grads(c)};
   std::unique_ptr<Comm> comm = make_local_comm();
-  MoeBlock block(c, KernelConfig{}, *backend_by_name("cpu"), *comm);
+  MoeBlock block(c, testing::test_backend("cpu"), *comm);
   EXPECT_TRUE(block.forward_backward(r.out, r.grads, r.in, to_memory(r.routing, host_memory())).is_ok());
   return r;
 }

@@ -11,8 +11,8 @@
 #include <sstream>
 #include <string>
 
+#include "cpu/gemm/gemm.h"
 #include "moe/cpu_isa.h"
-#include "moe/gemm.h"
 #include "test_util.h"
 
 namespace moe {

@@ -1,8 +1,8 @@
 // Before any test: a fatal signal names the GEMM row and shape that were running (moe/fatal_signal.h),
-// as moe-bench's do, so a kernel dying on some CPU says which. And auto's tuning file (moe/gemm.h) is the
-// build's (MOE_TEST_CACHE_DIR), never the user's cache, whatever the shell says; the moe-bench runs the tests
-// start inherit it. Set in a static initializer, since the tuning file is looked up lazily, at the first GEMM
-// a table measures.
+// as moe-bench's do, so a kernel dying on some CPU says which. And auto's tuning file (cpu/gemm/gemm.h) is
+// the build's (MOE_TEST_CACHE_DIR), never the user's cache, whatever the shell says; the moe-bench runs the
+// tests start inherit it. Set in a static initializer, since the tuning file is looked up lazily, at the
+// first GEMM a table measures.
 #include <cstdlib>
 #include <string>
 

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "cpu/gemm/gemm.h"
 #include "moe/fatal_signal.h"
-#include "moe/gemm.h"
 
 namespace moe {
 namespace {

@@ -1,4 +1,4 @@
-// Every form of the cpu backend's kernel table (moe/gemm.h), run as `--gemm-variant V` runs it (V's row
+// Every form of the cpu backend's kernel table (cpu/gemm/gemm.h), run as `--gemm-variant V` runs it (V's row
 // where its supports() takes the call, the table's next row elsewhere), against the plain reference of
 // src/ref/gemm.cpp: its float64 sums of the very values the kernel reads (bf16 inputs are what they
 // store). Fresh random inputs each run; the seed is printed (MOE_TEST_SEED replays).
@@ -20,9 +20,9 @@
 #include <string>
 #include <vector>
 
+#include "cpu/gemm/gemm.h"
 #include "cpu/gemm/gemm_variants.h"
 #include "gemm_cases.h"
-#include "moe/gemm.h"
 #include "moe/rng.h"
 #include "moe/tensor.h"
 #include "ref/gemm.h"

@@ -159,14 +159,14 @@ TEST(Harness, NoRowReadsAboveTheCeilingWithoutANoteAndNoneWhenUntimed) {
 TEST(Harness, CeilingIsTimedOnItsOwnTermsOrNotAtAll) {
   MoeConfig tiny;
   tiny.tokens = 33, tiny.hidden = 16, tiny.mlp_dim = 12, tiny.topk = 2;
-  const Ceiling untimed = measure_ceiling(*backend_by_name("cpu"), tiny);
+  const Ceiling untimed = measure_ceiling(testing::test_backend("cpu"), tiny);
   EXPECT_FALSE(untimed.tflops) << "a GEMM under kMinCeilingFlops is too small to time";
   EXPECT_EQ(untimed.samples, 0);
 
   MoeConfig c;
   c.tokens = 256, c.hidden = 128, c.mlp_dim = 128, c.topk = 2;
   ASSERT_GE(2.0 * 512 * 128 * 256, kMinCeilingFlops);
-  const Ceiling timed = measure_ceiling(*backend_by_name("cpu"), c, 0.05);
+  const Ceiling timed = measure_ceiling(testing::test_backend("cpu"), c, 0.05);
   ASSERT_TRUE(timed.tflops);
   EXPECT_GT(*timed.tflops, 0);
   EXPECT_GE(timed.samples, 5);

@@ -1,5 +1,5 @@
 // The int8 pieces of the quant modes: quantization (moe/quantize.h), the cpu backend's against the plain
-// reference bit for bit, and every int8 GEMM of the kernel table (nn_s8, moe/gemm.h) against the
+// reference bit for bit, and every int8 GEMM of the kernel table (nn_s8, cpu/gemm/gemm.h) against the
 // reference's exact integer sums, also bit for bit (the dequantization is the same float32 steps, so
 // nothing may differ). Fresh random inputs each run; the seed is printed (MOE_TEST_SEED replays).
 #include <gtest/gtest.h>
@@ -14,13 +14,13 @@
 #include <string>
 #include <vector>
 
+#include "cpu/gemm/gemm.h"
 #include "cpu/gemm/gemm_s8.h"
 #include "cpu/gemm/gemm_variants.h"
 #include "cpu/ops/quantize_isa.h"
 #include "int8_gemm_cases.h"
 #include "isa_instances.h"
 #include "moe/cpu_isa.h"
-#include "moe/gemm.h"
 #include "moe/quantize.h"
 #include "moe/rng.h"
 #include "moe/tensor.h"

@@ -222,11 +222,10 @@ std::pair<PlanVectors, PlanVectors> cpu_and_ref_plans(const Packed& packed, cons
                                                       const MoeConfig& cfg, int64_t tile) {
   DispatchPlan cpu_plan = allocate_plan(cfg, tile, host_memory());
   cpu::build_dispatch_plan(cpu_plan, packed, host_view(r), cfg, tile);
-  Backend& ref = *backend_by_name("ref");
+  Backend& ref = testing::test_backend("ref");
   const StageTracer tracer;
-  const KernelConfig kernel;
   DispatchPlan ref_plan = allocate_plan(cfg, tile, ref.memory());
-  ref.make_pack(OpContext{cfg, kernel, ref, tracer, tile})->forward(ref_plan, to_memory(r, ref.memory()));
+  ref.make_pack(OpContext{cfg, ref, tracer, tile})->forward(ref_plan, to_memory(r, ref.memory()));
   return {testing::plan_vectors(cpu_plan), testing::plan_vectors(ref_plan)};
 }
 

@@ -204,7 +204,7 @@ TEST(Sweep, RepeatsAreSeparateBlocksAndRowsCarryTheirSpread) {
 }
 
 TEST(Sweep, CeilingIsMeasuredOncePerKeyUnlessAskedOtherwise) {
-  Backend& cpu = *backend_by_name("cpu");
+  Backend& cpu = testing::test_backend("cpu");
   MoeConfig tiny;  // too small to time: measure_ceiling returns at once, and still counts
   tiny.tokens = 8, tiny.hidden = 8, tiny.mlp_dim = 8, tiny.topk = 1;
   CeilingCache cache;

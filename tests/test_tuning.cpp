@@ -1,7 +1,8 @@
-// auto measured, not list order (moe/gemm.h, src/cpu/gemm/tuning.h): the first call of a shape class times
-// each variant that takes it and keeps the fastest in the tuning file; later tables read it; --tune measures
-// again; a corrupt, foreign or unreadable file is ignored with one warning line and never written over; an
-// entry naming a variant that cannot run here is never taken. Files live in a temp dir of the test's own.
+// auto measured, not list order (cpu/gemm/gemm.h, src/cpu/gemm/tuning.h): the first call of a shape class
+// times each variant that takes it and keeps the fastest in the tuning file; later tables read it; --tune
+// measures again; a corrupt, foreign or unreadable file is ignored with one warning line and never written
+// over; an entry naming a variant that cannot run here is never taken. Files live in a temp dir of the test's
+// own.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,8 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include "cpu/gemm/gemm.h"
 #include "cpu/gemm/tuning.h"
-#include "moe/gemm.h"
 #include "moe/reference.h"
 #include "moe/rng.h"
 #include "moe/tensor.h"

@@ -14,6 +14,9 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <string>
@@ -56,9 +59,20 @@ inline Routing edge_routing(int64_t tokens, int64_t topk, int64_t experts,
 // Names of the registered backends (all, or all but `except`), for value-parameterized tests.
 inline std::vector<std::string> backend_names(const std::string& except = "") {
   std::vector<std::string> names;
-  for (Backend* b : registered_backends())
-    if (except != b->name()) names.push_back(b->name());
+  for (const std::string& name : registered_backend_names())
+    if (except != name) names.push_back(name);
   return names;
+}
+
+// The backend `name` for `kernel`, made once per test process and shared by the tests that ask for it,
+// as a sweep shares one between its runs of one configuration (tests compare what ran, not how often).
+inline Backend& test_backend(const std::string& name, const KernelConfig& kernel = {}) {
+  static std::map<std::string, std::unique_ptr<Backend>> made;
+  static std::mutex mutex;  // ranks as threads ask at once
+  const std::lock_guard<std::mutex> lock(mutex);
+  std::unique_ptr<Backend>& b = made[name + " " + kernel.to_json() + " " + kernel.tuning_file];
+  if (!b) b = make_backend(name, kernel);
+  return *b;
 }
 inline std::string param_name(const ::testing::TestParamInfo<std::string>& info) {
   return info.param;

@@ -1,4 +1,4 @@
-// The int8 GEMM (nn_s8, moe/gemm.h) against the float nn a bf16 run uses, at the reference shape (issue
+// The int8 GEMM (nn_s8, cpu/gemm/gemm.h) against the float nn a bf16 run uses, at the reference shape (issue
 // 23's: T = 8192 tokens, K = 2, E = 16 experts of ~1024 rows, H = M = 1024: the up projection, Kd = 1024,
 // N = 2M = 2048, and the down projection, Kd = 1024, N = 1024) and at the seed's layer (H = 2048, M = 1408,
 // E = 60, here with T = 8192 and K = 2: ~273 rows an expert; up Kd = 2048, N = 2816, down Kd = 1408,
@@ -21,13 +21,14 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "bench_args.h"
 #include "cpu/backend.h"
+#include "cpu/gemm/gemm.h"
 #include "cpu/ops/swiglu.h"
-#include "moe/gemm.h"
 #include "moe/rng.h"
 #include "moe/status.h"
 #include "moe/tensor.h"
@@ -83,11 +84,17 @@ Buffer<std::byte> filled(Dtype dt, int64_t n, uint64_t key) {
   return buf;
 }
 
+// One table per variant, kept for the process (no measuring: the variant named, else the table's order).
 GemmKernels& table(const std::string& variant) {
-  KernelConfig k;
-  k.gemm_variant = variant;
-  k.tuning_file = "none";  // no measuring: the variant named, else the table's order
-  return cpu::cpu_gemm_kernels(k);
+  static std::map<std::string, std::unique_ptr<GemmKernels>> tables;
+  std::unique_ptr<GemmKernels>& t = tables[variant];
+  if (!t) {
+    KernelConfig k;
+    k.gemm_variant = variant;
+    k.tuning_file = "none";
+    t = std::make_unique<GemmKernels>(k);
+  }
+  return *t;
 }
 
 struct Candidate {

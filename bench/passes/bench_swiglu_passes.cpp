@@ -18,9 +18,9 @@
 
 #include "bench_args.h"
 #include "cpu/backend.h"
+#include "cpu/gemm/gemm.h"
 #include "cpu/ops/swiglu_isa.h"
 #include "moe/cpu_isa.h"
-#include "moe/gemm.h"
 #include "moe/rng.h"
 #include "moe/tensor.h"
 
@@ -63,7 +63,7 @@ int run(int rounds, int64_t rows, int64_t M) {
   const GroupedShape groups{off.data(), kExperts};
   KernelConfig k;
   k.tuning_file = "none";
-  GemmKernels& table = cpu::cpu_gemm_kernels(k);
+  GemmKernels table(k);
   const Int8Operands in{x8.data(), xs.data(), w8.data(), ws.data()};
   auto gemm = [&] { table.nn_s8(y.data(), Dtype::f32, in, groups, kHidden, M); };
 

@@ -7,6 +7,10 @@
 //  - supports(op, cfg): ok, or the reason it cannot run that op for cfg. The CLI and the block ask it
 //    before anything is allocated; a make_* call for an unsupported op is an invariant failure.
 //
+// A run makes its backend for its KernelConfig (make_backend) and owns it: the backend owns what its
+// kernels keep (the cpu backend's GEMM kernel table and auto's tuning), and everything that multiplies
+// in that run, the dense ceiling included, goes through that one instance.
+//
 // Registered backends: `cpu` (OpenMP + oneDNN, the default), `ref` (plain scalar loops with float64
 // accumulation: every op's specification, slow) and, when built with CUDA, `cuda`. How a new backend,
 // quant mode or comm path plugs in: docs/design.md.
@@ -23,9 +27,26 @@
 
 namespace moe {
 
+// What a run reads from its backend's GEMM kernel table, where auto's tuning and choices live.
+class KernelTableReport {
+ public:
+  virtual ~KernelTableReport() = default;
+  // Per GEMM form, the kernel variants that ran since the last call ("nn:dpbf16,tn_pair:onednn"): rows'
+  // gemm_kernels.
+  virtual std::string take_choices() = 0;
+  // How many shape classes auto has measured so far (never inside a timed call: the harness checks).
+  virtual int64_t measurements() const = 0;
+};
+
 class Backend {
  public:
+  explicit Backend(KernelConfig kernel) : kernel_(std::move(kernel)) {}
   virtual ~Backend() = default;
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
+
+  // The kernel configuration it was made for (--gemm-variant, thresholds, threads, auto's tuning file).
+  const KernelConfig& kernel() const { return kernel_; }
   virtual const char* name() const = 0;
   // One line: what computes, and on which device (e.g. the GPU's name, or why there is none).
   virtual std::string description() const = 0;
@@ -71,23 +92,27 @@ class Backend {
   // float32 inputs: the fastest dense GEMM this machine offers for that data.
   virtual Dtype gemm_arithmetic(Dtype storage) const { return storage; }
 
-  // The kernel configuration the next runs use (--gemm-variant, thresholds, auto's tuning): dense_gemm
-  // and gemm_arithmetic follow it; ops follow their OpContext's. Checked by the CLI first (an unknown or
-  // unrunnable kernel variant is a user error).
-  virtual Status configure(const KernelConfig& kernel) { return Status::ok(); }
-  // Per GEMM form, the kernel variants that ran since the last call ("nn:dpbf16,tn_pair:onednn"; "" for a
-  // backend without a kernel table): rows' gemm_kernels.
-  virtual std::string take_kernel_choices() { return ""; }
-  // How many times auto has measured kernels so far (never inside a timed call: the harness checks).
-  virtual int64_t kernel_measurements() const { return 0; }
+  // Its GEMM kernel table (nullptr: a backend without one).
+  virtual KernelTableReport* kernel_table() { return nullptr; }
+
+ private:
+  KernelConfig kernel_;
 };
 
-// The registered backends, in `--list` order (cpu first: the default).
-const std::vector<Backend*>& registered_backends();
-// nullptr for an unknown name.
-Backend* backend_by_name(const std::string& name);
+// Its kernel table's take_choices() ("" for a backend without a table) and measurements() (0).
+std::string take_kernel_choices(Backend& backend);
+int64_t kernel_measurements(Backend& backend);
+
+// The registered backends' names, in `--list` order (cpu first: the default).
+const std::vector<std::string>& registered_backend_names();
 // "cpu, ref, cuda": for error messages.
 std::string backend_names();
+// A new backend of that name for `kernel`; nullptr for an unknown name. REQUIRES:
+// check_kernel_config(kernel).
+std::unique_ptr<Backend> make_backend(const std::string& name, const KernelConfig& kernel = {});
+// Ok where every backend can be made for `kernel` (a known --gemm-variant that runs here, valid
+// thresholds); else the one line for the user.
+Status check_kernel_config(const KernelConfig& kernel);
 
 // The reason text of supports() for an op a backend does not implement yet.
 Status not_implemented(const Backend& backend, OpKind op);

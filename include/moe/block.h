@@ -32,7 +32,7 @@ class MoeBlock {
   // allocation by the caller; checked again here). backend and comm outlive the block. cfg is the
   // global problem; over several ranks (cfg.parallel_mode dp, ep) each rank's block computes its share
   // (layout(), moe/parallel.h).
-  MoeBlock(const MoeConfig& cfg, const KernelConfig& kcfg, Backend& backend, Comm& comm);
+  MoeBlock(const MoeConfig& cfg, Backend& backend, Comm& comm);
 
   // The inputs, routing and outputs below are in the backend's memory (Backend::to_device,
   // to_memory(routing, backend.memory()), make_grads(rank_config(cfg, layout()), backend)) and are this
@@ -95,7 +95,6 @@ class MoeBlock {
   MoeConfig held_cfg_;    // the tokens (and experts) the rank holds: its shared expert's, its outputs'
   bool split_ = false;    // it gathers every token but holds a slice (Exchange::gathers_tokens)
   MoeConfig expert_cfg_;  // the experts it holds, sized for every row it can receive
-  KernelConfig kcfg_;
   Backend& backend_;
   StageTracer tracer_;
   std::unique_ptr<Exchange> exchange_;

@@ -183,7 +183,7 @@ struct GemmThresholds {
 struct KernelConfig {
   int threads = 0;                    // 0: all cores
   int64_t gmm_tile_rows = 64;         // gmm backend: each expert group padded to a multiple of this
-  std::string gemm_variant = "auto";  // a name from gemm_variants() (moe/gemm.h); auto = measured
+  std::string gemm_variant = "auto";  // a name from gemm_variants() (cpu/gemm/gemm.h); auto = measured
   int cuda_gemm_streams = 4;          // cuda: streams a grouped GEMM spreads its per-expert GEMMs over
   GemmThresholds thresholds;
   // How `auto` learns which variant is fastest per GEMM form and shape class (docs/design.md, "Kernel

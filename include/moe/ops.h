@@ -57,8 +57,7 @@ class StageTracer {
 // What every op is made with. The references stay valid for the op's life (the block owns them).
 struct OpContext {
   const MoeConfig& cfg;
-  const KernelConfig& kernel;
-  Backend& backend;
+  Backend& backend;  // its kernel() is the op's kernel configuration
   const StageTracer& tracer;
   int64_t tile_rows;  // the plan's layout (layout_tile_rows)
 };

@@ -14,7 +14,7 @@
 #include <cstdint>
 
 #include "moe/dtype.h"
-#include "moe/gemm.h"
+#include "moe/grouped.h"
 #include "moe/tensor.h"
 
 namespace moe {

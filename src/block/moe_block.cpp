@@ -32,8 +32,8 @@ void add_into_f32(Tensor& sum, const Tensor& part, bool first) {
 
 }  // namespace
 
-MoeBlock::MoeBlock(const MoeConfig& cfg, const KernelConfig& kcfg, Backend& backend, Comm& comm)
-    : cfg_(cfg), kcfg_(kcfg), backend_(backend), tracer_(&backend) {
+MoeBlock::MoeBlock(const MoeConfig& cfg, Backend& backend, Comm& comm)
+    : cfg_(cfg), backend_(backend), tracer_(&backend) {
   check_supported(exchange_supports(cfg_, comm));
   exchange_ = make_exchange(cfg_, comm);
   // The token side (pack, dispatch, combine) runs on the tokens and experts of this rank's plan, the
@@ -45,10 +45,10 @@ MoeBlock::MoeBlock(const MoeConfig& cfg, const KernelConfig& kcfg, Backend& back
   split_ = exchange_->gathers_tokens();
   check_supported(backend.supports_block(token_cfg_));
   check_supported(backend.supports_block(expert_cfg_));
-  const int64_t tile_rows = layout_tile_rows(cfg_, kcfg_.gmm_tile_rows);
-  const OpContext ctx{token_cfg_, kcfg_, backend_, tracer_, tile_rows};
-  const OpContext held_ctx{held_cfg_, kcfg_, backend_, tracer_, tile_rows};
-  const OpContext expert_ctx{expert_cfg_, kcfg_, backend_, tracer_, tile_rows};
+  const int64_t tile_rows = layout_tile_rows(cfg_, backend_.kernel().gmm_tile_rows);
+  const OpContext ctx{token_cfg_, backend_, tracer_, tile_rows};
+  const OpContext held_ctx{held_cfg_, backend_, tracer_, tile_rows};
+  const OpContext expert_ctx{expert_cfg_, backend_, tracer_, tile_rows};
   pack_ = backend.make_pack(ctx);
   dispatch_ = backend.make_dispatch(ctx);
   expert_ffn_ = backend.make_expert_ffn(expert_ctx);

@@ -7,9 +7,9 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 
+#include "cpu/gemm/gemm.h"
 #include "moe/build_info.h"
 #include "moe/cpu_isa.h"
-#include "moe/gemm.h"
 
 namespace moe {
 namespace {

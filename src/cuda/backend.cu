@@ -44,8 +44,16 @@ class CudaMemory final : public MemorySpace {
   }
 };
 
+// The device's memory: no state of its own (every allocation is the runtime's), shared by every backend
+// instance so that tensors outlive the run that made them, as host tensors do.
+CudaMemory& device_memory() {
+  static CudaMemory memory;
+  return memory;
+}
+
 class CudaBackend final : public Backend {
  public:
+  explicit CudaBackend(const KernelConfig& kernel) : Backend(kernel) {}
   const char* name() const override { return "cuda"; }
   std::string description() const override {
     const Device& d = device();
@@ -61,7 +69,7 @@ class CudaBackend final : public Backend {
     return d.name + " (sm_" + std::to_string(d.sm_major) + std::to_string(d.sm_minor) + ", " +
            std::to_string(d.memory_bytes >> 30) + " GiB)";
   }
-  MemorySpace& memory() override { return memory_; }
+  MemorySpace& memory() override { return device_memory(); }
   void synchronize() override {
     if (device().available) CUDA_CHECK(cudaStreamSynchronize(device().stream));
   }
@@ -99,16 +107,14 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  CudaMemory memory_;
   Blas blas_;             // made on first use: nothing touches the runtime without a device
   Tensor loss_partials_;  // (kLossPartials) f64, made on the first loss
 };
 
 }  // namespace
 
-Backend& cuda_backend() {
-  static CudaBackend backend;
-  return backend;
+std::unique_ptr<Backend> make_cuda_backend(const KernelConfig& kernel) {
+  return std::make_unique<CudaBackend>(kernel);
 }
 
 }  // namespace moe::cuda

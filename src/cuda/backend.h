@@ -7,10 +7,12 @@
 // and to the host return once the host buffer may be reused or read; synchronize() waits for the rest.
 #pragma once
 
+#include <memory>
+
 #include "moe/backend.h"
 
 namespace moe::cuda {
 
-Backend& cuda_backend();
+std::unique_ptr<Backend> make_cuda_backend(const KernelConfig& kernel);
 
 }  // namespace moe::cuda

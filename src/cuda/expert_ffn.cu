@@ -25,7 +25,7 @@ class CudaExpertFfn final : public ExpertFfnOp {
         H_(ctx.cfg.hidden),
         M_(ctx.cfg.mlp_dim),
         E_(ctx.cfg.experts),
-        lanes_(ctx.kernel.cuda_gemm_streams),
+        lanes_(ctx.backend.kernel().cuda_gemm_streams),
         groups_(ctx.cfg.experts) {
     blas_.ensure_ready(lanes_);
     const int64_t max_rows = max_plan_rows(ctx.cfg, ctx.tile_rows);

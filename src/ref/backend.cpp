@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <memory>
+
 #include "cpu/ops/expert_ffn_int8.h"
 #include "cpu/ops/shared_expert_int8.h"
 #include "moe/quantize.h"
@@ -12,6 +14,7 @@ namespace {
 
 class RefBackend final : public Backend {
  public:
+  explicit RefBackend(const KernelConfig& kernel) : Backend(kernel) {}
   const char* name() const override { return "ref"; }
   std::string description() const override {
     return "plain scalar loops, float64 accumulation: every op's specification (slow)";
@@ -94,9 +97,8 @@ class RefBackend final : public Backend {
 
 }  // namespace
 
-Backend& ref_backend() {
-  static RefBackend backend;
-  return backend;
+std::unique_ptr<Backend> make_ref_backend(const KernelConfig& kernel) {
+  return std::make_unique<RefBackend>(kernel);
 }
 
 }  // namespace moe::ref

@@ -2,10 +2,12 @@
 // every configuration the block accepts, slowly, and is what the other backends are tested against.
 #pragma once
 
+#include <memory>
+
 #include "moe/backend.h"
 
 namespace moe::ref {
 
-Backend& ref_backend();
+std::unique_ptr<Backend> make_ref_backend(const KernelConfig& kernel);
 
 }  // namespace moe::ref

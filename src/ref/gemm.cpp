@@ -100,7 +100,7 @@ void grouped_gemm_nn_swiglu(const GemmThresholds& k, void* h, void* g, Dtype out
     const Group gr = group(groups, e);
     for (int64_t r = gr.row0; r < gr.row0 + gr.live; ++r)
       for (int64_t j = 0; j < M; ++j) {
-        // From h as stored (rounded to out_dtype), as moe/gemm.h defines g.
+        // From h as stored (rounded to out_dtype), as cpu/gemm/gemm.h defines g.
         const double gate = load(h, out_dtype, r * 2 * M + j), up = load(h, out_dtype, r * 2 * M + M + j);
         store(g, out_dtype, r * M + j, ref::silu(gate) * up * (row_weight ? row_weight[r] : 1.0));
       }
@@ -132,7 +132,7 @@ void grouped_gemm_nt_swiglu_grad(const GemmThresholds& k, void* dh, void* dg, co
     const Group g = group(groups, e);
     for (int64_t r = g.row0; r < g.row0 + g.live; ++r)
       for (int64_t j = 0; j < M; ++j) {
-        // From dg as stored (rounded to dtype), as moe/gemm.h defines dh.
+        // From dg as stored (rounded to dtype), as cpu/gemm/gemm.h defines dh.
         const double d = load(dg, dtype, r * M + j) * (row_weight ? row_weight[r] : 1.0);
         const double gate = load(h, dtype, r * 2 * M + j), up = load(h, dtype, r * 2 * M + M + j);
         store(dh, dtype, r * 2 * M + j, d * up * ref::silu_grad(gate));

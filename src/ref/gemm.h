@@ -1,12 +1,12 @@
-// The plain grouped-GEMM reference: every form of moe/gemm.h as scalar loops with float64 sums of the
+// The plain grouped-GEMM reference: every form of cpu/gemm/gemm.h as scalar loops with float64 sums of the
 // values as stored, rounded once to the output dtype (which may also be float64: the tests' oracle reads
 // exact sums). The kernel table's last row (variant `ref`, slow, any CPU) and the oracle of
-// tests/test_gemm.cpp. Semantics, shapes and padding rows as moe/gemm.h says; nothing is fast here.
+// tests/test_gemm.cpp. Semantics, shapes and padding rows as cpu/gemm/gemm.h says; nothing is fast here.
 #pragma once
 
 #include <string>
 
-#include "moe/gemm.h"
+#include "cpu/gemm/gemm.h"
 
 namespace moe::ref_gemm {
 

@@ -1,4 +1,4 @@
-// The int8 GEMM reference (moe/gemm.h, nn_s8): exact integer sums (int64, so no kernel's int32 can
+// The int8 GEMM reference (cpu/gemm/gemm.h, nn_s8): exact integer sums (int64, so no kernel's int32 can
 // hide an overflow behind a matching one), dequantized in float32 in the seed's order. FBGEMM's
 // matmul_u8i8acc32_ref is the model. Every int8 kernel must equal it bit for bit.
 #include <cstring>

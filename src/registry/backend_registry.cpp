@@ -86,26 +86,62 @@ Status every_op_float_expert_ffn(const Backend& backend, OpKind op, const MoeCon
                                    name(cfg.quant_mode), backend.name()));
 }
 
-const std::vector<Backend*>& registered_backends() {
-  static const std::vector<Backend*> backends = {
-      &cpu::cpu_backend(), &ref::ref_backend(),
-#ifdef MOE_HAVE_CUDA
-      &cuda_module_backend(),  // opened when first asked (registry/cuda_module.h)
-#endif
-  };
-  return backends;
+namespace {
+
+struct Registered {
+  const char* name;
+  std::unique_ptr<Backend> (*make)(const KernelConfig& kernel);
+};
+
+std::unique_ptr<Backend> make_cpu(const KernelConfig& kernel) {
+  return std::make_unique<cpu::CpuBackend>(kernel);
 }
 
-Backend* backend_by_name(const std::string& name) {
-  for (Backend* b : registered_backends())
-    if (name == b->name()) return b;
-  return nullptr;
+constexpr Registered kBackends[] = {
+    {"cpu", &make_cpu},
+    {"ref", &ref::make_ref_backend},
+#ifdef MOE_HAVE_CUDA
+    {"cuda", &make_cuda_module_backend},  // its module opened when first asked (registry/cuda_module.h)
+#endif
+};
+
+}  // namespace
+
+std::string take_kernel_choices(Backend& backend) {
+  KernelTableReport* table = backend.kernel_table();
+  return table ? table->take_choices() : "";
+}
+
+int64_t kernel_measurements(Backend& backend) {
+  KernelTableReport* table = backend.kernel_table();
+  return table ? table->measurements() : 0;
+}
+
+const std::vector<std::string>& registered_backend_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const Registered& r : kBackends) v.push_back(r.name);
+    return v;
+  }();
+  return names;
 }
 
 std::string backend_names() {
   std::string names;
-  for (Backend* b : registered_backends()) names += (names.empty() ? "" : ", ") + std::string(b->name());
+  for (const std::string& n : registered_backend_names()) names += (names.empty() ? "" : ", ") + n;
   return names;
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& name, const KernelConfig& kernel) {
+  MOE_CHECK(check_kernel_config(kernel).is_ok(), "make_backend: a kernel configuration the CLI checked");
+  for (const Registered& r : kBackends)
+    if (name == r.name) return r.make(kernel);
+  return nullptr;
+}
+
+Status check_kernel_config(const KernelConfig& kernel) {
+  MOE_RETURN_IF_ERROR(check_gemm_variant(kernel.gemm_variant));
+  return kernel.thresholds.validate();
 }
 
 }  // namespace moe

@@ -21,16 +21,44 @@ std::string program_dir() {
   return p.substr(0, p.rfind('/') + 1);
 }
 
+using Entry = Backend* (*)(const KernelConfig*);
+
+// The module's entry point, or why there is none: the library is opened once per process (the loader
+// keeps it), each backend made from it belongs to its stand-in.
+struct Module {
+  Entry entry = nullptr;
+  std::string why_not;
+};
+
+Module open_module() {
+  void* handle = ::dlopen((program_dir() + kModule).c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle) handle = ::dlopen(kModule, RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    const char* why = ::dlerror();
+    return {nullptr,
+            std::string("its module ") + kModule + " cannot be opened (" + (why ? why : "no reason") + ")"};
+  }
+  const auto entry = reinterpret_cast<Entry>(::dlsym(handle, "moe_make_cuda_backend"));
+  if (!entry) return {nullptr, std::string(kModule) + " has no moe_make_cuda_backend"};
+  return {entry, ""};
+}
+
+const Module& the_module() {
+  static const Module module = open_module();
+  return module;
+}
+
 class CudaModule final : public Backend {
  public:
+  explicit CudaModule(const KernelConfig& kernel) : Backend(kernel) {}
   const char* name() const override { return "cuda"; }
   std::string description() const override {
-    return loaded() ? real_->description() : "CUDA kernels and cuBLAS; " + why_not_;
+    return loaded() ? real_->description() : "CUDA kernels and cuBLAS; " + the_module().why_not;
   }
   std::string devices() const override { return "CudaDevice(id=0)"; }
   std::string device_model() const override { return loaded() ? real_->device_model() : "no CUDA backend"; }
   Status available() const override {
-    return loaded() ? real_->available() : Status::error("backend cuda: " + why_not_);
+    return loaded() ? real_->available() : Status::error("backend cuda: " + the_module().why_not);
   }
   MemorySpace& memory() override { return real().memory(); }
   void synchronize() override {
@@ -61,50 +89,30 @@ class CudaModule final : public Backend {
   Dtype gemm_arithmetic(Dtype storage) const override {
     return loaded() ? real_->gemm_arithmetic(storage) : storage;
   }
-  Status configure(const KernelConfig& kernel) override {
-    return loaded() ? real_->configure(kernel) : Status::ok();
-  }
-  std::string take_kernel_choices() override { return loaded() ? real_->take_kernel_choices() : ""; }
-  int64_t kernel_measurements() const override { return loaded() ? real_->kernel_measurements() : 0; }
+  KernelTableReport* kernel_table() override { return loaded() ? real_->kernel_table() : nullptr; }
 
  private:
+  // Made the first time anything but its name is asked.
   bool loaded() const {
-    std::call_once(once_, [this] { open(); });
+    std::call_once(once_, [this] {
+      if (Entry entry = the_module().entry) real_.reset(entry(&kernel()));
+    });
     return real_ != nullptr;
   }
   // The backend inside; only for what needs one (available() was ok: supports() said so).
   Backend& real() const {
-    MOE_CHECK(loaded(), "backend cuda: " + why_not_);
+    MOE_CHECK(loaded(), "backend cuda: " + the_module().why_not);
     return *real_;
-  }
-  void open() const {
-    void* module = ::dlopen((program_dir() + kModule).c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!module) module = ::dlopen(kModule, RTLD_NOW | RTLD_LOCAL);
-    if (!module) {
-      const char* why = ::dlerror();
-      why_not_ =
-          std::string("its module ") + kModule + " cannot be opened (" + (why ? why : "no reason") + ")";
-      return;
-    }
-    using Entry = Backend* (*)();
-    const auto entry = reinterpret_cast<Entry>(::dlsym(module, "moe_cuda_backend"));
-    if (!entry) {
-      why_not_ = std::string(kModule) + " has no moe_cuda_backend";
-      return;
-    }
-    real_ = entry();
   }
 
   mutable std::once_flag once_;
-  mutable Backend* real_ = nullptr;
-  mutable std::string why_not_;
+  mutable std::unique_ptr<Backend> real_;
 };
 
 }  // namespace
 
-Backend& cuda_module_backend() {
-  static CudaModule module;
-  return module;
+std::unique_ptr<Backend> make_cuda_module_backend(const KernelConfig& kernel) {
+  return std::make_unique<CudaModule>(kernel);
 }
 
 }  // namespace moe

@@ -7,11 +7,11 @@
 
 #include "bench/harness/models.h"
 #include "bench/probes/bandwidth.h"
+#include "cpu/gemm/gemm.h"
 #include "cpu/gemm/peak.h"
 #include "cpu/gemm/tuning.h"
 #include "moe/backend.h"
 #include "moe/cpu_isa.h"
-#include "moe/gemm.h"
 
 namespace moe::bench {
 
@@ -29,7 +29,7 @@ void print_peaks() {
              bw.triad_gbps);
 }
 
-void print_list(const MoeConfig& c, WaitPolicy wait, int threads) {
+void print_list(const MoeConfig& c, const KernelConfig& kernel, WaitPolicy wait, int threads) {
   const CpuIsa& cpu = cpu_isa();
   fmt::print("cpu: {}\n  isa level: {} (detected {}{})\n  extensions: {}\n", cpu.model,
              isa_level_name(cpu.level()), isa_level_name(cpu.detected),
@@ -42,7 +42,8 @@ void print_list(const MoeConfig& c, WaitPolicy wait, int threads) {
   fmt::print("openmp wait policy (--wait-policy {}, {} threads): a run now would wait {}{}\n", name(wait),
              threads, describe(w), warning.empty() ? "" : "; " + warning);
   fmt::print("backends (--device; first = default), for this configuration:\n");
-  for (Backend* b : registered_backends()) {
+  for (const std::string& device : registered_backend_names()) {
+    const std::unique_ptr<Backend> b = make_backend(device, kernel);
     fmt::print("  {}: {}\n", b->name(), b->description());
     for (OpKind op : kAllOps) {
       const Status s = b->supports(op, c);
@@ -75,10 +76,9 @@ void print_list(const MoeConfig& c, WaitPolicy wait, int threads) {
                                                                : "bf16 widened to float32")
                            : "no: " + why);
   }
-  // The table auto uses here, row by row, with what each row says of this configuration's GEMMs.
-  const KernelConfig kernel;
+  // The table this configuration's runs use here, row by row (--gemm-variant's first).
   const GemmKernels table(kernel, nullptr);
-  fmt::print("gemm kernel table here (rows in auto's order without measurements; {}):\n",
+  fmt::print("gemm kernel table here (rows in order without measurements; {}):\n",
              kernel.thresholds.to_text());
   for (const GemmRow& r : table.rows())
     fmt::print("  {:<15} {:<9} isa {:<12} {}\n", name(r.form), r.variant->name,

@@ -11,6 +11,6 @@ namespace moe::bench {
 void print_peaks();
 // `wait` and `threads`: the OpenMP wait policy a run with these flags would choose now (--list itself
 // executes nothing again).
-void print_list(const MoeConfig& c, WaitPolicy wait, int threads);
+void print_list(const MoeConfig& c, const KernelConfig& kernel, WaitPolicy wait, int threads);
 
 }  // namespace moe::bench

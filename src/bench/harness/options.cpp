@@ -13,7 +13,6 @@
 #include "bench/harness/numeric_flags.h"
 #include "moe/backend.h"
 #include "moe/build_info.h"
-#include "moe/gemm.h"
 #include "moe/null_routing.h"
 #include "moe/parse.h"
 
@@ -248,7 +247,8 @@ Status convert_modes(const CLI::App& app, const FlagText& t, BenchOptions& opts)
   MOE_RETURN_IF_ERROR(parse_enum("--ep-comm-path", t.ep_comm_path, parse_ep_comm_path,
                                  "compact_psum, ring_ag_rs, all_to_all, masked_psum", c.ep_comm_path));
   if (app.count("--mesh") > 0) MOE_RETURN_IF_ERROR(parse_mesh(t.mesh, c.mesh_data, c.mesh_expert));
-  if (!backend_by_name(c.device))
+  const std::vector<std::string>& devices = registered_backend_names();
+  if (std::find(devices.begin(), devices.end(), c.device) == devices.end())
     return Status::error(fmt::format("invalid --device '{}': expected one of {}", c.device, backend_names()));
   if (!std::isfinite(opts.check_perturb))
     return Status::error(fmt::format("invalid --check-perturb={}: must be finite", opts.check_perturb));
@@ -325,7 +325,7 @@ Status convert_lists(const CLI::App& app, const FlagText& t, BenchOptions& opts)
   MOE_RETURN_IF_ERROR(parse_int_list("--topk-list", t.topk_list, -kMax64, kMax64, opts.topks));
   if (opts.topks.empty()) opts.topks = {opts.topk_flag};
 
-  MOE_RETURN_IF_ERROR(check_gemm_variant(opts.kernel.gemm_variant));
+  MOE_RETURN_IF_ERROR(check_kernel_config(opts.kernel));
 
   return Status::ok();
 }

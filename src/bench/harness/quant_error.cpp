@@ -29,12 +29,12 @@ Status global_results(Comm& comm, const MoeConfig& c, const Tensor& out, const M
   return Status::ok();
 }
 
-Status float_results(FloatResults& f, const MoeConfig& c, const KernelConfig& k, Backend& backend, Comm& comm,
-                     const MoeInputs& in, const RoutingTensors& routing) {
+Status float_results(FloatResults& f, const MoeConfig& c, Backend& backend, Comm& comm, const MoeInputs& in,
+                     const RoutingTensors& routing) {
   MOE_CHECK(c.quant_mode != QuantMode::none, "float_results: a quant run");
   MoeConfig fc = c;
   fc.quant_mode = QuantMode::none;
-  MoeBlock block(fc, k, backend, comm);
+  MoeBlock block(fc, backend, comm);
   const MoeConfig rc = rank_config(fc, block.layout());
   Tensor out = backend.empty(c.dtype, {rc.tokens, c.hidden});
   std::optional<MoeGrads> grads;

@@ -26,8 +26,8 @@ struct QuantError {
 
 // c's block with quant_mode none, one call, on every rank of comm (each rank's in and routing: its
 // slices). REQUIRES: c.quant_mode != none.
-Status float_results(FloatResults& f, const MoeConfig& c, const KernelConfig& k, Backend& backend, Comm& comm,
-                     const MoeInputs& in, const RoutingTensors& routing);
+Status float_results(FloatResults& f, const MoeConfig& c, Backend& backend, Comm& comm, const MoeInputs& in,
+                     const RoutingTensors& routing);
 // The global results of a run on rank 0: its ranks' host slices gathered (every rank calls it; the
 // others get nothing), or the one rank's own.
 Status global_results(Comm& comm, const MoeConfig& c, const Tensor& out, const MoeGrads* grads,

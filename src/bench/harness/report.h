@@ -60,7 +60,7 @@ struct Measured {
   int threads = 0;   // OpenMP threads the run used
   NullRoutingStats null_stats;
   MachineNoise noise;        // while its calls ran
-  std::string gemm_kernels;  // Backend::take_kernel_choices() of its calls: the variant per GEMM form
+  std::string gemm_kernels;  // its backend's take_kernel_choices() after its calls: the variant per GEMM form
   ParallelMeasure parallel;
   // quant modes: relative error of the output and the worst gradient against quant_mode none on the
   // same inputs (bench/harness/quant_error.h); nullopt where not measured.

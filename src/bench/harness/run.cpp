@@ -189,7 +189,7 @@ class Run {
         text_stdout_(o_.format == OutputFormat::text || !o_.out_path.empty()),
         root_(x.comm.rank() == 0),
         parallel_(x.comm.size() > 1),
-        block_(c_, o_.kernel, x.backend, x.comm),
+        block_(c_, x.backend, x.comm),
         // This rank's tokens, experts and routing rows (all of them on one rank).
         rc_(rank_config(c_, block_.layout())),
         routing_(to_memory(rank_routing(x.host_routing, block_.layout()), x.backend.memory())),
@@ -224,7 +224,7 @@ class Run {
                  "(--shared-expert-dim 0) it runs quant_mode none's GEMMs, as the seed does\n");
     if (c_.quant_mode == QuantMode::none) return true;
     outcome_.output_status =
-        float_results(float_counterpart_.emplace(), c_, o_.kernel, x_.backend, x_.comm, x_.in, routing_);
+        float_results(float_counterpart_.emplace(), c_, x_.backend, x_.comm, x_.in, routing_);
     return bool(outcome_.output_status);
   }
 
@@ -251,7 +251,7 @@ class Run {
   // stages from the end of one barrier; rank 0 gathers them.
   void trace_call(size_t m, const std::function<void()>& call) {
     call();
-    const int64_t measured_before_trace = x_.backend.kernel_measurements();
+    const int64_t measured_before_trace = kernel_measurements(x_.backend);
     std::vector<TraceEvent> mine;
     block_.set_stage_observer([&](const char* stage, auto start, auto end) {
       mine.push_back({stage, int(m), start, end, x_.comm.rank()});
@@ -260,7 +260,7 @@ class Run {
     const auto origin = std::chrono::steady_clock::now();
     call();
     block_.set_stage_observer(nullptr);
-    MOE_CHECK(x_.backend.kernel_measurements() == measured_before_trace,
+    MOE_CHECK(kernel_measurements(x_.backend) == measured_before_trace,
               "auto measured GEMM kernels in the traced call");
     if (!parallel_) {
       events_.insert(events_.end(), mine.begin(), mine.end());
@@ -288,9 +288,9 @@ class Run {
     MemorySpace& memory = x_.backend.memory();
     memory.reset_peak();
     const MemoryUse before = memory.use();
-    // auto measures GEMM kernels the first time it meets a shape (moe/gemm.h), which is the untimed first
-    // call: none may happen in a later one.
-    (void)x_.backend.take_kernel_choices();  // the ceiling's and earlier runs'
+    // auto measures GEMM kernels the first time it meets a shape (cpu/gemm/gemm.h), which is the untimed
+    // first call: none may happen in a later one.
+    (void)take_kernel_choices(x_.backend);  // the ceiling's and earlier runs'
     int calls = 0;
     int64_t measured_by_first_call = 0;
     // Only the timed calls are metered: the untimed and warmup calls start without a barrier, so their
@@ -302,7 +302,7 @@ class Run {
       call();
       if (timed) timed_meter.add_since(mark, block_.comm_meter());
       timed = false;
-      if (++calls == 1) measured_by_first_call = x_.backend.kernel_measurements();
+      if (++calls == 1) measured_by_first_call = kernel_measurements(x_.backend);
     };
     const NoiseProbe noise_probe;
     const auto calls_start = std::chrono::steady_clock::now();
@@ -317,9 +317,9 @@ class Run {
     t.noise = noise_probe.finish(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - calls_start).count(),
         omp_get_max_threads(), available_cores());
-    MOE_CHECK(x_.backend.kernel_measurements() == measured_by_first_call,
+    MOE_CHECK(kernel_measurements(x_.backend) == measured_by_first_call,
               "auto measured GEMM kernels after a run's first call (a shape class changed between calls)");
-    t.gemm_kernels = x_.backend.take_kernel_choices();
+    t.gemm_kernels = take_kernel_choices(x_.backend);
     t.memory = MemoryUse{before.live_bytes, during.peak_bytes, during.allocations - before.allocations};
     t.time = max_over_ranks(x_.comm, rank_t, outcome_.output_status);
     t.parallel = measure_parallel(x_.comm, c_, timed_meter, x_.null_stats.real_assignments, comm_peak_,

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "bench/probes/bandwidth.h"
+#include "cpu/gemm/gemm.h"
 #include "cpu/gemm/peak.h"
 #include "moe/backend.h"
-#include "moe/gemm.h"
 #include "moe/tensor.h"
 
 namespace moe::bench {

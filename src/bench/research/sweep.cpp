@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench/harness/backends.h"
 #include "bench/harness/cli.h"
 #include "bench/harness/list.h"
 #include "bench/harness/models.h"
@@ -26,7 +27,7 @@
 #include "bench/research/plan.h"
 #include "bench/research/progress.h"
 #include "bench/research/store.h"
-#include "moe/gemm.h"
+#include "cpu/gemm/gemm.h"
 #include "moe/parallel.h"
 
 namespace moe::bench {
@@ -105,14 +106,14 @@ int most_threads(const Sweep& s) {
 }
 
 // Checks every point before any runs.
-Status check_points(Sweep& s) {
+Status check_points(Sweep& s, BackendPool& backends) {
   if (s.opts.front().list || s.opts.front().peak) return Status::ok();
   if (s.points.size() > 1 && !s.opts.front().dump_dir.empty())
     return Status::error("--dump takes a single run (one distribution, topk and impl)");
   Comm& comm = world_comm();
   for (const BenchOptions& o : s.opts) {
     MOE_RETURN_IF_ERROR(set_thread_count(o.kernel.threads));
-    MOE_RETURN_IF_ERROR(check_runnable(o, *backend_by_name(o.base.device), comm));
+    MOE_RETURN_IF_ERROR(check_runnable(o, backends.get(o.base.device, o.kernel), comm));
     MOE_RETURN_IF_ERROR(preflight(o));
     // One csv file holds one header: points whose rows have other columns (--check=false,true) cannot share
     // it.
@@ -169,7 +170,8 @@ Status check_ranks_agree(Comm& world, const Sweep& s, const Status& checked, boo
 // comm, the ceilings and the inputs. Each step returns an exit code to stop with, or nullopt to go on.
 class Runner {
  public:
-  explicit Runner(const Sweep& s) : s_(s), progress_(total_runs(s), s.resume), comm_(world_comm()) {}
+  Runner(const Sweep& s, BackendPool& backends)
+      : s_(s), backends_(backends), progress_(total_runs(s), s.resume), comm_(world_comm()) {}
 
   // Over several ranks rank 0 alone reads and writes the store and its claims; the others take its
   // verdicts (share_verdict), so every rank runs the same runs.
@@ -201,8 +203,6 @@ class Runner {
 
   std::optional<int> point(size_t pi) {
     const BenchOptions& o = s_.opts[pi];
-    MOE_CHECK(backend_by_name(o.base.device)->configure(o.kernel).is_ok(),
-              "parse_options checked the kernels");
     if (Status st = set_thread_count(o.kernel.threads); !st) return fail(st);
     // After the variant and thread count are set: the environment names both.
     env_ = capture_environment();
@@ -260,7 +260,7 @@ class Runner {
         if (std::find(claimed.begin(), claimed.end(), ids[m]) != claimed.end())
           run_o.queue_modes.push_back(o.queue_modes[m]);
     }
-    Backend& backend = *backend_by_name(o.base.device);
+    Backend& backend = backends_.get(o.base.device, o.kernel);
     announce_point(o, backend);
     const MoeInputs& host_in = inputs_.host(c, backend, comm_);
     const Ceiling ceiling = ceilings_.get(o.ceiling, backend, c, o.with_peak);
@@ -330,6 +330,7 @@ class Runner {
   }
 
   const Sweep& s_;
+  BackendPool& backends_;
   Progress progress_;
   Comm& comm_;
   bool csv_header_printed_ = false;
@@ -364,10 +365,11 @@ int run_sweep(const std::vector<std::string>& args, const std::string& command, 
   Comm& world = world_comm();
   if (world.rank() != 0 && std::freopen("/dev/null", "w", stdout) == nullptr)
     return fail(Status::error("rank " + std::to_string(world.rank()) + ": cannot close its stdout"));
-  const Status checked = check_points(s);
+  BackendPool backends;  // before the runner and its caches: tensors in their memory die first
+  const Status checked = check_points(s, backends);
   if (checked && (first.list || first.peak)) {
     if (Status st = set_thread_count(first.kernel.threads); !st) return fail(st);
-    if (first.list) print_list(first.base, first.wait_policy, most_threads(s));
+    if (first.list) print_list(first.base, first.kernel, first.wait_policy, most_threads(s));
     if (first.peak) print_peaks();
     return 0;
   }
@@ -382,7 +384,7 @@ int run_sweep(const std::vector<std::string>& args, const std::string& command, 
       if (world.size() > 1) world.abort(code);
       return code;
     }
-  Runner runner(s);
+  Runner runner(s, backends);
   if (std::optional<int> stop = runner.start()) return *stop;
   for (size_t pi = 0; pi < s.points.size(); ++pi)
     if (std::optional<int> stop = runner.point(pi)) return *stop;

@@ -1,4 +1,4 @@
-// The GEMM variants of the kernel table (moe/gemm.h), in the table's order: a variant's rows come before
+// The GEMM variants of the kernel table (cpu/gemm/gemm.h), in the table's order: a variant's rows come before
 // those of the variants after it, the reference's last. A kernel for a new ISA plugs in with its file(s)
 // (docs/design.md, "Kernel table") and one MOE_GEMM_VARIANT line here.
 #include <fmt/format.h>

@@ -1,4 +1,4 @@
-// Our int8 dot-product GEMM (moe/gemm.h's nn_s8 and nn_s8_swiglu): what the entry points
+// Our int8 dot-product GEMM (cpu/gemm/gemm.h's nn_s8 and nn_s8_swiglu): what the entry points
 // (src/cpu/gemm/gemm_s8.cpp, build ISA) lay out for one call and hand to an instance of the kernel
 // (cpu/gemm/gemm_s8_kernel.h). Instances: AVX-512 VNNI on zmm (src/cpu/gemm/avx512/gemm_vnni_avx512.cpp) and
 // AVX-VNNI on ymm (src/cpu/gemm/avx2/gemm_vnni_avx2.cpp), the `vnni` variant (src/cpu/gemm/gemm_vnni.cpp);
@@ -26,8 +26,8 @@
 #include <cstdint>
 #include <string>
 
+#include "cpu/gemm/gemm.h"
 #include "moe/dtype.h"
-#include "moe/gemm.h"
 
 namespace moe::s8 {
 

@@ -1,5 +1,5 @@
-// The GEMM variants behind moe/gemm.h's kernel table. Each namespace implements the forms with the
-// signatures of moe/gemm.h's Gemm*Fn (the thresholds first), its supports() (which calls its kernels
+// The GEMM variants behind cpu/gemm/gemm.h's kernel table. Each namespace implements the forms with the
+// signatures of cpu/gemm/gemm.h's Gemm*Fn (the thresholds first), its supports() (which calls its kernels
 // compute; the table runs the next row for the rest) and the capability answers of GemmVariant. A
 // variant plugs in with its file(s) and one MOE_GEMM_VARIANT line in gemm_registry.cpp.
 #pragma once
@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "cpu/gemm/gemm.h"
 #include "cpu/ops/swiglu.h"
-#include "moe/gemm.h"
 #include "moe/status.h"
 #include "ref/gemm.h"
 
@@ -52,7 +52,7 @@
                   bool trans_b);                                                                     \
   }
 
-// A variant's nn_s8 (moe/gemm.h).
+// A variant's nn_s8 (cpu/gemm/gemm.h).
 #define MOE_DECLARE_GEMM_NN_S8(ns)                                                              \
   namespace moe::ns {                                                                           \
   void grouped_gemm_nn_s8(const GemmThresholds& k, void* out, Dtype out_dtype, Int8Operands in, \
@@ -66,7 +66,7 @@
                                  const float* row_weight);                                                   \
   }
 
-// A variant's fused SwiGLU forms (moe/gemm.h): nn_swiglu, and nt_swiglu_grad.
+// A variant's fused SwiGLU forms (cpu/gemm/gemm.h): nn_swiglu, and nt_swiglu_grad.
 #define MOE_DECLARE_GEMM_NN_SWIGLU(ns)                                                                       \
   namespace moe::ns {                                                                                        \
   void grouped_gemm_nn_swiglu(const GemmThresholds& k, void* h, void* g, Dtype out_dtype, const void* lhs,   \
@@ -168,7 +168,7 @@ inline void zero_padding_rows(void* out, Dtype dt, GroupRows g, int64_t width) {
                 size_t((g.rows - g.live) * width) * dtype_size(dt));
 }
 
-// nn_s8_swiglu's padding rows (moe/gemm.h): h (where kept), g and gq zeros, g_scale a zero row's scale.
+// nn_s8_swiglu's padding rows (cpu/gemm/gemm.h): h (where kept), g and gq zeros, g_scale a zero row's scale.
 inline void write_s8_swiglu_padding(S8SwigluOut out, Dtype dt, GroupedShape groups, int64_t M) {
   for (int64_t e = 0; e < groups.experts; ++e) {
     const GroupRows g = group_rows(groups, e);

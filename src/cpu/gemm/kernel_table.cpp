@@ -1,13 +1,13 @@
-// The kernel table (moe/gemm.h): rows in order, the choice per call, auto's measurements.
+// The kernel table (cpu/gemm/gemm.h): rows in order, the choice per call, auto's measurements.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <bit>
 #include <chrono>
 
+#include "cpu/gemm/gemm.h"
 #include "cpu/gemm/tuning.h"
 #include "moe/fatal_signal.h"
-#include "moe/gemm.h"
 
 namespace moe {
 namespace {
@@ -114,6 +114,22 @@ std::string gemm_library_version() {
       s += fmt::format("{}{}: {}", s.empty() ? "" : "; ", v.name, v.version());
   return s;
 }
+
+namespace {
+
+std::unique_ptr<GemmTuner> tuner_for(const KernelConfig& kernel) {
+  if (kernel.tuning_file == "none") return nullptr;
+  return std::make_unique<GemmTuner>(GemmTuner::resolve_path(kernel.tuning_file), kernel.retune);
+}
+
+}  // namespace
+
+GemmKernels::GemmKernels(const KernelConfig& kernel) : GemmKernels(kernel, nullptr) {
+  own_tuner_ = tuner_for(kernel);
+  tuner_ = own_tuner_.get();
+}
+
+GemmKernels::~GemmKernels() = default;
 
 GemmKernels::GemmKernels(const KernelConfig& kernel, GemmTuner* tuner) : kernel_(kernel), tuner_(tuner) {
   MOE_CHECK(check_gemm_variant(kernel.gemm_variant).is_ok(), "GemmKernels: a variant that runs here");

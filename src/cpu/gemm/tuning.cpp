@@ -9,11 +9,11 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "cpu/gemm/gemm.h"
 #include "moe/build_info.h"
 #include "moe/cpu_isa.h"
 #include "moe/environment.h"
 #include "moe/file_io.h"
-#include "moe/gemm.h"
 #include "moe/parse.h"
 
 namespace moe {

@@ -1,11 +1,11 @@
-// moe/gemm.h's S8WeightPacks: the packings of int8 weights that stay unchanged across calls.
+// cpu/gemm/gemm.h's S8WeightPacks: the packings of int8 weights that stay unchanged across calls.
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "cpu/gemm/gemm.h"
 #include "moe/check.h"
-#include "moe/gemm.h"
 
 namespace moe {
 namespace {

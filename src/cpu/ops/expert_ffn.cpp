@@ -1,9 +1,8 @@
 #include "cpu/ops/expert_ffn.h"
 
-#include "cpu/backend.h"
+#include "cpu/gemm/gemm.h"
 #include "cpu/ops/swiglu.h"
 #include "moe/backend.h"
-#include "moe/gemm.h"
 
 namespace moe::cpu {
 namespace {
@@ -15,8 +14,8 @@ char* at(Tensor& t, int64_t elements) {
 
 class FloatExpertFfn final : public ExpertFfnOp {
  public:
-  explicit FloatExpertFfn(const OpContext& ctx)
-      : gemm_(cpu_gemm_kernels(ctx.kernel)),
+  FloatExpertFfn(const OpContext& ctx, GemmKernels& gemm)
+      : gemm_(gemm),
         tracer_(ctx.tracer),
         dt_(ctx.cfg.dtype),
         traits_(impl_traits(ctx.cfg.impl)),
@@ -136,8 +135,8 @@ class FloatExpertFfn final : public ExpertFfnOp {
 
 }  // namespace
 
-std::unique_ptr<ExpertFfnOp> make_float_expert_ffn(const OpContext& ctx) {
-  return std::make_unique<FloatExpertFfn>(ctx);
+std::unique_ptr<ExpertFfnOp> make_float_expert_ffn(const OpContext& ctx, GemmKernels& gemm) {
+  return std::make_unique<FloatExpertFfn>(ctx, gemm);
 }
 
 }  // namespace moe::cpu

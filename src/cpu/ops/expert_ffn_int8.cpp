@@ -3,7 +3,6 @@
 #include <memory>
 #include <vector>
 
-#include "cpu/backend.h"
 #include "cpu/ops/swiglu.h"
 #include "moe/backend.h"
 #include "moe/quantize.h"
@@ -229,8 +228,8 @@ class Int8ExpertFfn final : public ExpertFfnOp {
 
 }  // namespace
 
-Int8Kernels cpu_int8_kernels(const KernelConfig& kernel) {
-  return {cpu_gemm_kernels(kernel), &cpu::quantize_rows, &cpu::quantize_experts, &cpu::quantize_columns,
+Int8Kernels cpu_int8_kernels(GemmKernels& gemm) {
+  return {gemm, &cpu::quantize_rows, &cpu::quantize_experts, &cpu::quantize_columns,
           &cpu::quantize_token_rows};
 }
 

@@ -6,7 +6,7 @@
 
 #include <memory>
 
-#include "moe/gemm.h"
+#include "cpu/gemm/gemm.h"
 #include "moe/ops.h"
 
 namespace moe::cpu {
@@ -21,7 +21,7 @@ struct Int8Kernels {
   void (*quantize_columns)(int8_t*, float*, const void*, Dtype, int64_t, int64_t);
   void (*quantize_token_rows)(int8_t*, float*, const void*, Dtype, int64_t, int64_t, int64_t, const int32_t*);
 };
-Int8Kernels cpu_int8_kernels(const KernelConfig& kernel);
+Int8Kernels cpu_int8_kernels(GemmKernels& gemm);
 
 std::unique_ptr<ExpertFfnOp> make_int8_expert_ffn(const OpContext& ctx, Int8Kernels kernels);
 

@@ -23,11 +23,10 @@
 #include <type_traits>
 #include <vector>
 
-#include "cpu/backend.h"
+#include "cpu/gemm/gemm.h"
 #include "cpu/ops/expert_ffn.h"
 #include "cpu/ops/swiglu.h"
 #include "moe/backend.h"
-#include "moe/gemm.h"
 
 namespace moe::cpu {
 namespace {
@@ -41,8 +40,8 @@ const char* at(const Tensor& t, int64_t elements) {
 
 class RefDpExpertFfn final : public ExpertFfnOp {
  public:
-  explicit RefDpExpertFfn(const OpContext& ctx)
-      : gemm_(cpu_gemm_kernels(ctx.kernel)),
+  RefDpExpertFfn(const OpContext& ctx, GemmKernels& gemm)
+      : gemm_(gemm),
         tracer_(ctx.tracer),
         dt_(ctx.cfg.dtype),
         H_(ctx.cfg.hidden),
@@ -238,8 +237,8 @@ class RefDpExpertFfn final : public ExpertFfnOp {
 
 }  // namespace
 
-std::unique_ptr<ExpertFfnOp> make_ref_dp_expert_ffn(const OpContext& ctx) {
-  return std::make_unique<RefDpExpertFfn>(ctx);
+std::unique_ptr<ExpertFfnOp> make_ref_dp_expert_ffn(const OpContext& ctx, GemmKernels& gemm) {
+  return std::make_unique<RefDpExpertFfn>(ctx, gemm);
 }
 
 }  // namespace moe::cpu

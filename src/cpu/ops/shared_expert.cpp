@@ -2,11 +2,10 @@
 
 #include <algorithm>
 
-#include "cpu/backend.h"
+#include "cpu/gemm/gemm.h"
 #include "cpu/ops/swiglu.h"
 #include "cpu/ops/vec_math.h"
 #include "moe/backend.h"
-#include "moe/gemm.h"
 #include "moe/inputs.h"
 
 namespace moe::cpu {
@@ -17,8 +16,8 @@ namespace {
 // bf16 run (one bf16 pass, as JAX on TPU), f32 otherwise.
 class CpuSharedExpert final : public SharedExpertOp {
  public:
-  explicit CpuSharedExpert(const OpContext& ctx)
-      : gemm_(cpu_gemm_kernels(ctx.kernel)),
+  CpuSharedExpert(const OpContext& ctx, GemmKernels& gemm)
+      : gemm_(gemm),
         dt_(ctx.cfg.dtype),
         act_dt_(ctx.cfg.matmul_activation_dtype()),
         fused_(ctx.cfg.shared_fused),
@@ -123,8 +122,8 @@ class CpuSharedExpert final : public SharedExpertOp {
 
 }  // namespace
 
-std::unique_ptr<SharedExpertOp> make_shared_expert_op(const OpContext& ctx) {
-  return std::make_unique<CpuSharedExpert>(ctx);
+std::unique_ptr<SharedExpertOp> make_shared_expert_op(const OpContext& ctx, GemmKernels& gemm) {
+  return std::make_unique<CpuSharedExpert>(ctx, gemm);
 }
 
 }  // namespace moe::cpu

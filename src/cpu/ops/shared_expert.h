@@ -4,10 +4,11 @@
 
 #include <memory>
 
+#include "cpu/gemm/gemm.h"
 #include "moe/ops.h"
 
 namespace moe::cpu {
 
-std::unique_ptr<SharedExpertOp> make_shared_expert_op(const OpContext& ctx);
+std::unique_ptr<SharedExpertOp> make_shared_expert_op(const OpContext& ctx, GemmKernels& gemm);
 
 }  // namespace moe::cpu

@@ -1,6 +1,5 @@
 #include "cpu/ops/shared_expert_int8.h"
 
-#include "cpu/backend.h"
 #include "cpu/ops/swiglu.h"
 #include "moe/backend.h"
 #include "moe/inputs.h"

@@ -222,7 +222,7 @@ struct AmxGemm {
     }
   }
 
-  // moe/gemm.h's nn and nn_swiglu (bf16 inputs: supports() refuses the others).
+  // cpu/gemm/gemm.h's nn and nn_swiglu (bf16 inputs: supports() refuses the others).
   static void nn(void* out, Dtype out_dtype, const void* lhs, ExpertWeights rhs, Dtype in_dtype,
                  GroupedShape groups, int64_t Kd, int64_t N) {
     MOE_CHECK(in_dtype == Dtype::bf16, "the amx kernel takes bfloat16 inputs");
@@ -340,7 +340,7 @@ struct AmxGemm {
 
 }  // namespace moe::amx
 
-// Defines moe/gemm.h's nn, nn_swiglu, nt and tn (the signatures of gemm_variants.h's
+// Defines cpu/gemm/gemm.h's nn, nn_swiglu, nt and tn (the signatures of gemm_variants.h's
 // MOE_DECLARE_GEMM_FORMS_WITH_NN_SWIGLU) in the enclosing namespace on AmxGemm<Tiles>.
 #define MOE_DEFINE_GEMM_AMX_FORMS(Tiles)                                                                     \
   void grouped_gemm_nn(const GemmThresholds&, void* out, Dtype out_dtype, const void* lhs,                   \

@@ -1,4 +1,4 @@
-// The amx variant's int8 GEMM (moe/gemm.h's nn_s8) on AMX-INT8 tiles: TDPBSSD multiplies s8 A and B
+// The amx variant's int8 GEMM (cpu/gemm/gemm.h's nn_s8) on AMX-INT8 tiles: TDPBSSD multiplies s8 A and B
 // tiles into int32 accumulator tiles. Written once against the tile layer (cpu/gemm/amx/amx_tiles.h) like the
 // bf16 kernel (cpu/gemm/amx/gemm_amx_kernel.h): the hardware's tiles (src/cpu/gemm/amx/gemm_amx_s8.cpp) or
 // their plain C++ emulation (src/cpu/gemm/portable/gemm_amx_s8_emulated.cpp, the tests' instance).
@@ -182,13 +182,14 @@ struct AmxS8Gemm {
     Tiles::release();
   }
 
-  // ---- nn_s8_swiglu (moe/gemm.h) ------------------------------------------------------------------------
-  // A register block's two B tiles are 16 gate columns and the same 16 up columns, so its accumulators hold
-  // a row's gate and up sums side by side; the epilogue dequantizes them, rounds them as h stores them, and
-  // makes g = silu(gate) * up * row_weight from those. An item is one row block of an expert over all of its
-  // columns (g's rows are quantized whole): a thread packs an expert's weights once, for all its columns,
-  // when its range of items reaches that expert, keeps the block's rows of g in a staging buffer, and
-  // quantizes and writes them when the block is done.
+  // ---- nn_s8_swiglu (cpu/gemm/gemm.h)
+  // ------------------------------------------------------------------------ A register block's two B tiles
+  // are 16 gate columns and the same 16 up columns, so its accumulators hold a row's gate and up sums side by
+  // side; the epilogue dequantizes them, rounds them as h stores them, and makes g = silu(gate) * up *
+  // row_weight from those. An item is one row block of an expert over all of its columns (g's rows are
+  // quantized whole): a thread packs an expert's weights once, for all its columns, when its range of items
+  // reaches that expert, keeps the block's rows of g in a staging buffer, and quantizes and writes them when
+  // the block is done.
   struct SwigluCall {
     S8SwigluOut out;
     Dtype dt;  // h's and g's
@@ -315,7 +316,7 @@ struct AmxS8Gemm {
 
 }  // namespace moe::amx
 
-// Defines moe/gemm.h's nn_s8_swiglu (gemm_variants.h's MOE_DECLARE_GEMM_NN_S8_SWIGLU) in the enclosing
+// Defines cpu/gemm/gemm.h's nn_s8_swiglu (gemm_variants.h's MOE_DECLARE_GEMM_NN_S8_SWIGLU) in the enclosing
 // namespace on AmxS8Gemm<Tiles>.
 #define MOE_DEFINE_GEMM_AMX_NN_S8_SWIGLU(Tiles)                                                            \
   void grouped_gemm_nn_s8_swiglu(const GemmThresholds&, S8SwigluOut out, Dtype out_dtype, Int8Operands in, \
@@ -324,7 +325,7 @@ struct AmxS8Gemm {
     ::moe::amx::AmxS8Gemm<Tiles>::nn_s8_swiglu(out, out_dtype, in, up, groups, Kd, M, row_weight);         \
   }
 
-// Defines moe/gemm.h's nn_s8 (gemm_variants.h's MOE_DECLARE_GEMM_NN_S8) in the enclosing namespace on
+// Defines cpu/gemm/gemm.h's nn_s8 (gemm_variants.h's MOE_DECLARE_GEMM_NN_S8) in the enclosing namespace on
 // AmxS8Gemm<Tiles>.
 #define MOE_DEFINE_GEMM_AMX_NN_S8(Tiles)                                                      \
   void grouped_gemm_nn_s8(const GemmThresholds&, void* out, Dtype out_dtype, Int8Operands in, \

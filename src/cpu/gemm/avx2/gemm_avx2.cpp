@@ -1,4 +1,4 @@
-// moe/gemm.h's grouped forms (nn, nn_swiglu, nt, nt_swiglu_grad, tn) on our own AVX2 + FMA micro-kernel:
+// cpu/gemm/gemm.h's grouped forms (nn, nn_swiglu, nt, nt_swiglu_grad, tn) on our own AVX2 + FMA micro-kernel:
 // float32 arithmetic for float32 and bfloat16 storage. oneDNN 2.6 has no bf16 matmul below AVX-512, so
 // before this variant a bf16 run on an AVX2 CPU widened each operand to float32 in a pass of its own, ran
 // oneDNN's float32 matmul and rounded its result in another pass. Here bf16 is widened where the

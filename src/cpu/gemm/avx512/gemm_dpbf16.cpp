@@ -1,6 +1,6 @@
-// moe/gemm.h's grouped forms on our own AVX-512 micro-kernel, for the expert groups of MoE: bfloat16
+// cpu/gemm/gemm.h's grouped forms on our own AVX-512 micro-kernel, for the expert groups of MoE: bfloat16
 // with vdpbf16ps (a pair of reduction elements per 32-bit broadcast), float32 with vfmadd231ps (one
-// element per broadcast), the same tiles, packing and epilogues. Its rows (the kernel table, moe/gemm.h)
+// element per broadcast), the same tiles, packing and epilogues. Its rows (the kernel table, cpu/gemm/gemm.h)
 // take what supports() accepts, where these kernels measured faster; the table runs oneDNN's row for the
 // rest (groups above dpbf16_max_group_rows, dense GEMMs, bf16 inputs with a float32 SwiGLU output), and
 // rows' gemm_kernels name the variant that ran per form.

@@ -1,4 +1,4 @@
-// moe/gemm.h on oneDNN 2.6 matmul. Shapes and semantics: see the header.
+// cpu/gemm/gemm.h on oneDNN 2.6 matmul. Shapes and semantics: see the header.
 //
 // Every GEMM becomes one oneDNN matmul described by a Plan, built on the first call with a given
 // (M, K, N, strides, dtypes, transposes, threads) and then cached for the life of the process:

@@ -1,4 +1,4 @@
-// moe/gemm.h without oneDNN: a plain cache-blocked OpenMP GEMM, for machines that lack the library.
+// cpu/gemm/gemm.h without oneDNN: a plain cache-blocked OpenMP GEMM, for machines that lack the library.
 // Shapes and semantics: see the header. It aims at correctness and tolerable speed (the compiler
 // vectorises the inner loop), not at the machine's peak.
 //

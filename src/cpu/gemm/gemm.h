@@ -8,8 +8,8 @@
 //
 // The kernel table (docs/design.md, "Kernel table"): every GEMM variant (dpbf16, onednn, portable, and
 // the plain reference of src/ref/ last) gives one row per form it has: {form, dtypes, ISA level,
-// supports(call) with the reason it does not, function}. A GemmKernels is the table the cpu backend makes
-// for one KernelConfig on this CPU: each call runs the first row, in the order the config asks for
+// supports(call) with the reason it does not, function}. A GemmKernels is the table a cpu backend owns
+// for its KernelConfig on this CPU: each call runs the first row, in the order the config asks for
 // (--gemm-variant first, or auto's measured choice for the call's form and shape class), that supports
 // the call, and records which variant ran per form (rows' gemm_kernels). Nothing is process-wide.
 #pragma once
@@ -23,38 +23,14 @@
 #include <variant>
 #include <vector>
 
+#include "moe/backend.h"
 #include "moe/config.h"
 #include "moe/cpu_isa.h"
 #include "moe/dtype.h"
+#include "moe/grouped.h"
 #include "moe/status.h"
 
 namespace moe {
-
-// Group e is rows [group_offset[e], group_offset[e+1]) of the row buffer. When live_rows is given,
-// only its first live_rows[e] rows hold data: the rest are layout padding (the gmm layout's tile
-// rounding, capacity drops), which nn and nt do not multiply but write as zeros and tn leaves out of
-// its sums (they would add nothing).
-// zero_padding: the caller guarantees that the padding rows of every operand hold zeros, so a form
-// may include some of them in its sums when that is faster (tn rounds its reduction up to 16 rows).
-struct GroupedShape {
-  const int64_t* group_offset;         // (E+1)
-  int64_t experts;                     // E
-  const int64_t* live_rows = nullptr;  // (E) or nullptr: every row of a group is live
-  bool zero_padding = false;
-};
-
-// The weights a grouped GEMM multiplies by: rhs[e] (Kd, N) of one (E, Kd, N) tensor, or the column
-// concatenation [first[e] | second[e]] of two (E, Kd, N/2) tensors, read where they lie (a fused
-// impl's w13 = [w1 | w3] without building it).
-struct ExpertWeights {
-  const void* first;
-  const void* second = nullptr;
-  ExpertWeights(const void* w)
-      : first(w) {}  // NOLINT(google-explicit-constructor): one tensor reads as itself
-  ExpertWeights(const void* w1, const void* w3) : first(w1), second(w3) {}
-  int parts() const { return second ? 2 : 1; }
-  const void* part(int p) const { return p == 0 ? first : second; }
-};
 
 // The forms. Every variant's functions have these signatures after a leading `const GemmThresholds&`.
 //
@@ -261,11 +237,14 @@ class GemmTuner;  // src/cpu/gemm/tuning.h: the per-machine tuning file behind a
 
 // The table for one KernelConfig on this CPU. Not thread-safe: one block at a time calls it (each call
 // is parallel inside).
-class GemmKernels {
+class GemmKernels final : public KernelTableReport {
  public:
   // REQUIRES: check_gemm_variant(kernel.gemm_variant) is ok. tuner: where auto's choices are measured and
   // kept (nullptr: auto takes the table's order).
   GemmKernels(const KernelConfig& kernel, GemmTuner* tuner);
+  // With a tuner of its own on kernel.tuning_file (GemmTuner::resolve_path; "none": no tuner).
+  explicit GemmKernels(const KernelConfig& kernel);
+  ~GemmKernels() override;
 
   void nn(void* out, Dtype out_dtype, const void* lhs, ExpertWeights rhs, Dtype in_dtype, GroupedShape groups,
           int64_t Kd, int64_t N);
@@ -294,14 +273,14 @@ class GemmKernels {
   // The row a call of `call` runs (without measuring: auto's choice so far, else the base order).
   const GemmRow& row_for(const GemmCall& call) const;
   // Per form, the variants whose rows ran since the last call: "nn=dpbf16 nt=dpbf16+onednn tn_pair=onednn".
-  std::string take_choices();
+  std::string take_choices() override;
   // Whether the table's dense bf16 GEMM multiplies bf16 (else it widens to float32): the ceiling's dtype.
   bool bf16_arithmetic() const;
   // Whether every variant that ran since the last take_choices() sums alike on any thread count.
   bool same_sums_on_any_thread_count() const;
   // How many shape classes this table has measured (auto's tuning): tests, and the harness's check that
   // no measuring happens inside a timed call.
-  int64_t measurements() const {
+  int64_t measurements() const override {
     const std::lock_guard<std::recursive_mutex> lock(mutex_);
     return measurements_;
   }
@@ -320,6 +299,7 @@ class GemmKernels {
   const GemmVariant* preferred(const GemmCall& call) const;
 
   KernelConfig kernel_;
+  std::unique_ptr<GemmTuner> own_tuner_;  // the explicit constructor's
   GemmTuner* tuner_;
   std::vector<GemmRow> rows_;
   std::map<std::string, const GemmVariant*> decided_;  // shape class -> auto's variant, this table

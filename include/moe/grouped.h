@@ -1,0 +1,36 @@
+// The operands of a grouped GEMM as the block's ops and the quantization name them: which rows of the
+// expert-major row buffer (pack.h) belong to which expert, and the weights each expert multiplies by.
+// The GEMMs themselves are the cpu backend's (src/cpu/gemm/gemm.h).
+#pragma once
+
+#include <cstdint>
+
+namespace moe {
+
+// Group e is rows [group_offset[e], group_offset[e+1]) of the row buffer. When live_rows is given,
+// only its first live_rows[e] rows hold data: the rest are layout padding (the gmm layout's tile
+// rounding, capacity drops), which nn and nt do not multiply but write as zeros and tn leaves out of
+// its sums (they would add nothing).
+// zero_padding: the caller guarantees that the padding rows of every operand hold zeros, so a form
+// may include some of them in its sums when that is faster (tn rounds its reduction up to 16 rows).
+struct GroupedShape {
+  const int64_t* group_offset;         // (E+1)
+  int64_t experts;                     // E
+  const int64_t* live_rows = nullptr;  // (E) or nullptr: every row of a group is live
+  bool zero_padding = false;
+};
+
+// The weights a grouped GEMM multiplies by: rhs[e] (Kd, N) of one (E, Kd, N) tensor, or the column
+// concatenation [first[e] | second[e]] of two (E, Kd, N/2) tensors, read where they lie (a fused
+// impl's w13 = [w1 | w3] without building it).
+struct ExpertWeights {
+  const void* first;
+  const void* second = nullptr;
+  ExpertWeights(const void* w)
+      : first(w) {}  // NOLINT(google-explicit-constructor): one tensor reads as itself
+  ExpertWeights(const void* w1, const void* w3) : first(w1), second(w3) {}
+  int parts() const { return second ? 2 : 1; }
+  const void* part(int p) const { return p == 0 ? first : second; }
+};
+
+}  // namespace moe
