@@ -136,6 +136,10 @@ struct MoeConfig {
   // The dtype float32 activations are rounded to where a matmul reads them (matmul_precision).
   Dtype matmul_activation_dtype() const;
   bool has_shared() const { return shared_expert_dim > 0; }
+  // Whether the expert FFN's backward recomputes h and g instead of keeping them (remat expert_mlp).
+  bool recomputes_expert_mlp() const {
+    return bench_pass == BenchPass::forward_backward && remat_mode == RematMode::expert_mlp;
+  }
   // cap = max(1, ceil(cf*A/E)) when capacity is active, else 0 (spec §3.3).
   int64_t capacity() const;
   bool capacity_active() const { return capacity_policy != CapacityPolicy::none && capacity_factor > 0; }

@@ -33,4 +33,33 @@ struct ExpertWeights {
   const void* part(int p) const { return p == 0 ? first : second; }
 };
 
+class S8WeightPacks;  // the cpu kernels' packings of int8 weights kept across calls (src/cpu/gemm/gemm.h)
+
+// nn_s8's operands: quantized values and their scales (moe/quantize.h makes them).
+struct Int8Operands {
+  const int8_t* lhs;       // (rows, Kd)
+  const float* lhs_scale;  // (rows)
+  const int8_t* rhs;       // (E, Kd, N)
+  const float* rhs_scale;  // (E) or (E, N)
+  bool rhs_scale_per_column = false;
+  S8WeightPacks* rhs_packs = nullptr;  // rhs unchanged across calls: kernels may keep their packing here
+};
+
+// nn_s8_swiglu's second weight part: the up projection's (E, Kd, M) and its scales, per expert or per
+// column as Int8Operands says; rhs nullptr: Int8Operands' rhs is the whole (E, Kd, 2M) [gate | up]. With two
+// parts, Int8Operands' rhs_packs keeps the packing of both.
+struct Int8UpPart {
+  const int8_t* rhs = nullptr;
+  const float* rhs_scale = nullptr;
+};
+
+// nn_s8_swiglu's outputs.
+struct S8SwigluOut {
+  void* h;         // (rows, 2M) [gate | up] in out_dtype (a buffer of that size either way)
+  void* g;         // (rows, M) in out_dtype
+  int8_t* gq;      // (rows, M) g's rows quantized
+  float* g_scale;  // (rows)
+  bool keep_h = true;
+};
+
 }  // namespace moe

@@ -129,6 +129,11 @@ class ExpertFfnOp {
   // Bytes the forward keeps for the backward at `rows` buffer rows (excluding x_rows).
   virtual int64_t saved_bytes(int64_t rows) const = 0;
 };
+// What a SwiGLU expert FFN's forward keeps at `rows` buffer rows: h (rows, 2M) and g (rows, M) in the run
+// dtype, or nothing where its backward recomputes them (MoeConfig::recomputes_expert_mlp).
+inline int64_t expert_mlp_saved_bytes(const MoeConfig& cfg, int64_t rows) {
+  return cfg.recomputes_expert_mlp() ? 0 : rows * 3 * cfg.mlp_dim * int64_t(dtype_size(cfg.dtype));
+}
 
 // Weighted sum of each token's expert rows, and its backward (spec §3.5).
 class CombineOp {

@@ -18,10 +18,10 @@ class CudaExpertFfn final : public ExpertFfnOp {
  public:
   CudaExpertFfn(const OpContext& ctx, Blas& blas)
       : blas_(blas),
+        cfg_(ctx.cfg),
         dt_(ctx.cfg.dtype),
         preweight_(impl_traits(ctx.cfg.impl).preweight),
-        remat_(ctx.cfg.bench_pass == BenchPass::forward_backward &&
-               ctx.cfg.remat_mode == RematMode::expert_mlp),
+        remat_(ctx.cfg.recomputes_expert_mlp()),
         H_(ctx.cfg.hidden),
         M_(ctx.cfg.mlp_dim),
         E_(ctx.cfg.experts),
@@ -106,9 +106,7 @@ class CudaExpertFfn final : public ExpertFfnOp {
     zero_padding_rows(dx_rows, plan, groups_);
   }
 
-  int64_t saved_bytes(int64_t rows) const override {
-    return remat_ ? 0 : rows * 3 * M_ * int64_t(dtype_size(dt_));  // h (rows, 2M) + g (rows, M)
-  }
+  int64_t saved_bytes(int64_t rows) const override { return expert_mlp_saved_bytes(cfg_, rows); }
 
  private:
   RowsOf row_set(const DispatchPlan& plan, int64_t rows) const {
@@ -138,6 +136,7 @@ class CudaExpertFfn final : public ExpertFfnOp {
   }
 
   Blas& blas_;
+  const MoeConfig& cfg_;  // the block's, alive while the op is
   Dtype dt_;
   bool preweight_, remat_;
   int64_t H_, M_, E_;

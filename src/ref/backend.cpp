@@ -4,9 +4,6 @@
 
 #include <memory>
 
-#include "cpu/ops/expert_ffn_int8.h"
-#include "cpu/ops/shared_expert_int8.h"
-#include "moe/quantize.h"
 #include "ref/ref.h"
 
 namespace moe::ref {
@@ -39,16 +36,13 @@ class RefBackend final : public Backend {
       case QuantMode::int8_routed:
       case QuantMode::int8_all:
       case QuantMode::int8_routed_prequant:
-        // The cpu op's sequence over the reference's quantization and GEMM rows (the independent oracle of
-        // the int8 modes is the float64 block reference, moe/reference.h).
-        return cpu::make_int8_expert_ffn(ctx, reference_int8_kernels());
+        return make_int8_expert_ffn_op(ctx);
     }
     MOE_CHECK(false, "make_expert_ffn: unknown quant mode");
   }
   std::unique_ptr<CombineOp> make_combine(const OpContext& ctx) override { return make_combine_op(ctx); }
   std::unique_ptr<SharedExpertOp> make_shared_expert(const OpContext& ctx) override {
-    if (quantizes_dense(ctx.cfg.quant_mode))
-      return cpu::make_int8_shared_expert(ctx, reference_int8_kernels());
+    if (quantizes_dense(ctx.cfg.quant_mode)) return make_int8_shared_expert_op(ctx);
     return make_shared_expert_op(ctx);
   }
 
@@ -67,23 +61,6 @@ class RefBackend final : public Backend {
     MOE_CHECK(dst.numel() == src.numel(), "convert: element counts differ");
     for (int64_t i = 0; i < src.numel(); ++i) dst.set(i, src.get(i));
   }
-
-  // The cpu int8 ops' sequences over the reference's quantization and GEMM rows (whose nn_s8_swiglu runs
-  // SwiGLU in float64; the independent oracle of the int8 modes is the float64 block reference,
-  // moe/reference.h).
-  cpu::Int8Kernels reference_int8_kernels() {
-    return {reference_gemms_, &ref_quant::quantize_rows, &ref_quant::quantize_experts,
-            &ref_quant::quantize_columns, &ref_quant::quantize_token_rows};
-  }
-
-  // The kernel table with the reference's rows first (every form; nothing measured).
-  GemmKernels reference_gemms_{[] {
-                                 KernelConfig k;
-                                 k.gemm_variant = "ref";
-                                 k.tuning_file = "none";
-                                 return k;
-                               }(),
-                               nullptr};
 
   void dense_gemm(Tensor& c, const Tensor& a_in, const Tensor& b_in, bool trans_b) override {
     const int64_t N = c.dim(1), Kd = a_in.dim(1);

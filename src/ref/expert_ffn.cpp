@@ -8,22 +8,26 @@
 #include "ref/ref.h"
 
 namespace moe::ref {
+
+ExpertActivations::ExpertActivations(const OpContext& ctx) {
+  const int64_t max_rows = max_plan_rows(ctx.cfg, ctx.tile_rows);
+  h = ctx.backend.empty(ctx.cfg.dtype, {max_rows, 2 * ctx.cfg.mlp_dim});
+  g = ctx.backend.empty(ctx.cfg.dtype, {max_rows, ctx.cfg.mlp_dim});
+}
+
 namespace {
 
 class RefExpertFfn final : public ExpertFfnOp {
  public:
   explicit RefExpertFfn(const OpContext& ctx)
-      : dt_(ctx.cfg.dtype),
+      : cfg_(ctx.cfg),
+        dt_(ctx.cfg.dtype),
         preweight_(impl_traits(ctx.cfg.impl).preweight),
-        remat_(ctx.cfg.bench_pass == BenchPass::forward_backward &&
-               ctx.cfg.remat_mode == RematMode::expert_mlp),
+        remat_(ctx.cfg.recomputes_expert_mlp()),
         H_(ctx.cfg.hidden),
         M_(ctx.cfg.mlp_dim),
-        E_(ctx.cfg.experts) {
-    const int64_t max_rows = max_plan_rows(ctx.cfg, ctx.tile_rows);
-    h_ = ctx.backend.empty(dt_, {max_rows, 2 * M_});
-    g_ = ctx.backend.empty(dt_, {max_rows, M_});
-  }
+        E_(ctx.cfg.experts),
+        act_(ctx) {}
 
   void up(const Tensor& x_rows, const FfnWeights& w, const DispatchPlan& plan) override {
     const HostPlan p = host_view(plan);
@@ -35,19 +39,19 @@ class RefExpertFfn final : public ExpertFfnOp {
           p.group_offset[e], p.group_offset[e + 1], H, 2 * M,
           [&](int64_t r, int64_t k) { return x[r * H + k]; },
           [&](int64_t k, int64_t n) { return n < M ? w1[w_off + k * M + n] : w3[w_off + k * M + n - M]; },
-          [&](int64_t r, int64_t n, double v) { h_.set(r * 2 * M + n, v); });
+          [&](int64_t r, int64_t n, double v) { act_.h.set(r * 2 * M + n, v); });
     }
     for (int64_t r = 0; r < p.rows; ++r) {
       const double weight = preweight_ ? p.row_weight[r] : 1.0;
       for (int64_t m = 0; m < M; ++m)
-        g_.set(r * M + m, silu(h_.get(r * 2 * M + m)) * h_.get(r * 2 * M + M + m) * weight);
+        act_.g.set(r * M + m, silu(act_.h.get(r * 2 * M + m)) * act_.h.get(r * 2 * M + M + m) * weight);
     }
   }
 
   void down(Tensor& y_rows, const FfnWeights& w, const DispatchPlan& plan) override {
     const HostPlan p = host_view(plan);
     const int64_t H = H_, M = M_;
-    const std::vector<double> g = g_.to_f64(), w2 = w.w2.to_f64();
+    const std::vector<double> g = act_.g.to_f64(), w2 = w.w2.to_f64();
     for (int64_t e = 0; e < E_; ++e)
       gemm_rows(
           p.group_offset[e], p.group_offset[e + 1], M, H, [&](int64_t r, int64_t m) { return g[r * M + m]; },
@@ -61,7 +65,8 @@ class RefExpertFfn final : public ExpertFfnOp {
     if (remat_) up(x_rows, w, plan);
     const HostPlan p = host_view(plan);
     const int64_t H = H_, M = M_, rows = p.rows;
-    const std::vector<double> x = x_rows.to_f64(), dy = dy_rows.to_f64(), h = h_.to_f64(), g = g_.to_f64();
+    const std::vector<double> x = x_rows.to_f64(), dy = dy_rows.to_f64(), h = act_.h.to_f64(),
+                              g = act_.g.to_f64();
     const std::vector<double> w1 = w.w1.to_f64(), w3 = w.w3.to_f64(), w2 = w.w2.to_f64();
     std::vector<double> dg(static_cast<size_t>(rows * M)), da(size_t(rows * M)), db(size_t(rows * M));
     for (int64_t e = 0; e < E_; ++e) {
@@ -99,16 +104,14 @@ class RefExpertFfn final : public ExpertFfnOp {
     }
   }
 
-  int64_t saved_bytes(int64_t rows) const override {
-    return remat_ ? 0 : rows * 3 * M_ * int64_t(dtype_size(dt_));  // h (rows, 2M) + g (rows, M)
-  }
+  int64_t saved_bytes(int64_t rows) const override { return expert_mlp_saved_bytes(cfg_, rows); }
 
  private:
+  const MoeConfig& cfg_;  // the block's, alive while the op is
   Dtype dt_;
   bool preweight_, remat_;
   int64_t H_, M_, E_;
-  Tensor h_;  // h (max_rows, 2M) run dtype: [gate | up]
-  Tensor g_;  // g (max_rows, M)  run dtype
+  ExpertActivations act_;  // h, g
 };
 
 }  // namespace

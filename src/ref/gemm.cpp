@@ -172,32 +172,4 @@ void dense_gemm(const GemmThresholds&, void* out, Dtype out_dtype, const void* a
     }
 }
 
-std::string gemm_library_version() {
-  return "plain float64 loops";
-}
-
-std::string unavailable() {
-  return "";
-}
-
-bool bf16_arithmetic() {
-  return true;  // bf16 values multiply as themselves (in float64)
-}
-
-bool same_sums_on_any_thread_count() {
-  return true;
-}
-
-bool auto_candidate() {
-  return false;
-}
-
-std::string supports(const GemmCall& call, const GemmThresholds&) {
-  if (call.form == GemmForm::nn_s8 || call.form == GemmForm::nn_s8_swiglu)
-    return call.out_dtype == Dtype::f32 || call.out_dtype == Dtype::bf16 ? "" : "a float32 or bfloat16 out";
-  for (Dtype dt : {call.in_dtype, call.b_dtype, call.out_dtype})
-    if (!is_float(dt)) return std::string("no ") + dtype_name(dt) + " operands";
-  return "";
-}
-
 }  // namespace moe::ref_gemm

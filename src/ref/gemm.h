@@ -1,12 +1,15 @@
 // The plain grouped-GEMM reference: every form of cpu/gemm/gemm.h as scalar loops with float64 sums of the
 // values as stored, rounded once to the output dtype (which may also be float64: the tests' oracle reads
-// exact sums). The kernel table's last row (variant `ref`, slow, any CPU) and the oracle of
+// exact sums). The kernel table's last row (variant `ref`, slow, any CPU; its capabilities are the cpu
+// table's business: src/cpu/gemm/portable/gemm_ref_row.cpp), the ref backend's GEMMs and the oracle of
 // tests/test_gemm.cpp. Semantics, shapes and padding rows as cpu/gemm/gemm.h says; nothing is fast here.
 #pragma once
 
-#include <string>
+#include <cstdint>
 
-#include "cpu/gemm/gemm.h"
+#include "moe/config.h"
+#include "moe/dtype.h"
+#include "moe/grouped.h"
 
 namespace moe::ref_gemm {
 
@@ -32,11 +35,5 @@ void grouped_gemm_nn_s8(const GemmThresholds& k, void* out, Dtype out_dtype, Int
 void grouped_gemm_nn_s8_swiglu(const GemmThresholds& k, S8SwigluOut out, Dtype out_dtype, Int8Operands in,
                                Int8UpPart up, GroupedShape groups, int64_t Kd, int64_t M,
                                const float* row_weight);
-std::string gemm_library_version();
-std::string unavailable();
-bool bf16_arithmetic();
-bool same_sums_on_any_thread_count();
-bool auto_candidate();
-std::string supports(const GemmCall& call, const GemmThresholds& k);
 
 }  // namespace moe::ref_gemm

@@ -34,10 +34,20 @@ void gemm_rows(int64_t row_begin, int64_t row_end, int64_t Kd, int64_t N, A&& a,
   }
 }
 
+// What an expert FFN's forward stores for its backward, as the fast ops store it: h (max_rows, 2M)
+// [gate | up] and g (max_rows, M) in the run dtype, sized for the worst routing of ctx.
+struct ExpertActivations {
+  explicit ExpertActivations(const OpContext& ctx);
+  Tensor h, g;
+};
+
 std::unique_ptr<PackOp> make_pack_op(const OpContext& ctx);
 std::unique_ptr<DispatchOp> make_dispatch_op(const OpContext& ctx);
 std::unique_ptr<ExpertFfnOp> make_expert_ffn_op(const OpContext& ctx);
 std::unique_ptr<CombineOp> make_combine_op(const OpContext& ctx);
 std::unique_ptr<SharedExpertOp> make_shared_expert_op(const OpContext& ctx);
+// The int8 quant modes' ops (the routed modes' expert FFN; the shared expert of int8 and int8_all).
+std::unique_ptr<ExpertFfnOp> make_int8_expert_ffn_op(const OpContext& ctx);
+std::unique_ptr<SharedExpertOp> make_int8_shared_expert_op(const OpContext& ctx);
 
 }  // namespace moe::ref

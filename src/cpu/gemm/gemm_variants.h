@@ -105,6 +105,8 @@ MOE_DECLARE_GEMM_VARIANT(portable)
 #define MOE_DECLARE_GEMM_FORMS_WITH_NN_SWIGLU(ns) \
   MOE_DECLARE_GEMM_GROUPED_FORMS(ns)              \
   MOE_DECLARE_GEMM_NN_SWIGLU(ns)
+// The reference row (src/ref/gemm.h; its capabilities in portable/gemm_ref_row.cpp).
+MOE_DECLARE_GEMM_VARIANT_CAPABILITIES(ref_gemm)
 // Our AMX tile kernels: bf16 nn, nn_swiglu, nt and tn (src/cpu/gemm/amx/gemm_amx.cpp) and int8 nn_s8
 // (src/cpu/gemm/amx/gemm_amx_s8.cpp), in every build, run where isa_level() reaches amx. amx_emulated is the
 // same kernels on emulated tiles (any CPU): a test hook, not a variant.

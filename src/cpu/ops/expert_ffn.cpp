@@ -17,10 +17,10 @@ class FloatExpertFfn final : public ExpertFfnOp {
   FloatExpertFfn(const OpContext& ctx, GemmKernels& gemm)
       : gemm_(gemm),
         tracer_(ctx.tracer),
+        cfg_(ctx.cfg),
         dt_(ctx.cfg.dtype),
         traits_(impl_traits(ctx.cfg.impl)),
-        remat_(ctx.cfg.bench_pass == BenchPass::forward_backward &&
-               ctx.cfg.remat_mode == RematMode::expert_mlp),
+        remat_(ctx.cfg.recomputes_expert_mlp()),
         backward_reads_forward_h_(ctx.cfg.bench_pass == BenchPass::forward_backward && !remat_),
         H_(ctx.cfg.hidden),
         M_(ctx.cfg.mlp_dim),
@@ -82,9 +82,7 @@ class FloatExpertFfn final : public ExpertFfnOp {
     });
   }
 
-  int64_t saved_bytes(int64_t rows) const override {
-    return remat_ ? 0 : rows * 3 * M_ * int64_t(dtype_size(dt_));  // h (rows, 2M) + g (rows, M)
-  }
+  int64_t saved_bytes(int64_t rows) const override { return expert_mlp_saved_bytes(cfg_, rows); }
 
  private:
   // Non-fused impls keep gate and up as two (rows, M) planes of h; fused ones as one (rows, 2M) row.
@@ -122,6 +120,7 @@ class FloatExpertFfn final : public ExpertFfnOp {
 
   GemmKernels& gemm_;  // the cpu backend's kernel table for this op's KernelConfig
   const StageTracer& tracer_;
+  const MoeConfig& cfg_;  // the block's, alive while the op is
   Dtype dt_;
   ImplTraits traits_;
   bool remat_;

@@ -37,12 +37,13 @@ class Int8ExpertFfn final : public ExpertFfnOp {
   Int8ExpertFfn(const OpContext& ctx, Int8Kernels k)
       : k_(k),
         tracer_(ctx.tracer),
+        cfg_(ctx.cfg),
         dt_(ctx.cfg.dtype),
         traits_(impl_traits(ctx.cfg.impl)),
         prequantized_(ctx.cfg.quant_mode == QuantMode::int8_routed_prequant),
         per_token_(ctx.cfg.parallel_mode != ParallelMode::ep),
         backward_(ctx.cfg.bench_pass == BenchPass::forward_backward),
-        remat_(backward_ && ctx.cfg.remat_mode == RematMode::expert_mlp),
+        remat_(ctx.cfg.recomputes_expert_mlp()),
         H_(ctx.cfg.hidden),
         M_(ctx.cfg.mlp_dim),
         E_(ctx.cfg.experts),
@@ -121,9 +122,7 @@ class Int8ExpertFfn final : public ExpertFfnOp {
     });
   }
 
-  int64_t saved_bytes(int64_t rows) const override {
-    return remat_ ? 0 : rows * 3 * M_ * int64_t(dtype_size(dt_));  // h (rows, 2M) + g (rows, M)
-  }
+  int64_t saved_bytes(int64_t rows) const override { return expert_mlp_saved_bytes(cfg_, rows); }
 
  private:
   struct Weight {
@@ -211,6 +210,7 @@ class Int8ExpertFfn final : public ExpertFfnOp {
 
   Int8Kernels k_;
   const StageTracer& tracer_;
+  const MoeConfig& cfg_;  // the block's, alive while the op is
   Dtype dt_;
   ImplTraits traits_;
   // x quantized once per token and copied to its rows, as the seed does outside EP (where the rows an
