@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
@@ -136,14 +137,44 @@ TEST(CpuIsa, RowsCarryTheMemoryRoofline) {
   EXPECT_NEAR(f["pct_of_bw_peak"].get<double>(),
               100 * f["gbps"].get<double>() / f["bw_peak_gbps"].get<double>(), 1e-6);
   EXPECT_EQ(f["bound"], "memory") << f.dump();
+  // Without --with-peak a row reads the machine's kept peaks (machine_peaks.h): at least what the run above
+  // measured, and the same bound.
   const nlohmann::json b = row_of(testing::run_bench(one_token + "--bench-pass forward_backward"));
   EXPECT_EQ(b["bytes_moved"].get<double>(), 3 * (3.0 * 512 * 256 * 2) + 2 * (2.0 * 512 * 2)) << b.dump();
-  EXPECT_TRUE(b["bw_peak_gbps"].is_null() && b["bound"].is_null()) << "measured with --with-peak only";
+  ASSERT_TRUE(b["bw_peak_gbps"].is_number()) << b.dump();
+  EXPECT_GE(b["bw_peak_gbps"].get<double>(), f["bw_peak_gbps"].get<double>()) << b.dump();
+  EXPECT_TRUE(b["peak_tflops"].is_null()) << "the arithmetic peak's columns are --with-peak's";
+  EXPECT_EQ(b["bound"], "memory") << b.dump();
+  const nlohmann::json off = row_of(testing::run_bench(one_token + "--ceiling off"));
+  EXPECT_TRUE(off["bw_peak_gbps"].is_null() && off["bound"].is_null()) << "--ceiling off probes nothing";
   const testing::Ran many = testing::run_bench(
       "--tokens 4096 --hidden 256 --mlp-dim 256 --experts 1 --topk 1 --iters 2 --warmup 1 --threads 1 "
       "--impl fused_w13 --distribution random --dtype float32 --with-peak --format jsonl");
   ASSERT_EQ(many.exit_code, 0) << many.err;
   EXPECT_EQ(row_of(many)["bound"], "compute") << many.out;
+}
+
+// The kept peaks are a cache: a peaks file that is not ours is one warning and the run goes on with peaks
+// of its own; a good one is read, not measured again (a value planted there comes back in the row).
+TEST(CpuIsa, KeptPeaksAreReadAndABadFileIsIgnored) {
+  const std::string dir = testing::temp_dir("peaks");
+  const std::string run = "MOE_TUNING_FILE=" + dir + "/tuning.json " + std::string(MOE_BENCH_BINARY) +
+                          " --tokens 1 --hidden 64 --mlp-dim 64 --experts 2 --topk 1 --iters 1 --warmup 0"
+                          " --threads 1 --impl fused_w13 --distribution random --format jsonl";
+  testing::write_file(dir + "/peaks.json", "{\"format\": 1}");
+  const testing::Ran bad = testing::run_command(run);
+  ASSERT_EQ(bad.exit_code, 0) << bad.err;
+  EXPECT_NE(bad.err.find("peaks file"), std::string::npos) << bad.err;
+  EXPECT_TRUE(nlohmann::json::parse(bad.out)["bw_peak_gbps"].is_number()) << bad.out;
+  std::filesystem::remove(dir + "/peaks.json");
+  ASSERT_EQ(testing::run_command(run).exit_code, 0);  // measures and keeps
+  std::string kept = testing::read_file(dir + "/peaks.json");
+  const size_t value = kept.find("\"value\": ", kept.find("read_gbps")) + 9;
+  kept.replace(value, kept.find(',', value) - value, "1e6");  // higher than any machine reads
+  testing::write_file(dir + "/peaks.json", kept);
+  const testing::Ran again = testing::run_command(run);
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(nlohmann::json::parse(again.out)["bw_peak_gbps"].get<double>(), 1e6) << kept;
 }
 
 }  // namespace

@@ -255,10 +255,15 @@ TEST(Plot, RendersAPngAndAnSvgWithErrorBars) {
       rows.push_back(timed_row(tiny(k, impl), {1.0 / double(k), 1.1 / double(k), 0.9}));
   const std::string s = store(dir + "/s.jsonl", rows);
   std::string script;
-  ASSERT_TRUE(plot_script({s, "topk", "tflops", "impl", dir + "/c.png", "", false, false}, script));
+  ASSERT_TRUE(plot_script({s, "topk", "tflops", "impl", dir + "/c.png", "", false, false, {}}, script));
   EXPECT_NE(script.find("yerrorlines title \"impl=baseline\""), std::string::npos) << script;
   EXPECT_NE(script.find("set xlabel \"topk (K)\""), std::string::npos);
   EXPECT_NE(script.find("set ylabel \"TF/s\""), std::string::npos);
+  // A peak from the rows as a dashed line (--ref), and the memory roofline's metric on the y axis.
+  ASSERT_TRUE(plot_script({s, "topk", "gbps", "impl", dir + "/r.svg", "", true, true, {"time_s"}}, script));
+  EXPECT_NE(script.find("set ylabel \"GB/s moved (compulsory bytes)\""), std::string::npos) << script;
+  EXPECT_NE(script.find("with lines dashtype 2 linewidth 2 title \"time_s = "), std::string::npos) << script;
+  EXPECT_FALSE(plot_script({s, "topk", "gbps", "impl", dir + "/r.svg", "", false, false, {"colour"}}, script));
 
   const auto png = run_bench("plot " + s + " --x topk --y tflops --series impl -o " + dir + "/c.png");
   ASSERT_EQ(png.exit_code, 0) << png.err;

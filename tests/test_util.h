@@ -159,6 +159,10 @@ inline std::string read_file(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
+inline void write_file(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
 inline std::vector<std::string> split_lines(const std::string& text) {
   std::vector<std::string> lines;
   std::stringstream ss(text);

@@ -7,6 +7,7 @@
 
 #include "bench/harness/models.h"
 #include "bench/probes/bandwidth.h"
+#include "bench/probes/machine_peaks.h"
 #include "cpu/gemm/gemm.h"
 #include "cpu/gemm/peak.h"
 #include "cpu/gemm/tuning.h"
@@ -15,15 +16,21 @@
 
 namespace moe::bench {
 
-void print_peaks() {
+void print_peaks(const KernelConfig& kernel) {
   const CpuIsa& cpu = cpu_isa();
-  fmt::print("cpu: {} (isa level {}), {} threads\n", cpu.model, isa_level_name(cpu.level()),
-             omp_get_max_threads());
+  const int threads = omp_get_max_threads();
+  fmt::print("cpu: {} (isa level {}), {} threads\n", cpu.model, isa_level_name(cpu.level()), threads);
   fmt::print("{:<16} {:>10}  {}\n", "peak", "tera/s", "multiplies");
-  for (const cpu::ArithmeticPeak& p : cpu::measure_peaks(omp_get_max_threads()))
+  const std::vector<cpu::ArithmeticPeak> peaks = cpu::measure_peaks(threads);
+  for (const cpu::ArithmeticPeak& p : peaks)
     fmt::print("{:<16} {:>10.3f}  {}\n", p.name, p.tera_per_s, dtype_name(p.arithmetic));
   // The memory roofline's peak (bench/probes/bandwidth.h): GB/s, reading and STREAM's triad.
-  const Bandwidth bw = measure_bandwidth(omp_get_max_threads());
+  const Bandwidth bw = measure_bandwidth(threads);
+  // What rows read their bound against from now on (machine_peaks.h).
+  MachinePeaks machine(MachinePeaks::path_beside_tuning_file(kernel.tuning_file));
+  for (Dtype dt : {Dtype::f32, Dtype::bf16, Dtype::s8})
+    machine.remember_arithmetic(threads, dt, cpu::best_peak(peaks, dt));
+  machine.remember_read_gbps(threads, bw.read_gbps);
   fmt::print("{:<16} {:>10.1f}  GB/s, streaming reads\n", "memory_read", bw.read_gbps);
   fmt::print("{:<16} {:>10.1f}  GB/s, triad a = b + s * c (24 bytes an element)\n", "memory_triad",
              bw.triad_gbps);

@@ -190,14 +190,15 @@ void add_limits_and_machine(ResultRow& r, const Measured& m, double tflops) {
 }
 
 // The memory roofline (accounting.h compulsory_bytes): the bytes a call must move, the rate it moved them
-// at, and with --with-peak the bandwidth peak and which peak binds: the run's arithmetic intensity
-// (FLOPs / bytes) against the ridge point (arithmetic peak / bandwidth peak).
+// at, the bandwidth peak and which peak binds: the run's arithmetic intensity (FLOPs / bytes) against the
+// ridge point (arithmetic peak / bandwidth peak). The peaks are the machine's kept ones (machine_peaks.h),
+// or this process's with --with-peak; none where the ceiling is off or the backend is not cpu.
 void add_memory_roofline(ResultRow& r, const MoeConfig& c, const Measured& m) {
   const double bytes = compulsory_bytes(c, m.experts_touched);
   const double gbps = bytes / m.time.mean / 1e9;
   r["bytes_moved"] = int64_t(bytes);
   r["gbps"] = gbps;
-  const std::optional<double> bw = m.ceiling.bw_peak_gbps, peak = m.ceiling.peak_tflops;
+  const std::optional<double> bw = m.ceiling.bw_peak_gbps, peak = m.ceiling.ridge_peak_tflops;
   r["bw_peak_gbps"] = number_or_null(bw);
   r["pct_of_bw_peak"] = bw ? ResultRow(100.0 * gbps / *bw) : ResultRow(nullptr);
   const double intensity = seed_flops(c, m.null_stats.real_assignments) / bytes;

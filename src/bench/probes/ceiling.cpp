@@ -104,19 +104,36 @@ std::optional<CeilingMode> parse_ceiling_mode(std::string_view s) {
 
 Ceiling CeilingCache::get(CeilingMode mode, Backend& backend, const MoeConfig& c, bool with_peak) {
   Ceiling ceiling = measured(mode, backend, c);
-  if (!with_peak || std::string(backend.name()) != "cpu") return ceiling;
+  if (ceiling.off || std::string(backend.name()) != "cpu") return ceiling;
   // The routed int8 modes' expert GEMMs multiply int8: their peak is the CPU's int8 one.
   const Dtype arithmetic = routed_int8(c.quant_mode) ? Dtype::s8 : backend.gemm_arithmetic(c.dtype);
-  const std::string key = fmt::format("threads={} {}", omp_get_max_threads(), dtype_name(arithmetic));
+  const int threads = omp_get_max_threads();
+  MachinePeaks& machine = machine_peaks(backend.kernel().tuning_file);
+  if (!with_peak) {
+    ceiling.bw_peak_gbps = machine.read_gbps(threads);
+    ceiling.ridge_peak_tflops = machine.arithmetic_tflops(threads, arithmetic);
+    return ceiling;
+  }
+  // Measured in this process, once per thread count and arithmetic, and kept for the machine.
+  const std::string key = fmt::format("threads={} {}", threads, dtype_name(arithmetic));
   auto it = peaks_.find(key);
-  if (it == peaks_.end())
-    it = peaks_.emplace(key, cpu::best_peak(cpu::measure_peaks(omp_get_max_threads()), arithmetic)).first;
-  ceiling.peak_tflops = it->second;
-  auto bw = bandwidths_.find(omp_get_max_threads());
-  if (bw == bandwidths_.end())
-    bw = bandwidths_.emplace(omp_get_max_threads(), measure_bandwidth(omp_get_max_threads()).read_gbps).first;
+  if (it == peaks_.end()) {
+    it = peaks_.emplace(key, cpu::best_peak(cpu::measure_peaks(threads), arithmetic)).first;
+    machine.remember_arithmetic(threads, arithmetic, it->second);
+  }
+  ceiling.peak_tflops = ceiling.ridge_peak_tflops = it->second;
+  auto bw = bandwidths_.find(threads);
+  if (bw == bandwidths_.end()) {
+    bw = bandwidths_.emplace(threads, measure_bandwidth(threads).read_gbps).first;
+    machine.remember_read_gbps(threads, bw->second);
+  }
   ceiling.bw_peak_gbps = bw->second;
   return ceiling;
+}
+
+MachinePeaks& CeilingCache::machine_peaks(const std::string& tuning_file) {
+  const std::string path = MachinePeaks::path_beside_tuning_file(tuning_file);
+  return machines_.try_emplace(path, path).first->second;
 }
 
 Ceiling CeilingCache::measured(CeilingMode mode, Backend& backend, const MoeConfig& c) {

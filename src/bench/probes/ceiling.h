@@ -17,6 +17,7 @@
 #include <string_view>
 
 #include "bench/harness/timing.h"
+#include "bench/probes/machine_peaks.h"
 #include "moe/backend.h"
 #include "moe/config.h"
 
@@ -37,8 +38,11 @@ struct Ceiling {
   // (cpu/gemm/peak.h) with the run's threads, where a run asks for it (--with-peak) on the cpu backend; the
   // int8 peak (TOP/s) for the routed int8 quant modes.
   std::optional<double> peak_tflops;
-  // The memory roofline's peak beside it: streaming reads with the run's threads (bandwidth.h), GB/s.
+  // The memory roofline's peaks, for every cpu run whose ceiling is not off: streaming reads with the run's
+  // threads (bandwidth.h), GB/s, and the arithmetic peak the run's bound is read against (peak_tflops
+  // where --with-peak measured it, else the machine's kept one: machine_peaks.h).
   std::optional<double> bw_peak_gbps;
+  std::optional<double> ridge_peak_tflops;
 };
 
 Ceiling measure_ceiling(Backend& backend, const MoeConfig& c, double seconds = 0.2);
@@ -58,8 +62,10 @@ class CeilingCache {
  private:
   Ceiling measured(CeilingMode mode, Backend& backend, const MoeConfig& c);
   std::map<std::string, Ceiling> by_key_;
-  std::map<std::string, std::optional<double>> peaks_;  // by threads and arithmetic
-  std::map<int, double> bandwidths_;                    // by threads
+  MachinePeaks& machine_peaks(const std::string& tuning_file);
+  std::map<std::string, std::optional<double>> peaks_;  // --with-peak's, by threads and arithmetic
+  std::map<int, double> bandwidths_;                    // --with-peak's, by threads
+  std::map<std::string, MachinePeaks> machines_;        // by cache file
   int measurements_ = 0;
 };
 

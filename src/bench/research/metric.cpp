@@ -14,7 +14,9 @@ Status find_metric(std::string_view key, Metric& out) {
   static const std::vector<Metric> kMetrics = {{"tflops", "TF/s", true},
                                                {"tokens_per_s", "tokens/s", true},
                                                {"time_s", "time per call (s)", false},
-                                               {"pct_of_ceiling", "% of the dense GEMM ceiling", true}};
+                                               {"pct_of_ceiling", "% of the dense GEMM ceiling", true},
+                                               {"gbps", "GB/s moved (compulsory bytes)", true},
+                                               {"pct_of_bw_peak", "% of the memory bandwidth peak", true}};
   for (const Metric& m : kMetrics)
     if (m.key == key) {
       out = m;

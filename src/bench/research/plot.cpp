@@ -48,6 +48,24 @@ struct PlotPoint {
   Spread y;
 };
 
+// --ref's lines: each key's mean over the rows, dashed, its value in the legend.
+Status add_ref_lines(const PlotOptions& o, const std::vector<ResultRow>& rows,
+                     std::vector<std::string>& plots) {
+  for (const std::string& key : o.refs) {
+    double sum = 0;
+    int n = 0;
+    for (const ResultRow& r : rows)
+      if (const ResultRow v = r.value(key, ResultRow()); v.is_number()) {
+        sum += v.get<double>();
+        ++n;
+      }
+    if (n == 0) return Status::error(fmt::format("{}: no row has a number for --ref {}", o.store, key));
+    plots.push_back(fmt::format("{:.9g} with lines dashtype 2 linewidth 2 title {}", sum / n,
+                                gp_string(fmt::format("{} = {:.4g}", key, sum / n))));
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Status plot_script(const PlotOptions& o, std::string& script) {
@@ -118,6 +136,7 @@ Status plot_script(const PlotOptions& o, std::string& script) {
     plots.push_back(fmt::format("$s{} using 1:2:3:4{} with yerrorlines title {}", si,
                                 numeric_x ? "" : ":xtic(5)", gp_string(name)));
   }
+  MOE_RETURN_IF_ERROR(add_ref_lines(o, rows, plots));
   gp += "plot " + fmt::format("{}", fmt::join(plots, ", \\\n     ")) + "\n";
   script = gp;
   return Status::ok();
@@ -157,10 +176,13 @@ int plot_main(int argc, char** argv) {
       "moe-bench plot: a chart of a result store (jsonl; STORE:key=value,... selects) through gnuplot"};
   app.add_option("STORE", o.store, "the store (STORE or STORE:key=value,...)")->required();
   app.add_option("--x", o.x, "row key on the x axis (e.g. topk, tokens, impl)")->required();
-  app.add_option("--y", o.y, "tflops|tokens_per_s|time_s|pct_of_ceiling")->capture_default_str();
+  app.add_option("--y", o.y, "tflops|tokens_per_s|time_s|pct_of_ceiling|gbps|pct_of_bw_peak")
+      ->capture_default_str();
   app.add_option("--series", o.series, "row key: one line per value (e.g. impl, dtype)");
   app.add_option("-o,--output", o.output, "chart file: .png or .svg")->required();
   app.add_option("--title", o.title, "chart title (default: metric vs x by series, and the store)");
+  app.add_option("--ref", o.refs,
+                 "row key drawn as a horizontal line at its mean (e.g. bw_peak_gbps); repeatable");
   app.add_flag("--logx", o.logx, "log2 x axis (numeric x)");
   app.add_flag("--logy", o.logy, "log y axis");
   bool exit_ok = false;

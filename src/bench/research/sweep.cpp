@@ -370,7 +370,7 @@ int run_sweep(const std::vector<std::string>& args, const std::string& command, 
   if (checked && (first.list || first.peak)) {
     if (Status st = set_thread_count(first.kernel.threads); !st) return fail(st);
     if (first.list) print_list(first.base, first.kernel, first.wait_policy, most_threads(s));
-    if (first.peak) print_peaks();
+    if (first.peak) print_peaks(first.kernel);
     return 0;
   }
   bool another_refused = false;

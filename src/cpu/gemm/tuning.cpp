@@ -14,6 +14,7 @@
 #include "moe/cpu_isa.h"
 #include "moe/environment.h"
 #include "moe/file_io.h"
+#include "moe/json_record.h"
 #include "moe/parse.h"
 
 namespace moe {
@@ -95,20 +96,10 @@ void GemmTuner::warn(const std::string& why) {
 void GemmTuner::load() {
   if (loaded_) return;
   loaded_ = true;
-  std::error_code ec;
-  if (path_.empty() || !std::filesystem::exists(path_, ec)) return;
-  std::string text;
-  // Read under the file's lock (a writer renames a new one over it), read-only: a tuning file we may only
-  // read still says what was measured. An empty file is a fresh one.
-  const Status read = read_locked(path_, "tuning file", text);
-  if (!read) return warn(read.message());
-  if (text.empty()) return;
-  if (json_depth(text) > kMaxJsonDepth)
-    return warn(fmt::format("nested deeper than {} levels", kMaxJsonDepth));
-  const nlohmann::json doc = nlohmann::json::parse(text, nullptr, false);
-  if (doc.is_discarded()) return warn("not JSON");
-  if (std::string why = not_ours(doc); !why.empty()) return warn(why);
-  for (const auto& [k, entry] : doc["entries"].items()) entries_[k] = entry["variant"].get<std::string>();
+  nlohmann::json doc;
+  if (Status read = read_json_record(path_, "tuning file", not_ours, doc); !read) return warn(read.message());
+  if (doc.contains("entries"))
+    for (const auto& [k, entry] : doc["entries"].items()) entries_[k] = entry["variant"].get<std::string>();
 }
 
 std::optional<std::string> GemmTuner::lookup(const std::string& shape_class) {
@@ -127,33 +118,20 @@ void GemmTuner::record(const std::string& shape_class, const std::string& varian
   entries_[k] = variant;
   measured_here_.insert(k);
   if (path_.empty() || !writable_) return;
-  std::error_code ec;
-  const std::filesystem::path parent = std::filesystem::path(path_).parent_path();
-  if (!parent.empty() && !std::filesystem::is_directory(parent, ec) &&
-      !std::filesystem::create_directories(parent, ec))
-    return warn("cannot create its directory: " + ec.message());
   nlohmann::ordered_json entry;
   entry["variant"] = variant;
   for (const auto& [name, s] : seconds) entry["seconds"][name] = s;
   entry["date"] = utc_now_iso8601();
-  const Status wrote = edit_locked(path_, "tuning file", [&](std::string& text) {
-    nlohmann::ordered_json doc;
-    if (!text.empty()) {
-      if (json_depth(text) > kMaxJsonDepth)
-        return Status::error("changed into something that is not this CPU's tuning file");
-      doc = nlohmann::ordered_json::parse(text, nullptr, false);
-      // Another process may have left something that is not ours since we read it: leave it alone.
-      if (doc.is_discarded() || !not_ours(nlohmann::json::parse(text, nullptr, false)).empty())
-        return Status::error("changed into something that is not this CPU's tuning file");
-    } else {
-      doc["format"] = kFormat;
-      doc["cpu_model"] = cpu_isa().model;
-      doc["entries"] = nlohmann::ordered_json::object();
-    }
-    if (retune_ || !doc["entries"].contains(k)) doc["entries"][k] = entry;
-    text = doc.dump(1) + "\n";
-    return Status::ok();
-  });
+  nlohmann::ordered_json fresh;
+  fresh["format"] = kFormat;
+  fresh["cpu_model"] = cpu_isa().model;
+  fresh["entries"] = nlohmann::ordered_json::object();
+  const Status wrote =
+      edit_json_record(path_, "tuning file", not_ours, fresh, [&](nlohmann::ordered_json& doc) {
+        if (!retune_ && doc["entries"].contains(k)) return false;
+        doc["entries"][k] = entry;
+        return true;
+      });
   if (!wrote) warn(wrote.message());
 }
 
