@@ -24,7 +24,7 @@ namespace moe::cpu {
 namespace {
 
 Status run_dtype_supported(const Backend& be, const MoeConfig& cfg) {
-  if (is_run_dtype(cfg.dtype)) return Status::ok();
+  if (is_run_dtype(cfg.dtype) && cfg.dtype != Dtype::f16) return Status::ok();
   return Status::error(
       fmt::format("backend {} runs float32 and bfloat16 blocks, not {}", be.name(), dtype_name(cfg.dtype)));
 }
@@ -72,6 +72,7 @@ class CpuBackend final : public Backend {
     switch (y.dtype()) {
       case Dtype::f32:
       case Dtype::bf16:
+      case Dtype::f16:
         break;
       case Dtype::f64:
       case Dtype::s8:

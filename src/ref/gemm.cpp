@@ -11,19 +11,7 @@ namespace moe::ref_gemm {
 namespace {
 
 double load(const void* p, Dtype dt, int64_t i) {
-  switch (dt) {
-    case Dtype::f32:
-      return static_cast<const float*>(p)[i];
-    case Dtype::bf16:
-      return bf16_to_f32(static_cast<const bf16_t*>(p)[i]);
-    case Dtype::f64:
-      return static_cast<const double*>(p)[i];
-    case Dtype::s8:
-    case Dtype::s32:
-    case Dtype::s64:
-      break;
-  }
-  MOE_CHECK(false, std::string("ref GEMM: no ") + dtype_name(dt) + " operand");
+  return float_value(p, dt, i);
 }
 
 void store(void* p, Dtype dt, int64_t i, double v) {
@@ -33,6 +21,9 @@ void store(void* p, Dtype dt, int64_t i, double v) {
       return;
     case Dtype::bf16:
       static_cast<bf16_t*>(p)[i] = f32_to_bf16(float(v));
+      return;
+    case Dtype::f16:
+      static_cast<f16_t*>(p)[i] = f32_to_f16(float(v));
       return;
     case Dtype::f64:
       static_cast<double*>(p)[i] = v;
