@@ -24,9 +24,9 @@ namespace moe::cpu {
 namespace {
 
 Status run_dtype_supported(const Backend& be, const MoeConfig& cfg) {
-  if (is_run_dtype(cfg.dtype) && cfg.dtype != Dtype::f16) return Status::ok();
-  return Status::error(
-      fmt::format("backend {} runs float32 and bfloat16 blocks, not {}", be.name(), dtype_name(cfg.dtype)));
+  if (is_run_dtype(cfg.dtype)) return Status::ok();
+  return Status::error(fmt::format("backend {} runs float32, bfloat16 and float16 blocks, not {}", be.name(),
+                                   dtype_name(cfg.dtype)));
 }
 
 class CpuBackend final : public Backend {
@@ -115,6 +115,7 @@ class CpuBackend final : public Backend {
   }
 
   Dtype gemm_arithmetic(Dtype storage) const override {
+    if (storage == Dtype::f16) return Dtype::f32;  // the kernel table widens float16 (f16_widening.h)
     if (storage != Dtype::bf16) return storage;
     return const_cast<CpuBackend*>(this)->table(current_).bf16_arithmetic() ? storage : Dtype::f32;
   }

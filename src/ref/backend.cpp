@@ -21,7 +21,7 @@ class RefBackend final : public Backend {
   void synchronize() override {}
 
   Status supports(OpKind op, const MoeConfig& cfg) const override {
-    if (!is_float(cfg.dtype) || cfg.dtype == Dtype::f16)
+    if (!is_float(cfg.dtype))
       return Status::error(fmt::format("backend ref runs float blocks, not {}", dtype_name(cfg.dtype)));
     return Status::ok();  // every op in every quant mode and parallel mode
   }
