@@ -23,6 +23,7 @@ commands=(
   "--tokens 128 --hidden 64 --mlp-dim 32 --experts 4 --topk 2 --distribution random --backend gmm --impl fused_w13 --bench-pass forward --parallel-mode none --quant-mode int8 --iters 1 --warmup 0 --dtype float32"
   "--distribution random --tokens 32768 --hidden 2048 --mlp-dim 2048 --experts 64 --topk 2 --shared-expert-dim 5632 --shared-fused --backend gmm --impl fused_w13 --parallel-mode none --routing-pack-strategy argsort --queue-mode full --bench-pass forward_backward --quant-mode int8_routed_prequant --iters 3 --warmup 1"
   "--distribution random --tokens 32768 --hidden 2048 --mlp-dim 2048 --experts 64 --topk 2 --shared-expert-dim 5632 --shared-fused --backend gmm --impl fused_w13 --parallel-mode none --routing-pack-strategy argsort --queue-mode full --bench-pass forward --quant-mode int8_all --iters 3 --warmup 1"
+  "--tokens 128 --hidden 64 --mlp-dim 32 --experts 4 --topk 2 --distribution random --backend gmm --impl fused_w13 --bench-pass forward_backward --parallel-mode none --iters 1 --warmup 0 --dtype float16"
 )
 # How each command's lines compare with the seed's (same order as commands).
 verdicts=(
@@ -37,6 +38,7 @@ verdicts=(
   "identical in structure plus the int8 branch's quant_mode line. Differs: without a shared expert --quant-mode int8 says on stderr that it runs none's GEMMs (the seed runs them silently)"
   "identical in structure plus the int8 branch's quant_mode line (4028d08 prints no RESULT line; ours keeps it)"
   "identical in structure plus the int8 branch's quant_mode line"
+  "identical in structure: --dtype float16 runs (float16 storage, float32 accumulation; dtype=float16 as the seed prints jnp.dtype('float16')). Differs: float16 ends at 65504, and the seed's unscaled N(0,1) inputs overflow it in long sums (the logbook shapes above with a shared expert of 1408; the routed down projection at the seed's default hidden 2048 and mlp-dim 4096): where the seed prints the timings of inf values, moe-bench prints one line naming the non-finite results and no RESULT (exit 1)"
 )
 {
   echo "# Seed logbook commands through moe-bench"

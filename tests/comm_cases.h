@@ -20,19 +20,20 @@ inline Tensor stamped(Dtype dt, int64_t n, int rank) {
 }
 
 // What a sum over R ranks must read, given the exact sum `want` of the stamps as dt holds them: want
-// rounded once to dt; for bf16 over more than two ranks, where a comm may round its partial sums too
-// (moe/comm.h), `got` itself where it is within R - 1 roundings (half an ulp each) of want.
+// rounded once to dt; for bf16 and f16 over more than two ranks, where a comm may round its partial sums
+// too (moe/comm.h), `got` itself where it is within R - 1 roundings (half an ulp each) of want.
 inline double bf16_or_f32_sum(Dtype dt, double want, int R, double got) {
   Tensor rounded(dt, {1});
   rounded.set(0, want);
-  if (dt == Dtype::bf16 && R > 2 && std::abs(got - want) <= (R - 1) * std::ldexp(std::abs(want), -8))
+  const int half_ulp = dt == Dtype::bf16 ? -8 : -11;
+  if (dt != Dtype::f32 && R > 2 && std::abs(got - want) <= (R - 1) * std::ldexp(std::abs(want), half_ulp))
     return got;
   return rounded.get(0);
 }
 
 inline void all_reduce_sums_rank_stamped_payloads(Comm& comm) {
   const int R = comm.size();
-  for (Dtype dt : {Dtype::f32, Dtype::bf16}) {
+  for (Dtype dt : {Dtype::f32, Dtype::bf16, Dtype::f16}) {
     Tensor t = stamped(dt, 37, comm.rank());
     ASSERT_TRUE(comm.all_reduce_sum(t).is_ok());
     for (int64_t i = 0; i < 37; ++i) {
@@ -51,7 +52,7 @@ inline void all_gather_and_reduce_scatter_place_each_ranks_slice(Comm& comm) {
   ASSERT_TRUE(comm.all_gather(gathered, send).is_ok());
   for (int r = 0; r < R; ++r)
     for (int64_t i = 0; i < n; ++i) EXPECT_EQ(gathered.get(r * n + i), double((r + 1) * 1000 + i));
-  for (Dtype dt : {Dtype::f32, Dtype::bf16}) {
+  for (Dtype dt : {Dtype::f32, Dtype::bf16, Dtype::f16}) {
     const Tensor big = stamped(dt, R * n, comm.rank());
     Tensor mine(dt, {n});
     ASSERT_TRUE(comm.reduce_scatter_sum(mine, big).is_ok());

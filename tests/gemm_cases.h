@@ -69,11 +69,23 @@ Expected reference(int64_t n, Ref&& ref) {
   return want;
 }
 
+// One rounding of a stored output, twice its half ulp: 2^-9 (bf16), 2^-12 (float16).
+inline double stored_rounding(Dtype dt) {
+  return dt == Dtype::bf16 ? 4e-3 : dt == Dtype::f16 ? 5e-4 : 0.0;
+}
+
+// The spacing of stored values near zero, a rounding's absolute floor: float16's subnormals are 2^-24 apart
+// (bf16's and float32's are far below every tolerance here).
+inline double stored_floor(Dtype dt) {
+  return dt == Dtype::f16 ? 0x1p-24 : 0.0;
+}
+
 inline void expect_close(const Tensor& got, const Expected& want) {
-  const double rounding = got.dtype() == Dtype::bf16 ? 4e-3 : 0.0;
+  const double rounding = stored_rounding(got.dtype()), floor = stored_floor(got.dtype());
   int64_t bad = 0;
   for (int64_t i = 0; i < got.numel(); ++i) {
-    const double w = want.value[size_t(i)], tol = 1e-5 * want.scale[size_t(i)] + rounding * std::fabs(w);
+    const double w = want.value[size_t(i)],
+                 tol = 1e-5 * want.scale[size_t(i)] + rounding * std::fabs(w) + floor;
     if (!(std::fabs(double(got.get(i)) - w) <= tol) && ++bad <= 5)
       ADD_FAILURE() << "element " << i << ": got " << got.get(i) << ", want " << w << " (tol " << tol << ")";
   }
@@ -324,9 +336,10 @@ void check_nt_swiglu_grad(Inputs& inputs, const std::vector<Dtype>& dtypes, NtSw
               want.scale[size_t(i_gate)] =
                   d_scale * std::fabs(dgate) + std::fabs(d * wr) * (std::fabs(a * b) + 1);
               want.scale[size_t(i_up)] = d_scale * std::fabs(dup) + std::fabs(d * wr) * (std::fabs(a) + 1);
-              if (dt == Dtype::bf16)
-                for (int64_t i : {i_gate, i_up})
-                  want.scale[size_t(i)] += 4e-3 / 1e-5 * std::fabs(want.value[size_t(i)]);
+              for (auto [i, factor] : {std::pair{i_gate, dgate}, std::pair{i_up, dup}})  // dg's rounding
+                want.scale[size_t(i)] += (stored_rounding(dt) * std::fabs(want.value[size_t(i)]) +
+                                          stored_floor(dt) * std::fabs(factor)) /
+                                         1e-5;
             }
         expect_close(dh, want);
       }

@@ -7,8 +7,9 @@
 // Tolerances follow the computation, not the storage: an op of a float32 run matches to 1e-5 of
 // (|ref| + rms(ref)) per element (f32 accumulation against float64); an op of a bfloat16 run to 2^-7
 // of the same, i.e. two bf16 rounding steps at the element's magnitude, because the op and its ref
-// round the same intermediates to bf16 and may land one step apart; the expert FFN's chain of GEMMs
-// adds, per element, how far its reference moves when its inputs move by a bf16 step (nudge_slack). Index ops
+// round the same intermediates to bf16 and may land one step apart (a float16 run: 2^-10, two float16
+// steps); the expert FFN's chain of GEMMs adds, per element, how far its reference moves when its inputs
+// move by a step of the run dtype (nudge_slack). Index ops
 // (pack, dispatch forward) must match exactly. A backend that cannot run an op for a case says why: the test
 // reports SKIPPED with those reasons when nothing ran.
 #include <fmt/format.h>
@@ -99,7 +100,7 @@ std::vector<Case> edge_grid(uint64_t seed) {
     ++variant;
   };
   for (const Shape& s : shapes)
-    for (Dtype dt : {Dtype::f32, Dtype::bf16})
+    for (Dtype dt : {Dtype::f32, Dtype::bf16, Dtype::f16})
       for (GemmBackend be : {GemmBackend::gmm, GemmBackend::ragged_dot})
         for (Impl impl : {Impl::baseline, Impl::fused_w13_preweight, Impl::fast})
           add(s, dt, impl, fmt::format("{} {}", name(be), name(impl)), [&](MoeConfig& c) {
@@ -121,7 +122,7 @@ std::vector<Case> edge_grid(uint64_t seed) {
   ref_dp_shapes.push_back({"an expert over two blocks", 300, 4, 2, 0, nullptr,
                            [](int64_t t, int64_t k) { return int32_t(k ? 3 : t % 7 == 0); }});
   for (const Shape& s : ref_dp_shapes)
-    for (Dtype dt : {Dtype::f32, Dtype::bf16})
+    for (Dtype dt : {Dtype::f32, Dtype::bf16, Dtype::f16})
       if (!s.tweak)
         add(s, dt, Impl::ref_dp, "ref_dp", [&](MoeConfig& c) {
           c.bench_pass = &s == &ref_dp_shapes[0] ? BenchPass::forward : BenchPass::forward_backward;
@@ -149,6 +150,8 @@ double run_tolerance(Dtype run_dtype) {
       return 1e-5;
     case Dtype::bf16:
       return 1.0 / 128;
+    case Dtype::f16:
+      return 1.0 / 1024;  // 10 fraction bits to bf16's 7
     case Dtype::f64:
     case Dtype::s8:
     case Dtype::s32:
@@ -158,9 +161,9 @@ double run_tolerance(Dtype run_dtype) {
   MOE_CHECK(false, "no op tolerance for this run dtype");
 }
 
-// A float32 sum stored once in dt: half an ulp of bfloat16 is 2^-9 of the value.
+// A float32 sum stored once in dt: half an ulp of bfloat16 is 2^-9 of the value, of float16 2^-12.
 double stored_sum_tolerance(Dtype dt) {
-  return dt == Dtype::bf16 ? 1.0 / 256 : 1e-6;
+  return dt == Dtype::bf16 ? 1.0 / 256 : dt == Dtype::f16 ? 1.0 / 2048 : 1e-6;
 }
 
 // The first n elements of `got` (any memory) against `want` (host):
@@ -187,14 +190,14 @@ constexpr double kSlackFactor = 4;
 // output by more than a fixed share of its magnitude (3 % of random seeds failed 2^-7 at hidden 24).
 // How far one step moves an output is measured, element by element, as the reference's own movement
 // when every input moves by up to one bf16 step: the largest of kNudges draws, x * (1 + 2^-7 r) with r
-// uniform in [-1, 1], rounded back to bf16.
+// uniform in [-1, 1], rounded back to bf16 (float16: 2^-10 and float16).
 constexpr int kNudges = 3;
-constexpr double kNudge = 1.0 / 128;
 
 Tensor nudged(const Tensor& x, uint64_t key) {
+  const double nudge = x.dtype() == Dtype::f16 ? 1.0 / 1024 : 1.0 / 128;
   Tensor t(x.dtype(), x.shape());
   for (int64_t i = 0; i < t.numel(); ++i)
-    t.set(i, x.get(i) * (1 + kNudge * (2 * random_uniform(key, uint64_t(i)) - 1)));
+    t.set(i, x.get(i) * (1 + nudge * (2 * random_uniform(key, uint64_t(i)) - 1)));
   return t;
 }
 
@@ -363,7 +366,7 @@ class OpsOnBackend : public ::testing::TestWithParam<std::string> {
     const Tensor* got[] = {&y_got, &dx_got, &dw_got.dw1, &dw_got.dw3, &dw_got.dw2};
     const char* names[] = {"y_rows", "dx_rows", "dw1", "dw3", "dw2"};
     const int64_t counts[] = {rows * H, rows * H, E * H * M, E * H * M, E * M * H};
-    const bool rounds = c.cfg.dtype == Dtype::bf16;
+    const bool rounds = c.cfg.dtype == Dtype::bf16 || c.cfg.dtype == Dtype::f16;
     const std::vector<std::vector<double>> slack =
         rounds ? nudge_slack(inputs, seed_ + 20, reference) : std::vector<std::vector<double>>{};
     for (size_t o = 0; o < want.size(); ++o)
@@ -478,7 +481,7 @@ TEST_P(OpsOnBackend, SharedExpertForwardAndBackward) {
 }
 
 TEST_P(OpsOnBackend, LossConvertAndDenseGemm) {
-  for (Dtype dt : {Dtype::f32, Dtype::bf16}) {
+  for (Dtype dt : {Dtype::f32, Dtype::bf16, Dtype::f16}) {
     Case c;
     c.cfg.dtype = dt;
     c.cfg.bench_pass = BenchPass::forward_backward;
@@ -530,7 +533,7 @@ TEST_P(OpsOnBackend, LargeBuffersOnTheStreamingPaths) {
   if (supported(OpKind::dispatch, rows_of_x)) check_dispatch(rows_of_x);
   const Case dh = large(1024, 16, 512, 4, 2);  // dh (2048+, 1024) bf16: 4 MiB
   if (supported(OpKind::expert_ffn, dh)) check_expert_ffn(dh);
-  for (Dtype dt : {Dtype::f32, Dtype::bf16}) {
+  for (Dtype dt : {Dtype::f32, Dtype::bf16, Dtype::f16}) {
     Case c = rows_of_x;
     c.cfg.dtype = dt;
     if (!supported(OpKind::loss, c)) continue;

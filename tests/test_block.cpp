@@ -125,7 +125,7 @@ class BlockOnBackend : public ::testing::TestWithParam<std::string> {
 
 TEST_P(BlockOnBackend, EveryCombinationMatchesReference) {
   const uint64_t seed = testing::test_seed();
-  for (Dtype dt : {Dtype::f32, Dtype::bf16})
+  for (Dtype dt : {Dtype::f32, Dtype::bf16, Dtype::f16})
     for (GemmBackend be : {GemmBackend::gmm, GemmBackend::ragged_dot})
       for (Impl impl : kAllImpls)
         for (BenchPass pass : {BenchPass::forward, BenchPass::forward_backward})
@@ -154,7 +154,7 @@ TEST_P(BlockOnBackend, EveryCombinationMatchesReference) {
 // edge routings (an expert over two blocks, empty experts), both dtypes and passes, renormalized or not.
 TEST_P(BlockOnBackend, RefDpMatchesReference) {
   const uint64_t seed = testing::test_seed();
-  for (Dtype dt : {Dtype::f32, Dtype::bf16})
+  for (Dtype dt : {Dtype::f32, Dtype::bf16, Dtype::f16})
     for (BenchPass pass : {BenchPass::forward, BenchPass::forward_backward})
       for (bool renormalize : {false, true}) {
         MoeConfig c = small_config(seed);
@@ -181,7 +181,7 @@ TEST_P(BlockOnBackend, QuantModesMatchTheQuantizedReference) {
   const uint64_t seed = testing::test_seed();
   for (QuantMode q :
        {QuantMode::int8, QuantMode::int8_routed, QuantMode::int8_routed_prequant, QuantMode::int8_all})
-    for (Dtype dt : {Dtype::f32, Dtype::bf16})
+    for (Dtype dt : {Dtype::f32, Dtype::bf16, Dtype::f16})
       for (GemmBackend be : {GemmBackend::gmm, GemmBackend::ragged_dot})
         for (Impl impl : kAllImpls)
           for (BenchPass pass : {BenchPass::forward, BenchPass::forward_backward})
@@ -289,7 +289,7 @@ TEST_P(BlockOnBackend, EdgeGridMatchesReference) {
       {"one token", 1, 3, 2, [](int64_t, int64_t k) { return int32_t(2 - k); }},
   };
   for (const EdgeCase& ec : cases)
-    for (Dtype dt : {Dtype::f32, Dtype::bf16})
+    for (Dtype dt : {Dtype::f32, Dtype::bf16, Dtype::f16})
       for (GemmBackend be : {GemmBackend::gmm, GemmBackend::ragged_dot})
         for (int64_t S : {0, 8}) {
           SCOPED_TRACE(ec.label);
@@ -334,7 +334,7 @@ TEST_P(BlockOnBackend, PackStrategiesPermuteModesAndTilesAgree) {
 
 TEST_P(BlockOnBackend, NullRoutingMatchesReferenceEverywhere) {
   const uint64_t seed = testing::test_seed();
-  for (Dtype dt : {Dtype::f32, Dtype::bf16})
+  for (Dtype dt : {Dtype::f32, Dtype::bf16, Dtype::f16})
     for (GemmBackend be : {GemmBackend::gmm, GemmBackend::ragged_dot})
       for (Impl impl : kAllImpls)
         for (BenchPass pass : {BenchPass::forward, BenchPass::forward_backward})
@@ -466,7 +466,7 @@ TEST(BlockCpu, EveryGemmVariantRunsTheBlock) {
     }
     KernelConfig k;
     k.gemm_variant = v.name;
-    for (Dtype dt : {Dtype::f32, Dtype::bf16})
+    for (Dtype dt : {Dtype::f32, Dtype::bf16, Dtype::f16})
       for (Impl impl : {Impl::baseline, Impl::fast}) {
         MoeConfig c = small_config(seed);
         c.dtype = dt;
@@ -485,7 +485,8 @@ TEST(BlockCpu, EveryGemmVariantRunsTheBlock) {
         const std::string ran = take_kernel_choices(testing::test_backend("cpu", k));
         GemmCall up;
         up.form = GemmForm::nn;
-        up.in_dtype = up.b_dtype = up.out_dtype = dt;
+        // A float16 block's GEMMs reach the variants widened to float32 (cpu/gemm/f16_widening.h).
+        up.in_dtype = up.b_dtype = up.out_dtype = dt == Dtype::f16 ? Dtype::f32 : dt;
         up.rows = c.tokens * c.topk;
         up.experts = c.experts;
         up.Kd = c.hidden;
@@ -507,7 +508,7 @@ TEST(BlockCpu, ResultsIndependentOfThreadCount) {
   Backend& cpu = testing::test_backend("cpu");
   const int threads_before = omp_get_max_threads();
   for (Impl impl : {Impl::baseline, Impl::fast, Impl::fused_w13_preweight})
-    for (Dtype dt : {Dtype::f32, Dtype::bf16}) {
+    for (Dtype dt : {Dtype::f32, Dtype::bf16, Dtype::f16}) {
       MoeConfig c = small_config(seed);
       c.tokens = 301;
       c.hidden = 64;
@@ -518,12 +519,12 @@ TEST(BlockCpu, ResultsIndependentOfThreadCount) {
       const MoeInputs in = make_inputs(c);
       const Routing routing = make_routing(c);
       // A variant whose sums change with the thread count (GemmVariant::same_sums_on_any_thread_count)
-      // may move results by their last bits: a float32 rounding, or, where that flips a bf16 rounding
-      // of h or g, one bf16 step carried through the block.
+      // may move results by their last bits: a float32 rounding, or, where that flips a bf16 (float16)
+      // rounding of h or g, one bf16 (float16) step carried through the block.
       // auto's choices are made once per shape class by the table of this KernelConfig, whatever the thread
       // count, so the three runs take the same kernels.
       (void)take_kernel_choices(cpu);
-      const double last_bits_tolerance = dt == Dtype::f32 ? 1e-5 : 1e-2;
+      const double last_bits_tolerance = dt == Dtype::f32 ? 1e-5 : dt == Dtype::f16 ? 2e-3 : 1e-2;
       std::vector<BlockRun> runs;
       std::vector<std::string> kernels;
       for (int threads : {1, 2, 3}) {

@@ -7,6 +7,9 @@
 // values: the scale of any rounding error a GEMM accumulating in f32 can make, immune to cancellation):
 //   f32 output:  |got - want| <= 1e-5 S          (f32 accumulation; ~sqrt(k) * 6e-8 S in practice)
 //   bf16 output: adds 4e-3 |want|                 (one rounding to bf16: half an ulp is 2^-9 = 2e-3)
+//   f16 output:  adds 5e-4 |want| + 2^-24         (one rounding to float16: half an ulp is 2^-12, and the
+//                                                  subnormals below 2^-14 are 2^-24 apart)
+// float16 calls reach every variant widened to float32 by the table (cpu/gemm/f16_widening.h).
 // Outputs are pre-filled with NaN so an element the kernel forgets to write fails.
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -68,7 +71,9 @@ TEST_P(EveryGemmVariant, NnMatchesReference) {
            {{Dtype::f32, Dtype::f32},
             {Dtype::f32, Dtype::bf16},
             {Dtype::bf16, Dtype::f32},
-            {Dtype::bf16, Dtype::bf16}},
+            {Dtype::bf16, Dtype::bf16},
+            {Dtype::f16, Dtype::f32},
+            {Dtype::f16, Dtype::f16}},
            [&](auto&&... args) { table.nn(args...); });
 }
 
@@ -76,7 +81,7 @@ TEST_P(EveryGemmVariant, NnMatchesReference) {
 TEST_P(EveryGemmVariant, NnSwigluMatchesReference) {
   MOE_TABLE_OR_SKIP(GetParam());
   Inputs inputs(testing::test_seed());
-  check_nn_swiglu(inputs, {{Dtype::f32, Dtype::f32}, {Dtype::bf16, Dtype::bf16}},
+  check_nn_swiglu(inputs, {{Dtype::f32, Dtype::f32}, {Dtype::bf16, Dtype::bf16}, {Dtype::f16, Dtype::f16}},
                   [&](auto&&... args) { table.nn_swiglu(args...); });
 }
 
@@ -87,14 +92,16 @@ TEST_P(EveryGemmVariant, NtMatchesReference) {
            {{Dtype::f32, Dtype::f32},
             {Dtype::f32, Dtype::bf16},
             {Dtype::bf16, Dtype::f32},
-            {Dtype::bf16, Dtype::bf16}},
+            {Dtype::bf16, Dtype::bf16},
+            {Dtype::f16, Dtype::f32},
+            {Dtype::f16, Dtype::f16}},
            [&](auto&&... args) { table.nt(args...); });
 }
 
 TEST_P(EveryGemmVariant, NtSwigluGradMatchesReference) {
   MOE_TABLE_OR_SKIP(GetParam());
   Inputs inputs(testing::test_seed());
-  check_nt_swiglu_grad(inputs, {Dtype::f32, Dtype::bf16},
+  check_nt_swiglu_grad(inputs, {Dtype::f32, Dtype::bf16, Dtype::f16},
                        [&](auto&&... args) { table.nt_swiglu_grad(args...); });
 }
 
@@ -106,7 +113,9 @@ TEST_P(EveryGemmVariant, TnMatchesReferenceAndZeroesEmptyExperts) {
       {{Dtype::f32, Dtype::f32},
        {Dtype::f32, Dtype::bf16},
        {Dtype::bf16, Dtype::f32},
-       {Dtype::bf16, Dtype::bf16}},
+       {Dtype::bf16, Dtype::bf16},
+       {Dtype::f16, Dtype::f32},
+       {Dtype::f16, Dtype::f16}},
       [&](auto&&... args) { table.tn(args...); }, [&](auto&&... args) { table.tn_pair(args...); });
 }
 
@@ -207,9 +216,9 @@ TEST_P(EveryGemmVariant, DenseAllTransposesAndDtypeMixesMatchReference) {
   for (const DenseCase& c : kDenseCases) {
     for (bool trans_a : {false, true}) {
       for (bool trans_b : {false, true}) {
-        for (Dtype a_dt : kDtypes) {
-          for (Dtype b_dt : kDtypes) {
-            for (Dtype out_dt : kDtypes) {
+        for (Dtype a_dt : {Dtype::f32, Dtype::bf16, Dtype::f16}) {
+          for (Dtype b_dt : {Dtype::f32, Dtype::bf16, Dtype::f16}) {
+            for (Dtype out_dt : {Dtype::f32, Dtype::bf16, Dtype::f16}) {
               SCOPED_TRACE("R " + std::to_string(c.R) + " Kd " + std::to_string(c.Kd) + " N " +
                            std::to_string(c.N) + ", trans_a " + std::to_string(trans_a) + " trans_b " +
                            std::to_string(trans_b) + ", a " + dtype_name(a_dt) + " b " + dtype_name(b_dt) +

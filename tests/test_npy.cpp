@@ -164,6 +164,24 @@ TEST_F(NpyTest, TensorsWriteAsFloat32AndBf16WidensExactly) {
   EXPECT_TRUE(back.empty());
 }
 
+TEST_F(NpyTest, Float16TensorsWriteAsNumpysFloat16) {
+  std::mt19937_64 gen(testing::test_seed());
+  Tensor t = random_tensor(Dtype::f16, {3, 30000}, gen);
+  EXPECT_STREQ(npy_descr(Dtype::f16), "<f2");
+  ASSERT_TRUE(write_npy(path("h.npy"), t));
+  std::string descr;
+  std::vector<int64_t> shape;
+  ASSERT_TRUE(read_npy_header(path("h.npy"), descr, shape));
+  EXPECT_EQ(descr, "<f2");
+  EXPECT_EQ(shape, t.shape());
+  std::vector<f16_t> back;
+  ASSERT_TRUE(read_npy_f16(path("h.npy"), back, shape));
+  ASSERT_EQ(int64_t(back.size()), t.numel());
+  EXPECT_EQ(std::memcmp(back.data(), t.raw(), t.bytes()), 0);
+  std::vector<float> as_f32;
+  EXPECT_FALSE(read_npy_f32(path("h.npy"), as_f32, shape));  // '<f2', not '<f4'
+}
+
 TEST_F(NpyTest, ErrorsNameThePath) {
   std::string missing_dir = path("no/such/dir/a.npy");
   Status s = write_npy(missing_dir, std::vector<float>{1, 2}, {2});
@@ -298,6 +316,25 @@ TEST_F(NpyTest, DumpForwardWithSharedExpert) {
   for (int64_t i = 0; i < p.in.x.numel(); ++i) EXPECT_EQ(x[size_t(i)], p.in.x.get(i));
   ASSERT_TRUE(read_npy_i32((dump / "topk_ids.npy").string(), ids, shape));
   EXPECT_EQ(ids, p.routing.ids);
+}
+
+TEST_F(NpyTest, DumpOfAFloat16RunKeepsFloat16) {
+  std::mt19937_64 gen(testing::test_seed());
+  Problem p = tiny_problem(Dtype::f16, 2, gen);
+  ASSERT_TRUE(write_dump(dir_.string(), p.cfg, "{}", p.in, p.routing, p.out, &p.grads));
+  nlohmann::json cfg = read_json((dir_ / "config.json").string());
+  EXPECT_EQ(cfg["dtype"], "float16");
+  for (const char* name : {"x.npy", "w2.npy", "shared_w1.npy", "out.npy", "grad_w1.npy"}) {
+    SCOPED_TRACE(name);
+    EXPECT_EQ(cfg["files"][name]["dtype"], "float16");
+    EXPECT_EQ(cfg["files"][name]["npy_descr"], "<f2");
+  }
+  EXPECT_EQ(cfg["files"]["topk_weights.npy"]["npy_descr"], "<f4");
+  std::vector<f16_t> x;
+  std::vector<int64_t> shape;
+  ASSERT_TRUE(read_npy_f16((dir_ / "x.npy").string(), x, shape));
+  ASSERT_EQ(int64_t(x.size()), p.in.x.numel());
+  EXPECT_EQ(std::memcmp(x.data(), p.in.x.raw(), p.in.x.bytes()), 0);
 }
 
 TEST_F(NpyTest, DumpForwardBackwardWithoutSharedExpert) {

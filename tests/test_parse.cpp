@@ -149,6 +149,21 @@ TEST(Finite, NanOrInfInAnyResultIsNamed) {
   EXPECT_EQ(bench::count_non_finite(f), 2);
   f.set(0, std::numeric_limits<float>::max());
   EXPECT_EQ(bench::count_non_finite(f), 1);
+
+  // float16: a value past 65504 is stored as inf (0x7c00, which bf16's exponent mask 0x7f80 would miss),
+  // and it and a NaN are counted; the largest finite value is not.
+  Tensor h(Dtype::f16, {6});
+  h.fill_zero();
+  h.set(0, 65504.0);
+  h.set(1, -65504.0);
+  EXPECT_EQ(bench::count_non_finite(h), 0);
+  h.set(2, 70000.0);
+  h.set(3, -std::numeric_limits<double>::infinity());
+  h.set(4, std::nan(""));
+  EXPECT_EQ(bench::count_non_finite(h), 3);
+  s = bench::check_finite(h, nullptr);
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.message().find("out (3 of 6 values)"), std::string::npos) << s.message();
 }
 
 TEST(Threads, StartingThreadsTheSystemRefusesIsAnError) {

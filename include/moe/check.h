@@ -3,6 +3,7 @@
 // every differentiated tensor. Tolerances per dtype (docs/design.md):
 //   float32  out 1e-5, grads 1e-5   (f32 accumulation, exp_approx ~1e-7)
 //   bfloat16 out 2e-2, grads 2e-2   (bf16 storage of x, weights, h, g and row outputs: 2^-9 per rounding)
+//   float16  out 2.5e-3, grads 2.5e-3 (the same tensors in float16: 2^-12 per rounding, bf16's / 8)
 // A run with int8 GEMMs (routed, or the shared expert's) raises the floor to kInt8CheckTolerance: the fast
 // path and the reference quantize the same values, but an intermediate (g, dy, dh) that float32 and float64
 // round a hair apart lands on the other side of a rounding boundary now and then, and that element moves by a

@@ -4,9 +4,9 @@
 // Layout of `dir`: x, w1, w2, w3, [shared_w1, shared_w2, shared_w3], topk_ids (int32 (T, K)),
 // topk_weights (f32 (T, K)), out, and with gradients grad_x, grad_w1, grad_w2, grad_w3,
 // [grad_shared_w1/2/3], each "<name>.npy"; shared files only when S > 0. Every float tensor is stored
-// as float32 (bf16 widened exactly). config.json = MoeConfig::to_json() + the caller's extra fields +
-// "files": {name: {shape, dtype (the run's dtype before widening), npy_descr}} + "notes". It is
-// written last, so a directory holding it is a complete dump.
+// as float32 (bf16 widened exactly), a float16 run's as float16 ('<f2'). config.json = MoeConfig::to_json() +
+// the caller's extra fields + "files": {name: {shape, dtype (the run's dtype before widening), npy_descr}} +
+// "notes". It is written last, so a directory holding it is a complete dump.
 #pragma once
 
 #include <string>

@@ -16,8 +16,11 @@
 
 namespace moe {
 
-// '<f4' with t's shape; bf16 tensors are widened to float32, which is exact.
+// npy_descr(t.dtype()) with t's shape: float32 and float16 ('<f2') as they are, bf16 (not a numpy dtype)
+// widened to float32, which is exact.
 Status write_npy(const std::string& path, const Tensor& t);
+// What write_npy stores a tensor of dt as: '<f4' for float32 and bfloat16, '<f2' for float16.
+const char* npy_descr(Dtype dt);
 // data (prod(shape)) in C order; an empty shape writes a scalar. A size mismatch is a bug (MOE_CHECK).
 Status write_npy(const std::string& path, const std::vector<int32_t>& data,
                  const std::vector<int64_t>& shape);
@@ -28,6 +31,7 @@ Status write_npy(const std::string& path, const std::vector<double>& data, const
 Status read_npy_header(const std::string& path, std::string& descr, std::vector<int64_t>& shape);
 // Fail unless the file holds exactly the named dtype.
 Status read_npy_f32(const std::string& path, std::vector<float>& data, std::vector<int64_t>& shape);
+Status read_npy_f16(const std::string& path, std::vector<f16_t>& data, std::vector<int64_t>& shape);
 Status read_npy_i32(const std::string& path, std::vector<int32_t>& data, std::vector<int64_t>& shape);
 Status read_npy_f64(const std::string& path, std::vector<double>& data, std::vector<int64_t>& shape);
 

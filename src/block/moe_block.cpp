@@ -11,7 +11,7 @@ void check_supported(const Status& s) {
   MOE_CHECK(s.is_ok(), "MoeBlock made for an unsupported configuration: " + s.message());
 }
 
-// sum (f32) = part (f32 or bf16) where first, else sum += part. Host tensors: --ep-overlap runs where
+// sum (f32) = part (f32, bf16 or f16) where first, else sum += part. Host tensors: --ep-overlap runs where
 // its exchange does, on host memory.
 void add_into_f32(Tensor& sum, const Tensor& part, bool first) {
   MOE_CHECK(sum.on_host() && part.on_host() && sum.dtype() == Dtype::f32 && sum.numel() == part.numel(),
@@ -22,8 +22,12 @@ void add_into_f32(Tensor& sum, const Tensor& part, bool first) {
     const float* p = part.data<float>();  // (n)
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; ++i) s[i] = first ? p[i] : s[i] + p[i];
+  } else if (part.dtype() == Dtype::f16) {
+    const f16_t* p = part.data<f16_t>();  // (n)
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) s[i] = first ? f16_to_f32(p[i]) : s[i] + f16_to_f32(p[i]);
   } else {
-    MOE_CHECK(part.dtype() == Dtype::bf16, "add_into_f32: an f32 or bf16 part");
+    MOE_CHECK(part.dtype() == Dtype::bf16, "add_into_f32: an f32, bf16 or f16 part");
     const bf16_t* p = part.data<bf16_t>();  // (n)
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; ++i) s[i] = first ? bf16_to_f32(p[i]) : s[i] + bf16_to_f32(p[i]);

@@ -9,7 +9,7 @@ namespace moe::comm_detail {
 Status check_reducible(const char* op, const Tensor& t) {
   if (is_run_dtype(t.dtype())) return Status::ok();
   return Status::error(
-      fmt::format("{}: sums float32 or bfloat16 tensors, not {}", op, dtype_name(t.dtype())));
+      fmt::format("{}: sums float32, bfloat16 or float16 tensors, not {}", op, dtype_name(t.dtype())));
 }
 
 Status check_same_dtype(const char* op, const Tensor& recv, const Tensor& send) {
@@ -66,6 +66,12 @@ std::vector<float> to_f32(const Tensor& t, int64_t offset, int64_t n) {
     std::memcpy(v.data(), t.data<float>() + offset, size_t(n) * sizeof(float));
     return v;
   }
+  if (t.dtype() == Dtype::f16) {
+    const f16_t* p = t.data<f16_t>() + offset;
+    for (int64_t i = 0; i < n; ++i) v[size_t(i)] = f16_to_f32(p[i]);
+    return v;
+  }
+  MOE_CHECK(t.dtype() == Dtype::bf16, "to_f32: a float32, bfloat16 or float16 tensor (check_reducible)");
   const bf16_t* p = t.data<bf16_t>() + offset;
   for (int64_t i = 0; i < n; ++i) v[size_t(i)] = bf16_to_f32(p[i]);
   return v;
@@ -76,6 +82,12 @@ void store_f32(Tensor& t, int64_t offset, const float* v, int64_t n) {
     std::memcpy(t.data<float>() + offset, v, size_t(n) * sizeof(float));
     return;
   }
+  if (t.dtype() == Dtype::f16) {
+    f16_t* p = t.data<f16_t>() + offset;
+    for (int64_t i = 0; i < n; ++i) p[i] = f32_to_f16(v[i]);
+    return;
+  }
+  MOE_CHECK(t.dtype() == Dtype::bf16, "store_f32: a float32, bfloat16 or float16 tensor (check_reducible)");
   bf16_t* p = t.data<bf16_t>() + offset;
   for (int64_t i = 0; i < n; ++i) p[i] = f32_to_bf16(v[i]);
 }

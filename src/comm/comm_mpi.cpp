@@ -49,27 +49,38 @@ void add_bf16_words(void* in, void* inout, int* len, MPI_Datatype*) {
   for (int i = 0; i < *len; ++i) b[i] = f32_to_bf16(bf16_to_f32(a[i]) + bf16_to_f32(b[i]));
 }
 
+// inout[i] = f16(in[i] + inout[i]) summed in f32: the f16 sum's combining step.
+void add_f16_words(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const f16_t*>(in);
+  auto* b = static_cast<f16_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = f32_to_f16(f16_to_f32(a[i]) + f16_to_f32(b[i]));
+}
+
 // The ops of ours a job's comms share: made with the world's comm, freed with the last comm (before
 // MPI_Finalize: finalize_world_comm runs after every comm is gone).
 struct MpiOps {
-  MPI_Op sum_bf16 = MPI_OP_NULL;
+  MPI_Op sum_bf16 = MPI_OP_NULL, sum_f16 = MPI_OP_NULL;
   MpiOps() {
-    MOE_CHECK(MPI_Op_create(&add_bf16_words, /*commute=*/1, &sum_bf16) == MPI_SUCCESS,
+    MOE_CHECK(MPI_Op_create(&add_bf16_words, /*commute=*/1, &sum_bf16) == MPI_SUCCESS &&
+                  MPI_Op_create(&add_f16_words, /*commute=*/1, &sum_f16) == MPI_SUCCESS,
               "MPI_Op_create failed");
   }
   ~MpiOps() {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized) MPI_Op_free(&sum_bf16);
+    if (finalized) return;
+    MPI_Op_free(&sum_bf16);
+    MPI_Op_free(&sum_f16);
   }
   MpiOps(const MpiOps&) = delete;
   MpiOps& operator=(const MpiOps&) = delete;
 };
 
-// A reduction's element type and sum op: f32 by MPI's own, bf16 as 16-bit words by ours.
+// A reduction's element type and sum op: f32 by MPI's own, bf16 and f16 as 16-bit words by ours.
 std::pair<MPI_Datatype, MPI_Op> sum_of(Dtype dt, const MpiOps& ops) {
   if (dt == Dtype::f32) return {MPI_FLOAT, MPI_SUM};
-  MOE_CHECK(dt == Dtype::bf16, "a sum of f32 or bf16 (check_reducible)");
+  if (dt == Dtype::f16) return {MPI_UINT16_T, ops.sum_f16};
+  MOE_CHECK(dt == Dtype::bf16, "a sum of f32, bf16 or f16 (check_reducible)");
   return {MPI_UINT16_T, ops.sum_bf16};
 }
 

@@ -1,11 +1,11 @@
 // --check in one place: the fixed per-dtype floor (moe/check.h) and the conditioned rule that raises it
 // where a problem is ill-conditioned (moe/conditioned_check.h), both against the float64 reference.
-#include "moe/conditioned_check.h"
+#include "moe/check.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "moe/check.h"
+#include "moe/conditioned_check.h"
 #include "moe/reference.h"
 #include "moe/rng.h"
 
@@ -17,6 +17,8 @@ double unit_roundoff_x2(Dtype dt) {
   switch (dt) {
     case Dtype::bf16:
       return 0x1p-8;
+    case Dtype::f16:
+      return 0x1p-11;  // 10 fraction bits: 8x finer than bf16's 7
     case Dtype::f32:
       return 0x1p-23;
     case Dtype::f64:
@@ -119,6 +121,8 @@ double check_tolerance(Dtype dtype) {
       return 1e-5;
     case Dtype::bf16:
       return 2e-2;
+    case Dtype::f16:
+      return 2.5e-3;  // bf16's floor / 8, as its rounding step
     case Dtype::f64:
     case Dtype::s8:
     case Dtype::s32:

@@ -159,10 +159,13 @@ std::optional<MatmulPrecision> parse_matmul_precision(std::string_view s) {
 Dtype MoeConfig::matmul_activation_dtype() const {
   switch (matmul_precision) {
     case MatmulPrecision::default_precision:
-      // A bf16 run's f32 activations are read in bf16; a float32 run multiplies in float32.
+      // A bf16 (f16) run's f32 activations are read in bf16 (f16), its storage dtype; a float32 run
+      // multiplies in float32.
       switch (dtype) {
         case Dtype::bf16:
           return Dtype::bf16;
+        case Dtype::f16:
+          return Dtype::f16;
         case Dtype::f32:
           return Dtype::f32;
         case Dtype::f64:

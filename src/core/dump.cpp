@@ -23,7 +23,7 @@ class DumpWriter {
 
   Status tensor(const std::string& name, const Tensor& t) {
     MOE_RETURN_IF_ERROR(write_npy(path(name), t));
-    record(name, t.shape(), dtype_name(t.dtype()), "<f4");
+    record(name, t.shape(), dtype_name(t.dtype()), npy_descr(t.dtype()));
     return Status::ok();
   }
   template <typename T>
@@ -134,9 +134,9 @@ Status write_dump(const std::string& dir, const MoeConfig& cfg, const std::strin
   config.update(extra);
   config["files"] = std::move(w.files());
   config["notes"] = {
-      "Every float tensor is stored as float32 (npy '<f4'); 'dtype' in 'files' is the run's dtype. bfloat16 "
-      "tensors were widened to float32 exactly, so narrowing them back recovers the original values bit for "
-      "bit.",
+      "Every float tensor is stored as float32 (npy '<f4'), a float16 run's as float16 ('<f2'); 'dtype' in "
+      "'files' is the run's dtype. bfloat16 tensors were widened to float32 exactly, so narrowing them back "
+      "recovers the original values bit for bit.",
       "topk_ids values >= 'experts' are null routing slots: those assignments go to no expert.",
       "Gradients, when present, are of loss = mean(square(out)).",
   };

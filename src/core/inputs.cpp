@@ -27,13 +27,19 @@ void fill_normal(Tensor& t, uint64_t key, int64_t offset) {
       for (int64_t i = 0; i < n; ++i) p[i] = f32_to_bf16(float(random_normal(key, uint64_t(offset + i))));
       return;
     }
+    case Dtype::f16: {
+      f16_t* p = t.data<f16_t>();
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+      for (int64_t i = 0; i < n; ++i) p[i] = f32_to_f16(float(random_normal(key, uint64_t(offset + i))));
+      return;
+    }
     case Dtype::f64:
     case Dtype::s8:
     case Dtype::s32:
     case Dtype::s64:
       break;
   }
-  MOE_CHECK(false, std::string("inputs are float32 or bfloat16, not ") + dtype_name(t.dtype()));
+  MOE_CHECK(false, std::string("inputs are float32, bfloat16 or float16, not ") + dtype_name(t.dtype()));
 }
 
 // Rows [row_begin, row_begin + shape[0]) of the stream's tensor whose rows hold numel/shape[0] elements.

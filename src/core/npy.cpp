@@ -150,25 +150,34 @@ Status read_data(const std::string& path, std::string_view want_descr, std::vect
 
 }  // namespace
 
-Status write_npy(const std::string& path, const Tensor& t) {
-  // A default-constructed Tensor has shape () but no element: writing it would make a corrupt scalar.
-  MOE_CHECK(shape_numel(t.shape()) == t.numel(), "write_npy: unallocated tensor for '" + path + "'");
-  AtomicFileWriter w(path);
-  MOE_RETURN_IF_ERROR(w.open());
-  std::string header = npy_header("<f4", t.shape());
-  MOE_RETURN_IF_ERROR(w.write(header.data(), header.size()));
-  switch (t.dtype()) {
+const char* npy_descr(Dtype dt) {
+  switch (dt) {
     case Dtype::f32:
-      MOE_RETURN_IF_ERROR(w.write(t.data<float>(), t.bytes()));
-      return w.commit();
     case Dtype::bf16:
-      break;
+      return "<f4";
+    case Dtype::f16:
+      return "<f2";
     case Dtype::f64:
     case Dtype::s8:
     case Dtype::s32:
     case Dtype::s64:
-      MOE_CHECK(false, std::string("write_npy: dumps hold float32 or bfloat16 tensors, not ") +
-                           dtype_name(t.dtype()));
+      break;
+  }
+  MOE_CHECK(false,
+            std::string("write_npy: dumps hold float32, bfloat16 or float16 tensors, not ") + dtype_name(dt));
+}
+
+Status write_npy(const std::string& path, const Tensor& t) {
+  // A default-constructed Tensor has shape () but no element: writing it would make a corrupt scalar.
+  MOE_CHECK(shape_numel(t.shape()) == t.numel(), "write_npy: unallocated tensor for '" + path + "'");
+  const char* descr = npy_descr(t.dtype());
+  AtomicFileWriter w(path);
+  MOE_RETURN_IF_ERROR(w.open());
+  std::string header = npy_header(descr, t.shape());
+  MOE_RETURN_IF_ERROR(w.write(header.data(), header.size()));
+  if (t.dtype() != Dtype::bf16) {  // float32 and float16 are numpy dtypes: their bytes as they are
+    MOE_RETURN_IF_ERROR(w.write(t.raw(), t.bytes()));
+    return w.commit();
   }
   // Widen block by block: weights run to gigabytes, and a whole f32 copy would triple what is held.
   constexpr int64_t kBlock = int64_t(1) << 16;
@@ -202,6 +211,9 @@ Status read_npy_header(const std::string& path, std::string& descr, std::vector<
 
 Status read_npy_f32(const std::string& path, std::vector<float>& data, std::vector<int64_t>& shape) {
   return read_data(path, "<f4", data, shape);
+}
+Status read_npy_f16(const std::string& path, std::vector<f16_t>& data, std::vector<int64_t>& shape) {
+  return read_data(path, "<f2", data, shape);
 }
 Status read_npy_i32(const std::string& path, std::vector<int32_t>& data, std::vector<int64_t>& shape) {
   return read_data(path, "<i4", data, shape);

@@ -194,6 +194,8 @@ double Tensor::get(int64_t i) const {
       return data<float>()[i];
     case Dtype::bf16:
       return bf16_to_f32(data<bf16_t>()[i]);
+    case Dtype::f16:
+      return f16_to_f32(data<f16_t>()[i]);
     case Dtype::f64:
       return data<double>()[i];
     case Dtype::s8:
@@ -213,6 +215,9 @@ void Tensor::set(int64_t i, double v) {
       return;
     case Dtype::bf16:
       data<bf16_t>()[i] = f32_to_bf16(float(v));
+      return;
+    case Dtype::f16:
+      data<f16_t>()[i] = f32_to_f16(float(v));
       return;
     case Dtype::f64:
       data<double>()[i] = v;

@@ -25,8 +25,8 @@ namespace {
 
 Status run_dtype_supported(const Backend& be, const MoeConfig& cfg) {
   if (is_run_dtype(cfg.dtype)) return Status::ok();
-  return Status::error(
-      fmt::format("backend {} runs float32 and bfloat16 blocks, not {}", be.name(), dtype_name(cfg.dtype)));
+  return Status::error(fmt::format("backend {} runs float32, bfloat16 and float16 blocks, not {}", be.name(),
+                                   dtype_name(cfg.dtype)));
 }
 
 }  // namespace
@@ -114,6 +114,7 @@ void CpuBackend::convert(Tensor& dst, const Tensor& src) {
 }
 
 Dtype CpuBackend::gemm_arithmetic(Dtype storage) const {
+  if (storage == Dtype::f16) return Dtype::f32;  // the kernel table widens float16 (f16_widening.h)
   if (storage != Dtype::bf16) return storage;
   return table_.bf16_arithmetic() ? storage : Dtype::f32;
 }

@@ -81,7 +81,7 @@ class CudaBackend final : public Backend {
   Status supports(OpKind op, const MoeConfig& cfg) const override {
     MOE_RETURN_IF_ERROR(available());
     if (!is_run_dtype(cfg.dtype))
-      return Status::error(std::string("backend cuda runs float32 and bfloat16 blocks, not ") +
+      return Status::error(std::string("backend cuda runs float32, bfloat16 and float16 blocks, not ") +
                            dtype_name(cfg.dtype));
     return every_op_float_expert_ffn(*this, op, cfg);
   }

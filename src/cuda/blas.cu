@@ -22,13 +22,15 @@ cudaDataType_t cuda_type(Dtype dt) {
       return CUDA_R_32F;
     case Dtype::bf16:
       return CUDA_R_16BF;
+    case Dtype::f16:
+      return CUDA_R_16F;
     case Dtype::f64:
     case Dtype::s8:
     case Dtype::s32:
     case Dtype::s64:
       break;
   }
-  MOE_CHECK(false, std::string("cuda GEMMs multiply float32 or bfloat16, not ") + dtype_name(dt));
+  MOE_CHECK(false, std::string("cuda GEMMs multiply float32, bfloat16 or float16, not ") + dtype_name(dt));
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// Element-wise conversion between float32 and bfloat16 on the GPU (the block's output store, and the
-// widening of bf16 operands where a float32 GEMM needs them).
+// Element-wise conversion between float32, bfloat16 and float16 on the GPU (the block's output store, and
+// the widening of 16-bit operands where a float32 GEMM needs them).
 #include <algorithm>
 
 #include "cuda/check.h"

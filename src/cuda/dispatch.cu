@@ -4,6 +4,7 @@
 // through assignment_row, deterministic). Rows past the plan's group_offset[E] are left untouched;
 // padding rows are written as zeros. Reference: src/ref/dispatch.cpp.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include "cuda/check.h"
 #include "cuda/device.h"
@@ -142,13 +143,15 @@ class CudaDispatch final : public DispatchOp {
         return launch_gather<float>(x_rows, x, rep, plan);
       case Dtype::bf16:
         return launch_gather<__nv_bfloat16>(x_rows, x, rep, plan);
+      case Dtype::f16:
+        return launch_gather<__half>(x_rows, x, rep, plan);
       case Dtype::f64:
       case Dtype::s8:
       case Dtype::s32:
       case Dtype::s64:
         break;
     }
-    MOE_CHECK(false, "cuda dispatch: run dtype is float32 or bfloat16 (supports() refuses others)");
+    MOE_CHECK(false, "cuda dispatch: run dtype is float32, bfloat16 or float16 (supports() refuses others)");
   }
 
   void backward(const TokenSums& dx, const Tensor& dx_rows, const DispatchPlan& plan) override {

@@ -33,8 +33,8 @@ class HostGroups {
   bool has_padding_ = false;
 };
 
-// rows_buf (max_rows, width) float32 or bfloat16: rows r < groups.rows() with row_assignment[r] < 0 set
-// to zero (nothing to launch when no group has padding).
+// rows_buf (max_rows, width) float32, bfloat16 or float16: rows r < groups.rows() with row_assignment[r] < 0
+// set to zero (nothing to launch when no group has padding).
 void zero_padding_rows(Tensor& rows_buf, const DispatchPlan& plan, const HostGroups& groups);
 
 }  // namespace moe::cuda

@@ -18,7 +18,7 @@ std::unique_ptr<ExpertFfnOp> make_expert_ffn_op(const OpContext& ctx, Blas& blas
 std::unique_ptr<CombineOp> make_combine_op(const OpContext& ctx);
 std::unique_ptr<SharedExpertOp> make_shared_expert_op(const OpContext& ctx, Blas& blas);
 
-// dst = src element-wise between float32 and bfloat16 (any pair), on the backend's stream.
+// dst = src element-wise between float32, bfloat16 and float16 (any pair), on the backend's stream.
 void convert(Tensor& dst, const Tensor& src);
 void convert(void* dst, Dtype dst_dtype, const void* src, Dtype src_dtype, int64_t n);
 

@@ -1,7 +1,7 @@
 // The shared expert on the GPU: a dense SwiGLU MLP over every token with float32 activations
 // (spec §2.5). hs = x @ [sw1 | sw3] in float32; what a matmul reads of the float32 activations (gs,
-// dy, dh) is rounded to cfg.matmul_activation_dtype() (bfloat16 under a bf16 run's default
-// precision). Where that is float32 in a bfloat16 run (highest precision), the bf16 operands beside
+// dy, dh) is rounded to cfg.matmul_activation_dtype() (the run's bfloat16 or float16 under its default
+// precision). Where that is float32 in a 16-bit run (highest precision), the 16-bit operands beside
 // an activation are widened to float32 inside the call (exactly) and weight gradients are summed in
 // float32 then rounded, since cuBLAS multiplies operands of one dtype. Reference: src/ref/shared_expert.cpp.
 #include "cuda/blas.h"

@@ -1,8 +1,9 @@
-// Device-side helpers shared by the cuda kernels: float32 and bfloat16 loaded and stored through
-// float (narrowing rounds to nearest even), SiLU, and the host's dtype -> element type dispatch.
+// Device-side helpers shared by the cuda kernels: float32, bfloat16 and float16 loaded and stored
+// through float (narrowing rounds to nearest even), SiLU, and the host's dtype -> element type dispatch.
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cstdint>
 #include <initializer_list>
@@ -21,11 +22,17 @@ __device__ __forceinline__ float to_float(float v) {
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) {
   return __bfloat162float(v);
 }
+__device__ __forceinline__ float to_float(__half v) {
+  return __half2float(v);
+}
 __device__ __forceinline__ void store(float* dst, float v) {
   *dst = v;
 }
 __device__ __forceinline__ void store(__nv_bfloat16* dst, float v) {
   *dst = __float2bfloat16_rn(v);
+}
+__device__ __forceinline__ void store(__half* dst, float v) {
+  *dst = __float2half_rn(v);
 }
 
 // V consecutive elements through float, in one aligned access (REQUIRES p aligned to V elements).
@@ -51,7 +58,7 @@ __device__ __forceinline__ float sigmoid(float z) {
   return 1.0f / (1.0f + expf(-z));
 }
 
-// fn(T{}) with T the element type of a float32 or bfloat16 dtype; `what` names the caller for the
+// fn(T{}) with T the element type of a float32, bfloat16 or float16 dtype; `what` names the caller for the
 // invariant failure on any other dtype (supports() refuses those before an op is made).
 template <class Fn>
 void visit_float(Dtype dt, const char* what, Fn&& fn) {
@@ -60,13 +67,15 @@ void visit_float(Dtype dt, const char* what, Fn&& fn) {
       return fn(float{});
     case Dtype::bf16:
       return fn(__nv_bfloat16{});
+    case Dtype::f16:
+      return fn(__half{});
     case Dtype::f64:
     case Dtype::s8:
     case Dtype::s32:
     case Dtype::s64:
       break;
   }
-  MOE_CHECK(false, std::string(what) + ": float32 or bfloat16 only, not " + dtype_name(dt));
+  MOE_CHECK(false, std::string(what) + ": float32, bfloat16 or float16 only, not " + dtype_name(dt));
 }
 
 // The address of element `elements` of a tensor (a group's first row, a column half of [gate | up]).

@@ -13,7 +13,7 @@ namespace moe::ref_gemm {
 
 void grouped_gemm_nn_s8(const GemmThresholds&, void* out, Dtype out_dtype, Int8Operands in,
                         GroupedShape groups, int64_t Kd, int64_t N, bool accumulate) {
-  MOE_CHECK(out_dtype == Dtype::f32 || out_dtype == Dtype::bf16, "ref nn_s8: float32 or bfloat16 out");
+  MOE_CHECK(is_run_dtype(out_dtype), "ref nn_s8: a float32, bfloat16 or float16 out");
   MOE_CHECK(!accumulate || out_dtype == Dtype::f32, "ref nn_s8: accumulates in a float32 out only");
   std::vector<int64_t> sum(static_cast<size_t>(N));
   for (int64_t e = 0; e < groups.experts; ++e) {
@@ -32,19 +32,14 @@ void grouped_gemm_nn_s8(const GemmThresholds&, void* out, Dtype out_dtype, Int8O
       for (int64_t n = 0; n < N; ++n) {
         const int64_t i = r * N + n;
         if (r >= row0 + live) {  // padding rows: zeros, left alone when accumulating
-          if (!accumulate)
-            out_dtype == Dtype::f32 ? void(static_cast<float*>(out)[i] = 0.0f)
-                                    : void(static_cast<bf16_t*>(out)[i] = 0);
+          if (!accumulate) set_float_value(out, out_dtype, i, 0.0f);
           continue;
         }
         MOE_CHECK(sum[size_t(n)] >= INT32_MIN && sum[size_t(n)] <= INT32_MAX,
                   "nn_s8: the sum overflows int32");
         const float rs = in.rhs_scale[in.rhs_scale_per_column ? e * N + n : e];
         const float v = float(float(sum[size_t(n)]) * in.lhs_scale[r]) * rs;
-        if (out_dtype == Dtype::bf16)
-          static_cast<bf16_t*>(out)[i] = f32_to_bf16(v);
-        else
-          static_cast<float*>(out)[i] = accumulate ? static_cast<float*>(out)[i] + v : v;
+        set_float_value(out, out_dtype, i, accumulate ? static_cast<float*>(out)[i] + v : v);
       }
     }
   }
@@ -69,19 +64,13 @@ void grouped_gemm_nn_s8_swiglu(const GemmThresholds& k, S8SwigluOut out, Dtype o
       std::memcpy(static_cast<std::byte*>(out.h) + size_t(r * 2 * M + p * M) * elem,
                   part.data() + size_t(r * width) * elem, size_t(width) * elem);
   }
-  auto load = [&](int64_t i) {
-    return out_dtype == Dtype::f32 ? double(static_cast<const float*>(out.h)[i])
-                                   : double(bf16_to_f32(static_cast<const bf16_t*>(out.h)[i]));
-  };
+  auto load = [&](int64_t i) { return float_value(out.h, out_dtype, i); };
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < M; ++j) {
       // From h as stored, rounded once to out_dtype.
       const double g =
           ref::silu(load(r * 2 * M + j)) * load(r * 2 * M + M + j) * (row_weight ? row_weight[r] : 1.0);
-      if (out_dtype == Dtype::f32)
-        static_cast<float*>(out.g)[r * M + j] = float(g);
-      else
-        static_cast<bf16_t*>(out.g)[r * M + j] = f32_to_bf16(float(g));
+      set_float_value(out.g, out_dtype, r * M + j, float(g));
     }
   ref_quant::quantize_rows(out.gq, out.g_scale, out.g, out_dtype, rows, M, M);
 }

@@ -13,9 +13,9 @@ namespace moe::ref_quant {
 namespace {
 
 float load(const void* p, Dtype dt, int64_t i) {
-  MOE_CHECK(dt == Dtype::f32 || dt == Dtype::bf16,
-            std::string("quantize reads float32 or bfloat16, not ") + dtype_name(dt));
-  return dt == Dtype::f32 ? static_cast<const float*>(p)[i] : bf16_to_f32(static_cast<const bf16_t*>(p)[i]);
+  MOE_CHECK(is_run_dtype(dt),
+            std::string("quantize reads float32, bfloat16 or float16, not ") + dtype_name(dt));
+  return float(float_value(p, dt, i));
 }
 
 }  // namespace

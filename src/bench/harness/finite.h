@@ -8,7 +8,7 @@
 
 namespace moe::bench {
 
-// Counts NaN and +-inf values (f32 or bf16).
+// Counts NaN and +-inf values (f32, bf16 or f16).
 int64_t count_non_finite(const Tensor& t);
 
 // An error naming every non-finite tensor (out, then dx, dw1, ...) and its count; ok when all finite.

@@ -91,7 +91,7 @@ void add_shape_flags(CLI::App& app, NumericFlags& num, BenchOptions& opts, FlagT
   app.add_option("--topk-list", t.topk_list, "comma list of K values, overrides --topk (e.g. 1,2,4,8)");
   num.add("--shared-expert-dim", c.shared_expert_dim, "S, shared expert size (0 = none)", 0, kMax64);
   app.add_flag("--shared-fused", c.shared_fused, "shared w1|w3 as one [H,2S] GEMM");
-  app.add_option("--dtype", t.dtype, "float32|bfloat16 (bf16 storage, f32 accumulation)")
+  app.add_option("--dtype", t.dtype, "float32|bfloat16|float16 (16-bit storage, f32 accumulation)")
       ->capture_default_str();
   app.add_option("--backend", t.backend, "gmm (contiguous, tile-padded groups) | ragged_dot (exact groups)")
       ->capture_default_str();
@@ -259,7 +259,7 @@ Status convert_modes(const CLI::App& app, const FlagText& t, BenchOptions& opts)
 // The block's named flags.
 Status convert_block_names(const FlagText& t, BenchOptions& opts) {
   MoeConfig& c = opts.base;
-  MOE_RETURN_IF_ERROR(parse_enum("--dtype", t.dtype, parse_run_dtype, "float32, bfloat16", c.dtype));
+  MOE_RETURN_IF_ERROR(parse_enum("--dtype", t.dtype, parse_run_dtype, "float32, bfloat16, float16", c.dtype));
   MOE_RETURN_IF_ERROR(
       parse_enum("--backend", t.backend, parse_gemm_backend, "gmm, ragged_dot", c.gemm_backend));
   MOE_RETURN_IF_ERROR(

@@ -5,6 +5,7 @@
 #include <bit>
 #include <chrono>
 
+#include "cpu/gemm/f16_widening.h"
 #include "cpu/gemm/gemm.h"
 #include "cpu/gemm/tuning.h"
 #include "moe/fatal_signal.h"
@@ -272,6 +273,8 @@ void GemmKernels::run_chosen(const GemmCall& call, Run&& run) {
 void GemmKernels::nn(void* out, Dtype out_dtype, const void* lhs, ExpertWeights rhs, Dtype in_dtype,
                      GroupedShape groups, int64_t Kd, int64_t N) {
   MOE_CHECK(N % rhs.parts() == 0, "grouped nn: two weight parts split N in halves");
+  if (f16_widening::any_f16({in_dtype, out_dtype}))
+    return f16_widening::nn(*this, out, out_dtype, lhs, rhs, in_dtype, groups, Kd, N);
   const GemmCall call = grouped_call(GemmForm::nn, in_dtype, out_dtype, groups, Kd, N, rhs.parts());
   auto run = [&](const GemmRow& r) {
     std::get<GemmNnFn>(r.fn)(kernel_.thresholds, out, out_dtype, lhs, rhs, in_dtype, groups, Kd, N);
@@ -283,6 +286,9 @@ void GemmKernels::nn_swiglu(void* h, void* g, Dtype out_dtype, const void* lhs, 
                             Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t M,
                             const float* row_weight, bool keep_h) {
   MOE_CHECK(M >= 0 && (2 * M) % rhs.parts() == 0, "grouped nn_swiglu: two weight parts split 2M in halves");
+  if (f16_widening::any_f16({in_dtype, out_dtype}))
+    return f16_widening::nn_swiglu(*this, h, g, out_dtype, lhs, rhs, in_dtype, groups, Kd, M, row_weight,
+                                   keep_h);
   const GemmCall call = grouped_call(GemmForm::nn_swiglu, in_dtype, out_dtype, groups, Kd, M, rhs.parts());
   auto run = [&](const GemmRow& r) {
     std::get<GemmNnSwigluFn>(r.fn)(kernel_.thresholds, h, g, out_dtype, lhs, rhs, in_dtype, groups, Kd, M,
@@ -296,6 +302,8 @@ void GemmKernels::nt(void* out, Dtype out_dtype, const void* dout, ExpertWeights
   MOE_CHECK(N % rhs.parts() == 0, "grouped nt: two weight parts split N in halves");
   MOE_CHECK((!accumulate && rhs.parts() == 1) || out_dtype == Dtype::f32,
             "grouped nt sums weight parts and accumulates in a float32 out only");
+  if (f16_widening::any_f16({in_dtype, out_dtype}))
+    return f16_widening::nt(*this, out, out_dtype, dout, rhs, in_dtype, groups, Kd, N, accumulate);
   GemmCall call = grouped_call(GemmForm::nt, in_dtype, out_dtype, groups, Kd, N, rhs.parts());
   call.accumulate = accumulate;
   auto run = [&](const GemmRow& r) {
@@ -309,6 +317,8 @@ void GemmKernels::nt_swiglu_grad(void* dh, void* dg, const void* dout, ExpertWei
                                  Dtype dtype, GroupedShape groups, int64_t M, int64_t N,
                                  const float* row_weight) {
   MOE_CHECK(rhs.parts() == 1, "grouped nt_swiglu_grad: the down projection's weights are one tensor");
+  if (dtype == Dtype::f16)
+    return f16_widening::nt_swiglu_grad(*this, dh, dg, dout, rhs, h, dtype, groups, M, N, row_weight);
   const GemmCall call = grouped_call(GemmForm::nt_swiglu_grad, dtype, dtype, groups, M, N, 1);
   auto run = [&](const GemmRow& r) {
     std::get<GemmNtSwigluGradFn>(r.fn)(kernel_.thresholds, dh, dg, dout, rhs, h, dtype, groups, M, N,
@@ -320,6 +330,8 @@ void GemmKernels::nt_swiglu_grad(void* dh, void* dg, const void* dout, ExpertWei
 void GemmKernels::tn(void* drhs, Dtype out_dtype, const void* lhs, const void* dout, Dtype in_dtype,
                      GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout) {
   MOE_CHECK(ld_dout >= N, "grouped tn: dout's row stride must cover its N columns");
+  if (f16_widening::any_f16({in_dtype, out_dtype}))
+    return f16_widening::tn(*this, drhs, out_dtype, lhs, dout, in_dtype, groups, Kd, N, ld_dout);
   const GemmCall call = grouped_call(GemmForm::tn, in_dtype, out_dtype, groups, Kd, N, 1);
   auto run = [&](const GemmRow& r) {
     std::get<GemmTnFn>(r.fn)(kernel_.thresholds, drhs, out_dtype, lhs, dout, in_dtype, groups, Kd, N,
@@ -332,6 +344,9 @@ void GemmKernels::tn_pair(void* drhs_first, void* drhs_second, Dtype out_dtype, 
                           const void* dout_first, const void* dout_second, Dtype in_dtype,
                           GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout) {
   MOE_CHECK(ld_dout >= N, "grouped tn_pair: dout's row stride must cover its N columns");
+  if (f16_widening::any_f16({in_dtype, out_dtype}))
+    return f16_widening::tn_pair(*this, drhs_first, drhs_second, out_dtype, lhs, dout_first, dout_second,
+                                 in_dtype, groups, Kd, N, ld_dout);
   const GemmCall call = grouped_call(GemmForm::tn_pair, in_dtype, out_dtype, groups, Kd, N, 1);
   auto run = [&](const GemmRow& r) {
     std::get<GemmTnPairFn>(r.fn)(kernel_.thresholds, drhs_first, drhs_second, out_dtype, lhs, dout_first,
@@ -342,6 +357,8 @@ void GemmKernels::tn_pair(void* drhs_first, void* drhs_second, Dtype out_dtype, 
 
 void GemmKernels::dense(void* out, Dtype out_dtype, const void* a, Dtype a_dtype, const void* b,
                         Dtype b_dtype, int64_t R, int64_t Kd, int64_t N, bool trans_a, bool trans_b) {
+  if (f16_widening::any_f16({a_dtype, b_dtype, out_dtype}))
+    return f16_widening::dense(*this, out, out_dtype, a, a_dtype, b, b_dtype, R, Kd, N, trans_a, trans_b);
   GemmCall call;
   call.form = GemmForm::dense;
   call.in_dtype = a_dtype;
@@ -362,6 +379,8 @@ void GemmKernels::dense(void* out, Dtype out_dtype, const void* a, Dtype a_dtype
 void GemmKernels::nn_s8(void* out, Dtype out_dtype, Int8Operands in, GroupedShape groups, int64_t Kd,
                         int64_t N, bool accumulate) {
   MOE_CHECK(!accumulate || out_dtype == Dtype::f32, "nn_s8 accumulates in a float32 out only");
+  if (out_dtype == Dtype::f16)
+    return f16_widening::nn_s8(*this, out, out_dtype, in, groups, Kd, N, accumulate);
   GemmCall call = grouped_call(GemmForm::nn_s8, Dtype::s8, out_dtype, groups, Kd, N, 1);
   call.accumulate = accumulate;
   call.weights_kept = in.rhs_packs != nullptr;
@@ -373,6 +392,8 @@ void GemmKernels::nn_s8(void* out, Dtype out_dtype, Int8Operands in, GroupedShap
 
 void GemmKernels::nn_s8_swiglu(S8SwigluOut out, Dtype out_dtype, Int8Operands in, Int8UpPart up,
                                GroupedShape groups, int64_t Kd, int64_t M, const float* row_weight) {
+  if (out_dtype == Dtype::f16)
+    return f16_widening::nn_s8_swiglu(*this, out, out_dtype, in, up, groups, Kd, M, row_weight);
   MOE_CHECK(out_dtype == Dtype::f32 || out_dtype == Dtype::bf16, "nn_s8_swiglu: float32 or bfloat16 h and g");
   GemmCall call = grouped_call(GemmForm::nn_s8_swiglu, Dtype::s8, out_dtype, groups, Kd, M, up.rhs ? 2 : 1);
   call.weights_kept = in.rhs_packs != nullptr;

@@ -26,6 +26,7 @@
 #include "cpu/gemm/gemm.h"
 #include "cpu/ops/expert_ffn.h"
 #include "cpu/ops/swiglu.h"
+#include "cpu/ops/vec_math.h"
 #include "moe/backend.h"
 
 namespace moe::cpu {
@@ -173,6 +174,8 @@ class RefDpExpertFfn final : public ExpertFfnOp {
   void segment_sum(Tensor& dw, const Tensor& src, int64_t per) {
     if (dt_ == Dtype::f32)
       segment_sum_as(dw.data<float>(), src.data<float>(), per);
+    else if (dt_ == Dtype::f16)
+      segment_sum_as(dw.data<f16_t>(), src.data<f16_t>(), per);
     else
       segment_sum_as(dw.data<bf16_t>(), src.data<bf16_t>(), per);
   }
@@ -187,22 +190,18 @@ class RefDpExpertFfn final : public ExpertFfnOp {
         float acc[kChunk] = {};
         for (int64_t b = expert_block_[size_t(e)]; b < expert_block_[size_t(e) + 1]; ++b) {
           const T* s = src + b * per + i0;
-          for (int64_t i = 0; i < n; ++i) acc[i] += load(s[i]);
+          for (int64_t i = 0; i < n; ++i) acc[i] += widen(s[i]);
         }
         T* d = dw + e * per + i0;
         for (int64_t i = 0; i < n; ++i) d[i] = store<T>(acc[i]);
       }
   }
-  static float load(float v) {
-    return v;
-  }
-  static float load(bf16_t v) {
-    return bf16_to_f32(v);
-  }
   template <typename T>
   static T store(float v) {
     if constexpr (std::is_same_v<T, float>)
       return v;
+    else if constexpr (std::is_same_v<T, f16_t>)
+      return f32_to_f16(v);
     else
       return f32_to_bf16(v);
   }

@@ -21,13 +21,14 @@ namespace moe::cpu {
 inline namespace MOE_VEC_ISA {
 
 inline float value_at(const void* p, Dtype dt, int64_t i) {
-  return dt == Dtype::f32 ? static_cast<const float*>(p)[i]
-                          : moe::bf16_to_f32(static_cast<const bf16_t*>(p)[i]);
+  if (dt == Dtype::f32) return static_cast<const float*>(p)[i];
+  if (dt == Dtype::f16) return widen(static_cast<const f16_t*>(p)[i]);
+  return widen(static_cast<const bf16_t*>(p)[i]);
 }
 
 inline void check_float(Dtype dt) {
-  MOE_CHECK(dt == Dtype::f32 || dt == Dtype::bf16,
-            std::string("quantize reads float32 or bfloat16, not ") + dtype_name(dt));
+  MOE_CHECK(dt == Dtype::f32 || dt == Dtype::bf16 || dt == Dtype::f16,
+            std::string("quantize reads float32, bfloat16 or float16, not ") + dtype_name(dt));
 }
 
 // Transposed blocks: 64 x 64 values, so the strided writes of one block stay in L1.

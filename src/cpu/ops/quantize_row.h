@@ -21,7 +21,8 @@ inline namespace MOE_VEC_ISA {
 
 constexpr float kRoundingShift = 12582912.0f;  // 1.5 * 2^23
 
-// max |x[i]| over n values from `first` (f32 or bf16).
+// max |x[i]| over n values from `first` (f32, bf16 or f16), from the magnitudes' bits (which order as
+// the values do).
 inline float amax_of(const void* x, Dtype dt, int64_t first, int64_t n) {
   uint32_t most = 0;
   if (dt == Dtype::f32) {
@@ -32,6 +33,11 @@ inline float amax_of(const void* x, Dtype dt, int64_t first, int64_t n) {
       std::memcpy(&bits, p + i, 4);
       most = std::max(most, bits & 0x7fffffffu);
     }
+  } else if (dt == Dtype::f16) {
+    const f16_t* p = static_cast<const f16_t*>(x) + first;
+#pragma omp simd reduction(max : most)
+    for (int64_t i = 0; i < n; ++i) most = std::max(most, uint32_t(p[i].bits & 0x7fffu));
+    return moe::f16_to_f32(f16_t{uint16_t(most)});
   } else {
     const bf16_t* p = static_cast<const bf16_t*>(x) + first;
 #pragma omp simd reduction(max : most)
@@ -42,25 +48,25 @@ inline float amax_of(const void* x, Dtype dt, int64_t first, int64_t n) {
   return f;
 }
 
+// q[i * q_stride] = quantized p[i] for n values.
+template <typename In>
+inline void quantize_values(int8_t* q, int64_t q_stride, const In* p, int64_t n, float scale) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = std::clamp((widen(p[i]) / scale + kRoundingShift) - kRoundingShift, -127.0f, 127.0f);
+    q[i * q_stride] = int8_t(v);
+  }
+}
+
 // q[i * q_stride] = quantized x[first + i] for n values.
 inline void quantize_run(int8_t* q, int64_t q_stride, const void* x, Dtype dt, int64_t first, int64_t n,
                          float scale) {
-  if (dt == Dtype::f32) {
-    const float* p = static_cast<const float*>(x) + first;
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = std::clamp((p[i] / scale + kRoundingShift) - kRoundingShift, -127.0f, 127.0f);
-      q[i * q_stride] = int8_t(v);
-    }
-  } else {
-    const bf16_t* p = static_cast<const bf16_t*>(x) + first;
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) {
-      const float v =
-          std::clamp((moe::bf16_to_f32(p[i]) / scale + kRoundingShift) - kRoundingShift, -127.0f, 127.0f);
-      q[i * q_stride] = int8_t(v);
-    }
-  }
+  if (dt == Dtype::f32)
+    quantize_values(q, q_stride, static_cast<const float*>(x) + first, n, scale);
+  else if (dt == Dtype::f16)
+    quantize_values(q, q_stride, static_cast<const f16_t*>(x) + first, n, scale);
+  else
+    quantize_values(q, q_stride, static_cast<const bf16_t*>(x) + first, n, scale);
 }
 
 // q[0, n) = x[first, first + n) quantized as one block (a row); returns its scale.

@@ -20,18 +20,11 @@ inline namespace MOE_VEC_ISA {
 // of each row (a pass through L1, and scratch rows 4 KiB + a malloc header apart whose reads may collide
 // with the copy's stores in the low 12 address bits; the suspect for the AVX2 forward's slowness on the
 // AMX host, the kernels log (git show 26fb9b0:docs/kernels.md), "Session 17", not measured there since).
-//
-// A gate, up or gradient value as float (bf16 widens exactly).
-inline float widen(float v) {
-  return v;
-}
-inline float widen(bf16_t v) {
-  return moe::bf16_to_f32(v);
-}
+// Gate, up and gradient values go through vec_math.h's widen().
 
 inline void check_swiglu_dtype(Dtype dt) {
-  MOE_CHECK(dt == Dtype::f32 || dt == Dtype::bf16,
-            std::string("SwiGLU reads float32 or bfloat16, not ") + dtype_name(dt));
+  MOE_CHECK(dt == Dtype::f32 || dt == Dtype::bf16 || dt == Dtype::f16,
+            std::string("SwiGLU reads float32, bfloat16 or float16, not ") + dtype_name(dt));
 }
 
 // g (M) = silu(a) * b * w for one row, in float.
@@ -74,6 +67,8 @@ inline void swiglu_forward_rows(void* g, Dtype g_dt, int8_t* gq, float* g_scale,
       float* out = g_buf.data();
       if (dt == Dtype::bf16)
         swiglu_row(out, reinterpret_cast<const bf16_t*>(a), reinterpret_cast<const bf16_t*>(b), w, M);
+      else if (dt == Dtype::f16)
+        swiglu_row(out, reinterpret_cast<const f16_t*>(a), reinterpret_cast<const f16_t*>(b), w, M);
       else
         swiglu_row(out, reinterpret_cast<const float*>(a), reinterpret_cast<const float*>(b), w, M);
       char* g_row = static_cast<char*>(g) + size_t(r * M) * g_elem;
@@ -113,6 +108,9 @@ inline void swiglu_backward_rows(GateUpGrad out, Dtype out_dt, const void* dg, G
       if (dt == Dtype::bf16)
         swiglu_grad_row(pa, pb, reinterpret_cast<const bf16_t*>(a), reinterpret_cast<const bf16_t*>(b),
                         reinterpret_cast<const bf16_t*>(d), w, M);
+      else if (dt == Dtype::f16)
+        swiglu_grad_row(pa, pb, reinterpret_cast<const f16_t*>(a), reinterpret_cast<const f16_t*>(b),
+                        reinterpret_cast<const f16_t*>(d), w, M);
       else
         swiglu_grad_row(pa, pb, reinterpret_cast<const float*>(a), reinterpret_cast<const float*>(b),
                         reinterpret_cast<const float*>(d), w, M);

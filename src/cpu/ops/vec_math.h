@@ -24,6 +24,13 @@
 #include <immintrin.h>
 #endif
 
+// F16C's conversions (vcvtph2ps, vcvtps2ph) come with AVX2 on every CPU this project targets; the AVX2
+// files' target pragma names f16c.
+#if defined(MOE_VEC_AVX512F) || defined(__F16C__) || defined(MOE_TARGET_AVX2)
+#define MOE_VEC_F16C 1
+#include <immintrin.h>
+#endif
+
 // Files built for different ISAs (an AVX-512 kernel file beside the build's baseline) each get their own
 // copies of these inline functions under a namespace of their ISA's name: the linker keeps one copy of
 // an inline function, which must never be another ISA's.
@@ -96,6 +103,17 @@ inline __m512 sigmoid16(__m512 z) {
 }
 #endif
 
+// A stored value as float (bf16 and f16 widen exactly), for loops templated on the storage type.
+inline float widen(float v) {
+  return v;
+}
+inline float widen(bf16_t v) {
+  return moe::bf16_to_f32(v);
+}
+inline float widen(f16_t v) {
+  return moe::f16_to_f32(v);
+}
+
 // dst[i] = float(src[i]) for a row of n bf16 values.
 inline void bf16_to_f32_row(float* dst, const bf16_t* src, int64_t n) {
 #pragma omp simd
@@ -117,6 +135,39 @@ inline void f32_to_bf16_row(bf16_t* dst, const float* src, int64_t n) {
   }
 #endif
   for (; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
+}
+
+// dst[i] = float(src[i]) for a row of n float16 values (exact).
+inline void f16_to_f32_row(float* dst, const f16_t* src, int64_t n) {
+  int64_t i = 0;
+#if defined(MOE_VEC_AVX512F)
+  // The masked forms with every lane set: GCC 12's unmasked ones merge into an "undefined" vector that
+  // -Wmaybe-uninitialized reports wherever they inline.
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(dst + i, _mm512_maskz_cvtph_ps(
+                                  0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
+#elif defined(MOE_VEC_F16C)
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+#endif
+  for (; i < n; ++i) dst[i] = f16_to_f32(src[i]);
+}
+
+// dst[i] = float16(src[i]), round to nearest even (inf beyond 65504, as moe::f32_to_f16).
+inline void f32_to_f16_row(f16_t* dst, const float* src, int64_t n) {
+  int64_t i = 0;
+#if defined(MOE_VEC_AVX512F)
+  for (; i + 16 <= n; i += 16)  // masked, as in f16_to_f32_row
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                        _mm512_maskz_cvtps_ph(0xffff, _mm512_loadu_ps(src + i),
+                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#elif defined(MOE_VEC_F16C)
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(
+        reinterpret_cast<__m128i*>(dst + i),
+        _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#endif
+  for (; i < n; ++i) dst[i] = f32_to_f16(src[i]);
 }
 
 // Whether rows of n elements of dt starting at base can leave through stream_row_bf16: bf16 rows of
@@ -203,13 +254,16 @@ inline void end_streams() {
 #endif
 }
 
-// Loads a row of f32 or bf16 as float (copying only when it is bf16). Returns the float view.
+// Loads a row of f32, bf16 or f16 as float (copying only when it is 16-bit). Returns the float view.
 inline const float* load_row_f32(float* scratch, const void* src, Dtype dt, int64_t n) {
   switch (dt) {
     case Dtype::f32:
       return static_cast<const float*>(src);
     case Dtype::bf16:
       bf16_to_f32_row(scratch, static_cast<const bf16_t*>(src), n);
+      return scratch;
+    case Dtype::f16:
+      f16_to_f32_row(scratch, static_cast<const f16_t*>(src), n);
       return scratch;
     case Dtype::f64:
     case Dtype::s8:
@@ -220,7 +274,7 @@ inline const float* load_row_f32(float* scratch, const void* src, Dtype dt, int6
   MOE_CHECK(false, std::string("load_row_f32: no CPU kernel reads ") + dtype_name(dt));
 }
 
-// Stores a float row as f32 or bf16.
+// Stores a float row as f32, bf16 or f16 (narrowing rounds to nearest even).
 inline void store_row(void* dst, Dtype dt, const float* src, int64_t n) {
   switch (dt) {
     case Dtype::f32:
@@ -228,6 +282,9 @@ inline void store_row(void* dst, Dtype dt, const float* src, int64_t n) {
       return;
     case Dtype::bf16:
       f32_to_bf16_row(static_cast<bf16_t*>(dst), src, n);
+      return;
+    case Dtype::f16:
+      f32_to_f16_row(static_cast<f16_t*>(dst), src, n);
       return;
     case Dtype::f64:
     case Dtype::s8:
@@ -244,7 +301,7 @@ inline void add_into(float* dst, const float* src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 
-// dst (n) in dst_dt = src (n) in src_dt, through f32 (f32 or bf16; narrowing rounds to nearest even),
+// dst (n) in dst_dt = src (n) in src_dt, through f32 (f32, bf16 or f16; narrowing rounds to nearest even),
 // in chunks that keep each thread's f32 scratch in cache.
 inline void convert_elements(void* dst, Dtype dst_dt, const void* src, Dtype src_dt, int64_t n) {
   constexpr int64_t kChunk = 4096;

@@ -75,6 +75,7 @@ memory::data_type dnnl_type(Dtype dt) {
       return memory::data_type::f32;
     case Dtype::bf16:
       return memory::data_type::bf16;
+    case Dtype::f16:  // the kernel table widens float16 to float32 before any variant sees it
     case Dtype::f64:
     case Dtype::s8:
     case Dtype::s32:

@@ -46,6 +46,7 @@ struct View {
         return static_cast<const float*>(p)[idx];
       case Dtype::bf16:
         return bf16_to_f32(static_cast<const bf16_t*>(p)[idx]);
+      case Dtype::f16:  // the kernel table widens float16 to float32 before any variant sees it
       case Dtype::f64:
       case Dtype::s8:
       case Dtype::s32:
