@@ -79,19 +79,18 @@ class RefInt8ExpertFfn final : public ExpertFfnOp {
         {}, dg_.raw(), dt_, operands(quantize_rows(dy_rows.raw(), dt_, rows, H, H), down_weight(w, true)), gs,
         H, M, false);
     swiglu_backward(p);
-    const Tensor& dh = dh_;
-    ref_gemm::grouped_gemm_tn({}, dw.dw1.raw(), dt_, x_rows.raw(), dh.raw(), dt_, gs, H, M, 2 * M);
+    ref_gemm::grouped_gemm_tn({}, dw.dw1.raw(), dt_, x_rows.raw(), dh_.raw(), dt_, gs, H, M, 2 * M);
     ref_gemm::grouped_gemm_tn({}, dw.dw3.raw(), dt_, x_rows.raw(),
-                              static_cast<const char*>(dh.raw()) + size_t(M) * dtype_size(dt_), dt_, gs, H, M,
-                              2 * M);
+                              static_cast<const char*>(dh_.raw()) + size_t(M) * dtype_size(dt_), dt_, gs, H,
+                              M, 2 * M);
     if (traits_.fuse_w13) {
-      const Quantized dhq = quantize_rows(dh.raw(), dt_, rows, 2 * M, 2 * M);
+      const Quantized dhq = quantize_rows(dh_.raw(), dt_, rows, 2 * M, 2 * M);
       ref_gemm::grouped_gemm_nn_s8({}, dx_rows.raw(), Dtype::f32, operands(dhq, up_weight(w, 0, true)), gs,
                                    2 * M, H, false);
       return;
     }
     for (int part = 0; part < 2; ++part) {  // each half against its own weight's scale
-      const void* half = static_cast<const char*>(dh.raw()) + size_t(part * M) * dtype_size(dt_);
+      const void* half = static_cast<const char*>(dh_.raw()) + size_t(part * M) * dtype_size(dt_);
       const Quantized dhq = quantize_rows(half, dt_, rows, M, 2 * M);
       ref_gemm::grouped_gemm_nn_s8({}, dx_rows.raw(), Dtype::f32, operands(dhq, up_weight(w, part, true)), gs,
                                    M, H, /*accumulate=*/part == 1);
@@ -138,14 +137,13 @@ class RefInt8ExpertFfn final : public ExpertFfnOp {
   // float64, rounded to the run dtype.
   void swiglu_backward(const HostPlan& p) {
     const int64_t M = M_;
-    Tensor &dh = dh_, &dg = dg_;
     for (int64_t r = 0; r < p.rows; ++r) {
       const double weight = traits_.preweight ? p.row_weight[r] : 1.0;
       for (int64_t m = 0; m < M; ++m) {
         const double a = act_.h.get(r * 2 * M + m), b = act_.h.get(r * 2 * M + M + m),
-                     d = dg.get(r * M + m) * weight;
-        dh.set(r * 2 * M + m, d * b * silu_grad(a));
-        dh.set(r * 2 * M + M + m, d * silu(a));
+                     d = dg_.get(r * M + m) * weight;
+        dh_.set(r * 2 * M + m, d * b * silu_grad(a));
+        dh_.set(r * 2 * M + M + m, d * silu(a));
       }
     }
   }
