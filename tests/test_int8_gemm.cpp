@@ -405,33 +405,46 @@ TEST_P(S8Instance, SameBitsOnOneTwoThreeAndSevenThreads) {
 // Weights packed once (S8WeightPacks: int8_routed_prequant's) give the bits of weights packed per call, in
 // a second call with other rows and routing too (every expert was packed, not only the first call's), for
 // both forms' layouts in one S8WeightPacks.
+// Packed per call (phase by phase: at the large shape each expert's packing is ~2 MB, so several phases
+// take the two slots in turn) and packed once into a pack cache (one phase) give the same bits, and nn_s8's
+// are the reference's.
 TEST_P(S8Instance, WeightsPackedOnceEqualPackedPerCall) {
   uint64_t key = testing::test_seed() + 12;
-  const int64_t E = 4, Kd = 66, N = 46, M = N / 2;
-  const std::vector<int8_t> rhs = random_s8(E * Kd * N, ++key);
-  const std::vector<float> rs = random_scales(E, ++key);
-  S8WeightPacks packs;
-  for (const std::vector<int64_t>& offset : {std::vector<int64_t>{0, 0, 30, 30, 41}, {0, 17, 17, 60, 61}}) {
-    const int64_t rows = offset.back();
-    const std::vector<int8_t> lhs = random_s8(rows * Kd, ++key);
-    const std::vector<float> ls = random_scales(rows, ++key);
-    Int8Operands in{lhs.data(), ls.data(), rhs.data(), rs.data()};
-    const GroupedShape groups{offset.data(), E};
-    Tensor want(Dtype::f32, {rows, N}), got(Dtype::f32, {rows, N});
-    Tensor want_g(Dtype::f32, {rows, M}), got_g(Dtype::f32, {rows, M});
-    std::vector<int8_t> q(size_t(rows * M)), want_q(q.size());
-    std::vector<float> scale(static_cast<size_t>(rows)), want_scale(scale.size());
-    s8::nn_s8_with(*GetParam(), want.raw(), Dtype::f32, in, groups, Kd, N, false);
-    s8::nn_s8_swiglu_with(*GetParam(), {want.raw(), want_g.raw(), want_q.data(), want_scale.data()},
-                          Dtype::f32, in, {}, groups, Kd, M, nullptr);
-    in.rhs_packs = &packs;
-    s8::nn_s8_with(*GetParam(), got.raw(), Dtype::f32, in, groups, Kd, N, false);
-    EXPECT_EQ(std::memcmp(got.raw(), want.raw(), size_t(rows * N) * 4), 0) << "nn_s8, rows " << rows;
-    s8::nn_s8_swiglu_with(*GetParam(), {got.raw(), got_g.raw(), q.data(), scale.data()}, Dtype::f32, in, {},
-                          groups, Kd, M, nullptr);
-    EXPECT_EQ(std::memcmp(got_g.raw(), want_g.raw(), size_t(rows * M) * 4), 0)
-        << "nn_s8_swiglu, rows " << rows;
-    EXPECT_EQ(q, want_q);
+  struct Shape {
+    int64_t Kd, N;
+    std::vector<std::vector<int64_t>> offsets;  // E + 1 each
+  };
+  const Shape shapes[] = {{66, 46, {{0, 0, 30, 30, 41}, {0, 17, 17, 60, 61}}},
+                          {1030, 2052, {{0, 3, 3, 8, 9, 11, 15, 16}}}};  // an odd quad, ragged tiles
+  for (const Shape& shape : shapes) {
+    const int64_t E = int64_t(shape.offsets[0].size()) - 1, Kd = shape.Kd, N = shape.N, M = N / 2;
+    const std::vector<int8_t> rhs = random_s8(E * Kd * N, ++key);
+    const std::vector<float> rs = random_scales(E, ++key);
+    S8WeightPacks packs;
+    for (const std::vector<int64_t>& offset : shape.offsets) {
+      const int64_t rows = offset.back();
+      SCOPED_TRACE("Kd " + std::to_string(Kd) + ", rows " + std::to_string(rows));
+      const std::vector<int8_t> lhs = random_s8(rows * Kd, ++key);
+      const std::vector<float> ls = random_scales(rows, ++key);
+      Int8Operands in{lhs.data(), ls.data(), rhs.data(), rs.data()};
+      const GroupedShape groups{offset.data(), E};
+      Tensor want(Dtype::f32, {rows, N}), got(Dtype::f32, {rows, N}), reference(Dtype::f32, {rows, N});
+      Tensor want_g(Dtype::f32, {rows, M}), got_g(Dtype::f32, {rows, M});
+      std::vector<int8_t> q(size_t(rows * M)), want_q(q.size());
+      std::vector<float> scale(static_cast<size_t>(rows)), want_scale(scale.size());
+      s8::nn_s8_with(*GetParam(), want.raw(), Dtype::f32, in, groups, Kd, N, false);
+      ref_gemm::grouped_gemm_nn_s8(GemmThresholds{}, reference.raw(), Dtype::f32, in, groups, Kd, N, false);
+      EXPECT_EQ(std::memcmp(reference.raw(), want.raw(), size_t(rows * N) * 4), 0) << "nn_s8 per call";
+      s8::nn_s8_swiglu_with(*GetParam(), {want.raw(), want_g.raw(), want_q.data(), want_scale.data()},
+                            Dtype::f32, in, {}, groups, Kd, M, nullptr);
+      in.rhs_packs = &packs;
+      s8::nn_s8_with(*GetParam(), got.raw(), Dtype::f32, in, groups, Kd, N, false);
+      EXPECT_EQ(std::memcmp(got.raw(), want.raw(), size_t(rows * N) * 4), 0) << "nn_s8";
+      s8::nn_s8_swiglu_with(*GetParam(), {got.raw(), got_g.raw(), q.data(), scale.data()}, Dtype::f32, in, {},
+                            groups, Kd, M, nullptr);
+      EXPECT_EQ(std::memcmp(got_g.raw(), want_g.raw(), size_t(rows * M) * 4), 0) << "nn_s8_swiglu";
+      EXPECT_EQ(q, want_q);
+    }
   }
 }
 

@@ -55,9 +55,9 @@ inline int64_t stage_bytes(int64_t Kd) {
 struct Item {
   int64_t e, row0, rows, tile0, tiles;
 };
-// One packing job: tile `tile` of expert e into its place in the packed weights.
+// One packing job: quads [quad0, quad1) of the reduction of every tile of expert e.
 struct PackJob {
-  int64_t e, tile;
+  int64_t e, quad0, quad1;
 };
 
 // nn_s8_swiglu's epilogue, where Work::swiglu is set.
@@ -68,11 +68,13 @@ struct Swiglu {
   Int8UpPart up;  // the up projection's weights where they are a tensor of their own
 };
 
-// One call, as the entry point laid it out. The instance packs (pack_jobs), corrects (rows [0, rows) of lhs,
-// shifted instances), then runs the items, each thread taking the next one.
+// One call, as the entry point laid it out. The instance corrects (rows [0, rows) of lhs, shifted instances),
+// then phase by phase packs the phase's pack jobs and runs its items, each thread taking the next one; a
+// phase's packing may overwrite the one two phases back, whose items are done by then.
 struct Work {
   Int8Operands in;  // lhs (rows, Kd), rhs, their scales
   int64_t Kd;
+  int64_t tiles;  // of the packed weights (nn_s8: N / 2 lanes; nn_s8_swiglu: M / lanes; rounded up)
   // nn_s8's output (swiglu nullptr): out (rows, N) in out_dtype, stored or added to (accumulate).
   void* out;
   Dtype out_dtype;
@@ -83,9 +85,10 @@ struct Work {
   int64_t rows;          // rows of lhs whose corrections the items read
   int32_t* correction;   // (rows) scratch: -128 x each row's sum, filled by a shifted instance
   const Item* items;
-  size_t n_items;
-  const PackJob* pack_jobs;  // tiles still to pack (none where a pack cache held them)
-  size_t n_pack_jobs;
+  const PackJob* pack_jobs;   // still to pack (none where a pack cache held them)
+  const size_t* phase_items;  // (phases + 1): phase p's items are [phase_items[p], phase_items[p + 1])
+  const size_t* phase_jobs;   // (phases + 1): and its pack jobs
+  size_t phases;
   const int64_t* packed_at;  // (E): expert e's packed weights in `packed` (bytes), -1 when unused
   uint8_t* packed;           // every used expert's packed weights, 64-byte aligned
   int8_t* stage;             // (threads, stage_bytes): each thread's staged rows of an item

@@ -8,6 +8,7 @@
 //   L::dot(acc, b, a)       acc + per lane the 4 products of b's bytes (u8 or s8) and a (a row's quad,
 //                           broadcast), exact (VPDPBUSD; or VPMADDUBSW of |a| and b with a's sign)
 //   L::stream(p, v), fence  a non-temporal store of a whole vector; the fence after them
+//   L::widen(p)             kLanes bytes at p, zero-extended into the lanes of a Bits
 //   L::fma(a, b, c)         a * b + c (fused where the ISA has it: the SwiGLU epilogue's sigmoid)
 // Everything else is GCC vector extensions and plain loops, which the including file's target pragma makes
 // that ISA's code (zmm for AVX-512, ymm for AVX2, SSE for the emulation).
@@ -105,34 +106,23 @@ struct Kernel {
   // ---- packing: one vector's columns -> (quads, 2 vectors) of dwords, u8 shifted or s8 --------------------
   static uint8_t packed_byte(int8_t v) { return L::kShifted ? uint8_t(uint8_t(v) ^ 0x80u) : uint8_t(v); }
 
-  // Vector v of a tile over the whole reduction into `dst` (the tile's packing), 0 past Kd and count.
-  static void pack_vector(uint8_t* dst, const Source& s, int64_t Kd, int v, bool stream) {
-    const int64_t full = Kd / 4, stride = kTileCols * 4;
-    uint8_t* d0 = dst + v * sizeof(Vec);
-    if (s.count == kLanes) {
-      for (int64_t q = 0; q < full; ++q) {
-        const int8_t* r = s.w + 4 * q * s.ld + s.col;
-        alignas(sizeof(Vec)) uint32_t d[kLanes];
-#pragma omp simd
-        for (int64_t j = 0; j < kLanes; ++j)
-          d[j] = uint32_t(packed_byte(r[j])) | uint32_t(packed_byte(r[s.ld + j])) << 8 |
-                 uint32_t(packed_byte(r[2 * s.ld + j])) << 16 | uint32_t(packed_byte(r[3 * s.ld + j])) << 24;
-        Vec vd;
-        std::memcpy(&vd, d, sizeof vd);
-        // Streamed when packed per call: the packing is read back after every tile is packed.
-        if (stream)
-          L::stream(d0 + q * stride, vd);
-        else
-          std::memcpy(d0 + q * stride, &vd, sizeof vd);
+  // Dword j = the bytes j of 4 rows ld apart (row i in byte i), shifted where the instance is: whole vectors
+  // built in registers (dwords assembled byte by byte, which is what GCC 12 makes of a plain loop or of
+  // __builtin_convertvector here, made packing per call a fifth of the seed's down projection).
+  static Bits quad_dwords(const int8_t* r, int64_t ld) {
+    const Bits d =
+        L::widen(r) | L::widen(r + ld) << 8 | L::widen(r + 2 * ld) << 16 | L::widen(r + 3 * ld) << 24;
+    return L::kShifted ? d ^ 0x80808080u : d;
+  }
+
+  // Quad q of vector v of a tile into `dst` (the tile's packing), element by element, 0 past Kd and count.
+  static void pack_quad(uint8_t* dst, const Source& s, int64_t Kd, int v, int64_t q) {
+    uint8_t* d = dst + q * kTileCols * 4 + v * sizeof(Vec);
+    for (int64_t j = 0; j < kLanes; ++j)
+      for (int64_t i = 0; i < 4; ++i) {
+        const int64_t k = 4 * q + i;
+        d[j * 4 + i] = j < s.count && k < Kd ? packed_byte(s.w[k * s.ld + s.col + j]) : 0;
       }
-    }
-    // Ragged columns, or the last partial quad: element by element.
-    for (int64_t q = s.count == kLanes ? full : 0; q < (Kd + 3) / 4; ++q)
-      for (int64_t j = 0; j < kLanes; ++j)
-        for (int64_t i = 0; i < 4; ++i) {
-          const int64_t k = 4 * q + i;
-          d0[q * stride + j * 4 + i] = j < s.count && k < Kd ? packed_byte(s.w[k * s.ld + s.col + j]) : 0;
-        }
   }
 
   // -128 x the sum of each row of lhs (Kd int8), modulo 2^32 like the sums it corrects.
@@ -521,31 +511,56 @@ struct Kernel {
     if (w.swiglu) flush_rows(w, it, h_stage, g_stage);
   }
 
+  // Quads [quad0, quad1) of every tile of one expert into their places in the packed weights, 4 rows of the
+  // weights at a time (read along their rows: a tile at a time read columns rows apart, a line each, which
+  // the prefetchers do not follow across pages).
+  // Whole quads of whole tiles go as vectors from two row pointers (a tile's columns are `step` on from the
+  // one before's); the rest, at most the last tile and the last quad, through pack_quad.
+  static void pack_quads(const Work& w, const PackJob& p) {
+    const int64_t tile_bytes = kGeometry.tile_bytes(w.Kd), stride = kTileCols * 4;
+    const int64_t step = w.swiglu ? kLanes : kTileCols;
+    uint8_t* expert = w.packed + w.packed_at[p.e];
+    int64_t whole_tiles = w.tiles;
+    while (whole_tiles > 0 && (source(w, p.e, whole_tiles - 1, 0).count < kLanes ||
+                               source(w, p.e, whole_tiles - 1, 1).count < kLanes))
+      --whole_tiles;
+    const Source s0 = source(w, p.e, 0, 0), s1 = source(w, p.e, 0, 1);
+    const int64_t whole_quads = max(p.quad0, min(p.quad1, w.Kd / 4));
+    for (int64_t q = p.quad0; q < whole_quads; ++q) {
+      const int8_t *r0 = s0.w + 4 * q * s0.ld + s0.col, *r1 = s1.w + 4 * q * s1.ld + s1.col;
+      uint8_t* d = expert + q * stride;
+      for (int64_t t = 0; t < whole_tiles; ++t, d += tile_bytes) {
+        const Bits v0 = quad_dwords(r0 + t * step, s0.ld), v1 = quad_dwords(r1 + t * step, s1.ld);
+        std::memcpy(d, &v0, sizeof v0);
+        std::memcpy(d + sizeof(Vec), &v1, sizeof v1);
+      }
+    }
+    for (int64_t t = 0; t < w.tiles; ++t)
+      for (int64_t q = t < whole_tiles ? whole_quads : p.quad0; q < p.quad1; ++q)
+        for (int v = 0; v < 2; ++v) pack_quad(expert + t * tile_bytes, source(w, p.e, t, v), w.Kd, v, q);
+  }
+
   static void run(const Work& w) {
-    const int64_t tile_bytes = kGeometry.tile_bytes(w.Kd);
-    const bool stream_packing = w.in.rhs_packs == nullptr;
 #pragma omp parallel
     {
-#pragma omp for schedule(static) nowait
-      for (size_t j = 0; j < w.n_pack_jobs; ++j) {
-        const PackJob& p = w.pack_jobs[j];
-        uint8_t* dst = w.packed + w.packed_at[p.e] + p.tile * tile_bytes;
-        for (int v = 0; v < 2; ++v) pack_vector(dst, source(w, p.e, p.tile, v), w.Kd, v, stream_packing);
-      }
-      if (w.n_pack_jobs && stream_packing) L::fence();  // seen by every thread after the barrier
       if constexpr (L::kShifted) {
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait  // the first phase's packing ends in a barrier
         for (int64_t r = 0; r < w.rows; ++r) w.correction[r] = correction(w.in.lhs + r * w.Kd, w.Kd);
-      } else {
-#pragma omp barrier
       }
       int8_t* stage = w.stage + omp_get_thread_num() * w.stage_bytes;
       char* h_stage = w.swiglu_stage + omp_get_thread_num() * w.swiglu_stage_bytes;
       char* g_stage =
           h_stage +
           (w.swiglu ? 2 * moe::s8::kMaxItemRows * w.swiglu->M * int64_t(moe::dtype_size(w.out_dtype)) : 0);
+      for (size_t p = 0; p < w.phases; ++p) {
+        // Its barrier: the phase is packed, and the phase before's items are done (each thread ran its share
+        // before packing this one), so the next phase may pack into their slot.
+#pragma omp for schedule(static)
+        for (size_t j = w.phase_jobs[p]; j < w.phase_jobs[p + 1]; ++j) pack_quads(w, w.pack_jobs[j]);
 #pragma omp for schedule(dynamic, 1) nowait
-      for (size_t j = 0; j < w.n_items; ++j) run_item(w, w.items[j], stage, h_stage, g_stage);
+        for (size_t j = w.phase_items[p]; j < w.phase_items[p + 1]; ++j)
+          run_item(w, w.items[j], stage, h_stage, g_stage);
+      }
       if (w.stream || w.swiglu) L::fence();  // this thread's streamed stores are seen before the call returns
 #pragma omp barrier
     }

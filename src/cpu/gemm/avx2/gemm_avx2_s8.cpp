@@ -38,6 +38,9 @@ struct Avx2 : Vectors256 {
   static constexpr bool kShifted = false;
   static void stream(void* p, Vec v) { _mm256_stream_si256(static_cast<__m256i*>(p), __m256i(v)); }
   static void fence() { _mm_sfence(); }
+  static Bits widen(const int8_t* p) {
+    return Bits(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
   static Floats fma(Floats a, Floats b, Floats c) {
     return Floats(_mm256_fmadd_ps(__m256(a), __m256(b), __m256(c)));
   }

@@ -31,6 +31,9 @@ struct Zmm : Vectors512 {
   static constexpr bool kShifted = true;
   static void stream(void* p, Vec v) { _mm512_stream_si512(static_cast<__m512i*>(p), __m512i(v)); }
   static void fence() { _mm_sfence(); }
+  static Bits widen(const int8_t* p) {
+    return Bits(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
   static Floats fma(Floats a, Floats b, Floats c) {
     return Floats(_mm512_fmadd_ps(__m512(a), __m512(b), __m512(c)));
   }

@@ -33,6 +33,12 @@ struct Emulated : Types {
   using Vec = typename Types::Vec;
   static void stream(void* p, Vec v) { std::memcpy(p, &v, sizeof v); }
   static void fence() {}
+  using Bits = typename Types::Bits;
+  static Bits widen(const int8_t* p) {
+    Bits b;
+    for (int i = 0; i < Lanes; ++i) b[i] = uint8_t(p[i]);
+    return b;
+  }
   using Floats = typename Types::Floats;
   static Floats fma(Floats a, Floats b, Floats c) { return a * b + c; }
   static Vec dot(Vec acc, Vec b, int32_t a) {
