@@ -693,90 +693,116 @@ inline void column_slice(int64_t cols, int t, int n, int64_t& begin, int64_t& en
   end = smaller(cols, tiles * (t + 1) / n * unit);
 }
 
+// Expert e's rows (row0, `live` of them) for thread t of n, one function per form: the thread's columns of
+// the output (tn: of the weight gradient), panel by panel.
+template <class T>
+void run_nn(const Call& c, int64_t e, int64_t row0, int64_t live, int t, int n, const ThreadScratch& buf) {
+  const T* lhs = static_cast<const T*>(c.lhs);
+  const int64_t part_cols = c.N / c.parts;
+  int64_t begin, end;
+  column_slice(part_cols, t, n, begin, end);
+  void* out = c.bf16_out ? static_cast<void*>(static_cast<bf16_t*>(c.out) + row0 * c.N)
+                         : static_cast<void*>(static_cast<float*>(c.out) + row0 * c.N);
+  for (int p = 0; p < c.parts; ++p) {
+    const T* w = static_cast<const T*>(c.rhs[p]) + e * c.Kd * part_cols;  // (Kd, part_cols)
+    for (int64_t col = begin; col < end; col += c.panel_cols) {
+      const int64_t cols = smaller(c.panel_cols, end - col);
+      const Panel<T> pn{
+          {{{w + col, part_cols, false, c.Kd, cols}, {lhs + row0 * c.Kd, c.Kd, 1}}}, 1, p * part_cols + col};
+      multiply_panel(c, pn, live, out, c.N, buf);
+    }
+  }
+}
+
+// h's gate columns [0, M), each with its up column M further on, reduction Kd.
+template <class T>
+void run_nn_swiglu(const Call& c, int64_t e, int64_t row0, int64_t live, int t, int n,
+                   const ThreadScratch& buf) {
+  const T* lhs = static_cast<const T*>(c.lhs);
+  const int64_t M = c.N / 2, ld = c.parts == 2 ? M : c.N;
+  const T* gate = static_cast<const T*>(c.rhs[0]) + e * c.Kd * ld;  // (Kd, ld)
+  const T* up = c.parts == 2 ? static_cast<const T*>(c.rhs[1]) + e * c.Kd * ld : gate + M;
+  int64_t begin, end;
+  column_slice(M, t, n, begin, end, kTileCols / 2);
+  const size_t elem = c.bf16_out ? sizeof(bf16_t) : sizeof(float);
+  void* h = static_cast<std::byte*>(c.out) + size_t(row0 * c.N) * elem;
+  const SwigluOut swiglu{.g = static_cast<std::byte*>(c.g) + size_t(row0 * M) * elem,
+                         .row_weight = c.row_weight ? c.row_weight + row0 : nullptr};
+  for (int64_t col = begin; col < end; col += c.panel_cols / 2) {
+    const int64_t cols = smaller(c.panel_cols / 2, end - col);
+    const Panel<T> pn{
+        {{{gate + col, ld, false, c.Kd, cols, up + col}, {lhs + row0 * c.Kd, c.Kd, 1}}}, 1, col};
+    multiply_panel(c, pn, live, h, c.N, buf, swiglu);
+  }
+}
+
+// nt, and nt_swiglu_grad, whose out is dh (rows, 2 Kd), its dg columns the gate's.
+template <class T>
+void run_nt(const Call& c, int64_t e, int64_t row0, int64_t live, int t, int n, const ThreadScratch& buf) {
+  const T* lhs = static_cast<const T*>(c.lhs);
+  const int64_t part_cols = c.N / c.parts;
+  int64_t begin, end;
+  column_slice(c.Kd, t, n, begin, end);
+  const int64_t out_ld = c.h ? 2 * c.Kd : c.Kd;
+  const size_t elem = c.bf16_out ? sizeof(bf16_t) : sizeof(float);
+  void* out = static_cast<std::byte*>(c.out) + size_t(row0 * out_ld) * elem;
+  SwigluOut grad;
+  if (c.h) {
+    grad.h = static_cast<const std::byte*>(c.h) + size_t(row0 * out_ld) * elem;
+    grad.row_weight = c.row_weight ? c.row_weight + row0 : nullptr;
+  }
+  for (int64_t col = begin; col < end; col += c.panel_cols) {
+    const int64_t cols = smaller(c.panel_cols, end - col);
+    Panel<T> pn{{}, c.parts, col};
+    for (int p = 0; p < c.parts; ++p) {
+      const T* w = static_cast<const T*>(c.rhs[p]) + e * c.Kd * part_cols;  // (Kd, part_cols)
+      pn.seg[p] = {{w + col * part_cols, part_cols, true, part_cols, cols},
+                   {lhs + row0 * c.N + p * part_cols, c.N, 1}};
+    }
+    multiply_panel(c, pn, live, out, out_ld, buf, grad);
+  }
+}
+
+// tn: drhs[e] (Kd, N); an expert no row reached has a zero gradient.
+template <class T>
+void run_tn(const Call& c, int64_t e, int64_t row0, int64_t live, int t, int n, const ThreadScratch& buf) {
+  const T* lhs = static_cast<const T*>(c.lhs);
+  int64_t begin, end;
+  column_slice(c.N, t, n, begin, end);
+  const size_t elem = c.bf16_out ? sizeof(bf16_t) : sizeof(float);
+  void* out = static_cast<std::byte*>(c.out) + size_t(e * c.Kd * c.N) * elem;
+  if (live == 0) {
+    for (int64_t r = 0; r < c.Kd && end > begin; ++r)
+      std::memset(static_cast<std::byte*>(out) + size_t(r * c.N + begin) * elem, 0,
+                  size_t(end - begin) * elem);
+    return;
+  }
+  const T* dout = static_cast<const T*>(c.rhs[0]);
+  for (int64_t col = begin; col < end; col += c.panel_cols) {
+    const int64_t cols = smaller(c.panel_cols, end - col);
+    const Panel<T> pn{
+        {{{dout + row0 * c.ld_dout + col, c.ld_dout, false, live, cols}, {lhs + row0 * c.Kd, 1, c.Kd}}},
+        1,
+        col};
+    multiply_panel(c, pn, c.Kd, out, c.N, buf);
+  }
+}
+
 template <class T>
 void run_thread(const Call& c, int t, int n, const ThreadScratch& buf) {
-  const T* lhs = static_cast<const T*>(c.lhs);
   for (int64_t e = 0; e < c.experts; ++e) {
     const int64_t row0 = c.group_offset[e];
     const int64_t live = c.live_rows ? c.live_rows[e] : c.group_offset[e + 1] - row0;
-    int64_t begin, end;
-    if (c.form == Form::nn) {
-      if (live == 0) continue;
-      const int64_t part_cols = c.N / c.parts;
-      column_slice(part_cols, t, n, begin, end);
-      void* out = c.bf16_out ? static_cast<void*>(static_cast<bf16_t*>(c.out) + row0 * c.N)
-                             : static_cast<void*>(static_cast<float*>(c.out) + row0 * c.N);
-      for (int p = 0; p < c.parts; ++p) {
-        const T* w = static_cast<const T*>(c.rhs[p]) + e * c.Kd * part_cols;  // (Kd, part_cols)
-        for (int64_t col = begin; col < end; col += c.panel_cols) {
-          const int64_t cols = smaller(c.panel_cols, end - col);
-          const Panel<T> pn{{{{w + col, part_cols, false, c.Kd, cols}, {lhs + row0 * c.Kd, c.Kd, 1}}},
-                            1,
-                            p * part_cols + col};
-          multiply_panel(c, pn, live, out, c.N, buf);
-        }
-      }
-    } else if (c.form == Form::nn_swiglu) {
-      if (live == 0) continue;
-      // h's gate columns [0, M), each with its up column M further on, reduction Kd.
-      const int64_t M = c.N / 2, ld = c.parts == 2 ? M : c.N;
-      const T* gate = static_cast<const T*>(c.rhs[0]) + e * c.Kd * ld;  // (Kd, ld)
-      const T* up = c.parts == 2 ? static_cast<const T*>(c.rhs[1]) + e * c.Kd * ld : gate + M;
-      column_slice(M, t, n, begin, end, kTileCols / 2);
-      const size_t elem = c.bf16_out ? sizeof(bf16_t) : sizeof(float);
-      void* h = static_cast<std::byte*>(c.out) + size_t(row0 * c.N) * elem;
-      const SwigluOut swiglu{.g = static_cast<std::byte*>(c.g) + size_t(row0 * M) * elem,
-                             .row_weight = c.row_weight ? c.row_weight + row0 : nullptr};
-      for (int64_t col = begin; col < end; col += c.panel_cols / 2) {
-        const int64_t cols = smaller(c.panel_cols / 2, end - col);
-        const Panel<T> pn{
-            {{{gate + col, ld, false, c.Kd, cols, up + col}, {lhs + row0 * c.Kd, c.Kd, 1}}}, 1, col};
-        multiply_panel(c, pn, live, h, c.N, buf, swiglu);
-      }
-    } else if (c.form == Form::nt) {
-      if (live == 0) continue;
-      const int64_t part_cols = c.N / c.parts;
-      column_slice(c.Kd, t, n, begin, end);
-      // nt_swiglu_grad's out is dh (rows, 2 Kd), its dg columns the gate's.
-      const int64_t out_ld = c.h ? 2 * c.Kd : c.Kd;
-      const size_t elem = c.bf16_out ? sizeof(bf16_t) : sizeof(float);
-      void* out = static_cast<std::byte*>(c.out) + size_t(row0 * out_ld) * elem;
-      SwigluOut grad;
-      if (c.h) {
-        grad.h = static_cast<const std::byte*>(c.h) + size_t(row0 * out_ld) * elem;
-        grad.row_weight = c.row_weight ? c.row_weight + row0 : nullptr;
-      }
-      for (int64_t col = begin; col < end; col += c.panel_cols) {
-        const int64_t cols = smaller(c.panel_cols, end - col);
-        Panel<T> pn{{}, c.parts, col};
-        for (int p = 0; p < c.parts; ++p) {
-          const T* w = static_cast<const T*>(c.rhs[p]) + e * c.Kd * part_cols;  // (Kd, part_cols)
-          pn.seg[p] = {{w + col * part_cols, part_cols, true, part_cols, cols},
-                       {lhs + row0 * c.N + p * part_cols, c.N, 1}};
-        }
-        multiply_panel(c, pn, live, out, out_ld, buf, grad);
-      }
-    } else {
-      // tn: drhs[e] (Kd, N); an expert no row reached has a zero gradient.
-      column_slice(c.N, t, n, begin, end);
-      const size_t elem = c.bf16_out ? sizeof(bf16_t) : sizeof(float);
-      void* out = static_cast<std::byte*>(c.out) + size_t(e * c.Kd * c.N) * elem;
-      if (live == 0) {
-        for (int64_t r = 0; r < c.Kd && end > begin; ++r)
-          std::memset(static_cast<std::byte*>(out) + size_t(r * c.N + begin) * elem, 0,
-                      size_t(end - begin) * elem);
-        continue;
-      }
-      const T* dout = static_cast<const T*>(c.rhs[0]);
-      for (int64_t col = begin; col < end; col += c.panel_cols) {
-        const int64_t cols = smaller(c.panel_cols, end - col);
-        const Panel<T> pn{
-            {{{dout + row0 * c.ld_dout + col, c.ld_dout, false, live, cols}, {lhs + row0 * c.Kd, 1, c.Kd}}},
-            1,
-            col};
-        multiply_panel(c, pn, c.Kd, out, c.N, buf);
-      }
-    }
+    if (c.form == Form::tn)
+      run_tn<T>(c, e, row0, live, t, n, buf);
+    else if (live == 0)
+      continue;
+    else if (c.form == Form::nn)
+      run_nn<T>(c, e, row0, live, t, n, buf);
+    else if (c.form == Form::nn_swiglu)
+      run_nn_swiglu<T>(c, e, row0, live, t, n, buf);
+    else
+      run_nt<T>(c, e, row0, live, t, n, buf);
   }
 }
 

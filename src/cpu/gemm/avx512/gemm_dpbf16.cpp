@@ -316,6 +316,184 @@ inline void store_f32(float* o, __m512 v, __mmask16 mask, bool stream) {
     _mm512_mask_storeu_ps(o, mask, v);
 }
 
+// The tile kernel's parts, each always inlined into it (one function's registers, as when it was whole).
+
+// The sums start at j.in's partial sums (bf16 panels: in the panel's lane order) or at zero.
+template <class T, int Rows>
+[[gnu::always_inline]] inline void start_sums(SumVector (&acc)[Rows][2], const TileJob<T>& j, __mmask16 mask0,
+                                              __mmask16 mask1) {
+#pragma GCC unroll 16
+  for (int m = 0; m < Rows; ++m) {
+    if (!j.in) {
+      acc[m][0] = acc[m][1] = SumVector{};
+      continue;
+    }
+    const __m512 c0 = _mm512_maskz_loadu_ps(mask0, j.in + m * j.in_ld);
+    const __m512 c1 = _mm512_maskz_loadu_ps(mask1, j.in + m * j.in_ld + 16);
+    if constexpr (std::is_same_v<T, bf16_t>) {
+      acc[m][0] = SumVector(_mm512_permutex2var_ps(c0, lanes_from_columns(0), c1));
+      acc[m][1] = SumVector(_mm512_permutex2var_ps(c0, lanes_from_columns(1), c1));
+    } else {
+      acc[m][0] = SumVector(c0);
+      acc[m][1] = SumVector(c1);
+    }
+  }
+}
+
+// A SwiGLU gradient tile: h's lines for the epilogue, into L2 while the tile multiplies (a float32 tile's
+// 32 columns are two lines of gate and two of up).
+template <class T, int Rows>
+[[gnu::always_inline]] inline void prefetch_h(const TileJob<T>& j) {
+  for (int m = 0; m < Rows; ++m)
+    for (int64_t c = 0; c < j.cols; c += 64 / int64_t(sizeof(T))) {
+      _mm_prefetch(reinterpret_cast<const char*>(j.h + m * j.out_ld + c), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(j.h + m * j.out_ld + j.up_offset + c), _MM_HINT_T1);
+    }
+}
+
+// Packing on the way: one reduction step's two vectors of the panel (at b) from the weights as stored.
+template <class T, TileMode Mode>
+[[gnu::always_inline]] inline void pack_step(const T*& raw, const T*& raw_up, int64_t raw_ld,
+                                             __mmask32 raw_cols, int64_t next_tile, __m512i* b) {
+  constexpr bool Swiglu = Mode == kSwigluPack, kLaneOrder = std::is_same_v<T, bf16_t>;
+  if constexpr (Swiglu && kLaneOrder) {
+    pack_swiglu_pair(whole_or_masked(raw, raw_cols), whole_or_masked(raw_up, raw_cols),
+                     whole_or_masked(raw + raw_ld, raw_cols), whole_or_masked(raw_up + raw_ld, raw_cols), b,
+                     next_tile);
+    raw += 2 * raw_ld;
+    raw_up += 2 * raw_ld;
+  } else if constexpr (Swiglu) {
+    // 16 gate and 16 up columns: one whole line of each.
+    store_pair(whole_or_masked(raw, low16(raw_cols)), whole_or_masked(raw_up, low16(raw_cols)), b);
+    raw += raw_ld;
+    raw_up += raw_ld;
+  } else if constexpr (kLaneOrder) {
+    // The next tile's rows, for the next call (the lines after these are not a sequential stream).
+    _mm_prefetch(reinterpret_cast<const char*>(raw + kTileCols), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(raw + raw_ld + kTileCols), _MM_HINT_T0);
+    interleave_pair(whole_or_masked(raw, raw_cols), whole_or_masked(raw + raw_ld, raw_cols), b);
+    raw += 2 * raw_ld;
+  } else {
+    _mm_prefetch(reinterpret_cast<const char*>(raw + kTileCols), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(raw + kTileCols + 16), _MM_HINT_T0);
+    store_pair(whole_or_masked(raw, low16(raw_cols)), whole_or_masked(raw + 16, high16(raw_cols)), b);
+    raw += raw_ld;
+  }
+}
+
+// A bf16 reduction's odd last element: its pair's second half is zero in the panel (packed here where the
+// tile packs), and a's is not read.
+template <int Rows, TileMode Mode>
+[[gnu::always_inline]] inline void odd_step(SumVector (&acc)[Rows][2], const bf16_t* raw,
+                                            const bf16_t* raw_up, __mmask32 raw_cols, int64_t next_tile,
+                                            __m512i* b, const char* p, int64_t rb) {
+  if constexpr (Mode == kSwigluPack)
+    pack_swiglu_pair(whole_or_masked(raw, raw_cols), whole_or_masked(raw_up, raw_cols),
+                     _mm512_setzero_si512(), _mm512_setzero_si512(), b, next_tile);
+  else if constexpr (Mode == kPack)
+    interleave_pair(_mm512_maskz_loadu_epi16(raw_cols, raw), _mm512_setzero_si512(), b);
+  const __m512bh b0 = __m512bh(_mm512_load_si512(b)), b1 = __m512bh(_mm512_load_si512(b + 1));
+#pragma GCC unroll 16
+  for (int m = 0; m < Rows; ++m) {
+    bf16_t last;
+    std::memcpy(&last, p + m * rb, 2);
+    const __m512bh av = __m512bh(_mm512_set1_epi32(int32_t(last)));
+    acc[m][0] = SumVector(_mm512_dpbf16_ps(__m512(acc[m][0]), b0, av));
+    acc[m][1] = SumVector(_mm512_dpbf16_ps(__m512(acc[m][1]), b1, av));
+  }
+}
+
+// Row m of a SwiGLU gradient tile: its sums (c0, c1: dg in column order) with h's gate and up at the same
+// place give dgate to out and dup to out + up_offset.
+template <class T>
+[[gnu::always_inline]] inline void store_swiglu_grad_row(const TileJob<T>& j, int m, __m512 c0, __m512 c1,
+                                                         __mmask16 mask0, __mmask16 mask1) {
+  const T* h = j.h + m * j.out_ld;
+  T* o = static_cast<T*>(j.out) + m * j.out_ld;
+  T* o_up = o + j.up_offset;
+  const float w = j.row_weight ? j.row_weight[m] : 1.0f;
+  const bool whole = j.stream && j.cols == kTileCols;
+  __m512 gate0, gate1, up0, up1, d0 = c0, d1 = c1, dgate0, dgate1, dup0, dup1;
+  if constexpr (std::is_same_v<T, bf16_t>) {
+    const __mmask32 cols = first_elements(j.cols);
+    const __m512i gate = _mm512_maskz_loadu_epi16(cols, h),
+                  up = _mm512_maskz_loadu_epi16(cols, h + j.up_offset);
+    gate0 = bf16_to_f32(_mm512_castsi512_si256(gate));
+    gate1 = bf16_to_f32(_mm512_extracti64x4_epi64(gate, 1));
+    up0 = bf16_to_f32(_mm512_castsi512_si256(up));
+    up1 = bf16_to_f32(_mm512_extracti64x4_epi64(up, 1));
+    // dg as a stored bf16 dg holds it.
+    d0 = bf16_to_f32(__m256i(_mm512_cvtneps_pbh(c0)));
+    d1 = bf16_to_f32(__m256i(_mm512_cvtneps_pbh(c1)));
+    swiglu_grad_row(d0, gate0, up0, w, dgate0, dup0);
+    swiglu_grad_row(d1, gate1, up1, w, dgate1, dup1);
+    const __m512i dgate = __m512i(_mm512_cvtne2ps_pbh(dgate1, dgate0)),
+                  dup = __m512i(_mm512_cvtne2ps_pbh(dup1, dup0));
+    if (whole && whole_line(o))
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(o), dgate);
+    else
+      _mm512_mask_storeu_epi16(o, first_elements(j.cols), dgate);
+    if (whole && whole_line(o_up))
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(o_up), dup);
+    else
+      _mm512_mask_storeu_epi16(o_up, first_elements(j.cols), dup);
+  } else {
+    gate0 = _mm512_maskz_loadu_ps(mask0, h);
+    gate1 = _mm512_maskz_loadu_ps(mask1, h + 16);
+    up0 = _mm512_maskz_loadu_ps(mask0, h + j.up_offset);
+    up1 = _mm512_maskz_loadu_ps(mask1, h + j.up_offset + 16);
+    swiglu_grad_row(d0, gate0, up0, w, dgate0, dup0);
+    swiglu_grad_row(d1, gate1, up1, w, dgate1, dup1);
+    store_f32(o, dgate0, mask0, whole && whole_line(o));
+    store_f32(o + 16, dgate1, mask1, whole && whole_line(o));
+    store_f32(o_up, dup0, mask0, whole && whole_line(o_up));
+    store_f32(o_up + 16, dup1, mask1, whole && whole_line(o_up));
+  }
+}
+
+// Row m of a SwiGLU tile at its last panel: h's gate (c0) and up (c1) to out (when kept) and g.
+template <class T>
+[[gnu::always_inline]] inline void store_swiglu_row(const TileJob<T>& j, int m, __m512 c0, __m512 c1,
+                                                    __mmask16 mask0) {
+  T* h = static_cast<T*>(j.out) + m * j.out_ld;
+  const float w = j.row_weight ? j.row_weight[m] : 1.0f;
+  if constexpr (std::is_same_v<T, bf16_t>) {
+    const __m256i gate = __m256i(_mm512_cvtneps_pbh(c0)), up = __m256i(_mm512_cvtneps_pbh(c1));
+    if (j.keep_h) {
+      _mm256_mask_storeu_epi16(h, mask0, gate);
+      _mm256_mask_storeu_epi16(h + j.up_offset, mask0, up);
+    }
+    _mm256_mask_storeu_epi16(j.g + m * j.g_ld, mask0,
+                             __m256i(_mm512_cvtneps_pbh(swiglu_row(bf16_to_f32(gate), bf16_to_f32(up), w))));
+  } else {
+    if (j.keep_h) {
+      _mm512_mask_storeu_ps(h, mask0, c0);
+      _mm512_mask_storeu_ps(h + j.up_offset, mask0, c1);
+    }
+    _mm512_mask_storeu_ps(j.g + m * j.g_ld, mask0, swiglu_row(c0, c1, w));
+  }
+}
+
+// Row m of a plain tile: its 32 sums to out, bf16 or float32.
+template <class T>
+[[gnu::always_inline]] inline void store_row(const TileJob<T>& j, int m, __m512 c0, __m512 c1,
+                                             __mmask16 mask0, __mmask16 mask1) {
+  if (j.out_bf16) {
+    const __m512i both = _mm512_inserti64x4(_mm512_zextsi256_si512(__m256i(_mm512_cvtneps_pbh(c0))),
+                                            __m256i(_mm512_cvtneps_pbh(c1)), 1);
+    bf16_t* o = static_cast<bf16_t*>(j.out) + m * j.out_ld;
+    if (j.stream && j.cols == kTileCols && whole_line(o))
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(o), both);
+    else
+      _mm512_mask_storeu_epi16(o, first_elements(j.cols), both);
+  } else {
+    float* o = static_cast<float*>(j.out) + m * j.out_ld;
+    const bool stream = j.stream && j.cols == kTileCols && whole_line(o);
+    store_f32(o, c0, mask0, stream);
+    store_f32(o + 16, c1, mask1, stream);
+  }
+}
+
 template <class T, int Rows, TileMode Mode>
 void tile_kernel(const TileJob<T>& j) {
   constexpr bool Pack = Mode == kPack || Mode == kSwigluPack;
@@ -328,32 +506,8 @@ void tile_kernel(const TileJob<T>& j) {
   const __mmask16 mask0 = cols0 >= 16 ? __mmask16(0xffff) : __mmask16((1u << cols0) - 1);
   const __mmask16 mask1 = cols1 >= 16 ? __mmask16(0xffff) : cols1 > 0 ? __mmask16((1u << cols1) - 1) : 0;
   SumVector acc[Rows][2];
-#pragma GCC unroll 16
-  for (int m = 0; m < Rows; ++m) {
-    if (j.in) {
-      const __m512 c0 = _mm512_maskz_loadu_ps(mask0, j.in + m * j.in_ld);
-      const __m512 c1 = _mm512_maskz_loadu_ps(mask1, j.in + m * j.in_ld + 16);
-      if constexpr (kLaneOrder) {
-        acc[m][0] = SumVector(_mm512_permutex2var_ps(c0, lanes_from_columns(0), c1));
-        acc[m][1] = SumVector(_mm512_permutex2var_ps(c0, lanes_from_columns(1), c1));
-      } else {
-        acc[m][0] = SumVector(c0);
-        acc[m][1] = SumVector(c1);
-      }
-    } else {
-      acc[m][0] = SumVector{};
-      acc[m][1] = SumVector{};
-    }
-  }
-  if constexpr (Mode == kSwigluGrad) {
-    // h's lines for the epilogue, into L2 while the tile multiplies (a float32 tile's 32 columns are
-    // two lines of gate and two of up).
-    for (int m = 0; m < Rows; ++m)
-      for (int64_t c = 0; c < j.cols; c += 64 / int64_t(sizeof(T))) {
-        _mm_prefetch(reinterpret_cast<const char*>(j.h + m * j.out_ld + c), _MM_HINT_T1);
-        _mm_prefetch(reinterpret_cast<const char*>(j.h + m * j.out_ld + j.up_offset + c), _MM_HINT_T1);
-      }
-  }
+  start_sums<T, Rows>(acc, j, mask0, mask1);
+  if constexpr (Mode == kSwigluGrad) prefetch_h<T, Rows>(j);
   // Locals, not j's fields: the packing stores would otherwise make GCC reload them every step.
   const int64_t rb = j.a.row_ld * int64_t(sizeof(T)), rb3 = 3 * rb,
                 step_bytes = j.a.step_ld * int64_t(sizeof(T));
@@ -369,29 +523,7 @@ void tile_kernel(const TileJob<T>& j) {
   Prefetch ahead = j.ahead;
   for (const __m512i* end = b + 2 * j.steps; b != end; b += 2) {
     if (ahead.count > 0) prefetch_lines(ahead, 1);
-    if constexpr (Pack && Swiglu && kLaneOrder) {
-      pack_swiglu_pair(whole_or_masked(raw, raw_cols), whole_or_masked(raw_up, raw_cols),
-                       whole_or_masked(raw + raw_ld, raw_cols), whole_or_masked(raw_up + raw_ld, raw_cols), b,
-                       next_tile);
-      raw += 2 * raw_ld;
-      raw_up += 2 * raw_ld;
-    } else if constexpr (Pack && Swiglu) {
-      // 16 gate and 16 up columns: one whole line of each.
-      store_pair(whole_or_masked(raw, low16(raw_cols)), whole_or_masked(raw_up, low16(raw_cols)), b);
-      raw += raw_ld;
-      raw_up += raw_ld;
-    } else if constexpr (Pack && kLaneOrder) {
-      // The next tile's rows, for the next call (the lines after these are not a sequential stream).
-      _mm_prefetch(reinterpret_cast<const char*>(raw + kTileCols), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(raw + raw_ld + kTileCols), _MM_HINT_T0);
-      interleave_pair(whole_or_masked(raw, raw_cols), whole_or_masked(raw + raw_ld, raw_cols), b);
-      raw += 2 * raw_ld;
-    } else if constexpr (Pack) {
-      _mm_prefetch(reinterpret_cast<const char*>(raw + kTileCols), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(raw + kTileCols + 16), _MM_HINT_T0);
-      store_pair(whole_or_masked(raw, low16(raw_cols)), whole_or_masked(raw + 16, high16(raw_cols)), b);
-      raw += raw_ld;
-    }
+    if constexpr (Pack) pack_step<T, Mode>(raw, raw_up, raw_ld, raw_cols, next_tile, b);
     const __m512i b0 = _mm512_load_si512(b), b1 = _mm512_load_si512(b + 1);
     [&]<int... M>(std::integer_sequence<int, M...>) {
       (multiply_row<T, M>(acc[M], b0, b1, row_address<M>(p, q, r, rb, rb3)), ...);
@@ -402,24 +534,8 @@ void tile_kernel(const TileJob<T>& j) {
     r += step_bytes;
   }
   prefetch_lines(ahead, ahead.count);
-  if constexpr (kLaneOrder) {
-    if (j.odd) {
-      if constexpr (Pack && Swiglu)
-        pack_swiglu_pair(whole_or_masked(raw, raw_cols), whole_or_masked(raw_up, raw_cols),
-                         _mm512_setzero_si512(), _mm512_setzero_si512(), b, next_tile);
-      else if constexpr (Pack)
-        interleave_pair(_mm512_maskz_loadu_epi16(raw_cols, raw), _mm512_setzero_si512(), b);
-      const __m512bh b0 = __m512bh(_mm512_load_si512(b)), b1 = __m512bh(_mm512_load_si512(b + 1));
-#pragma GCC unroll 16
-      for (int m = 0; m < Rows; ++m) {
-        bf16_t last;
-        std::memcpy(&last, p + m * rb, 2);
-        const __m512bh av = __m512bh(_mm512_set1_epi32(int32_t(last)));
-        acc[m][0] = SumVector(_mm512_dpbf16_ps(__m512(acc[m][0]), b0, av));
-        acc[m][1] = SumVector(_mm512_dpbf16_ps(__m512(acc[m][1]), b1, av));
-      }
-    }
-  }
+  if constexpr (kLaneOrder)
+    if (j.odd) odd_step<Rows, Mode>(acc, raw, raw_up, raw_cols, next_tile, b, p, rb);
 #pragma GCC unroll 16
   for (int m = 0; m < Rows; ++m) {
     __m512 c0 = __m512(acc[m][0]), c1 = __m512(acc[m][1]);
@@ -427,84 +543,12 @@ void tile_kernel(const TileJob<T>& j) {
       c0 = _mm512_permutex2var_ps(__m512(acc[m][0]), columns_from_lanes(0), __m512(acc[m][1]));
       c1 = _mm512_permutex2var_ps(__m512(acc[m][0]), columns_from_lanes(1), __m512(acc[m][1]));
     }
-    if constexpr (Mode == kSwigluGrad) {
-      const T* h = j.h + m * j.out_ld;
-      T* o = static_cast<T*>(j.out) + m * j.out_ld;
-      const float w = j.row_weight ? j.row_weight[m] : 1.0f;
-      __m512 gate0, gate1, up0, up1, d0 = c0, d1 = c1;
-      if constexpr (kLaneOrder) {
-        const __mmask32 cols = first_elements(j.cols);
-        const __m512i gate = _mm512_maskz_loadu_epi16(cols, h),
-                      up = _mm512_maskz_loadu_epi16(cols, h + j.up_offset);
-        gate0 = bf16_to_f32(_mm512_castsi512_si256(gate));
-        gate1 = bf16_to_f32(_mm512_extracti64x4_epi64(gate, 1));
-        up0 = bf16_to_f32(_mm512_castsi512_si256(up));
-        up1 = bf16_to_f32(_mm512_extracti64x4_epi64(up, 1));
-        // dg as a stored bf16 dg holds it.
-        d0 = bf16_to_f32(__m256i(_mm512_cvtneps_pbh(c0)));
-        d1 = bf16_to_f32(__m256i(_mm512_cvtneps_pbh(c1)));
-      } else {
-        gate0 = _mm512_maskz_loadu_ps(mask0, h);
-        gate1 = _mm512_maskz_loadu_ps(mask1, h + 16);
-        up0 = _mm512_maskz_loadu_ps(mask0, h + j.up_offset);
-        up1 = _mm512_maskz_loadu_ps(mask1, h + j.up_offset + 16);
-      }
-      __m512 dgate0, dgate1, dup0, dup1;
-      swiglu_grad_row(d0, gate0, up0, w, dgate0, dup0);
-      swiglu_grad_row(d1, gate1, up1, w, dgate1, dup1);
-      T* o_up = o + j.up_offset;
-      if constexpr (kLaneOrder) {
-        const __m512i dgate = __m512i(_mm512_cvtne2ps_pbh(dgate1, dgate0)),
-                      dup = __m512i(_mm512_cvtne2ps_pbh(dup1, dup0));
-        const bool whole = j.stream && j.cols == kTileCols;
-        if (whole && whole_line(o))
-          _mm512_stream_si512(reinterpret_cast<__m512i*>(o), dgate);
-        else
-          _mm512_mask_storeu_epi16(o, first_elements(j.cols), dgate);
-        if (whole && whole_line(o_up))
-          _mm512_stream_si512(reinterpret_cast<__m512i*>(o_up), dup);
-        else
-          _mm512_mask_storeu_epi16(o_up, first_elements(j.cols), dup);
-      } else {
-        const bool whole = j.stream && j.cols == kTileCols;
-        store_f32(o, dgate0, mask0, whole && whole_line(o));
-        store_f32(o + 16, dgate1, mask1, whole && whole_line(o));
-        store_f32(o_up, dup0, mask0, whole && whole_line(o_up));
-        store_f32(o_up + 16, dup1, mask1, whole && whole_line(o_up));
-      }
-    } else if (Swiglu && j.g) {
-      T* h = static_cast<T*>(j.out) + m * j.out_ld;
-      const float w = j.row_weight ? j.row_weight[m] : 1.0f;
-      if constexpr (kLaneOrder) {
-        const __m256i gate = __m256i(_mm512_cvtneps_pbh(c0)), up = __m256i(_mm512_cvtneps_pbh(c1));
-        if (j.keep_h) {
-          _mm256_mask_storeu_epi16(h, mask0, gate);
-          _mm256_mask_storeu_epi16(h + j.up_offset, mask0, up);
-        }
-        _mm256_mask_storeu_epi16(
-            j.g + m * j.g_ld, mask0,
-            __m256i(_mm512_cvtneps_pbh(swiglu_row(bf16_to_f32(gate), bf16_to_f32(up), w))));
-      } else {
-        if (j.keep_h) {
-          _mm512_mask_storeu_ps(h, mask0, c0);
-          _mm512_mask_storeu_ps(h + j.up_offset, mask0, c1);
-        }
-        _mm512_mask_storeu_ps(j.g + m * j.g_ld, mask0, swiglu_row(c0, c1, w));
-      }
-    } else if (j.out_bf16) {
-      const __m512i both = _mm512_inserti64x4(_mm512_zextsi256_si512(__m256i(_mm512_cvtneps_pbh(c0))),
-                                              __m256i(_mm512_cvtneps_pbh(c1)), 1);
-      bf16_t* o = static_cast<bf16_t*>(j.out) + m * j.out_ld;
-      if (j.stream && j.cols == kTileCols && whole_line(o))
-        _mm512_stream_si512(reinterpret_cast<__m512i*>(o), both);
-      else
-        _mm512_mask_storeu_epi16(o, first_elements(j.cols), both);
-    } else {
-      float* o = static_cast<float*>(j.out) + m * j.out_ld;
-      const bool stream = j.stream && j.cols == kTileCols && whole_line(o);
-      store_f32(o, c0, mask0, stream);
-      store_f32(o + 16, c1, mask1, stream);
-    }
+    if constexpr (Mode == kSwigluGrad)
+      store_swiglu_grad_row(j, m, c0, c1, mask0, mask1);
+    else if (Swiglu && j.g)
+      store_swiglu_row(j, m, c0, c1, mask0);
+    else
+      store_row(j, m, c0, c1, mask0, mask1);
   }
 }
 
@@ -700,6 +744,45 @@ void flush_swiglu_stage(const T* stage, int64_t rows, int64_t cols, T* h, int64_
   }
 }
 
+// Where a tile (rows from r0, output columns from oc, stage columns from stage_col) leaves its sums: at the
+// panel's last reduction block the output, through SwiGLU's epilogue (a split panel: h, g, or the stage)
+// or its gradient's (dgate, dup from grad.h); before it, the partial sums.
+template <class T>
+void aim_tile(TileJob<T>& j, bool last, int64_t r0, int64_t oc, int64_t stage_col, bool split, float* sums,
+              int64_t sums_ld, void* out, int64_t out_ld, bool out_bf16, bool stream,
+              const SwigluOut<T>& swiglu, const SwigluGrad<T>& grad) {
+  if (!last) {
+    j.out = sums;
+    j.out_ld = sums_ld;
+    j.out_bf16 = false;
+    return;
+  }
+  j.out = out_bf16 ? static_cast<void*>(static_cast<bf16_t*>(out) + r0 * out_ld + oc)
+                   : static_cast<void*>(static_cast<float*>(out) + r0 * out_ld + oc);
+  j.out_ld = out_ld;
+  j.out_bf16 = out_bf16;
+  j.stream = stream && !split;
+  if (split) {
+    j.g = swiglu.g + r0 * swiglu.M + oc;
+    j.g_ld = swiglu.M;
+    j.up_offset = swiglu.M;
+    j.row_weight = swiglu.row_weight ? swiglu.row_weight + r0 : nullptr;
+    j.keep_h = swiglu.keep_h;
+    if (swiglu.stage) {
+      j.out = swiglu.stage + stage_col;
+      j.out_ld = kStageLd;
+      j.up_offset = kStageCols;
+      j.g = swiglu.stage + 2 * kStageCols + stage_col;
+      j.g_ld = kStageLd;
+    }
+  }
+  if (grad.h) {
+    j.h = grad.h + r0 * out_ld + oc;
+    j.up_offset = out_ld / 2;
+    j.row_weight = grad.row_weight ? grad.row_weight + r0 : nullptr;
+  }
+}
+
 // Multiplies one panel over the group's live rows, packing it first: a weight read transposed in a
 // pass of its own, one with the reduction along its rows by the first row block on the way (its
 // loads and shuffles then hide under the arithmetic). `next` (and `next_up`) are prefetched meanwhile.
@@ -743,8 +826,6 @@ void multiply_panel(const Panel<T>& pn, int64_t rows, __m512i* packed, void* out
       j.raw_cols =
           first_elements(split && kPairs ? std::min(kTileCols, pn.cols() - t * tile_out_cols) : j.cols);
       j.next_tile = split && kPairs && t + 1 < tiles ? slots * 2 : 0;
-      // Partial sums live in the output when it is float32 (not SwiGLU's), else in `partial` (rows,
-      // kMaxPanelCols).
       // Partial sums between a column panel's reduction blocks stay in `partial`, which its next block
       // reads from L2, also for a float32 output: through the output they went to memory and back
       // (nt 1024 x 2048 x 1024 per group, float32 out: 69.5-71.4 -> 68.3-69.3 ms).
@@ -752,36 +833,8 @@ void multiply_panel(const Panel<T>& pn, int64_t rows, __m512i* packed, void* out
       const int64_t sums_ld = kMaxPanelCols;
       j.in = pn.first ? (accumulate ? static_cast<const float*>(out) + r0 * out_ld + oc : nullptr) : sums;
       j.in_ld = pn.first ? out_ld : sums_ld;
-      if (pn.last) {
-        j.out = out_bf16 ? static_cast<void*>(static_cast<bf16_t*>(out) + r0 * out_ld + oc)
-                         : static_cast<void*>(static_cast<float*>(out) + r0 * out_ld + oc);
-        j.out_ld = out_ld;
-        j.out_bf16 = out_bf16;
-        j.stream = stream && !split;
-        if (split) {
-          j.g = swiglu.g + r0 * swiglu.M + oc;
-          j.g_ld = swiglu.M;
-          j.up_offset = swiglu.M;
-          j.row_weight = swiglu.row_weight ? swiglu.row_weight + r0 : nullptr;
-          j.keep_h = swiglu.keep_h;
-          if (swiglu.stage) {
-            j.out = swiglu.stage + t * tile_out_cols;
-            j.out_ld = kStageLd;
-            j.up_offset = kStageCols;
-            j.g = swiglu.stage + 2 * kStageCols + t * tile_out_cols;
-            j.g_ld = kStageLd;
-          }
-        }
-        if (grad.h) {
-          j.h = grad.h + r0 * out_ld + oc;
-          j.up_offset = out_ld / 2;
-          j.row_weight = grad.row_weight ? grad.row_weight + r0 : nullptr;
-        }
-      } else {
-        j.out = sums;
-        j.out_ld = sums_ld;
-        j.out_bf16 = false;
-      }
+      aim_tile(j, pn.last, r0, oc, t * tile_out_cols, split, sums, sums_ld, out, out_ld, out_bf16, stream,
+               swiglu, grad);
       if (!(pack && row_blocks > 1))
         j.ahead = split && call++ % 2 == 1 ? take_lines(next_up, per_tile_up) : take_lines(next, per_tile);
       const TileMode mode = split               ? (pack ? kSwigluPack : kSwiglu)
