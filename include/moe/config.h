@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "moe/dtype.h"
+#include "moe/name_table.h"
 #include "moe/status.h"
 
 namespace moe {
@@ -50,7 +51,47 @@ struct NullRoutingConfig {
   bool renormalize = false;  // rescale each token's remaining real weights to sum to 1
 };
 
-// Names exactly as the seed's flags spell them; parse_* return nullopt for unknown spellings.
+// Names exactly as the seed's flags spell them (these tables); parse_* return nullopt for unknown spellings.
+inline constexpr NameTable<Distribution, 2> kDistributions{
+    {{{Distribution::random, "random"}, {Distribution::runs, "runs"}}}};
+inline constexpr NameTable<Impl, 7> kImpls{{{{Impl::baseline, "baseline"},
+                                             {Impl::fused_w13, "fused_w13"},
+                                             {Impl::preweight, "preweight"},
+                                             {Impl::fused_w13_preweight, "fused_w13_preweight"},
+                                             {Impl::scatter, "scatter"},
+                                             {Impl::fast, "fast"},
+                                             {Impl::ref_dp, "ref_dp"}}}};
+inline constexpr NameTable<GemmBackend, 2> kGemmBackends{
+    {{{GemmBackend::gmm, "gmm"}, {GemmBackend::ragged_dot, "ragged_dot"}}}};
+inline constexpr NameTable<PackStrategy, 3> kPackStrategies{
+    {{{PackStrategy::argsort, "argsort"},
+      {PackStrategy::tuple_sort, "tuple_sort"},
+      {PackStrategy::expert_score_sort, "expert_score_sort"}}}};
+inline constexpr NameTable<PermuteMode, 2> kPermuteModes{
+    {{{PermuteMode::direct_take, "direct_take"}, {PermuteMode::repeat_sort, "repeat_sort"}}}};
+inline constexpr NameTable<CapacityPolicy, 3> kCapacityPolicies{
+    {{{CapacityPolicy::none, "none"}, {CapacityPolicy::drop, "drop"}, {CapacityPolicy::pad, "pad"}}}};
+inline constexpr NameTable<RematMode, 3> kRematModes{
+    {{{RematMode::none, "none"}, {RematMode::expert_mlp, "expert_mlp"}, {RematMode::combine, "combine"}}}};
+inline constexpr NameTable<BenchPass, 2> kBenchPasses{
+    {{{BenchPass::forward, "forward"}, {BenchPass::forward_backward, "forward_backward"}}}};
+
+inline constexpr NameTable<QuantMode, 5> kQuantModes{
+    {{{QuantMode::none, "none"},
+      {QuantMode::int8, "int8"},
+      {QuantMode::int8_routed, "int8_routed"},
+      {QuantMode::int8_all, "int8_all"},
+      {QuantMode::int8_routed_prequant, "int8_routed_prequant"}}}};
+inline constexpr NameTable<MatmulPrecision, 2> kMatmulPrecisions{
+    {{{MatmulPrecision::default_precision, "default"}, {MatmulPrecision::highest, "highest"}}}};
+inline constexpr NameTable<ParallelMode, 3> kParallelModes{
+    {{{ParallelMode::none, "none"}, {ParallelMode::dp, "dp"}, {ParallelMode::ep, "ep"}}}};
+inline constexpr NameTable<EpCommPath, 4> kEpCommPaths{{{{EpCommPath::compact_psum, "compact_psum"},
+                                                         {EpCommPath::ring_ag_rs, "ring_ag_rs"},
+                                                         {EpCommPath::all_to_all, "all_to_all"},
+                                                         {EpCommPath::masked_psum, "masked_psum"}}}};
+inline constexpr NameTable<NullRoutingMode, 2> kNullRoutingModes{
+    {{{NullRoutingMode::independent, "independent"}, {NullRoutingMode::take_until_null, "take_until_null"}}}};
 const char* name(Distribution v);
 const char* name(Impl v);
 const char* name(GemmBackend v);

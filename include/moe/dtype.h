@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 
+#include "moe/name_table.h"
 #include "moe/status.h"
 
 namespace moe {
@@ -68,12 +69,11 @@ inline const char* dtype_name(Dtype dt) {
   MOE_CHECK(false, "unknown dtype");
 }
 
-// The run dtypes `--dtype` accepts (activations and weights); nullopt for anything else.
+// The run dtypes `--dtype` accepts (activations and weights).
+inline constexpr NameTable<Dtype, 3> kRunDtypes{
+    {{{Dtype::f32, "float32"}, {Dtype::bf16, "bfloat16"}, {Dtype::f16, "float16"}}}};
 inline std::optional<Dtype> parse_run_dtype(std::string_view s) {
-  if (s == "float32") return Dtype::f32;
-  if (s == "bfloat16") return Dtype::bf16;
-  if (s == "float16") return Dtype::f16;
-  return std::nullopt;
+  return kRunDtypes.parse(s);
 }
 
 // The dtypes of a run's activations and weights (what the CPU kernels and collectives compute on).

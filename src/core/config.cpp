@@ -12,62 +12,6 @@
 #include "moe/rng.h"
 
 namespace moe {
-namespace {
-
-template <typename Enum, size_t N>
-struct NameTable {
-  std::array<std::pair<Enum, const char*>, N> entries;
-  const char* name(Enum v) const {
-    for (auto& [e, s] : entries)
-      if (e == v) return s;
-    return "?";
-  }
-  std::optional<Enum> parse(std::string_view s) const {
-    for (auto& [e, n] : entries)
-      if (s == n) return e;
-    return std::nullopt;
-  }
-};
-
-constexpr NameTable<Distribution, 2> kDistributions{
-    {{{Distribution::random, "random"}, {Distribution::runs, "runs"}}}};
-constexpr NameTable<Impl, 7> kImpls{{{{Impl::baseline, "baseline"},
-                                      {Impl::fused_w13, "fused_w13"},
-                                      {Impl::preweight, "preweight"},
-                                      {Impl::fused_w13_preweight, "fused_w13_preweight"},
-                                      {Impl::scatter, "scatter"},
-                                      {Impl::fast, "fast"},
-                                      {Impl::ref_dp, "ref_dp"}}}};
-constexpr NameTable<GemmBackend, 2> kBackends{
-    {{{GemmBackend::gmm, "gmm"}, {GemmBackend::ragged_dot, "ragged_dot"}}}};
-constexpr NameTable<PackStrategy, 3> kPackStrategies{
-    {{{PackStrategy::argsort, "argsort"},
-      {PackStrategy::tuple_sort, "tuple_sort"},
-      {PackStrategy::expert_score_sort, "expert_score_sort"}}}};
-constexpr NameTable<PermuteMode, 2> kPermuteModes{
-    {{{PermuteMode::direct_take, "direct_take"}, {PermuteMode::repeat_sort, "repeat_sort"}}}};
-constexpr NameTable<CapacityPolicy, 3> kCapacityPolicies{
-    {{{CapacityPolicy::none, "none"}, {CapacityPolicy::drop, "drop"}, {CapacityPolicy::pad, "pad"}}}};
-constexpr NameTable<RematMode, 3> kRematModes{
-    {{{RematMode::none, "none"}, {RematMode::expert_mlp, "expert_mlp"}, {RematMode::combine, "combine"}}}};
-constexpr NameTable<BenchPass, 2> kBenchPasses{
-    {{{BenchPass::forward, "forward"}, {BenchPass::forward_backward, "forward_backward"}}}};
-
-constexpr NameTable<QuantMode, 5> kQuantModes{{{{QuantMode::none, "none"},
-                                                {QuantMode::int8, "int8"},
-                                                {QuantMode::int8_routed, "int8_routed"},
-                                                {QuantMode::int8_all, "int8_all"},
-                                                {QuantMode::int8_routed_prequant, "int8_routed_prequant"}}}};
-constexpr NameTable<MatmulPrecision, 2> kMatmulPrecisions{
-    {{{MatmulPrecision::default_precision, "default"}, {MatmulPrecision::highest, "highest"}}}};
-constexpr NameTable<ParallelMode, 3> kParallelModes{
-    {{{ParallelMode::none, "none"}, {ParallelMode::dp, "dp"}, {ParallelMode::ep, "ep"}}}};
-constexpr NameTable<EpCommPath, 4> kEpCommPaths{{{{EpCommPath::compact_psum, "compact_psum"},
-                                                  {EpCommPath::ring_ag_rs, "ring_ag_rs"},
-                                                  {EpCommPath::all_to_all, "all_to_all"},
-                                                  {EpCommPath::masked_psum, "masked_psum"}}}};
-
-}  // namespace
 
 const char* name(Distribution v) {
   return kDistributions.name(v);
@@ -76,7 +20,7 @@ const char* name(Impl v) {
   return kImpls.name(v);
 }
 const char* name(GemmBackend v) {
-  return kBackends.name(v);
+  return kGemmBackends.name(v);
 }
 const char* name(PackStrategy v) {
   return kPackStrategies.name(v);
@@ -112,7 +56,7 @@ std::optional<Impl> parse_impl(std::string_view s) {
   return kImpls.parse(s);
 }
 std::optional<GemmBackend> parse_gemm_backend(std::string_view s) {
-  return kBackends.parse(s);
+  return kGemmBackends.parse(s);
 }
 std::optional<PackStrategy> parse_pack_strategy(std::string_view s) {
   return kPackStrategies.parse(s);

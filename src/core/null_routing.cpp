@@ -76,13 +76,11 @@ int64_t null_route_token(int32_t* ids, float* weights, int64_t t, const MaskPara
 }  // namespace
 
 const char* name(NullRoutingMode v) {
-  return v == NullRoutingMode::independent ? "independent" : "take_until_null";
+  return kNullRoutingModes.name(v);
 }
 
 std::optional<NullRoutingMode> parse_null_routing_mode(std::string_view s) {
-  if (s == "independent") return NullRoutingMode::independent;
-  if (s == "take_until_null") return NullRoutingMode::take_until_null;
-  return std::nullopt;
+  return kNullRoutingModes.parse(s);
 }
 
 Status validate(const NullRoutingConfig& cfg) {

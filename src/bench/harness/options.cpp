@@ -9,8 +9,8 @@
 #include <limits>
 
 #include "bench/harness/cli.h"
+#include "bench/harness/flag_table.h"
 #include "bench/harness/models.h"
-#include "bench/harness/numeric_flags.h"
 #include "moe/backend.h"
 #include "moe/build_info.h"
 #include "moe/null_routing.h"
@@ -54,21 +54,18 @@ const char* name(QueueMode q) {
 
 namespace {
 
-// The flags whose values are names or lists, as given: converted once the command line is parsed.
+// The flags whose values are lists (or "both"), a mesh or a policy, as given: converted once the command
+// line is parsed. Numbers and single names are converted by the flag table.
 struct FlagText {
-  std::string dtype = "bfloat16", backend = "gmm", impl = "both", distribution = "both",
-              bench_pass = "forward";
-  std::string pack = "argsort", permute = "direct_take", remat = "none", cap_policy = "none", queue = "full";
-  std::string parallel_mode = "none", quant_mode = "none", topk_list, ep_comm_path = "compact_psum", mesh;
-  std::string matmul_precision = "default", null_list, null_mode = "independent", ceiling = "once";
-  std::string wait_policy = "auto", format = "text", model, hf_config;
+  std::string impl = "both", distribution = "both", queue = "full", topk_list, mesh, null_list;
+  std::string wait_policy = "auto", model, hf_config;
   bool null_sweep = false;
 };
 
 constexpr int64_t kMaxInt = std::numeric_limits<int>::max(), kMax64 = std::numeric_limits<int64_t>::max();
 
 // The block's shape and how its groups are formed.
-void add_shape_flags(CLI::App& app, NumericFlags& num, BenchOptions& opts, FlagText& t) {
+void add_shape_flags(CLI::App& app, FlagTable& flags, BenchOptions& opts, FlagText& t) {
   MoeConfig& c = opts.base;
   // Expanded into the flags below before parsing (models.h), where it stands among them.
   app.add_option("--model", t.model,
@@ -79,79 +76,73 @@ void add_shape_flags(CLI::App& app, NumericFlags& num, BenchOptions& opts, FlagT
                  "a Hugging Face config.json: its MoE layer's shape flags, as --model sets them (mixtral, "
                  "qwen2_moe, qwen3_moe, deepseek_v2/v3, olmoe, gpt_oss, llama4)");
 
-  num.add("--tokens", c.tokens, "T, tokens (rows of x)", 1, kMax64);
-  num.add("--hidden", c.hidden, "H, hidden size", 1, kMax64);
-  num.add("--mlp-dim", c.mlp_dim, "M, per-expert intermediate size", 1, kMax64);
-  num.add("--experts", c.experts, "E, routed experts", 1, kMax64);
-  num.add("--ep-overlap", c.ep_overlap,
-          "N chunks of rows whose dispatch overlaps the experts of the previous (ep all_to_all; 1 = "
-          "off)",
-          1, 1024);
-  num.add("--topk", opts.topk_flag, "K, experts per token (unless --topk-list)", -kMax64, kMax64);
+  flags.add("--tokens", c.tokens, "T, tokens (rows of x)", 1, kMax64);
+  flags.add("--hidden", c.hidden, "H, hidden size", 1, kMax64);
+  flags.add("--mlp-dim", c.mlp_dim, "M, per-expert intermediate size", 1, kMax64);
+  flags.add("--experts", c.experts, "E, routed experts", 1, kMax64);
+  flags.add("--ep-overlap", c.ep_overlap,
+            "N chunks of rows whose dispatch overlaps the experts of the previous (ep all_to_all; 1 = "
+            "off)",
+            1, 1024);
+  flags.add("--topk", opts.topk_flag, "K, experts per token (unless --topk-list)", -kMax64, kMax64);
   app.add_option("--topk-list", t.topk_list, "comma list of K values, overrides --topk (e.g. 1,2,4,8)");
-  num.add("--shared-expert-dim", c.shared_expert_dim, "S, shared expert size (0 = none)", 0, kMax64);
+  flags.add("--shared-expert-dim", c.shared_expert_dim, "S, shared expert size (0 = none)", 0, kMax64);
   app.add_flag("--shared-fused", c.shared_fused, "shared w1|w3 as one [H,2S] GEMM");
-  app.add_option("--dtype", t.dtype, "float32|bfloat16|float16 (16-bit storage, f32 accumulation)")
-      ->capture_default_str();
-  app.add_option("--backend", t.backend, "gmm (contiguous, tile-padded groups) | ragged_dot (exact groups)")
-      ->capture_default_str();
+  flags.add_name("--dtype", c.dtype, kRunDtypes, "16-bit storage, f32 accumulation");
+  flags.add_name("--backend", c.gemm_backend, kGemmBackends,
+                 "gmm: contiguous, tile-padded groups; ragged_dot: exact groups");
   app.add_option("--impl", t.impl,
                  "baseline|fused_w13|preweight|fused_w13_preweight|scatter|fast|both, or ref_dp (the seed's "
                  "DP baseline, spec 5.5)")
       ->capture_default_str();
-  app.add_option("--distribution", t.distribution, "random|runs|both")->capture_default_str();
-  app.add_option("--bench-pass", t.bench_pass, "forward|forward_backward")->capture_default_str();
-  app.add_option("--parallel-mode", t.parallel_mode,
-                 "none|dp|ep: one rank, or tokens (dp) or experts (ep) sharded over the ranks of mpirun")
+  app.add_option("--distribution", t.distribution, kDistributions.joined("|") + "|both")
       ->capture_default_str();
+  flags.add_name("--bench-pass", c.bench_pass, kBenchPasses, "");
+  flags.add_name("--parallel-mode", c.parallel_mode, kParallelModes,
+                 "one rank, or tokens (dp) or experts (ep) sharded over the ranks of mpirun");
   app.add_option("--queue-mode", t.queue, "full|prequeue|both (forward_backward forces full)")
       ->capture_default_str();
-  app.add_option("--routing-pack-strategy", t.pack, "argsort|tuple_sort|expert_score_sort")
-      ->capture_default_str();
-  app.add_option("--dispatch-permute-mode", t.permute, "direct_take|repeat_sort")->capture_default_str();
+  flags.add_name("--routing-pack-strategy", c.pack_strategy, kPackStrategies, "");
+  flags.add_name("--dispatch-permute-mode", c.permute_mode, kPermuteModes, "");
   app.add_flag("--use-custom-sort-vjp", c.use_custom_sort_vjp,
                "repeat_sort backward as an inverse-permutation gather instead of a scatter-add");
 }
 
 // Parallel modes, routing, capacity, quantization, the device and null routing.
-void add_routing_and_parallel_flags(CLI::App& app, NumericFlags& num, BenchOptions& opts, FlagText& t) {
+void add_routing_and_parallel_flags(CLI::App& app, FlagTable& flags, BenchOptions& opts, FlagText& t) {
   MoeConfig& c = opts.base;
   app.add_option("--mesh", t.mesh,
                  "data=D,expert=X: the ranks as D data replicas of X expert shards (--parallel-mode ep; "
                  "default: dp data=R,expert=1, ep data=1,expert=R)");
-  app.add_option(
-         "--ep-comm-path", t.ep_comm_path,
-         "compact_psum|ring_ag_rs|all_to_all|masked_psum (ep: all-reduce of the output; all-gather of x and "
-         "reduce-scatter of the output; all-to-all-v of rows; the seed's first EP: every assignment "
-         "through the local experts, the others' masked, all-reduce of the output)")
-      ->capture_default_str();
+  flags.add_name("--ep-comm-path", c.ep_comm_path, kEpCommPaths,
+                 "ep: all-reduce of the output; all-gather of x and reduce-scatter of the output; "
+                 "all-to-all-v of rows; the seed's first EP: every assignment through the local experts, "
+                 "the others' masked, all-reduce of the output");
   app.add_option("--trace-dir", opts.trace_dir,
                  "write a Chrome trace (stage spans of one extra call) per run under this directory");
-  app.add_option("--remat-mode", t.remat, "none|expert_mlp|combine")->capture_default_str();
-  num.add("--capacity-factor", c.capacity_factor, "capacity factor (<= 0 disables)");
-  app.add_option("--capacity-policy", t.cap_policy, "none|drop|pad")->capture_default_str();
-  num.add("--run-alpha", c.run_alpha, "runs distribution: mean run length 1/(1-alpha)");
-  num.add("--run-noise-scale", c.run_noise_scale, "runs distribution: logit noise std");
-  app.add_option("--quant-mode", t.quant_mode,
-                 "none|int8|int8_routed|int8_all|int8_routed_prequant: int8 GEMMs with exact int32 sums "
-                 "(int8: the shared expert's; int8_routed: the routed experts', weights quantized in every "
-                 "call; int8_all: both; int8_routed_prequant: routed, weights quantized once)")
-      ->capture_default_str();
-  app.add_option("--matmul-precision", t.matmul_precision,
-                 "default|highest: how a bfloat16 run multiplies the shared expert's float32 activations "
-                 "(default: one bf16 pass, as JAX on TPU; highest: float32)")
-      ->capture_default_str();
+  flags.add_name("--remat-mode", c.remat_mode, kRematModes, "");
+  flags.add("--capacity-factor", c.capacity_factor, "capacity factor (<= 0 disables)");
+  flags.add_name("--capacity-policy", c.capacity_policy, kCapacityPolicies, "");
+  flags.add("--run-alpha", c.run_alpha, "runs distribution: mean run length 1/(1-alpha)");
+  flags.add("--run-noise-scale", c.run_noise_scale, "runs distribution: logit noise std");
+  flags.add_name("--quant-mode", c.quant_mode, kQuantModes,
+                 "int8 GEMMs with exact int32 sums (int8: the shared expert's; int8_routed: the routed "
+                 "experts', weights quantized in every call; int8_all: both; int8_routed_prequant: routed, "
+                 "weights quantized once)");
+  flags.add_name("--matmul-precision", c.matmul_precision, kMatmulPrecisions,
+                 "how a bfloat16 run multiplies the shared expert's float32 activations (default: one bf16 "
+                 "pass, as JAX on TPU; highest: float32)");
   app.add_option("--device", c.device, "backend that runs the block: cpu|ref|cuda (see --list)")
       ->capture_default_str();
-  num.add("--null-route-frac", c.null_routing.frac, "fraction of the T*K assignments routed to null slots");
+  flags.add("--null-route-frac", c.null_routing.frac, "fraction of the T*K assignments routed to null slots");
   app.add_option("--null-route-frac-list", t.null_list,
                  "comma list of null fractions (overrides sweep and frac)");
   app.add_flag("--null-route-sweep", t.null_sweep, "null fractions 0.1..0.9");
-  num.add("--null-experts", c.null_routing.null_experts, "null slots M0 (0 = max(1, round(E f/(1-f))))", 0,
-          kMax64);
+  flags.add("--null-experts", c.null_routing.null_experts, "null slots M0 (0 = max(1, round(E f/(1-f))))", 0,
+            kMax64);
   // The seed folds it into a key as a uint32 (jax.random.fold_in).
-  num.add("--null-route-seed", c.null_routing.seed, "folded into the null-mask key", 0, 0xffffffffll);
-  app.add_option("--null-routing-mode", t.null_mode, "independent|take_until_null")->capture_default_str();
+  flags.add("--null-route-seed", c.null_routing.seed, "folded into the null-mask key", 0, 0xffffffffll);
+  flags.add_name("--null-routing-mode", c.null_routing.mode, kNullRoutingModes, "");
   app.add_flag(
       "--renormalize-topk", c.renormalize_topk,
       "--impl ref_dp: rescale the top-k softmax probabilities to sum to 1 (the profile harness's flag)");
@@ -160,29 +151,29 @@ void add_routing_and_parallel_flags(CLI::App& app, NumericFlags& num, BenchOptio
 }
 
 // The timing protocol, kernels, checks and outputs.
-void add_run_flags(CLI::App& app, NumericFlags& num, BenchOptions& opts, FlagText& t) {
+void add_run_flags(CLI::App& app, FlagTable& flags, BenchOptions& opts, FlagText& t) {
   MoeConfig& c = opts.base;
-  num.add("--iters", opts.iters, "timed iterations", 1, kMaxInt);
-  num.add("--warmup", opts.warmup, "untimed iterations after the first call (a negative count: none)",
-          -kMaxInt, kMaxInt);
-  num.add("--repeats", opts.repeats,
-          "separate timed blocks (warmup + iters each) per run; rows carry the spread of all their calls", 1,
-          kMaxInt);
-  app.add_option(
-         "--ceiling", t.ceiling,
-         "dense GEMM ceiling: off, once (per shape, dtype, backend, threads in this process), every-run")
-      ->capture_default_str();
+  flags.add("--iters", opts.iters, "timed iterations", 1, kMaxInt);
+  flags.add("--warmup", opts.warmup, "untimed iterations after the first call (a negative count: none)",
+            -kMaxInt, kMaxInt);
+  flags.add("--repeats", opts.repeats,
+            "separate timed blocks (warmup + iters each) per run; rows carry the spread of all their calls",
+            1, kMaxInt);
+  flags.add_name("--ceiling", opts.ceiling, kCeilingModes,
+                 "the dense GEMM ceiling: none, measured once per shape, dtype, backend and threads in this "
+                 "process, or before every run");
   // Any int64, as the seed's jax.random.PRNGKey(seed) accepts.
-  num.add("--seed", c.seed, "master seed of inputs and routing", std::numeric_limits<int64_t>::min(), kMax64);
-  num.add("--threads", opts.kernel.threads, "CPU threads (0 = all cores)", 0, kMaxInt);
+  flags.add("--seed", c.seed, "master seed of inputs and routing", std::numeric_limits<int64_t>::min(),
+            kMax64);
+  flags.add("--threads", opts.kernel.threads, "CPU threads (0 = all cores)", 0, kMaxInt);
   app.add_option("--wait-policy", t.wait_policy,
                  "how OpenMP threads wait: auto (spin where our threads have their cores, else passive; "
                  "measured at start), spin, passive, bounded (spin briefly, then sleep); OMP_WAIT_POLICY or "
                  "GOMP_SPINCOUNT in the environment win")
       ->capture_default_str();
-  num.add("--gmm-tile-rows", opts.kernel.gmm_tile_rows, "gmm backend: group row alignment", 1, 4096);
-  num.add("--cuda-gemm-streams", opts.kernel.cuda_gemm_streams,
-          "cuda: streams the per-expert GEMMs of a grouped GEMM run on concurrently", 1, 32);
+  flags.add("--gmm-tile-rows", opts.kernel.gmm_tile_rows, "gmm backend: group row alignment", 1, 4096);
+  flags.add("--cuda-gemm-streams", opts.kernel.cuda_gemm_streams,
+            "cuda: streams the per-expert GEMMs of a grouped GEMM run on concurrently", 1, 32);
   app.add_flag("--stage-timing", opts.stage_timing, "forward only: time pack, up, down, combine separately");
   app.add_option(
          "--gemm-variant", opts.kernel.gemm_variant,
@@ -195,13 +186,12 @@ void add_run_flags(CLI::App& app, NumericFlags& num, BenchOptions& opts, FlagTex
                  "/moe-bench/tuning.json; none: no file, no measuring)");
   app.add_flag("--check", opts.check,
                "verify each run against the float64 reference; exit 1 if out of tolerance");
-  num.add("--check-perturb", opts.check_perturb,
-          "tests the oracle: scale the output and gradients by (1 + this) before --check compares them");
+  flags.add("--check-perturb", opts.check_perturb,
+            "tests the oracle: scale the output and gradients by (1 + this) before --check compares them");
   app.add_option("--dump", opts.dump_dir,
                  "write inputs, routing, output and gradients as .npy + config.json here");
-  app.add_option("--format", t.format,
-                 "text|jsonl|csv: rows on stdout, or in --out with the seed lines on stdout")
-      ->capture_default_str();
+  flags.add_name("--format", opts.format, kOutputFormats,
+                 "rows on stdout, or in --out with the seed lines on stdout");
   app.add_option(
       "--out", opts.out_path,
       "append result rows to this file (file-locked, whole rows; rows carry config + environment)");
@@ -228,24 +218,6 @@ Status convert_modes(const CLI::App& app, const FlagText& t, BenchOptions& opts)
       return Status::error(fmt::format("invalid {} '': expected a path", flag));
   MOE_RETURN_IF_ERROR(check_flags_take_effect(app, opts));
   MOE_RETURN_IF_ERROR(parse_wait_policy(t.wait_policy, opts.wait_policy));
-  MOE_RETURN_IF_ERROR(
-      parse_enum("--ceiling", t.ceiling, parse_ceiling_mode, "off, once, every-run", opts.ceiling));
-  if (t.format == "text")
-    opts.format = OutputFormat::text;
-  else if (t.format == "jsonl")
-    opts.format = OutputFormat::jsonl;
-  else if (t.format == "csv")
-    opts.format = OutputFormat::csv;
-  else
-    return Status::error(fmt::format("invalid --format '{}': expected one of text, jsonl, csv", t.format));
-  MOE_RETURN_IF_ERROR(parse_enum("--quant-mode", t.quant_mode, parse_quant_mode,
-                                 "none, int8, int8_routed, int8_all, int8_routed_prequant", c.quant_mode));
-  MOE_RETURN_IF_ERROR(parse_enum("--matmul-precision", t.matmul_precision, parse_matmul_precision,
-                                 "default, highest", c.matmul_precision));
-  MOE_RETURN_IF_ERROR(
-      parse_enum("--parallel-mode", t.parallel_mode, parse_parallel_mode, "none, dp, ep", c.parallel_mode));
-  MOE_RETURN_IF_ERROR(parse_enum("--ep-comm-path", t.ep_comm_path, parse_ep_comm_path,
-                                 "compact_psum, ring_ag_rs, all_to_all, masked_psum", c.ep_comm_path));
   if (app.count("--mesh") > 0) MOE_RETURN_IF_ERROR(parse_mesh(t.mesh, c.mesh_data, c.mesh_expert));
   const std::vector<std::string>& devices = registered_backend_names();
   if (std::find(devices.begin(), devices.end(), c.device) == devices.end())
@@ -256,25 +228,9 @@ Status convert_modes(const CLI::App& app, const FlagText& t, BenchOptions& opts)
   return Status::ok();
 }
 
-// The block's named flags.
-Status convert_block_names(const FlagText& t, BenchOptions& opts) {
+// Null routing's fractions (a list, a sweep or one fraction).
+Status convert_null_fractions(const FlagText& t, BenchOptions& opts) {
   MoeConfig& c = opts.base;
-  MOE_RETURN_IF_ERROR(parse_enum("--dtype", t.dtype, parse_run_dtype, "float32, bfloat16, float16", c.dtype));
-  MOE_RETURN_IF_ERROR(
-      parse_enum("--backend", t.backend, parse_gemm_backend, "gmm, ragged_dot", c.gemm_backend));
-  MOE_RETURN_IF_ERROR(
-      parse_enum("--bench-pass", t.bench_pass, parse_bench_pass, "forward, forward_backward", c.bench_pass));
-  MOE_RETURN_IF_ERROR(parse_enum("--routing-pack-strategy", t.pack, parse_pack_strategy,
-                                 "argsort, tuple_sort, expert_score_sort", c.pack_strategy));
-  MOE_RETURN_IF_ERROR(parse_enum("--dispatch-permute-mode", t.permute, parse_permute_mode,
-                                 "direct_take, repeat_sort", c.permute_mode));
-  MOE_RETURN_IF_ERROR(
-      parse_enum("--remat-mode", t.remat, parse_remat_mode, "none, expert_mlp, combine", c.remat_mode));
-  MOE_RETURN_IF_ERROR(parse_enum("--capacity-policy", t.cap_policy, parse_capacity_policy, "none, drop, pad",
-                                 c.capacity_policy));
-
-  MOE_RETURN_IF_ERROR(parse_enum("--null-routing-mode", t.null_mode, parse_null_routing_mode,
-                                 "independent, take_until_null", c.null_routing.mode));
   Status null_status;
   opts.null_fracs = null_route_fractions(t.null_list, t.null_sweep, c.null_routing.frac, null_status);
   MOE_RETURN_IF_ERROR(null_status);
@@ -293,9 +249,7 @@ Status convert_lists(const CLI::App& app, const FlagText& t, BenchOptions& opts)
     opts.impls = kAllImpls;
   } else {
     Impl one = Impl::fused_w13;
-    MOE_RETURN_IF_ERROR(
-        parse_enum("--impl", t.impl, parse_impl,
-                   "baseline, fused_w13, preweight, fused_w13_preweight, scatter, fast, ref_dp, both", one));
+    MOE_RETURN_IF_ERROR(parse_enum("--impl", t.impl, parse_impl, kImpls.joined(", ") + ", both", one));
     opts.impls = {one};
   }
   opts.distributions.clear();
@@ -303,8 +257,8 @@ Status convert_lists(const CLI::App& app, const FlagText& t, BenchOptions& opts)
     opts.distributions = {Distribution::random, Distribution::runs};
   } else {
     Distribution one = Distribution::random;
-    MOE_RETURN_IF_ERROR(
-        parse_enum("--distribution", t.distribution, parse_distribution, "random, runs, both", one));
+    MOE_RETURN_IF_ERROR(parse_enum("--distribution", t.distribution, parse_distribution,
+                                   kDistributions.joined(", ") + ", both", one));
     opts.distributions = {one};
   }
   if (t.queue == "full")
@@ -332,13 +286,13 @@ Status convert_lists(const CLI::App& app, const FlagText& t, BenchOptions& opts)
 
 }  // namespace
 
-Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok, std::vector<FlagSpec>* flags) {
+Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok, std::vector<FlagSpec>* specs) {
   exit_ok = false;
   MoeConfig& c = opts.base;
   CLI::App app{"moe-bench: benchmark one Mixture-of-Experts block (forward / forward+backward) on the CPU"};
   // argparse semantics: a repeated option takes its last value (sweep scripts append overrides).
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  NumericFlags num(app);
+  FlagTable flags(app);
   app.set_version_flag("--version",
                        std::string("moe-bench ") + build_version() + " (" + build_git_commit() + ")");
   app.get_formatter()->column_width(36);
@@ -350,23 +304,23 @@ Status parse_options(int argc, char** argv, BenchOptions& opts, bool& exit_ok, s
       "compare BASE NEW, plot STORE, table STORE, log --id ID.");
 
   FlagText t;
-  add_shape_flags(app, num, opts, t);
-  add_routing_and_parallel_flags(app, num, opts, t);
-  add_run_flags(app, num, opts, t);
-  if (flags) {
+  add_shape_flags(app, flags, opts, t);
+  add_routing_and_parallel_flags(app, flags, opts, t);
+  add_run_flags(app, flags, opts, t);
+  if (specs) {
     for (const CLI::Option* opt : app.get_options())
       for (const std::string& n : opt->get_lnames())
-        flags->push_back({"--" + n, opt->get_type_size() > 0, opt->get_type_name() == "INT"});
+        specs->push_back({"--" + n, opt->get_type_size() > 0, opt->get_type_name() == "INT"});
     return Status::ok();
   }
 
   MOE_RETURN_IF_ERROR(parse_cli(app, argc, argv, exit_ok));
   if (exit_ok) return Status::ok();
-  MOE_RETURN_IF_ERROR(num.convert());
+  MOE_RETURN_IF_ERROR(flags.convert());
   opts.warmup = std::max(opts.warmup, 0);  // the seed's range(warmup): a negative count warms up nothing
 
   MOE_RETURN_IF_ERROR(convert_modes(app, t, opts));
-  MOE_RETURN_IF_ERROR(convert_block_names(t, opts));
+  MOE_RETURN_IF_ERROR(convert_null_fractions(t, opts));
   MOE_RETURN_IF_ERROR(convert_lists(app, t, opts));
 
   // The impl's own rules (ref_dp's) are checked per run (check_runnable); here the first impl's, so a

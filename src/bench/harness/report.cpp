@@ -12,15 +12,7 @@
 namespace moe::bench {
 
 const char* name(OutputFormat f) {
-  switch (f) {
-    case OutputFormat::text:
-      return "text";
-    case OutputFormat::jsonl:
-      return "jsonl";
-    case OutputFormat::csv:
-      return "csv";
-  }
-  return "?";
+  return kOutputFormats.name(f);
 }
 
 namespace {

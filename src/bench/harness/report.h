@@ -20,12 +20,15 @@
 #include "moe/config.h"
 #include "moe/environment.h"
 #include "moe/file_io.h"
+#include "moe/name_table.h"
 #include "moe/null_routing.h"
 #include "moe/status.h"
 
 namespace moe::bench {
 
 enum class OutputFormat { text, jsonl, csv };
+inline constexpr NameTable<OutputFormat, 3> kOutputFormats{
+    {{{OutputFormat::text, "text"}, {OutputFormat::jsonl, "jsonl"}, {OutputFormat::csv, "csv"}}}};
 const char* name(OutputFormat f);
 
 // Keys in insertion order; values keep their JSON type (numbers stay numbers in jsonl).

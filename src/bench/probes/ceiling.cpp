@@ -95,13 +95,6 @@ Ceiling measure_ceiling(Backend& backend, const MoeConfig& c, double seconds) {
   return ceiling;
 }
 
-std::optional<CeilingMode> parse_ceiling_mode(std::string_view s) {
-  if (s == "off") return CeilingMode::off;
-  if (s == "once") return CeilingMode::once;
-  if (s == "every-run") return CeilingMode::every_run;
-  return std::nullopt;
-}
-
 Ceiling CeilingCache::get(CeilingMode mode, Backend& backend, const MoeConfig& c, bool with_peak) {
   Ceiling ceiling = measured(mode, backend, c);
   if (ceiling.off || std::string(backend.name()) != "cpu") return ceiling;

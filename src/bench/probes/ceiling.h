@@ -20,6 +20,7 @@
 #include "bench/probes/machine_peaks.h"
 #include "moe/backend.h"
 #include "moe/config.h"
+#include "moe/name_table.h"
 
 namespace moe::bench {
 
@@ -49,7 +50,8 @@ Ceiling measure_ceiling(Backend& backend, const MoeConfig& c, double seconds = 0
 
 // --ceiling: off (none), once (measured the first time a key is asked for, reused after), every-run.
 enum class CeilingMode { off, once, every_run };
-std::optional<CeilingMode> parse_ceiling_mode(std::string_view s);
+inline constexpr NameTable<CeilingMode, 3> kCeilingModes{
+    {{{CeilingMode::off, "off"}, {CeilingMode::once, "once"}, {CeilingMode::every_run, "every-run"}}}};
 
 // The ceilings of one process, keyed by what the ceiling GEMM depends on: its shape (T*K, H, 2M), the
 // dtype, the backend, the OpenMP thread count and the backend's description (for cpu: the configured GEMM

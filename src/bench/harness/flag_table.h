@@ -1,7 +1,9 @@
-// Numeric command-line options, read by moe/parse.h instead of CLI11. CLI11 clamps an out-of-range
-// number silently (a 20-digit --tokens became INT64_MAX, --seed -1 and 2^70 both became 2^64-1), so
-// these options are taken as text and converted after parsing, rejecting what the seed's argparse
-// would not turn into a valid value.
+// The command line's flags as one table: each flag is declared once (its name, help, default and how its
+// text becomes a value), and from that row come the parsing, --help (with the default and, for names, the
+// choices), the error line for a bad value and the sweep's axes (every flag that takes a value is one:
+// options.h's FlagSpec). Numbers and names are taken as text and converted after CLI11 parses (CLI11
+// clamps an out-of-range number silently: a 20-digit --tokens became INT64_MAX, --seed -1 and 2^70 both
+// became 2^64-1), rejecting what the seed's argparse would not turn into a valid value.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -10,14 +12,15 @@
 #include <string>
 #include <string_view>
 
+#include "moe/name_table.h"
 #include "moe/parse.h"
 #include "moe/status.h"
 
 namespace moe::bench {
 
-class NumericFlags {
+class FlagTable {
  public:
-  explicit NumericFlags(CLI::App& app) : app_(app) {}
+  explicit FlagTable(CLI::App& app) : app_(app) {}
 
   // An integer option accepted in [lo, hi] and stored in `target` (any integer type holding that range).
   template <typename Int>
@@ -33,6 +36,19 @@ class NumericFlags {
         ->type_name("INT");
   }
   CLI::Option* add(const std::string& name, double& target, const std::string& help);
+
+  // One of `names`' names: --help says them before `help`, and a name outside them is one line listing
+  // them.
+  template <typename Enum, size_t N>
+  CLI::Option* add_name(const std::string& name, Enum& target, const NameTable<Enum, N>& names,
+                        const std::string& help) {
+    return add_text(name, names.name(target), names.joined("|") + (help.empty() ? "" : ": " + help),
+                    [&target, &names, name](std::string_view text) {
+                      return parse_enum(
+                          name, text, [&](std::string_view s) { return names.parse(s); }, names.joined(", "),
+                          target);
+                    });
+  }
 
   // Converts the options given on the command line (the others keep their defaults). Call after
   // CLI::App::parse.
