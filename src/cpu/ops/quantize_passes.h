@@ -1,6 +1,6 @@
 // The bodies of moe/quantize.h's cpu functions, compiled once per ISA level: quantize.cpp at the build's
-// baseline, quantize_avx2.cpp and quantize_avx512.cpp after their target pragmas (docs/design.md, "ISA
-// levels"); every instance is bitwise the reference (cpu/ops/quantize_row.h says why). Inline functions in
+// baseline, ops/avx2/passes_avx2.cpp and ops/avx512/passes_avx512.cpp after their target pragmas
+// (docs/design.md, "ISA levels"); every instance is bitwise the reference (cpu/ops/quantize_row.h says why). Inline functions in
 // vec_math.h's namespace of the including file's ISA; a file including this includes the standard headers
 // before its pragma and is compiled with -fno-trapping-math.
 #pragma once

@@ -1,5 +1,6 @@
 // The bodies of swiglu.h's passes, compiled once per ISA level: swiglu.cpp at the build's baseline,
-// swiglu_avx2.cpp and swiglu_avx512.cpp after their target pragmas (docs/design.md, "ISA levels").
+// ops/avx2/passes_avx2.cpp and ops/avx512/passes_avx512.cpp after their target pragmas (docs/design.md,
+// "ISA levels").
 // Inline functions in vec_math.h's namespace of the including file's ISA, so each file keeps its own
 // copies. A file including this includes the standard headers before its pragma and is compiled with
 // -fno-trapping-math (CMakeLists.txt: exp_approx's clamps are then if-converted and the loops vectorise).
