@@ -137,6 +137,8 @@ TEST(CpuIsa, RowsCarryTheMemoryRoofline) {
   EXPECT_NEAR(f["pct_of_bw_peak"].get<double>(),
               100 * f["gbps"].get<double>() / f["bw_peak_gbps"].get<double>(), 1e-6);
   EXPECT_EQ(f["bound"], "memory") << f.dump();
+  // The note points at the peak that binds: pct_of_bw_peak is the number to read here.
+  EXPECT_NE(f["ceiling_note"].get<std::string>().find("+memory_bound"), std::string::npos) << f.dump();
   // Without --with-peak a row reads the machine's kept peaks (machine_peaks.h): at least what the run above
   // measured, and the same bound.
   const nlohmann::json b = row_of(testing::run_bench(one_token + "--bench-pass forward_backward"));
@@ -152,6 +154,8 @@ TEST(CpuIsa, RowsCarryTheMemoryRoofline) {
       "--impl fused_w13 --distribution random --dtype float32 --with-peak --format jsonl");
   ASSERT_EQ(many.exit_code, 0) << many.err;
   EXPECT_EQ(row_of(many)["bound"], "compute") << many.out;
+  EXPECT_EQ(row_of(many)["ceiling_note"].get<std::string>().find("memory_bound"), std::string::npos)
+      << many.out;
 }
 
 // The kept peaks are a cache: a peaks file that is not ours is one warning and the run goes on with peaks

@@ -158,13 +158,25 @@ void add_seed_keys(ResultRow& r, const MoeConfig& c, const Measured& m, double t
   r["time_stddev_s"] = t.stddev;
 }
 
+// The memory roofline's verdict (accounting.h compulsory_bytes): whether the run's arithmetic intensity
+// (FLOPs / bytes) is below the ridge point (arithmetic peak / bandwidth peak), i.e. bandwidth binds it. None
+// without both peaks: the machine's kept ones (machine_peaks.h), or this process's with --with-peak; none
+// where the ceiling is off or the backend is not cpu.
+std::optional<bool> memory_bound(const MoeConfig& c, const Measured& m) {
+  const std::optional<double> bw = m.ceiling.bw_peak_gbps, peak = m.ceiling.ridge_peak_tflops;
+  if (!bw || !peak) return std::nullopt;
+  const double intensity =
+      seed_flops(c, m.null_stats.real_assignments) / compulsory_bytes(c, m.experts_touched);
+  return intensity < *peak * 1e12 / (*bw * 1e9);
+}
+
 // What the run is measured against (the dense ceiling, the ISA peak), its memory, and the machine's state.
-void add_limits_and_machine(ResultRow& r, const Measured& m, double tflops) {
+void add_limits_and_machine(ResultRow& r, const MoeConfig& c, const Measured& m, double tflops) {
   const std::optional<double>& ceiling = m.ceiling.tflops;
   const double pct = ceiling ? 100.0 * tflops / *ceiling : 0.0;
   r["ceiling_tflops"] = number_or_null(ceiling);
   r["pct_of_ceiling"] = ceiling ? ResultRow(pct) : ResultRow(nullptr);
-  r["ceiling_note"] = ceiling_note(m.ceiling, pct, m.time);
+  r["ceiling_note"] = ceiling_note(m.ceiling, pct, m.time, memory_bound(c, m).value_or(false));
   r["saved_activation_bytes"] = m.saved_activation_bytes;
   r["tensor_bytes_live"] = m.memory.live_bytes;
   r["tensor_bytes_peak"] = m.memory.peak_bytes;
@@ -181,21 +193,18 @@ void add_limits_and_machine(ResultRow& r, const Measured& m, double tflops) {
   r["wait_policy_reason"] = m.wait.reason;
 }
 
-// The memory roofline (accounting.h compulsory_bytes): the bytes a call must move, the rate it moved them
-// at, the bandwidth peak and which peak binds: the run's arithmetic intensity (FLOPs / bytes) against the
-// ridge point (arithmetic peak / bandwidth peak). The peaks are the machine's kept ones (machine_peaks.h),
-// or this process's with --with-peak; none where the ceiling is off or the backend is not cpu.
+// The memory roofline: the bytes a call must move, the rate it moved them at, the bandwidth peak and which
+// peak binds (memory_bound).
 void add_memory_roofline(ResultRow& r, const MoeConfig& c, const Measured& m) {
   const double bytes = compulsory_bytes(c, m.experts_touched);
   const double gbps = bytes / m.time.mean / 1e9;
   r["bytes_moved"] = int64_t(bytes);
   r["gbps"] = gbps;
-  const std::optional<double> bw = m.ceiling.bw_peak_gbps, peak = m.ceiling.ridge_peak_tflops;
+  const std::optional<double> bw = m.ceiling.bw_peak_gbps;
   r["bw_peak_gbps"] = number_or_null(bw);
   r["pct_of_bw_peak"] = bw ? ResultRow(100.0 * gbps / *bw) : ResultRow(nullptr);
-  const double intensity = seed_flops(c, m.null_stats.real_assignments) / bytes;
-  r["bound"] = bw && peak ? ResultRow(intensity < *peak * 1e12 / (*bw * 1e9) ? "memory" : "compute")
-                          : ResultRow(nullptr);
+  const std::optional<bool> memory = memory_bound(c, m);
+  r["bound"] = memory ? ResultRow(*memory ? "memory" : "compute") : ResultRow(nullptr);
 }
 
 // The ranks and what moved between them.
@@ -271,7 +280,7 @@ ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const Protocol& p,
   const double tflops = seed_flops(c, m.null_stats.real_assignments) / m.time.mean / 1e12;
   ResultRow r;
   add_seed_keys(r, c, m, tflops);
-  add_limits_and_machine(r, m, tflops);
+  add_limits_and_machine(r, c, m, tflops);
   add_memory_roofline(r, c, m);
   add_parallel(r, c, m.parallel, tflops);
   add_kernels_and_quant(r, c, k, m);

@@ -145,9 +145,10 @@ Ceiling CeilingCache::measured(CeilingMode mode, Backend& backend, const MoeConf
 }
 
 std::string ceiling_note(const Ceiling& ceiling, double pct_of_ceiling, const TimingStats& run,
-                         double short_run_seconds) {
+                         bool memory_bound, double short_run_seconds) {
   if (ceiling.off) return "off";
-  const std::string arithmetic = ceiling.widened ? "+float32_arithmetic" : "";
+  const std::string arithmetic =
+      std::string(ceiling.widened ? "+float32_arithmetic" : "") + (memory_bound ? "+memory_bound" : "");
   if (!ceiling.tflops) return "too_small_to_time" + arithmetic;
   if (pct_of_ceiling <= 100) return "ok" + arithmetic;
   double timed = 0;

@@ -76,8 +76,9 @@ class CeilingCache {
 // `short_run_seconds` in all: likely timing noise, raise --iters), "above_faster_than_dense" (> 100 %
 // from a well-timed run: the block's GEMMs beat one dense GEMM of the ceiling's shape, e.g. per-expert
 // GEMMs that fit in cache); "+float32_arithmetic" follows when the ceiling multiplied float32 because the
-// machine has no arithmetic in the run's dtype.
+// machine has no arithmetic in the run's dtype, and "+memory_bound" when the memory roofline says bandwidth
+// binds the run (its number to read is then pct_of_bw_peak, not pct_of_ceiling).
 std::string ceiling_note(const Ceiling& ceiling, double pct_of_ceiling, const TimingStats& run,
-                         double short_run_seconds = 0.2);
+                         bool memory_bound = false, double short_run_seconds = 0.2);
 
 }  // namespace moe::bench
