@@ -55,6 +55,11 @@ std::string layout_name(const Instance& inst, bool swiglu) {
   return std::string(inst.name) + (swiglu ? "/swiglu" : "/nn");
 }
 
+// Items of kMaxItemRows rows (the last fewer) that group e's live rows make.
+int64_t row_items(GroupedShape groups, int64_t e) {
+  return (gemm_detail::group_rows(groups, e).live + kMaxItemRows - 1) / kMaxItemRows;
+}
+
 // Expert e's packing in jobs of kPackQuads quads (of every tile).
 void add_pack_jobs(Scratch& s, int64_t e, int64_t Kd) {
   const int64_t quads = (Kd + 3) / 4;
@@ -73,10 +78,9 @@ std::vector<int64_t> phase_bounds(const Work& w, GroupedShape groups, int64_t ex
   std::vector<int64_t> bounds{0};
   int64_t bytes = 0, items = 0;
   for (int64_t e = 0; e < groups.experts; ++e) {
-    const int64_t live = gemm_detail::group_rows(groups, e).live;
-    if (live == 0) continue;
+    if (gemm_detail::group_rows(groups, e).live == 0) continue;
     bytes += expert_bytes;
-    items += (live + kMaxItemRows - 1) / kMaxItemRows;
+    items += row_items(groups, e);
     if (bytes + expert_bytes > kPhaseBytes && items >= min_items) {
       bounds.push_back(e + 1);
       bytes = items = 0;
@@ -89,13 +93,11 @@ std::vector<int64_t> phase_bounds(const Work& w, GroupedShape groups, int64_t ex
 // The items of experts [e0, e1): of up to kMaxItemRows rows and (nn_s8) of a block of tiles small enough that
 // the threads have kItemsPerThread items each.
 void add_items(Scratch& s, const Work& w, GroupedShape groups, int64_t e0, int64_t e1, int64_t tiles) {
-  int64_t row_items = 0;
-  for (int64_t e = e0; e < e1; ++e)
-    row_items += (gemm_detail::group_rows(groups, e).live + kMaxItemRows - 1) / kMaxItemRows;
+  int64_t rows = 0;
+  for (int64_t e = e0; e < e1; ++e) rows += row_items(groups, e);
   const int64_t wanted = kItemsPerThread * omp_get_max_threads();
   const int64_t blocks =
-      w.swiglu ? 1
-               : std::clamp<int64_t>((wanted + row_items - 1) / std::max<int64_t>(row_items, 1), 1, tiles);
+      w.swiglu ? 1 : std::clamp<int64_t>((wanted + rows - 1) / std::max<int64_t>(rows, 1), 1, tiles);
   const int64_t block_tiles = (tiles + blocks - 1) / blocks;
   for (int64_t e = e0; e < e1; ++e) {
     const gemm_detail::GroupRows g = gemm_detail::group_rows(groups, e);

@@ -90,7 +90,7 @@ struct Work {
   const size_t* phase_jobs;   // (phases + 1): and its pack jobs
   size_t phases;
   const int64_t* packed_at;  // (E): expert e's packed weights in `packed` (bytes), -1 when unused
-  uint8_t* packed;           // every used expert's packed weights, 64-byte aligned
+  uint8_t* packed;           // the packed weights (a pack cache's, or two phase slots), 64-byte aligned
   int8_t* stage;             // (threads, stage_bytes): each thread's staged rows of an item
   int64_t stage_bytes;
   char* swiglu_stage;          // nn_s8_swiglu: (threads, swiglu_stage_bytes), each thread's rows of h and g

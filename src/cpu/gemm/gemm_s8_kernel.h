@@ -512,10 +512,10 @@ struct Kernel {
   }
 
   // Quads [quad0, quad1) of every tile of one expert into their places in the packed weights, 4 rows of the
-  // weights at a time (read along their rows: a tile at a time read columns rows apart, a line each, which
-  // the prefetchers do not follow across pages).
-  // Whole quads of whole tiles go as vectors from two row pointers (a tile's columns are `step` on from the
-  // one before's); the rest, at most the last tile and the last quad, through pack_quad.
+  // weights at a time, read along their rows (a tile at a time read columns rows apart, a line each, which
+  // the prefetchers do not follow across pages). Whole quads of whole tiles go as vectors from two row
+  // pointers (a tile's columns are `step` on from the one before's); the rest, at most the last tile and
+  // the last quad, through pack_quad.
   static void pack_quads(const Work& w, const PackJob& p) {
     const int64_t tile_bytes = kGeometry.tile_bytes(w.Kd), stride = kTileCols * 4;
     const int64_t step = w.swiglu ? kLanes : kTileCols;
