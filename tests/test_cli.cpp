@@ -118,6 +118,10 @@ TEST(Cli, ErrorsNameTheFlagAndValueThatAreWrong) {
       {"--run-noise-scale 3e38", "--run-noise-scale=3e+38"},
       {"--tokens 2000000000", "--tokens=2000000000 with --topk=2"},
       {"--hidden 99999999", "--hidden=99999999"},
+      // A name flag's line lists its choices, from the same table as its --help (flag_table.h).
+      {"--ceiling never", "invalid --ceiling 'never': expected one of off, once, every-run"},
+      {"--quant-mode int4", "expected one of none, int8, int8_routed, int8_all, int8_routed_prequant"},
+      {"--format xml", "invalid --format 'xml': expected one of text, jsonl, csv"},
   };
   for (auto [args, named] : cases) {
     Ran r = run_bench(std::string(kTiny) + " " + args);
