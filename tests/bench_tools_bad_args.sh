@@ -2,11 +2,12 @@
 # The bench tools' bad arguments (the plain-C++ ones: bench/bench_args.h; scripts/ab-commits.sh): each
 # gets exactly one line on stderr that names the tool and says "error", nothing on stdout, and exit 2,
 # before any work is done (ab-commits.sh: before it builds anything).
-#   usage: bench_tools_bad_args.sh MOE_BENCH_NN_S8 MOE_BENCH_SWIGLU_PASSES AB_COMMITS_SH
+#   usage: bench_tools_bad_args.sh MOE_BENCH_NN_S8 MOE_BENCH_SWIGLU_PASSES AB_COMMITS_SH MOE_BENCH_FEW_ROWS
 set -u
 nn_s8=$1
 passes=$2
 ab_commits=$3
+few_rows=$4
 out=$(mktemp) err=$(mktemp)
 trap 'rm -f "$out" "$err"' EXIT
 failed=0
@@ -38,6 +39,11 @@ expect_refusal "$passes" 5 16384 0
 expect_refusal "$passes" 5 16384 99999999999999999999
 expect_refusal "$passes" 5 268435456 1024
 expect_refusal "$passes" 5 16384 1024 7
+expect_refusal "$few_rows" x
+expect_refusal "$few_rows" 3 3
+expect_refusal "$few_rows" 3 rows
+expect_refusal "$few_rows" 3 64
+expect_refusal "$few_rows" 3 4 1
 AB_DIR=$(mktemp -d)
 export AB_DIR
 expect_refusal "$ab_commits"

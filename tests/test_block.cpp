@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <functional>
@@ -487,7 +488,10 @@ TEST(BlockCpu, EveryGemmVariantRunsTheBlock) {
         up.form = GemmForm::nn;
         // A float16 block's GEMMs reach the variants widened to float32 (cpu/gemm/f16_widening.h).
         up.in_dtype = up.b_dtype = up.out_dtype = dt == Dtype::f16 ? Dtype::f32 : dt;
-        up.rows = c.tokens * c.topk;
+        std::vector<int64_t> per_expert(size_t(c.experts), 0);  // live rows a group: the call's largest
+        for (int32_t id : routing.ids)
+          if (id >= 0 && id < c.experts) ++per_expert[size_t(id)];
+        up.rows = *std::max_element(per_expert.begin(), per_expert.end());
         up.experts = c.experts;
         up.Kd = c.hidden;
         up.N = 2 * c.mlp_dim;

@@ -15,17 +15,15 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
 #include <map>
-#include <memory>
 #include <string>
 #include <vector>
 
 #include "bench_args.h"
+#include "bench_rounds.h"
 #include "cpu/backend.h"
 #include "cpu/gemm/gemm.h"
 #include "cpu/ops/swiglu.h"
@@ -84,30 +82,8 @@ Buffer<std::byte> filled(Dtype dt, int64_t n, uint64_t key) {
   return buf;
 }
 
-// One table per variant, kept for the process (no measuring: the variant named, else the table's order).
-GemmKernels& table(const std::string& variant) {
-  static std::map<std::string, std::unique_ptr<GemmKernels>> tables;
-  std::unique_ptr<GemmKernels>& t = tables[variant];
-  if (!t) {
-    KernelConfig k;
-    k.gemm_variant = variant;
-    k.tuning_file = "none";
-    t = std::make_unique<GemmKernels>(k);
-  }
-  return *t;
-}
-
-struct Candidate {
-  std::string name;
-  std::function<void()> run;
-  double best = 1e30;
-};
-
-double seconds_of(const std::function<void()>& fn) {
-  const auto t0 = std::chrono::steady_clock::now();
-  fn();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
+using bench_rounds::Candidate;
+using bench_rounds::table;
 
 void bench_shape(const GemmShape& shape, int rounds) {
   const int64_t E = shape.experts, Kd = shape.Kd, N = shape.N;
@@ -158,9 +134,7 @@ void bench_shape(const GemmShape& shape, int rounds) {
                    table(name).nn_s8(y.data(), Dtype::bf16, kept, groups, Kd, N);
                  }});
   }
-  for (Candidate& k : c) k.run();  // warm: primitives, scratch, pages
-  for (int r = 0; r < rounds; ++r)
-    for (Candidate& k : c) k.best = std::min(k.best, seconds_of(k.run));
+  bench_rounds::time_rounds(c, rounds);
   const double ops = 2.0 * double(kRows) * double(Kd) * double(N);
   std::printf("%s layer: rows %lld (E = %lld), Kd = %lld, N = %lld, %d threads, best of %d\n", shape.layer,
               (long long)kRows, (long long)E, (long long)Kd, (long long)N, omp_get_max_threads(), rounds);
@@ -212,9 +186,7 @@ void bench_swiglu(const GemmShape& shape, int rounds) {
                                                  nullptr);
                  }});
   }
-  for (Candidate& k : c) k.run();
-  for (int r = 0; r < rounds; ++r)
-    for (Candidate& k : c) k.best = std::min(k.best, seconds_of(k.run));
+  bench_rounds::time_rounds(c, rounds);
   const double ops = 2.0 * double(kRows) * double(Kd) * double(2 * M);
   std::printf("%s layer, up projection with SwiGLU: rows %lld (E = %lld), Kd = %lld, M = %lld, best of %d\n",
               shape.layer, (long long)kRows, (long long)E, (long long)Kd, (long long)M, rounds);

@@ -45,6 +45,12 @@ const std::vector<GemmVariant>& gemm_variants() {
           "over (expert, column block, row block); the grouped forms of bf16 inputs, no dense kernel"),
 #ifdef MOE_HAVE_DPBF16
       MOE_GEMM_VARIANT(
+          "gemv", gemv, IsaLevel::avx512_bf16, true, &gemv::grouped_gemm_nn, &gemv::grouped_gemm_nn_swiglu,
+          nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+          "AVX-512 BF16 row-streaming kernel for groups of 1-16 rows (vdpbf16ps on weight row pairs "
+          "interleaved in registers): each weight byte read once where it lies, no packing, the next "
+          "block's lines prefetched; bf16 nn and nn_swiglu only"),
+      MOE_GEMM_VARIANT(
           "dpbf16", dpbf16, IsaLevel::avx512_bf16, true, &dpbf16::grouped_gemm_nn,
           &dpbf16::grouped_gemm_nn_swiglu, &dpbf16::grouped_gemm_nt, &dpbf16::grouped_gemm_nt_swiglu_grad,
           &dpbf16::grouped_gemm_tn, &dpbf16::grouped_gemm_tn_pair, nullptr, nullptr, nullptr,

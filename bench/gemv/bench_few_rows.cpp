@@ -1,0 +1,127 @@
+// The grouped nn at few rows per expert (decode steps, small micro-batches: the memory-bound regime of
+// issue 40), every variant that takes the call with its own kernel, against a sequential read of the same
+// weights timed in the same process (the bandwidth a GEMM that reads each weight byte once could reach).
+// Shapes: Qwen3-30B-A3B's and OLMoE-1B-7B's expert projections (up: Kd = H, N = 2M; down: Kd = M, N = H),
+// 64 experts (200-512 MiB of bf16 weights, far past the caches), 1 to 32 rows an expert. Candidates run
+// interleaved round by round and the best round is kept (the 2-core box is shared: contention only ever
+// slows a call down, and its memory bandwidth moves by 2x from minute to minute, so only the ratio to the
+// read of the same round's process means anything). Prints per call: ms, GB/s of weights, x the read, TF/s.
+//
+//   moe_bench_few_rows [rounds=5] [rows=all|1|2|4|8|16|32]
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "bench_args.h"
+#include "bench_rounds.h"
+#include "cpu/gemm/gemm.h"
+#include "moe/tensor.h"
+
+namespace moe {
+namespace {
+
+constexpr int64_t kExperts = 64;
+constexpr int64_t kRowCounts[] = {1, 2, 4, 8, 16, 32};
+
+struct Projection {
+  const char* name;
+  int64_t Kd, N;
+};
+constexpr Projection kProjections[] = {{"qwen3-30b-a3b up", 2048, 1536},
+                                       {"qwen3-30b-a3b down", 768, 2048},
+                                       {"olmoe-1b-7b up", 2048, 2048},
+                                       {"olmoe-1b-7b down", 1024, 2048}};
+
+// Bounded bf16 values without denormals (the speed does not depend on them), written by the threads that
+// read them.
+void fill(Buffer<bf16_t>& buf) {
+  const int64_t n = int64_t(buf.size());
+  bf16_t* p = buf.data();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i)
+    p[i] = f32_to_bf16(float(int64_t((uint64_t(i) * 2654435761u >> 7) % 2001) - 1000) / 4000.0f);
+}
+
+// Every byte of [p, p + bytes) read once, each thread its contiguous share (as the GEMMs split experts).
+uint64_t read_all(const void* p, int64_t bytes) {
+  const auto* words = static_cast<const uint64_t*>(p);
+  const int64_t n = bytes / 8;
+  uint64_t sum = 0;
+#pragma omp parallel for simd schedule(static) reduction(+ : sum)
+  for (int64_t i = 0; i < n; ++i) sum += words[i];
+  return sum;
+}
+
+using bench_rounds::Candidate;
+using bench_rounds::table;
+
+// The variants whose own kernel runs this call (not a later row's).
+std::vector<std::string> own_kernels(const GemmCall& call) {
+  std::vector<std::string> names;
+  for (const GemmVariant& v : gemm_variants())
+    if (v.tunable && v.unavailable().empty() && table(v.name).row_for(call).variant == &v)
+      names.push_back(v.name);
+  return names;
+}
+
+void bench(const Projection& p, const Buffer<bf16_t>& w, int64_t rows, int rounds) {
+  const int64_t total = kExperts * rows;
+  Buffer<bf16_t> lhs(size_t(total * p.Kd)), out(size_t(total * p.N));  // (rows, Kd), (rows, N)
+  fill(lhs);
+  std::vector<int64_t> offset(size_t(kExperts + 1));
+  for (int64_t e = 0; e <= kExperts; ++e) offset[size_t(e)] = e * rows;
+  const GroupedShape groups{offset.data(), kExperts};
+  const int64_t bytes = kExperts * p.Kd * p.N * 2;
+  GemmCall call;
+  call.in_dtype = call.b_dtype = call.out_dtype = Dtype::bf16;
+  call.rows = rows;
+  call.experts = kExperts;
+  call.Kd = p.Kd;
+  call.N = p.N;
+  volatile uint64_t sink = 0;
+  std::vector<Candidate> c{{"read", [&] { sink = sink + read_all(w.data(), bytes); }}};
+  for (const std::string& name : own_kernels(call))
+    c.push_back({name, [&, name] {
+                   table(name).nn(out.data(), Dtype::bf16, lhs.data(), w.data(), Dtype::bf16, groups, p.Kd,
+                                  p.N);
+                 }});
+  bench_rounds::time_rounds(c, rounds);
+  std::printf("%s: Kd = %lld, N = %lld, %lld experts x %lld rows, %d threads, best of %d\n", p.name,
+              (long long)p.Kd, (long long)p.N, (long long)kExperts, (long long)rows, omp_get_max_threads(),
+              rounds);
+  const double flops = 2.0 * double(total) * double(p.Kd) * double(p.N);
+  for (const Candidate& k : c)
+    std::printf("  %-10s %8.2f ms %7.1f GB/s  %4.2fx read  %6.3f TF/s\n", k.name.c_str(), k.best * 1e3,
+                double(bytes) / k.best * 1e-9, c[0].best / k.best, flops / k.best * 1e-12);
+}
+
+}  // namespace
+}  // namespace moe
+
+int main(int argc, char** argv) {
+  constexpr const char* kTool = "moe_bench_few_rows";
+  constexpr const char* kUsage = "moe_bench_few_rows [rounds] [all|1|2|4|8|16|32]";
+  int64_t rounds = 0, only = 0;
+  if (!moe::bench_args::at_most(argc, 2, kTool, kUsage) ||
+      !moe::bench_args::count(argc, argv, 1, kTool, "rounds", 1, 1000, 5, rounds))
+    return 2;
+  const std::string rows = argc > 2 ? argv[2] : "all";
+  if (rows != "all" && !moe::bench_args::count(argc, argv, 2, kTool, "rows", 1, 32, 0, only)) return 2;
+  if (rows != "all" &&
+      std::find(std::begin(moe::kRowCounts), std::end(moe::kRowCounts), only) == std::end(moe::kRowCounts)) {
+    std::fprintf(stderr, "%s: error: invalid rows '%s': expected all, 1, 2, 4, 8, 16 or 32 (usage: %s)\n",
+                 kTool, rows.c_str(), kUsage);
+    return 2;
+  }
+  std::printf("gemm: %s\n", moe::gemm_library_version().c_str());
+  for (const moe::Projection& p : moe::kProjections) {
+    moe::Buffer<moe::bf16_t> w(size_t(moe::kExperts * p.Kd * p.N));  // (E, Kd, N)
+    moe::fill(w);
+    for (int64_t r : moe::kRowCounts)
+      if (rows == "all" || r == only) moe::bench(p, w, r, int(rounds));
+  }
+  return 0;
+}
