@@ -51,7 +51,8 @@ struct NullRoutingConfig {
   bool renormalize = false;  // rescale each token's remaining real weights to sum to 1
 };
 
-// Names exactly as the seed's flags spell them (these tables); parse_* return nullopt for unknown spellings.
+// Names exactly as the seed's flags spell them (these tables; NameTable::parse returns nullopt for unknown
+// ones).
 inline constexpr NameTable<Distribution, 2> kDistributions{
     {{{Distribution::random, "random"}, {Distribution::runs, "runs"}}}};
 inline constexpr NameTable<Impl, 7> kImpls{{{{Impl::baseline, "baseline"},
@@ -110,16 +111,6 @@ const char* name(ParallelMode v);
 const char* name(EpCommPath v);
 std::optional<Distribution> parse_distribution(std::string_view s);
 std::optional<Impl> parse_impl(std::string_view s);
-std::optional<GemmBackend> parse_gemm_backend(std::string_view s);
-std::optional<PackStrategy> parse_pack_strategy(std::string_view s);
-std::optional<PermuteMode> parse_permute_mode(std::string_view s);
-std::optional<CapacityPolicy> parse_capacity_policy(std::string_view s);
-std::optional<RematMode> parse_remat_mode(std::string_view s);
-std::optional<BenchPass> parse_bench_pass(std::string_view s);
-std::optional<QuantMode> parse_quant_mode(std::string_view s);
-std::optional<MatmulPrecision> parse_matmul_precision(std::string_view s);
-std::optional<ParallelMode> parse_parallel_mode(std::string_view s);
-std::optional<EpCommPath> parse_ep_comm_path(std::string_view s);
 
 extern const std::vector<Impl> kAllImpls;  // the order `--impl both` runs them in (not ref_dp)
 

@@ -55,24 +55,6 @@ std::optional<Distribution> parse_distribution(std::string_view s) {
 std::optional<Impl> parse_impl(std::string_view s) {
   return kImpls.parse(s);
 }
-std::optional<GemmBackend> parse_gemm_backend(std::string_view s) {
-  return kGemmBackends.parse(s);
-}
-std::optional<PackStrategy> parse_pack_strategy(std::string_view s) {
-  return kPackStrategies.parse(s);
-}
-std::optional<PermuteMode> parse_permute_mode(std::string_view s) {
-  return kPermuteModes.parse(s);
-}
-std::optional<CapacityPolicy> parse_capacity_policy(std::string_view s) {
-  return kCapacityPolicies.parse(s);
-}
-std::optional<RematMode> parse_remat_mode(std::string_view s) {
-  return kRematModes.parse(s);
-}
-std::optional<BenchPass> parse_bench_pass(std::string_view s) {
-  return kBenchPasses.parse(s);
-}
 bool routed_int8(QuantMode mode) {
   switch (mode) {
     case QuantMode::none:
@@ -91,13 +73,6 @@ bool quantizes_dense(QuantMode mode) {
 }
 bool any_int8_gemm(const MoeConfig& cfg) {
   return routed_int8(cfg.quant_mode) || (quantizes_dense(cfg.quant_mode) && cfg.has_shared());
-}
-
-std::optional<QuantMode> parse_quant_mode(std::string_view s) {
-  return kQuantModes.parse(s);
-}
-std::optional<MatmulPrecision> parse_matmul_precision(std::string_view s) {
-  return kMatmulPrecisions.parse(s);
 }
 
 Dtype MoeConfig::matmul_activation_dtype() const {
@@ -123,12 +98,6 @@ Dtype MoeConfig::matmul_activation_dtype() const {
       return Dtype::f32;
   }
   MOE_CHECK(false, "unknown matmul precision");
-}
-std::optional<ParallelMode> parse_parallel_mode(std::string_view s) {
-  return kParallelModes.parse(s);
-}
-std::optional<EpCommPath> parse_ep_comm_path(std::string_view s) {
-  return kEpCommPaths.parse(s);
 }
 
 const std::vector<Impl> kAllImpls = {

@@ -27,6 +27,7 @@
 #include <utility>
 
 #include "cpu/gemm/gemm_s8.h"
+#include "cpu/gemm/tile_rows.h"
 
 namespace MOE_S8_NS {
 
@@ -145,21 +146,6 @@ struct Kernel {
     return v;
   }
 
-  // Row m's quad in staged rows lda apart, from three row pointers (p: row 0, q: row 5, r: row 10) and one
-  // and three rows' strides, so that 12 rows cost 5 general registers and nothing spills from the loop.
-  template <int M>
-  static const int8_t* row_at(const int8_t* p, const int8_t* q, const int8_t* r, int64_t rb, int64_t rb3) {
-    if constexpr (M < 5) {
-      if constexpr (M == 3) return p + rb3;
-      return p + M * rb;  // 0, 1, 2, 4: base + index * scale
-    } else if constexpr (M < 10) {
-      if constexpr (M == 8) return q + rb3;
-      return q + (M - 5) * rb;
-    } else {
-      return r + (M - 10) * rb;
-    }
-  }
-
   // acc[m] += staged rows m < R of a (lda apart, zeros past Kd) x quads [q0, q1) of a packed tile.
   template <int R>
   static void multiply(Vec (&acc)[kRows][2], const int8_t* a, int64_t lda, const uint8_t* panel, int64_t q0,
@@ -172,8 +158,8 @@ struct Kernel {
          b += kTileCols * 4, p += 4, q += 4, r += 4) {
       const Vec b0 = load(b), b1 = load(b + sizeof(Vec));
       [&]<int... M>(std::integer_sequence<int, M...>) {
-        ((acc[M][0] = L::dot(acc[M][0], b0, quad(row_at<M>(p, q, r, lda, rb3))),
-          acc[M][1] = L::dot(acc[M][1], b1, quad(row_at<M>(p, q, r, lda, rb3)))),
+        ((acc[M][0] = L::dot(acc[M][0], b0, quad(gemm_detail::tile_row<M>(p, q, r, lda, rb3))),
+          acc[M][1] = L::dot(acc[M][1], b1, quad(gemm_detail::tile_row<M>(p, q, r, lda, rb3)))),
          ...);
       }
       (std::make_integer_sequence<int, R>{});
@@ -566,5 +552,11 @@ struct Kernel {
     }
   }
 };
+
+// The instance of the kernel on layer L (cpu/gemm/gemm_s8.h), named `name`.
+template <class L>
+constexpr moe::s8::Instance instance_of(const char* name) {
+  return {name, Kernel<L>::kGeometry, &Kernel<L>::run};
+}
 
 }  // namespace MOE_S8_NS

@@ -29,21 +29,15 @@
 
 #define MOE_S8_NS moe::cpu::isa_avx2::s8
 #include "cpu/gemm/gemm_s8_kernel.h"
+// The ymm steps use the kernel header's vector types.
+#include "cpu/gemm/avx2/gemm_s8_ymm.h"
 
 namespace moe::cpu::isa_avx2::s8 {
 namespace {
 
-struct Avx2 : Vectors256 {
+struct Avx2 : YmmSteps {
   static constexpr int kLanes = 8, kRows = 4;
   static constexpr bool kShifted = false;
-  static void stream(void* p, Vec v) { _mm256_stream_si256(static_cast<__m256i*>(p), __m256i(v)); }
-  static void fence() { _mm_sfence(); }
-  static Bits widen(const int8_t* p) {
-    return Bits(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
-  }
-  static Floats fma(Floats a, Floats b, Floats c) {
-    return Floats(_mm256_fmadd_ps(__m256(a), __m256(b), __m256(c)));
-  }
   static Vec dot(Vec acc, Vec b, int32_t a) {
     const __m256i av = _mm256_set1_epi32(a);
     const __m256i pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(av), _mm256_sign_epi8(__m256i(b), av));
@@ -51,13 +45,9 @@ struct Avx2 : Vectors256 {
   }
 };
 
-void run(const moe::s8::Work& w) {
-  Kernel<Avx2>::run(w);
-}
-
 }  // namespace
 
-const moe::s8::Instance kInstance{"avx2", Kernel<Avx2>::kGeometry, &run};
+const moe::s8::Instance kInstance = instance_of<Avx2>("avx2");
 
 }  // namespace moe::cpu::isa_avx2::s8
 

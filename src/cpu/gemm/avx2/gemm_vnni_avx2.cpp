@@ -18,33 +18,23 @@
 
 #define MOE_S8_NS moe::cpu::isa_avx2::vnni
 #include "cpu/gemm/gemm_s8_kernel.h"
+// The ymm steps use the kernel header's vector types.
+#include "cpu/gemm/avx2/gemm_s8_ymm.h"
 
 namespace moe::cpu::isa_avx2::vnni {
 namespace {
 
-struct Ymm : Vectors256 {
+struct Ymm : YmmSteps {
   static constexpr int kLanes = 8, kRows = 6;
   static constexpr bool kShifted = true;
-  static void stream(void* p, Vec v) { _mm256_stream_si256(static_cast<__m256i*>(p), __m256i(v)); }
-  static void fence() { _mm_sfence(); }
-  static Bits widen(const int8_t* p) {
-    return Bits(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
-  }
-  static Floats fma(Floats a, Floats b, Floats c) {
-    return Floats(_mm256_fmadd_ps(__m256(a), __m256(b), __m256(c)));
-  }
   static Vec dot(Vec acc, Vec b, int32_t a) {
     return Vec(_mm256_dpbusd_avx_epi32(__m256i(acc), __m256i(b), _mm256_set1_epi32(a)));
   }
 };
 
-void run(const moe::s8::Work& w) {
-  Kernel<Ymm>::run(w);
-}
-
 }  // namespace
 
-const moe::s8::Instance kInstance{"avx_vnni", Kernel<Ymm>::kGeometry, &run};
+const moe::s8::Instance kInstance = instance_of<Ymm>("avx_vnni");
 
 }  // namespace moe::cpu::isa_avx2::vnni
 

@@ -53,6 +53,7 @@
 #include <utility>
 #include <vector>
 
+#include "cpu/gemm/tile_rows.h"
 #include "moe/cpu_isa.h"
 
 // Everything from here to pop_options is AVX-512 BF16 code, whatever the build's -march: every build has
@@ -210,21 +211,6 @@ inline __m512i columns_from_lanes(int half) {
 }
 inline int64_t column_of_lane(int v, int i) {
   return (i / 4) * 8 + v * 4 + i % 4;
-}
-
-// Row m's pair in a broadcast operand, from three row pointers (p: row 0, q: row 5, r: row 10) and
-// one and three rows' strides: 12 rows cost 5 registers, so nothing spills from the loop.
-template <int M>
-inline const char* row_address(const char* p, const char* q, const char* r, int64_t rb, int64_t rb3) {
-  if constexpr (M < 5) {
-    if constexpr (M == 3) return p + rb3;
-    return p + M * rb;  // 0, 1, 2, 4: base + index * scale
-  } else if constexpr (M < 10) {
-    if constexpr (M == 8) return q + rb3;
-    return q + (M - 5) * rb;
-  } else {
-    return r + (M - 10) * rb;
-  }
 }
 
 template <class T, int M>
@@ -526,7 +512,7 @@ void tile_kernel(const TileJob<T>& j) {
     if constexpr (Pack) pack_step<T, Mode>(raw, raw_up, raw_ld, raw_cols, next_tile, b);
     const __m512i b0 = _mm512_load_si512(b), b1 = _mm512_load_si512(b + 1);
     [&]<int... M>(std::integer_sequence<int, M...>) {
-      (multiply_row<T, M>(acc[M], b0, b1, row_address<M>(p, q, r, rb, rb3)), ...);
+      (multiply_row<T, M>(acc[M], b0, b1, tile_row<M>(p, q, r, rb, rb3)), ...);
     }
     (std::make_integer_sequence<int, Rows>{});
     p += step_bytes;

@@ -42,13 +42,9 @@ struct Zmm : Vectors512 {
   }
 };
 
-void run(const moe::s8::Work& w) {
-  Kernel<Zmm>::run(w);
-}
-
 }  // namespace
 
-const moe::s8::Instance kInstance{"avx512_vnni", Kernel<Zmm>::kGeometry, &run};
+const moe::s8::Instance kInstance = instance_of<Zmm>("avx512_vnni");
 
 }  // namespace moe::cpu::isa_avx512::vnni
 

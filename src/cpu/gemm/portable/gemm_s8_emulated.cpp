@@ -67,19 +67,14 @@ struct Emulated : Types {
   }
 };
 
-template <class L>
-void run(const moe::s8::Work& w) {
-  Kernel<L>::run(w);
-}
-
 using EmulatedZmm = Emulated<Vectors512, 16, 12, true>;
 using EmulatedYmm = Emulated<Vectors256, 8, 6, true>;
 using EmulatedAvx2 = Emulated<Vectors256, 8, 4, false>;
 
 }  // namespace
 
-const moe::s8::Instance kZmm{"emulated_zmm", Kernel<EmulatedZmm>::kGeometry, &run<EmulatedZmm>};
-const moe::s8::Instance kYmm{"emulated_ymm", Kernel<EmulatedYmm>::kGeometry, &run<EmulatedYmm>};
-const moe::s8::Instance kAvx2{"emulated_avx2", Kernel<EmulatedAvx2>::kGeometry, &run<EmulatedAvx2>};
+const moe::s8::Instance kZmm = instance_of<EmulatedZmm>("emulated_zmm");
+const moe::s8::Instance kYmm = instance_of<EmulatedYmm>("emulated_ymm");
+const moe::s8::Instance kAvx2 = instance_of<EmulatedAvx2>("emulated_avx2");
 
 }  // namespace moe::s8_emulated
