@@ -10,6 +10,10 @@
 namespace moe {
 namespace {
 
+#ifdef MOE_HAVE_DPBF16
+namespace dpbf16_forms = cpu::isa_avx512_bf16::dpbf16;  // its forms, AVX-512 BF16 code
+#endif
+
 // A form's function, or none (monostate) for nullptr.
 template <typename Fn>
 GemmFn form_fn(Fn fn) {
@@ -36,10 +40,11 @@ GemmFn form_fn(Fn fn) {
 const std::vector<GemmVariant>& gemm_variants() {
   static const std::vector<GemmVariant> variants = {
       MOE_GEMM_VARIANT(
-          "amx", amx, IsaLevel::amx, true, &amx::grouped_gemm_nn, &amx::grouped_gemm_nn_swiglu,
-          &amx::grouped_gemm_nt, &gemm_detail::nt_then_swiglu_grad<&amx::grouped_gemm_nt>,
-          &amx::grouped_gemm_tn, &gemm_detail::tn_twice<&amx::grouped_gemm_tn>, nullptr,
-          &amx::grouped_gemm_nn_s8, &amx::grouped_gemm_nn_s8_swiglu,
+          "amx", amx, IsaLevel::amx, true, &cpu::isa_amx::grouped_gemm_nn,
+          &cpu::isa_amx::grouped_gemm_nn_swiglu, &cpu::isa_amx::grouped_gemm_nt,
+          &gemm_detail::nt_then_swiglu_grad<&cpu::isa_amx::grouped_gemm_nt>, &cpu::isa_amx::grouped_gemm_tn,
+          &gemm_detail::tn_twice<&cpu::isa_amx::grouped_gemm_tn>, nullptr, &cpu::isa_amx::grouped_gemm_nn_s8,
+          &cpu::isa_amx::grouped_gemm_nn_s8_swiglu,
           "AMX tiles: bf16 (tdpbf16ps, float32 accumulator tiles) and int8 nn_s8 (tdpbssd, exact int32 "
           "sums), weights packed per call into the tiles' pair or quad-interleaved layout, one work list "
           "over (expert, column block, row block); the grouped forms of bf16 inputs, no dense kernel"),
@@ -51,9 +56,10 @@ const std::vector<GemmVariant>& gemm_variants() {
           "interleaved in registers): each weight byte read once where it lies, no packing, the next "
           "block's lines prefetched; bf16 nn and nn_swiglu only"),
       MOE_GEMM_VARIANT(
-          "dpbf16", dpbf16, IsaLevel::avx512_bf16, true, &dpbf16::grouped_gemm_nn,
-          &dpbf16::grouped_gemm_nn_swiglu, &dpbf16::grouped_gemm_nt, &dpbf16::grouped_gemm_nt_swiglu_grad,
-          &dpbf16::grouped_gemm_tn, &dpbf16::grouped_gemm_tn_pair, nullptr, nullptr, nullptr,
+          "dpbf16", dpbf16, IsaLevel::avx512_bf16, true, &dpbf16_forms::grouped_gemm_nn,
+          &dpbf16_forms::grouped_gemm_nn_swiglu, &dpbf16_forms::grouped_gemm_nt,
+          &dpbf16_forms::grouped_gemm_nt_swiglu_grad, &dpbf16_forms::grouped_gemm_tn,
+          &dpbf16_forms::grouped_gemm_tn_pair, nullptr, nullptr, nullptr,
           "AVX-512 micro-kernel for the block's groups (bf16: vdpbf16ps; float32: vfmadd231ps for nn, nt, "
           "and "
           "nn_swiglu from dpbf16_min_f32_swiglu_rows), weights packed panel by panel while the next panel "

@@ -91,15 +91,17 @@ std::string amx_odd_size_refusal(const GemmCall& call, bool amx);
 // dpbf16 is compiled into every build with oneDNN (its file asks GCC for AVX-512 BF16 code) and runs only
 // where isa_level() reaches avx512_bf16. It has no dense kernel (the table runs oneDNN's).
 #define MOE_HAVE_DPBF16 1
-MOE_DECLARE_GEMM_VARIANT(dpbf16)
-MOE_DECLARE_GEMM_NN_SWIGLU(dpbf16)
-MOE_DECLARE_GEMM_NT_SWIGLU_GRAD(dpbf16)
-namespace moe::dpbf16 {
+MOE_DECLARE_GEMM_VARIANT_CAPABILITIES(dpbf16)
+// Its forms are AVX-512 BF16 code: the ISA's namespace (docs/design.md, "ISA naming rule").
+MOE_DECLARE_GEMM_GROUPED_FORMS(cpu::isa_avx512_bf16::dpbf16)
+MOE_DECLARE_GEMM_NN_SWIGLU(cpu::isa_avx512_bf16::dpbf16)
+MOE_DECLARE_GEMM_NT_SWIGLU_GRAD(cpu::isa_avx512_bf16::dpbf16)
+namespace moe::cpu::isa_avx512_bf16::dpbf16 {
 void grouped_gemm_tn_pair(const GemmThresholds& k, void* drhs_first, void* drhs_second, Dtype out_dtype,
                           const void* lhs, const void* dout_first, const void* dout_second, Dtype in_dtype,
                           GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout);
-}  // namespace moe::dpbf16
-// gemv (src/cpu/gemm/avx512/gemm_gemv.cpp): bf16 nn and nn_swiglu of groups of at most 16 rows, weights read
+}  // namespace moe::cpu::isa_avx512_bf16::dpbf16
+// gemv (src/cpu/gemm/avx512/gemm_gemv.cpp): bf16 nn and nn_swiglu of groups of at most 32 rows, weights read
 // in place; in every build with dpbf16, run where isa_level() reaches avx512_bf16.
 MOE_DECLARE_GEMM_VARIANT_CAPABILITIES(gemv)
 MOE_DECLARE_GEMM_NN_SWIGLU(gemv)
@@ -119,9 +121,9 @@ MOE_DECLARE_GEMM_VARIANT_CAPABILITIES(ref_gemm)
 // (src/cpu/gemm/amx/gemm_amx_s8.cpp), in every build, run where isa_level() reaches amx. amx_emulated is the
 // same kernels on emulated tiles (any CPU): a test hook, not a variant.
 MOE_DECLARE_GEMM_VARIANT_CAPABILITIES(amx)
-MOE_DECLARE_GEMM_FORMS_WITH_NN_SWIGLU(amx)
-MOE_DECLARE_GEMM_NN_S8(amx)
-MOE_DECLARE_GEMM_NN_S8_SWIGLU(amx)
+MOE_DECLARE_GEMM_FORMS_WITH_NN_SWIGLU(cpu::isa_amx)
+MOE_DECLARE_GEMM_NN_S8(cpu::isa_amx)
+MOE_DECLARE_GEMM_NN_S8_SWIGLU(cpu::isa_amx)
 MOE_DECLARE_GEMM_FORMS_WITH_NN_SWIGLU(amx_emulated)
 MOE_DECLARE_GEMM_NN_S8(amx_emulated)
 MOE_DECLARE_GEMM_NN_S8_SWIGLU(amx_emulated)

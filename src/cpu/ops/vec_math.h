@@ -32,16 +32,18 @@
 #endif
 
 // Files built for different ISAs (an AVX-512 kernel file beside the build's baseline) each get their own
-// copies of these inline functions under a namespace of their ISA's name: the linker keeps one copy of
-// an inline function, which must never be another ISA's.
+// copies of these inline functions under an inline namespace of their ISA's name: the linker keeps one copy
+// of an inline function, which must never be another ISA's. `vec_<level>`, not the kernels' `isa_<level>`:
+// an inline namespace must be declared inline first, and headers declare the kernels' ISA namespaces
+// (cpu/gemm/gemm_variants.h, gemm_s8.h) in files that include this one after them.
 #if defined(MOE_VEC_AVX512BF16)
-#define MOE_VEC_ISA isa_avx512_bf16
+#define MOE_VEC_ISA vec_avx512_bf16
 #elif defined(MOE_VEC_AVX512F)
-#define MOE_VEC_ISA isa_avx512
+#define MOE_VEC_ISA vec_avx512
 #elif defined(__AVX2__) || defined(MOE_TARGET_AVX2)
-#define MOE_VEC_ISA isa_avx2
+#define MOE_VEC_ISA vec_avx2
 #else
-#define MOE_VEC_ISA isa_baseline
+#define MOE_VEC_ISA vec_baseline
 #endif
 
 namespace moe::cpu {

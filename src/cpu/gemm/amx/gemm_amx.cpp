@@ -34,11 +34,11 @@
 #include "cpu/gemm/amx/amx_tiles.h"
 #include "cpu/gemm/amx/gemm_amx_kernel.h"
 
-namespace moe::amx {
+namespace moe::cpu::isa_amx {
 
-MOE_DEFINE_GEMM_AMX_FORMS(cpu::isa_amx::Tiles)
+MOE_DEFINE_GEMM_AMX_FORMS(Tiles)
 
-}  // namespace moe::amx
+}  // namespace moe::cpu::isa_amx
 
 #pragma GCC pop_options
 

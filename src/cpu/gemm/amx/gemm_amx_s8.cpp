@@ -24,11 +24,11 @@
 #include "cpu/gemm/amx/amx_tiles.h"
 #include "cpu/gemm/amx/gemm_amx_s8_kernel.h"
 
-namespace moe::amx {
+namespace moe::cpu::isa_amx {
 
-MOE_DEFINE_GEMM_AMX_NN_S8(cpu::isa_amx::Tiles)
-MOE_DEFINE_GEMM_AMX_NN_S8_SWIGLU(cpu::isa_amx::Tiles)
+MOE_DEFINE_GEMM_AMX_NN_S8(Tiles)
+MOE_DEFINE_GEMM_AMX_NN_S8_SWIGLU(Tiles)
 
-}  // namespace moe::amx
+}  // namespace moe::cpu::isa_amx
 
 #pragma GCC pop_options

@@ -67,7 +67,7 @@
 #define MOE_TARGET_AVX512_BF16 1
 #include "cpu/ops/vec_math.h"
 
-namespace moe::dpbf16 {
+namespace moe::cpu::isa_avx512_bf16::dpbf16 {
 namespace {
 
 using namespace gemm_detail;  // at, check_groups, group_rows, zero_padding_rows
@@ -1147,7 +1147,7 @@ void grouped_gemm_tn_pair(const GemmThresholds& k, void* drhs_first, void* drhs_
               out_dtype, static_cast<const bf16_t*>(lhs), groups, Kd, N, ld_dout);
 }
 
-}  // namespace moe::dpbf16
+}  // namespace moe::cpu::isa_avx512_bf16::dpbf16
 
 #pragma GCC pop_options
 
