@@ -48,13 +48,13 @@ const std::vector<GemmVariant>& gemm_variants() {
           "AMX tiles: bf16 (tdpbf16ps, float32 accumulator tiles) and int8 nn_s8 (tdpbssd, exact int32 "
           "sums), weights packed per call into the tiles' pair or quad-interleaved layout, one work list "
           "over (expert, column block, row block); the grouped forms of bf16 inputs, no dense kernel"),
-#ifdef MOE_HAVE_DPBF16
       MOE_GEMM_VARIANT(
-          "gemv", gemv, IsaLevel::avx512_bf16, true, &gemv::grouped_gemm_nn, &gemv::grouped_gemm_nn_swiglu,
-          nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
-          "AVX-512 BF16 row-streaming kernel for groups of 1-16 rows (vdpbf16ps on weight row pairs "
-          "interleaved in registers): each weight byte read once where it lies, no packing, the next "
-          "block's lines prefetched; bf16 nn and nn_swiglu only"),
+          "gemv", gemv, IsaLevel::avx2, true, &gemv::grouped_gemm_nn, &gemv::grouped_gemm_nn_swiglu, nullptr,
+          nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+          "row-streaming kernel for groups of 1-32 rows: each weight byte read once where it lies, no "
+          "packing, two blocks ahead prefetched (vdpbf16ps on zmm from AVX-512 BF16, else AVX2 FMA on bf16 "
+          "widened to float32); bf16 nn and nn_swiglu only"),
+#ifdef MOE_HAVE_DPBF16
       MOE_GEMM_VARIANT(
           "dpbf16", dpbf16, IsaLevel::avx512_bf16, true, &dpbf16_forms::grouped_gemm_nn,
           &dpbf16_forms::grouped_gemm_nn_swiglu, &dpbf16_forms::grouped_gemm_nt,

@@ -101,16 +101,16 @@ void grouped_gemm_tn_pair(const GemmThresholds& k, void* drhs_first, void* drhs_
                           const void* lhs, const void* dout_first, const void* dout_second, Dtype in_dtype,
                           GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout);
 }  // namespace moe::cpu::isa_avx512_bf16::dpbf16
-// gemv (src/cpu/gemm/avx512/gemm_gemv.cpp): bf16 nn and nn_swiglu of groups of at most 32 rows, weights read
-// in place; in every build with dpbf16, run where isa_level() reaches avx512_bf16.
+#endif
+MOE_DECLARE_GEMM_VARIANT(portable)
+// gemv (src/cpu/gemm/gemm_gemv.cpp): bf16 nn and nn_swiglu of groups of at most 32 rows, weights read in
+// place; in every build, run where isa_level() reaches avx2 (zmm instance from avx512_bf16).
 MOE_DECLARE_GEMM_VARIANT_CAPABILITIES(gemv)
 MOE_DECLARE_GEMM_NN_SWIGLU(gemv)
 namespace moe::gemv {
 void grouped_gemm_nn(const GemmThresholds& k, void* out, Dtype out_dtype, const void* lhs, ExpertWeights rhs,
                      Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N);
 }  // namespace moe::gemv
-#endif
-MOE_DECLARE_GEMM_VARIANT(portable)
 // The grouped forms and a fused nn_swiglu (amx, avx2).
 #define MOE_DECLARE_GEMM_FORMS_WITH_NN_SWIGLU(ns) \
   MOE_DECLARE_GEMM_GROUPED_FORMS(ns)              \

@@ -1,0 +1,117 @@
+// The gemv variant's ymm instance (cpu/gemm/gemm_gemv.cpp, cpu/gemm/gemm_gemv_kernel.h), for CPUs without
+// AVX-512 BF16: each weight row's bf16 widened to float32 (vpmovzxwd, vpslld) and multiplied by each live
+// row's value (vfmadd231ps), 6 rows x 16 columns a register block (12 accumulators, 2 weight vectors, 1
+// broadcast of 16 registers); sums in float32, the output rounded once to nearest even (bf16) or stored as
+// is.
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "cpu/gemm/gemm_gemv.h"
+#include "cpu/gemm/gemm_variants.h"
+
+// Everything from here to pop_options is AVX2 code, whatever the build's -march; the headers above are the
+// build ISA's (docs/design.md, "ISA levels").
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,bmi,bmi2")
+
+#define MOE_TARGET_AVX2 1
+#include "cpu/ops/vec_math.h"
+#define MOE_GEMV_NS moe::cpu::isa_avx2::gemv
+#include "cpu/gemm/gemm_gemv_kernel.h"
+
+namespace moe::cpu::isa_avx2::gemv {
+namespace {
+
+using Job = BlockJob<float>;
+constexpr int64_t kTileCols = 16;  // the ymm layer's: two vectors of float32 sums a row
+
+// The accumulators' type: unlike __m256 (declared may_alias), GCC keeps an array of it in registers.
+using SumVector = float __attribute__((vector_size(32)));
+
+// Weight row k's 16 columns as two vectors of float32 (bf16 widened exactly); a ragged tile reads its
+// columns through a zeroed copy.
+inline void load_row(const char* p, int64_t cols, __m256& lo, __m256& hi) {
+  __m128i a, b;
+  if (cols == kTileCols) {
+    a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16));
+  } else {
+    alignas(32) bf16_t row[kTileCols] = {};
+    std::memcpy(row, p, size_t(cols) * 2);
+    a = _mm_load_si128(reinterpret_cast<const __m128i*>(row));
+    b = _mm_load_si128(reinterpret_cast<const __m128i*>(row + 8));
+  }
+  lo = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(a), 16));
+  hi = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(b), 16));
+}
+
+template <int R>
+[[gnu::always_inline]] inline void store_output(const SumVector (&acc)[R][2], const Job& j, const Tile& t) {
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    alignas(32) float row[kTileCols];
+    _mm256_store_ps(row, __m256(acc[r][0]));
+    _mm256_store_ps(row + 8, __m256(acc[r][1]));
+    if (j.out_bf16)
+      f32_to_bf16_row(reinterpret_cast<bf16_t*>(t.out) + r * j.out_ld, row, t.cols);
+    else
+      std::memcpy(reinterpret_cast<float*>(t.out) + r * j.out_ld, row, size_t(t.cols) * 4);
+  }
+}
+
+// The ymm layer (cpu/gemm/gemm_gemv_kernel.h): lhs values staged as float32, one a step.
+struct Ymm {
+  static constexpr int kBlockRows = 6;
+  static constexpr int64_t kTileCols = gemv::kTileCols, kStep = 1;
+  using Staged = float;
+  static void stage(const bf16_t* lhs, int64_t Kd, int64_t live, int64_t k0, int64_t depth, float* x) {
+    for (int64_t r = 0; r < live; ++r)
+      for (int64_t k = 0; k < depth; ++k) x[k * kMaxRows + r] = widen(lhs[r * Kd + k0 + k]);
+  }
+  template <int R>
+  static void tile(const Job& j, const Tile& t);
+};
+
+// One tile of a block for R live rows: sums += lhs values . weight rows.
+template <int R>
+void Ymm::tile(const Job& j, const Tile& t) {
+  SumVector acc[R][2];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < 2; ++v)
+      acc[r][v] = j.first ? SumVector{} : SumVector(_mm256_load_ps(t.sums + r * kTileCols + 8 * v));
+  const char* w = t.w;
+  const float* x = j.x;
+  for (int64_t k = 0; k < j.steps; ++k, w += j.ld_bytes, x += kMaxRows) {
+    __m256 lo, hi;
+    load_row(w, t.cols, lo, hi);
+    _mm_prefetch(w + j.prefetch_off, _MM_HINT_T1);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m256 a = _mm256_broadcast_ss(x + r);
+      acc[r][0] = SumVector(_mm256_fmadd_ps(lo, a, __m256(acc[r][0])));
+      acc[r][1] = SumVector(_mm256_fmadd_ps(hi, a, __m256(acc[r][1])));
+    }
+  }
+  if (j.last) return store_output<R>(acc, j, t);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < 2; ++v) _mm256_store_ps(t.sums + r * kTileCols + 8 * v, __m256(acc[r][v]));
+}
+
+}  // namespace
+
+MOE_DEFINE_GEMV_NN(Ymm)
+
+}  // namespace moe::cpu::isa_avx2::gemv
+
+#pragma GCC pop_options

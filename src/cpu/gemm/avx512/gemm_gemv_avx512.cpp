@@ -1,0 +1,140 @@
+// The gemv variant's zmm instance (cpu/gemm/gemm_gemv.cpp, cpu/gemm/gemm_gemv_kernel.h): pairs of weight rows
+// (k, k + 1) interleaved in registers (vpunpck{l,h}wd, "lane order") and multiplied by each live row's bf16
+// pair (vdpbf16ps), 12 rows x 32 columns a register block; products summed in float32, the output rounded
+// once to nearest even (bf16) or stored as is; an odd reduction's last weight row pairs with zeros.
+#include "cpu/gemm/gemm_gemv.h"
+#include "cpu/gemm/gemm_variants.h"
+
+// GCC 12's AVX-512 intrinsics pass a self-initialised "undefined" vector as the unused merge operand,
+// which -Wmaybe-uninitialized (and, for some, -Wuninitialized) reports wherever they inline.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+// Everything from here to pop_options is AVX-512 BF16 code, whatever the build's -march (docs/design.md,
+// "ISA levels"); the headers above are the build ISA's.
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx2,fma,bmi,bmi2")
+
+#define MOE_GEMV_NS moe::cpu::isa_avx512_bf16::gemv
+#include "cpu/gemm/gemm_gemv_kernel.h"
+
+namespace moe::cpu::isa_avx512_bf16::gemv {
+namespace {
+
+using Job = BlockJob<int32_t>;
+constexpr int64_t kTileCols = 32;  // the zmm layer's (two vectors of pair sums a row)
+
+// Lane order (unpack interleaves within 128-bit lanes) -> columns [16 half, 16 half + 16) in order.
+inline __m512i columns_from_lanes(int half) {
+  return half == 0 ? _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23)
+                   : _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+}
+
+// The first n of a tile's 32 columns.
+inline __mmask32 first_cols(int64_t n) {
+  return n >= 32 ? __mmask32(0xffffffffu) : __mmask32((1u << n) - 1);
+}
+
+inline __m512i load_row(const char* p, __mmask32 cols) {
+  return cols == __mmask32(0xffffffffu) ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi16(cols, p);
+}
+
+// The accumulators' type: unlike __m512 (declared may_alias), GCC keeps an array of it in registers.
+using SumVector = float __attribute__((vector_size(64)));
+
+template <int R>
+[[gnu::always_inline]] inline void multiply_pair(SumVector (&acc)[R][2], __m512i r0, __m512i r1,
+                                                 const int32_t* x) {
+  const __m512bh b0 = __m512bh(_mm512_unpacklo_epi16(r0, r1)), b1 = __m512bh(_mm512_unpackhi_epi16(r0, r1));
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    const __m512bh a = __m512bh(_mm512_set1_epi32(x[r]));
+    acc[r][0] = SumVector(_mm512_dpbf16_ps(__m512(acc[r][0]), b0, a));
+    acc[r][1] = SumVector(_mm512_dpbf16_ps(__m512(acc[r][1]), b1, a));
+  }
+}
+
+template <int R>
+[[gnu::always_inline]] inline void store_output(const SumVector (&acc)[R][2], const Job& j, const Tile& t,
+                                                __mmask32 cols) {
+  const __mmask16 lo = __mmask16(cols & 0xffffu), hi = __mmask16(cols >> 16);
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    const __m512 a0 = __m512(acc[r][0]), a1 = __m512(acc[r][1]);
+    const __m512 c0 = _mm512_permutex2var_ps(a0, columns_from_lanes(0), a1);
+    const __m512 c1 = _mm512_permutex2var_ps(a0, columns_from_lanes(1), a1);
+    if (j.out_bf16) {
+      bf16_t* o = reinterpret_cast<bf16_t*>(t.out) + r * j.out_ld;
+      _mm512_mask_storeu_epi16(o, cols, __m512i(_mm512_cvtne2ps_pbh(c1, c0)));
+    } else {
+      float* o = reinterpret_cast<float*>(t.out) + r * j.out_ld;
+      _mm512_mask_storeu_ps(o, lo, c0);
+      _mm512_mask_storeu_ps(o + 16, hi, c1);
+    }
+  }
+}
+
+// The zmm layer (cpu/gemm/gemm_gemv_kernel.h): 12 rows x 32 columns of pair sums (24 accumulators, 2 weight
+// pair vectors, 1 broadcast of 32 registers), bf16 pairs staged as dwords.
+struct Zmm {
+  static constexpr int kBlockRows = 12;
+  static constexpr int64_t kTileCols = gemv::kTileCols, kStep = 2;
+  using Staged = int32_t;
+  // An odd last element pairs with a zero.
+  static void stage(const bf16_t* lhs, int64_t Kd, int64_t live, int64_t k0, int64_t depth, int32_t* x) {
+    for (int64_t r = 0; r < live; ++r) {
+      const bf16_t* row = lhs + r * Kd + k0;
+      for (int64_t p = 0; 2 * p < depth; ++p) {
+        const uint32_t lo = row[2 * p], hi = 2 * p + 1 < depth ? row[2 * p + 1] : 0;
+        x[p * kMaxRows + r] = int32_t(lo | hi << 16);
+      }
+    }
+  }
+  template <int R>
+  static void tile(const Job& j, const Tile& t);
+};
+
+// One tile of a block for R live rows: sums += lhs pairs . weight pairs.
+template <int R>
+void Zmm::tile(const Job& j, const Tile& t) {
+  const __mmask32 cols = first_cols(t.cols);
+  SumVector acc[R][2];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < 2; ++v)
+      acc[r][v] = j.first ? SumVector{} : SumVector(_mm512_load_ps(t.sums + r * kTileCols + 16 * v));
+  const char* w = t.w;
+  const int32_t* x = j.x;
+  for (int64_t p = 0; p < j.steps; ++p, w += 2 * j.ld_bytes, x += kMaxRows) {
+    const __m512i r0 = load_row(w, cols), r1 = load_row(w + j.ld_bytes, cols);
+    _mm_prefetch(w + j.prefetch_off, _MM_HINT_T1);
+    _mm_prefetch(w + j.ld_bytes + j.prefetch_off, _MM_HINT_T1);
+    multiply_pair<R>(acc, r0, r1, x);
+  }
+  if (j.odd) multiply_pair<R>(acc, load_row(w, cols), _mm512_setzero_si512(), x);
+  if (j.last) return store_output<R>(acc, j, t, cols);
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < 2; ++v) _mm512_store_ps(t.sums + r * kTileCols + 16 * v, __m512(acc[r][v]));
+}
+
+}  // namespace
+
+MOE_DEFINE_GEMV_NN(Zmm)
+
+}  // namespace moe::cpu::isa_avx512_bf16::gemv
+
+#pragma GCC pop_options

@@ -1,0 +1,86 @@
+// The `gemv` variant: cpu/gemm/gemm.h's nn and nn_swiglu for groups of 1-32 rows (decode steps, small
+// micro-batches, EP ranks with few rows per expert), where the block is bound by reading expert weights, not
+// by multiplying them. It reads each weight byte once, where it lies: no packing pass (dpbf16 packs each
+// panel into its tile layout and reads it back, and at a few rows that traffic, not the arithmetic, sets the
+// speed: 0.4-0.6 of a sequential read of the same weights, against 0.9 here at 1-4 rows).
+//
+// Work: items of (expert, weight part, its whole rows or a column chunk of them where the items are too few
+// for two a thread), in contiguous runs a thread, so a thread streams an expert's weights in address order.
+// An item walks its reduction in blocks of a few weight rows (block_depth: fewer the fewer the rows); within
+// a block, a register tile of columns at a time, the weight rows are multiplied by each live row's staged
+// values. Sums wait in a per-thread float32 scratch between blocks; each line a block reads prefetches the
+// line two blocks below it into L2, so the DRAM stream runs ahead of the arithmetic (gemm_gemv_kernel.h).
+// Instances: zmm (avx512/gemm_gemv_avx512.cpp: vdpbf16ps on bf16 pairs) where isa_level() reaches
+// avx512_bf16, else ymm (avx2/gemm_gemv_avx2.cpp: bf16 widened to float32, vfmadd231ps).
+//
+// Arithmetic: products summed in float32 in the same order whatever the thread count, the output rounded
+// once to nearest even (bf16) or stored as is (float32). nn_swiglu is nn into h, then one swiglu_forward over
+// the stored h of every row (as the nn_then_swiglu composition computes it).
+#include "cpu/gemm/gemm_gemv.h"
+
+#include <string>
+
+#include "cpu/gemm/gemm_variants.h"
+#include "cpu/ops/swiglu.h"
+#include "moe/cpu_isa.h"
+
+// The variant's entry points and answers: build-ISA code (the registry and --list call them on any CPU).
+namespace moe::gemv {
+
+using namespace gemm_detail;  // at, check_groups, group_rows, zero_padding_rows
+
+void grouped_gemm_nn(const GemmThresholds& /*k*/, void* out, Dtype out_dtype, const void* lhs,
+                     ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N) {
+  check_groups(groups, Kd, N);
+  MOE_CHECK(in_dtype == Dtype::bf16, "gemv takes bf16 inputs");
+  const auto nn =
+      isa_level() >= IsaLevel::avx512_bf16 ? &cpu::isa_avx512_bf16::gemv::nn : &cpu::isa_avx2::gemv::nn;
+  nn(out, out_dtype == Dtype::bf16, static_cast<const bf16_t*>(lhs), rhs, groups, Kd, N);
+  for (int64_t e = 0; e < groups.experts; ++e) zero_padding_rows(out, out_dtype, group_rows(groups, e), N);
+}
+
+void grouped_gemm_nn_swiglu(const GemmThresholds& k, void* h, void* g, Dtype out_dtype, const void* lhs,
+                            ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t M,
+                            const float* row_weight, bool /*keep_h*/) {
+  grouped_gemm_nn(k, h, out_dtype, lhs, rhs, in_dtype, groups, Kd, 2 * M);
+  // One pass over every row (a pass per group wakes the threads once per expert: 128 experts, 13 ms of a
+  // 2 ms forward under a passive wait policy), then the padding rows' g as zeros whatever their weights.
+  const int64_t rows = groups.experts > 0 ? groups.group_offset[groups.experts] : 0;
+  cpu::swiglu_forward(g, out_dtype, {h, at(h, M, out_dtype), 2 * M}, out_dtype, rows, M, row_weight);
+  for (int64_t e = 0; e < groups.experts; ++e) zero_padding_rows(g, out_dtype, group_rows(groups, e), M);
+}
+
+std::string gemm_library_version() {
+  return isa_level() >= IsaLevel::avx512_bf16 ? "moe-bench row-streaming kernel (vdpbf16ps, zmm)"
+                                              : "moe-bench row-streaming kernel (AVX2 FMA, ymm)";
+}
+
+std::string supports(const GemmCall& call, const GemmThresholds& /*k*/) {
+  if (call.form != GemmForm::nn && call.form != GemmForm::nn_swiglu) return "nn and nn_swiglu only";
+  if (call.in_dtype != Dtype::bf16) return "bfloat16 inputs only";
+  if (call.out_dtype != Dtype::bf16 && call.out_dtype != Dtype::f32)
+    return "a float32 or bfloat16 output only";
+  if (call.rows > kGemvMaxRows)
+    return "a group of " + std::to_string(call.rows) + " rows, above its " + std::to_string(kGemvMaxRows);
+  if (call.Kd == 0) return "an empty reduction";
+  return "";
+}
+
+std::string unavailable() {
+  return needs_isa(IsaLevel::avx2, "AVX2 and FMA");
+}
+
+// The zmm instance multiplies bf16 (vdpbf16ps); the ymm one widens it to float32.
+bool bf16_arithmetic() {
+  return isa_level() >= IsaLevel::avx512_bf16;
+}
+
+bool same_sums_on_any_thread_count() {
+  return true;  // threads split columns, never a sum
+}
+
+bool auto_candidate() {
+  return true;
+}
+
+}  // namespace moe::gemv
