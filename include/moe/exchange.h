@@ -59,12 +59,15 @@ struct TimedCollective {
 };
 
 // What one rank's exchanges moved, summed over the calls since reset (for rows: comm_s, comm_bytes).
-struct CommMeter {
-  double seconds = 0;                // wall time inside collectives
-  int64_t bytes = 0;                 // bytes this rank sent to other ranks (its own rows are not counted)
-  int64_t a2a_bytes = 0;             // the part of `bytes` all-to-alls sent
-  int64_t calls = 0;                 // block calls (forward or forward_backward) metered
-  CommMessage a2a, reduce;           // the largest message of each kind
+struct CommTotals {
+  double seconds = 0;       // wall time inside collectives
+  int64_t bytes = 0;        // bytes this rank sent to other ranks (its own rows are not counted)
+  int64_t a2a_bytes = 0;    // the part of `bytes` all-to-alls sent
+  int64_t calls = 0;        // block calls (forward or forward_backward) metered
+  CommMessage a2a, reduce;  // the largest message of each kind
+};
+// The totals and every collective that made them (a mark() keeps the totals and the log's length).
+struct CommMeter : CommTotals {
   std::vector<TimedCollective> log;  // every collective, in order (measure_comm_transfer)
   size_t log_end = 0;                // a mark()'s: the length of the log it was taken from
 

@@ -62,6 +62,15 @@ struct OpContext {
   int64_t tile_rows;  // the plan's layout (layout_tile_rows)
 };
 
+// What an expert FFN keeps from its forward for its backward, in the run dtype and sized for the worst
+// routing of ctx: h (max_rows, 2M) [gate | up] and g (max_rows, M), SwiGLU's output; with_gradients
+// (forward_backward) also dh (max_rows, 2M) and dg (max_rows, M), where the forward's h and g go under
+// expert_mlp remat (the backward overwrites them, so it must recompute them).
+struct ExpertActivations {
+  ExpertActivations(const OpContext& ctx, bool with_gradients);
+  Tensor h, g, dh, dg;
+};
+
 // A SwiGLU feed-forward's weights: routed experts (E, H, M)/(E, M, H), or the shared expert with
 // E = 1 dropped: (H, S)/(S, H). w13 = [w1 | w3] along the last dim; empty when the caller has not
 // built it (a fused op then concatenates inside the call, as the seed's value_and_grad does).

@@ -91,12 +91,7 @@ void CommMeter::add(CollectiveKind kind, Comm& comm, Dtype dtype, int64_t elemen
 
 CommMeter CommMeter::mark() const {
   CommMeter m;
-  m.seconds = seconds;
-  m.bytes = bytes;
-  m.a2a_bytes = a2a_bytes;
-  m.calls = calls;
-  m.a2a = a2a;
-  m.reduce = reduce;
+  static_cast<CommTotals&>(m) = *this;
   m.log_end = log.size();
   return m;
 }

@@ -159,11 +159,7 @@ class AllToAllExchange final : public Exchange {
   }
 
   Status before_expert_ffn(Tensor& x_rows, const DispatchPlan&) override {
-    Chunk& k = chunks_[0];
-    pack_rows(k.send, x_rows, k.send_row_of);
-    MOE_RETURN_IF_ERROR(exchange(k.recv, k.recv_rows, k.send, k.send_rows));
-    place_rows(k.ex.x_rows, k, k.recv);
-    return Status::ok();
+    return to_experts(x_rows, chunks_[0].ex.x_rows);
   }
   Status after_expert_ffn(Tensor& y_rows, const DispatchPlan& plan) override {
     Chunk& k = chunks_[0];
@@ -196,11 +192,7 @@ class AllToAllExchange final : public Exchange {
   Status after_combine(Tensor&) override { return Status::ok(); }
   bool adds_shared() const override { return true; }
   Status before_expert_ffn_backward(Tensor& dy_rows, const DispatchPlan&) override {
-    Chunk& k = chunks_[0];
-    pack_rows(k.send, dy_rows, k.send_row_of);
-    MOE_RETURN_IF_ERROR(exchange(k.recv, k.recv_rows, k.send, k.send_rows));
-    place_rows(k.ex.dy_rows, k, k.recv);
-    return Status::ok();
+    return to_experts(dy_rows, chunks_[0].ex.dy_rows);
   }
   Status after_expert_ffn_backward(Tensor& dx_rows, const DispatchPlan& plan) override {
     Chunk& k = chunks_[0];
@@ -347,6 +339,16 @@ class AllToAllExchange final : public Exchange {
     copy_rows(expert_rows.raw(), k.recv_pos, staging.raw(), {}, int64_t(k.recv_pos.size()),
               row_bytes(expert_rows));
     zero_padding_rows(expert_rows, host_view(k.ex.plan));
+  }
+
+  // The token side's rows (the whole step's chunk) -> staging in travel order -> all-to-all -> the expert
+  // side's rows.
+  Status to_experts(const Tensor& rows, Tensor& expert_rows) {
+    Chunk& k = chunks_[0];
+    pack_rows(k.send, rows, k.send_row_of);
+    MOE_RETURN_IF_ERROR(exchange(k.recv, k.recv_rows, k.send, k.send_rows));
+    place_rows(expert_rows, k, k.recv);
+    return Status::ok();
   }
 
   // The expert side's rows -> staging in arrival order -> all-to-all back -> the token side's rows.

@@ -54,17 +54,16 @@ Environment capture_environment() {
 }
 
 std::string Environment::to_json() const {
-  nlohmann::ordered_json j;
-  j["git_commit"] = git_commit;
-  j["cpu_model"] = cpu_model;
-  j["isa"] = isa;
-  j["cpu_extensions"] = cpu_extensions;
-  j["threads"] = threads;
-  j["gemm_library"] = gemm_library;
-  j["compiler"] = compiler;
-  j["moe_version"] = moe_version;
-  j["date"] = date;
-  j["hostname"] = hostname;
+  const nlohmann::ordered_json j = {{"git_commit", git_commit},
+                                    {"cpu_model", cpu_model},
+                                    {"isa", isa},
+                                    {"cpu_extensions", cpu_extensions},
+                                    {"threads", threads},
+                                    {"gemm_library", gemm_library},
+                                    {"compiler", compiler},
+                                    {"moe_version", moe_version},
+                                    {"date", date},
+                                    {"hostname", hostname}};
   return j.dump();
 }
 

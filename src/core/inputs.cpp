@@ -10,35 +10,21 @@ namespace {
 // Below this many elements a parallel region costs more than the work it shares.
 constexpr int64_t kParallelMin = int64_t(1) << 15;
 
+// Elements [0, n) of p are N(0, 1) values offset + i of stream `key`, each narrowed by `to`.
+template <class T, class Narrow>
+void fill_normal_as(T* p, int64_t n, uint64_t key, int64_t offset, Narrow to) {
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) p[i] = to(float(random_normal(key, uint64_t(offset + i))));
+}
+
 // Element i of `t` is N(0, 1) value offset + i of stream `key`: counter-based, so neither the schedule
 // nor which rank draws a slice can change it.
 void fill_normal(Tensor& t, uint64_t key, int64_t offset) {
   const int64_t n = t.numel();
-  switch (t.dtype()) {
-    case Dtype::f32: {
-      float* p = t.data<float>();
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-      for (int64_t i = 0; i < n; ++i) p[i] = float(random_normal(key, uint64_t(offset + i)));
-      return;
-    }
-    case Dtype::bf16: {
-      bf16_t* p = t.data<bf16_t>();
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-      for (int64_t i = 0; i < n; ++i) p[i] = f32_to_bf16(float(random_normal(key, uint64_t(offset + i))));
-      return;
-    }
-    case Dtype::f16: {
-      f16_t* p = t.data<f16_t>();
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-      for (int64_t i = 0; i < n; ++i) p[i] = f32_to_f16(float(random_normal(key, uint64_t(offset + i))));
-      return;
-    }
-    case Dtype::f64:
-    case Dtype::s8:
-    case Dtype::s32:
-    case Dtype::s64:
-      break;
-  }
+  if (t.dtype() == Dtype::f32)
+    return fill_normal_as(t.data<float>(), n, key, offset, [](float v) { return v; });
+  if (t.dtype() == Dtype::bf16) return fill_normal_as(t.data<bf16_t>(), n, key, offset, f32_to_bf16);
+  if (t.dtype() == Dtype::f16) return fill_normal_as(t.data<f16_t>(), n, key, offset, f32_to_f16);
   MOE_CHECK(false, std::string("inputs are float32, bfloat16 or float16, not ") + dtype_name(t.dtype()));
 }
 

@@ -1,5 +1,7 @@
 #include <algorithm>
 
+#include "moe/backend.h"
+#include "moe/ops.h"
 #include "moe/pack.h"
 
 namespace moe {
@@ -81,6 +83,16 @@ HostPlan host_view(const DispatchPlan& plan) {
                   plan.row_assignment.data<int32_t>(),
                   plan.row_weight.data<float>(),
                   plan.assignment_row.data<int32_t>()};
+}
+
+ExpertActivations::ExpertActivations(const OpContext& ctx, bool with_gradients) {
+  const int64_t max_rows = max_plan_rows(ctx.cfg, ctx.tile_rows), M = ctx.cfg.mlp_dim;
+  const Dtype dt = ctx.cfg.dtype;
+  h = ctx.backend.empty(dt, {max_rows, 2 * M});
+  g = ctx.backend.empty(dt, {max_rows, M});
+  if (!with_gradients) return;
+  dh = ctx.backend.empty(dt, {max_rows, 2 * M});
+  dg = ctx.backend.empty(dt, {max_rows, M});
 }
 
 }  // namespace moe

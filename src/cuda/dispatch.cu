@@ -25,22 +25,39 @@ __device__ __forceinline__ uint4 zero_of<uint4>() {
   return make_uint4(0, 0, 0, 0);
 }
 
-// x_rows (max_rows, H) <- x (T, H): row r copies x[row_assignment[r] / K]; rows r >= group_offset[E] skip.
-// T is the element type, or uint4 (16 bytes) where rows are whole multiples of it.
+// Where a plan's rows come from: row r < group_offset[E] holds assignment row_assignment[r] = t * topk + k of
+// token t, or -1 (a padding row); rows past group_offset[E] are not the plan's.
+struct RowSources {
+  static constexpr int64_t kPadding = -1, kPastRows = -2;
+  const int32_t* row_assignment;  // (max_rows)
+  const int64_t* group_offset;    // (E + 1)
+  int64_t experts, topk;
+
+  // The token row r comes from, kPadding or kPastRows.
+  __device__ int64_t token_of(int64_t r) const {
+    if (r >= group_offset[experts]) return kPastRows;
+    const int32_t a = row_assignment[r];
+    return a < 0 ? kPadding : a / topk;
+  }
+};
+
+RowSources row_sources(const DispatchPlan& plan, int64_t topk) {
+  return {static_cast<const int32_t*>(plan.row_assignment.raw()),
+          static_cast<const int64_t*>(plan.group_offset.raw()), plan.experts, topk};
+}
+
+// x_rows (max_rows, H) <- x (T, H): each plan row copies its token's row, padding rows are zeros, rows past
+// the plan skip. T is the element type, or uint4 (16 bytes) where rows are whole multiples of it.
 template <typename T>
-__global__ void gather_rows(T* __restrict__ x_rows, const T* __restrict__ x,
-                            const int32_t* __restrict__ row_assignment,
-                            const int64_t* __restrict__ group_offset, int64_t experts, int64_t topk,
-                            int64_t H) {
-  const int64_t r = blockIdx.x;
-  if (r >= group_offset[experts]) return;
-  const int32_t a = row_assignment[r];
+__global__ void gather_rows(T* __restrict__ x_rows, const T* __restrict__ x, RowSources from, int64_t H) {
+  const int64_t r = blockIdx.x, t = from.token_of(r);
+  if (t == RowSources::kPastRows) return;
   T* dst = x_rows + r * H;
-  if (a < 0) {
+  if (t == RowSources::kPadding) {
     for (int64_t h = threadIdx.x; h < H; h += blockDim.x) dst[h] = zero_of<T>();
     return;
   }
-  const T* src = x + (a / topk) * H;
+  const T* src = x + t * H;
   for (int64_t h = threadIdx.x; h < H; h += blockDim.x) dst[h] = src[h];
 }
 
@@ -53,15 +70,11 @@ __global__ void repeat_tokens(T* __restrict__ x_rep, const T* __restrict__ x, in
 }
 
 // dx (T, H) += dx_rows (max_rows, H) over live rows, one atomicAdd per element.
-__global__ void scatter_add_rows(float* __restrict__ dx, const float* __restrict__ dx_rows,
-                                 const int32_t* __restrict__ row_assignment,
-                                 const int64_t* __restrict__ group_offset, int64_t experts, int64_t topk,
+__global__ void scatter_add_rows(float* __restrict__ dx, const float* __restrict__ dx_rows, RowSources to,
                                  int64_t H) {
-  const int64_t r = blockIdx.x;
-  if (r >= group_offset[experts]) return;
-  const int32_t a = row_assignment[r];
-  if (a < 0) return;
-  float* dst = dx + (a / topk) * H;
+  const int64_t r = blockIdx.x, t = to.token_of(r);
+  if (t < 0) return;  // a padding row or past the plan
+  float* dst = dx + t * H;
   for (int64_t h = threadIdx.x; h < H; h += blockDim.x) atomicAdd(dst + h, dx_rows[r * H + h]);
 }
 
@@ -92,8 +105,6 @@ void launch_gather_units(void* x_rows, const void* x, void* x_rep, const Dispatc
   const int64_t A = plan.tokens * plan.topk;
   const cudaStream_t stream = device().stream;
   const int threads = threads_for_row(units, 1);
-  const auto* row_assignment = static_cast<const int32_t*>(plan.row_assignment.raw());
-  const auto* group_offset = static_cast<const int64_t*>(plan.group_offset.raw());
   if (x_rep) {
     if (A > 0)
       repeat_tokens<U><<<unsigned(A), threads, 0, stream>>>(static_cast<U*>(x_rep), static_cast<const U*>(x),
@@ -101,12 +112,10 @@ void launch_gather_units(void* x_rows, const void* x, void* x_rep, const Dispatc
     CUDA_CHECK(cudaGetLastError());
     // Row r of the repeat is assignment a itself: a gather with K = 1 over the repeated rows.
     gather_rows<U><<<unsigned(plan.max_rows), threads, 0, stream>>>(
-        static_cast<U*>(x_rows), static_cast<const U*>(x_rep), row_assignment, group_offset, plan.experts, 1,
-        units);
+        static_cast<U*>(x_rows), static_cast<const U*>(x_rep), row_sources(plan, 1), units);
   } else {
     gather_rows<U><<<unsigned(plan.max_rows), threads, 0, stream>>>(
-        static_cast<U*>(x_rows), static_cast<const U*>(x), row_assignment, group_offset, plan.experts,
-        plan.topk, units);
+        static_cast<U*>(x_rows), static_cast<const U*>(x), row_sources(plan, plan.topk), units);
   }
   CUDA_CHECK(cudaGetLastError());
 }
@@ -179,8 +188,7 @@ class CudaDispatch final : public DispatchOp {
     if (plan.max_rows > 0) {
       scatter_add_rows<<<unsigned(plan.max_rows), kThreads, 0, stream>>>(
           static_cast<float*>(dx.acc.raw()), static_cast<const float*>(dx_rows.raw()),
-          static_cast<const int32_t*>(plan.row_assignment.raw()),
-          static_cast<const int64_t*>(plan.group_offset.raw()), plan.experts, plan.topk, H);
+          row_sources(plan, plan.topk), H);
       CUDA_CHECK(cudaGetLastError());
     }
     if (!dx.out.same_storage(dx.acc)) convert(dx.out, dx.acc);

@@ -26,28 +26,21 @@ class CudaExpertFfn final : public ExpertFfnOp {
         M_(ctx.cfg.mlp_dim),
         E_(ctx.cfg.experts),
         lanes_(ctx.backend.kernel().cuda_gemm_streams),
-        groups_(ctx.cfg.experts) {
+        groups_(ctx.cfg.experts),
+        act_(ctx, ctx.cfg.bench_pass == BenchPass::forward_backward) {
     blas_.ensure_ready(lanes_);
-    const int64_t max_rows = max_plan_rows(ctx.cfg, ctx.tile_rows);
-    Backend& be = ctx.backend;
-    h_ = be.empty(dt_, {max_rows, 2 * M_});
-    g_ = be.empty(dt_, {max_rows, M_});
-    if (ctx.cfg.bench_pass == BenchPass::forward_backward) {
-      dh_ = be.empty(dt_, {max_rows, 2 * M_});
-      dg_ = be.empty(dt_, {max_rows, M_});
-    }
   }
 
   // expert_mlp remat: the forward writes into the backward's gradient scratch, which the backward
   // overwrites, so the backward must and does recompute h and g (as the cpu op does).
   void up(const Tensor& x_rows, const FfnWeights& w, const DispatchPlan& plan) override {
     groups_.read(plan);
-    compute_up(remat_ ? dh_ : h_, remat_ ? dg_ : g_, x_rows, w, plan);
+    compute_up(remat_ ? act_.dh : act_.h, remat_ ? act_.dg : act_.g, x_rows, w, plan);
   }
 
   // down follows up on the same plan (moe/ops.h), so the groups up read still hold: no second host wait.
   void down(Tensor& y_rows, const FfnWeights& w, const DispatchPlan& plan) override {
-    const Tensor& g = remat_ ? dg_ : g_;
+    const Tensor& g = remat_ ? act_.dg : act_.g;
     const int64_t H = H_, M = M_;
     blas_.fork(lanes_);
     for (int64_t e = 0; e < E_; ++e) {
@@ -63,7 +56,7 @@ class CudaExpertFfn final : public ExpertFfnOp {
   void backward(Tensor& dx_rows, FfnWeightGrads& dw, const Tensor& dy_rows, const Tensor& x_rows,
                 const FfnWeights& w, const DispatchPlan& plan) override {
     groups_.read(plan);
-    if (remat_) compute_up(h_, g_, x_rows, w, plan);
+    if (remat_) compute_up(act_.h, act_.g, x_rows, w, plan);
     const int64_t H = H_, M = M_;
     blas_.fork(lanes_);
     for (int64_t e = 0; e < E_; ++e) {
@@ -74,31 +67,32 @@ class CudaExpertFfn final : public ExpertFfnOp {
         continue;
       }
       // dw2[e] (M, H) = g_e^T @ dy_e; dg_e (n, M) = dy_e @ w2[e]^T.
-      blas_.gemm_on(e, at(dw.dw2, e * M * H), dt_, H, {at(g_, r0 * M), dt_, M, true},
+      blas_.gemm_on(e, at(dw.dw2, e * M * H), dt_, H, {at(act_.g, r0 * M), dt_, M, true},
                     {at(dy_rows, r0 * H), dt_, H}, M, H, n);
-      blas_.gemm_on(e, at(dg_, r0 * M), dt_, M, {at(dy_rows, r0 * H), dt_, H},
+      blas_.gemm_on(e, at(act_.dg, r0 * M), dt_, M, {at(dy_rows, r0 * H), dt_, H},
                     {at(w.w2, e * M * H), dt_, H, true}, n, M, H);
     }
     blas_.join();
     const int64_t rows = groups_.rows();
-    swiglu_backward(dh_, dg_, h_, M, row_set(plan, rows));
+    swiglu_backward(act_.dh, act_.dg, act_.h, M, row_set(plan, rows));
     blas_.fork(lanes_);
     for (int64_t e = 0; e < E_; ++e) {
       const int64_t r0 = groups_.offset(e), n = groups_.live(e);
       if (n == 0) continue;
       // dw1[e] (H, M) = x_e^T @ da_e, dw3[e] = x_e^T @ db_e.
       const Operand x_t{at(x_rows, r0 * H), dt_, H, true};
-      blas_.gemm_on(e, at(dw.dw1, e * H * M), dt_, M, x_t, {at(dh_, r0 * 2 * M), dt_, 2 * M}, H, M, n);
-      blas_.gemm_on(e, at(dw.dw3, e * H * M), dt_, M, x_t, {at(dh_, r0 * 2 * M + M), dt_, 2 * M}, H, M, n);
+      blas_.gemm_on(e, at(dw.dw1, e * H * M), dt_, M, x_t, {at(act_.dh, r0 * 2 * M), dt_, 2 * M}, H, M, n);
+      blas_.gemm_on(e, at(dw.dw3, e * H * M), dt_, M, x_t, {at(act_.dh, r0 * 2 * M + M), dt_, 2 * M}, H, M,
+                    n);
       // dx_e (n, H) f32 = da_e @ w1[e]^T + db_e @ w3[e]^T (one GEMM over [da | db] when w13 exists).
       void* dx = at(dx_rows, r0 * H);
       if (!w.w13.empty()) {
-        blas_.gemm_on(e, dx, Dtype::f32, H, {at(dh_, r0 * 2 * M), dt_, 2 * M},
+        blas_.gemm_on(e, dx, Dtype::f32, H, {at(act_.dh, r0 * 2 * M), dt_, 2 * M},
                       {at(w.w13, e * H * 2 * M), dt_, 2 * M, true}, n, H, 2 * M);
       } else {
-        blas_.gemm_on(e, dx, Dtype::f32, H, {at(dh_, r0 * 2 * M), dt_, 2 * M},
+        blas_.gemm_on(e, dx, Dtype::f32, H, {at(act_.dh, r0 * 2 * M), dt_, 2 * M},
                       {at(w.w1, e * H * M), dt_, M, true}, n, H, M);
-        blas_.gemm_on(e, dx, Dtype::f32, H, {at(dh_, r0 * 2 * M + M), dt_, 2 * M},
+        blas_.gemm_on(e, dx, Dtype::f32, H, {at(act_.dh, r0 * 2 * M + M), dt_, 2 * M},
                       {at(w.w3, e * H * M), dt_, M, true}, n, H, M, /*beta=*/1.0f);
       }
     }
@@ -142,10 +136,7 @@ class CudaExpertFfn final : public ExpertFfnOp {
   int64_t H_, M_, E_;
   int lanes_;  // streams the per-expert GEMMs spread over
   HostGroups groups_;
-  Tensor h_;   // h  (max_rows, 2M) [gate | up]
-  Tensor g_;   // g  (max_rows, M)  SwiGLU output (pre-weighted for preweight impls)
-  Tensor dh_;  // dh (max_rows, 2M) [da | db]; also the forward's h under expert_mlp remat
-  Tensor dg_;  // dg (max_rows, M)  also the forward's g under expert_mlp remat
+  ExpertActivations act_;  // h [gate | up], g pre-weighted for preweight impls; dh [da | db]
 };
 
 }  // namespace

@@ -15,16 +15,7 @@ class RefCombine final : public CombineOp {
   void forward(const TokenSums& out, const Tensor& y_rows, const DispatchPlan& plan,
                const RoutingTensors& routing) override {
     const HostPlan p = host_view(plan);
-    const int64_t H = out.out.dim(1), K = p.topk;
-    for (int64_t t = 0; t < p.tokens; ++t)
-      for (int64_t h = 0; h < H; ++h) {
-        double sum = out.acc_holds_start ? out.acc.get(t * H + h) : 0.0;
-        for (int64_t k = 0; k < K; ++k) {
-          const int32_t r = p.assignment_row[t * K + k];
-          if (r >= 0) sum += weight(p, routing, r) * y_rows.get(r * H + h);
-        }
-        out.out.set(t * H + h, sum);
-      }
+    sum_into_tokens(out, y_rows, p, [&](int64_t r) { return weight(p, routing, r); });
   }
 
   void backward(Tensor& dy_rows, const Tensor& dy, const DispatchPlan& plan,

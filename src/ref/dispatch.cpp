@@ -19,17 +19,7 @@ class RefDispatch final : public DispatchOp {
   }
 
   void backward(const TokenSums& dx, const Tensor& dx_rows, const DispatchPlan& plan) override {
-    const HostPlan p = host_view(plan);
-    const int64_t H = dx.out.dim(1), K = p.topk;
-    for (int64_t t = 0; t < p.tokens; ++t)
-      for (int64_t h = 0; h < H; ++h) {
-        double sum = dx.acc_holds_start ? dx.acc.get(t * H + h) : 0.0;
-        for (int64_t k = 0; k < K; ++k) {
-          const int32_t r = p.assignment_row[t * K + k];
-          if (r >= 0) sum += dx_rows.get(r * H + h);
-        }
-        dx.out.set(t * H + h, sum);
-      }
+    sum_into_tokens(dx, dx_rows, host_view(plan), [](int64_t) { return 1.0; });
   }
 };
 

@@ -9,31 +9,21 @@
 
 namespace moe::ref {
 
-ExpertActivations::ExpertActivations(const OpContext& ctx) {
-  const int64_t max_rows = max_plan_rows(ctx.cfg, ctx.tile_rows);
-  h = ctx.backend.empty(ctx.cfg.dtype, {max_rows, 2 * ctx.cfg.mlp_dim});
-  g = ctx.backend.empty(ctx.cfg.dtype, {max_rows, ctx.cfg.mlp_dim});
-}
-
 namespace {
 
 class RefExpertFfn final : public ExpertFfnOp {
  public:
   explicit RefExpertFfn(const OpContext& ctx)
       : cfg_(ctx.cfg),
-        dt_(ctx.cfg.dtype),
         preweight_(impl_traits(ctx.cfg.impl).preweight),
         remat_(ctx.cfg.recomputes_expert_mlp()),
-        H_(ctx.cfg.hidden),
-        M_(ctx.cfg.mlp_dim),
-        E_(ctx.cfg.experts),
-        act_(ctx) {}
+        act_(ctx, /*with_gradients=*/false) {}
 
   void up(const Tensor& x_rows, const FfnWeights& w, const DispatchPlan& plan) override {
     const HostPlan p = host_view(plan);
-    const int64_t H = H_, M = M_;
+    const int64_t H = cfg_.hidden, M = cfg_.mlp_dim;
     const std::vector<double> x = x_rows.to_f64(), w1 = w.w1.to_f64(), w3 = w.w3.to_f64();
-    for (int64_t e = 0; e < E_; ++e) {
+    for (int64_t e = 0; e < cfg_.experts; ++e) {
       const int64_t w_off = e * H * M;
       gemm_rows(
           p.group_offset[e], p.group_offset[e + 1], H, 2 * M,
@@ -50,9 +40,9 @@ class RefExpertFfn final : public ExpertFfnOp {
 
   void down(Tensor& y_rows, const FfnWeights& w, const DispatchPlan& plan) override {
     const HostPlan p = host_view(plan);
-    const int64_t H = H_, M = M_;
+    const int64_t H = cfg_.hidden, M = cfg_.mlp_dim;
     const std::vector<double> g = act_.g.to_f64(), w2 = w.w2.to_f64();
-    for (int64_t e = 0; e < E_; ++e)
+    for (int64_t e = 0; e < cfg_.experts; ++e)
       gemm_rows(
           p.group_offset[e], p.group_offset[e + 1], M, H, [&](int64_t r, int64_t m) { return g[r * M + m]; },
           [&](int64_t m, int64_t n) { return w2[e * M * H + m * H + n]; },
@@ -64,18 +54,18 @@ class RefExpertFfn final : public ExpertFfnOp {
     // Under expert_mlp remat nothing was kept: recompute the up projection and SwiGLU output.
     if (remat_) up(x_rows, w, plan);
     const HostPlan p = host_view(plan);
-    const int64_t H = H_, M = M_, rows = p.rows;
+    const int64_t H = cfg_.hidden, M = cfg_.mlp_dim, rows = p.rows;
     const std::vector<double> x = x_rows.to_f64(), dy = dy_rows.to_f64(), h = act_.h.to_f64(),
                               g = act_.g.to_f64();
     const std::vector<double> w1 = w.w1.to_f64(), w3 = w.w3.to_f64(), w2 = w.w2.to_f64();
     std::vector<double> dg(static_cast<size_t>(rows * M)), da(size_t(rows * M)), db(size_t(rows * M));
-    for (int64_t e = 0; e < E_; ++e) {
+    for (int64_t e = 0; e < cfg_.experts; ++e) {
       const int64_t r0 = p.group_offset[e], n_rows = p.group_rows(e);
       // dg = dy_r @ w2[e]^T (stored in the run dtype); dw2[e] = g_e^T @ dy_e.
       gemm_rows(
           r0, r0 + n_rows, H, M, [&](int64_t r, int64_t n) { return dy[r * H + n]; },
           [&](int64_t n, int64_t m) { return w2[e * M * H + m * H + n]; },
-          [&](int64_t r, int64_t m, double v) { dg[r * M + m] = round_to_dtype(v, dt_); });
+          [&](int64_t r, int64_t m, double v) { dg[r * M + m] = round_to_dtype(v, cfg_.dtype); });
       gemm_rows(
           0, M, n_rows, H, [&](int64_t m, int64_t j) { return g[(r0 + j) * M + m]; },
           [&](int64_t j, int64_t n) { return dy[(r0 + j) * H + n]; },
@@ -85,11 +75,11 @@ class RefExpertFfn final : public ExpertFfnOp {
       const double weight = preweight_ ? p.row_weight[r] : 1.0;
       for (int64_t m = 0; m < M; ++m) {
         const double a = h[r * 2 * M + m], b = h[r * 2 * M + M + m], d = dg[r * M + m] * weight;
-        da[r * M + m] = round_to_dtype(d * b * silu_grad(a), dt_);
-        db[r * M + m] = round_to_dtype(d * silu(a), dt_);
+        da[r * M + m] = round_to_dtype(d * b * silu_grad(a), cfg_.dtype);
+        db[r * M + m] = round_to_dtype(d * silu(a), cfg_.dtype);
       }
     }
-    for (int64_t e = 0; e < E_; ++e) {
+    for (int64_t e = 0; e < cfg_.experts; ++e) {
       const int64_t r0 = p.group_offset[e], n_rows = p.group_rows(e), w_off = e * H * M;
       // dw1[e] = x_e^T @ da_e, dw3[e] = x_e^T @ db_e; dx_r = da_r @ w1[e]^T + db_r @ w3[e]^T (f32).
       gemm_rows(
@@ -108,9 +98,7 @@ class RefExpertFfn final : public ExpertFfnOp {
 
  private:
   const MoeConfig& cfg_;  // the block's, alive while the op is
-  Dtype dt_;
   bool preweight_, remat_;
-  int64_t H_, M_, E_;
   ExpertActivations act_;  // h, g
 };
 

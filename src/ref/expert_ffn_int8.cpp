@@ -44,7 +44,7 @@ class RefInt8ExpertFfn final : public ExpertFfnOp {
         H_(ctx.cfg.hidden),
         M_(ctx.cfg.mlp_dim),
         E_(ctx.cfg.experts),
-        act_(ctx) {
+        act_(ctx, /*with_gradients=*/false) {
     const int64_t max_rows = max_plan_rows(ctx.cfg, ctx.tile_rows);
     gq_ = Quantized(size_t(max_rows * M_), size_t(max_rows));
     if (ctx.cfg.bench_pass == BenchPass::forward_backward) {

@@ -34,12 +34,21 @@ void gemm_rows(int64_t row_begin, int64_t row_end, int64_t Kd, int64_t N, A&& a,
   }
 }
 
-// What an expert FFN's forward stores for its backward, as the fast ops store it: h (max_rows, 2M)
-// [gate | up] and g (max_rows, M) in the run dtype, sized for the worst routing of ctx.
-struct ExpertActivations {
-  explicit ExpertActivations(const OpContext& ctx);
-  Tensor h, g;
-};
+// out.out[t] = out.acc[t] (where it holds a start, else 0) + sum over token t's live rows r of weight(r) *
+// rows[r], in float64: combine's forward and dispatch's backward.
+template <typename Weight>
+void sum_into_tokens(const TokenSums& out, const Tensor& rows, const HostPlan& p, Weight&& weight) {
+  const int64_t H = out.out.dim(1), K = p.topk;
+  for (int64_t t = 0; t < p.tokens; ++t)
+    for (int64_t h = 0; h < H; ++h) {
+      double sum = out.acc_holds_start ? out.acc.get(t * H + h) : 0.0;
+      for (int64_t k = 0; k < K; ++k) {
+        const int32_t r = p.assignment_row[t * K + k];
+        if (r >= 0) sum += weight(r) * rows.get(r * H + h);
+      }
+      out.out.set(t * H + h, sum);
+    }
+}
 
 std::unique_ptr<PackOp> make_pack_op(const OpContext& ctx);
 std::unique_ptr<DispatchOp> make_dispatch_op(const OpContext& ctx);

@@ -13,19 +13,22 @@ namespace moe::bench {
 const std::vector<ModelPreset>& model_presets() {
   // name, hidden, mlp_dim (per expert), experts, topk, shared width, source
   static const std::vector<ModelPreset> presets = {
+      // The seed's own families: their mlp-dim is one point of the logbook's sweep.
       {"qwen-like-a", 2048, 1408, 64, 2, 5632,
        "the seed's logbook 001, Qwen-like Family A (mlp-dim swept 1408-2048)"},
       {"qwen-like-b", 3072, 2048, 64, 2, 8192,
        "the seed's logbook 001, Qwen-like Family B (mlp-dim swept 2048-3072)"},
+      // Published models, those with shared experts last: the numbers of the config.json each names
+      // (docs/models.md).
       {"mixtral-8x7b", 4096, 14336, 8, 2, 0, "mistralai/Mixtral-8x7B-v0.1 config.json"},
       {"olmoe-1b-7b", 2048, 1024, 64, 8, 0, "allenai/OLMoE-1B-7B-0924 config.json"},
       {"qwen3-30b-a3b", 2048, 768, 128, 8, 0, "Qwen/Qwen3-30B-A3B config.json"},
+      {"gpt-oss-20b", 2880, 2880, 32, 4, 0, "openai/gpt-oss-20b config.json"},
+      {"gpt-oss-120b", 2880, 2880, 128, 4, 0, "openai/gpt-oss-120b config.json"},
       {"deepseek-v2-lite", 2048, 1408, 64, 6, 2816,
        "deepseek-ai/DeepSeek-V2-Lite config.json (2 shared experts of 1408)"},
       {"deepseek-v3", 7168, 2048, 256, 8, 2048,
        "deepseek-ai/DeepSeek-V3 config.json (1 shared expert of 2048)"},
-      {"gpt-oss-20b", 2880, 2880, 32, 4, 0, "openai/gpt-oss-20b config.json"},
-      {"gpt-oss-120b", 2880, 2880, 128, 4, 0, "openai/gpt-oss-120b config.json"},
       {"llama-4-scout", 5120, 8192, 16, 1, 8192,
        "meta-llama/Llama-4-Scout-17B-16E config.json (a shared expert of intermediate_size)"},
   };

@@ -32,21 +32,20 @@
 namespace MOE_S8_NS {
 
 // The vector types of a layer of 512 or 256 bits (GCC takes no vector_size that depends on a template
-// parameter). Types only: a layer adds its functions.
+// parameter, hence a macro). Types only: a layer adds its functions.
+#define MOE_S8_VECTOR_TYPES(bytes)                                 \
+  using Vec = int32_t __attribute__((vector_size(bytes)));         \
+  using Floats = float __attribute__((vector_size(bytes)));        \
+  using Bits = uint32_t __attribute__((vector_size(bytes)));       \
+  using Halves = uint16_t __attribute__((vector_size(bytes / 2))); \
+  using Bytes = int8_t __attribute__((vector_size(bytes / 4)))
 struct Vectors512 {
-  using Vec = int32_t __attribute__((vector_size(64)));
-  using Floats = float __attribute__((vector_size(64)));
-  using Bits = uint32_t __attribute__((vector_size(64)));
-  using Halves = uint16_t __attribute__((vector_size(32)));
-  using Bytes = int8_t __attribute__((vector_size(16)));
+  MOE_S8_VECTOR_TYPES(64);
 };
 struct Vectors256 {
-  using Vec = int32_t __attribute__((vector_size(32)));
-  using Floats = float __attribute__((vector_size(32)));
-  using Bits = uint32_t __attribute__((vector_size(32)));
-  using Halves = uint16_t __attribute__((vector_size(16)));
-  using Bytes = int8_t __attribute__((vector_size(8)));
+  MOE_S8_VECTOR_TYPES(32);
 };
+#undef MOE_S8_VECTOR_TYPES
 
 using moe::s8::Item;
 using moe::s8::PackJob;

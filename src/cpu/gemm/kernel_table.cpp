@@ -359,16 +359,15 @@ void GemmKernels::dense(void* out, Dtype out_dtype, const void* a, Dtype a_dtype
                         Dtype b_dtype, int64_t R, int64_t Kd, int64_t N, bool trans_a, bool trans_b) {
   if (f16_widening::any_f16({a_dtype, b_dtype, out_dtype}))
     return f16_widening::dense(*this, out, out_dtype, a, a_dtype, b, b_dtype, R, Kd, N, trans_a, trans_b);
-  GemmCall call;
-  call.form = GemmForm::dense;
-  call.in_dtype = a_dtype;
-  call.b_dtype = b_dtype;
-  call.out_dtype = out_dtype;
-  call.rows = R;
-  call.Kd = Kd;
-  call.N = N;
-  call.trans_a = trans_a;
-  call.trans_b = trans_b;
+  const GemmCall call{.form = GemmForm::dense,
+                      .in_dtype = a_dtype,
+                      .b_dtype = b_dtype,
+                      .out_dtype = out_dtype,
+                      .rows = R,
+                      .Kd = Kd,
+                      .N = N,
+                      .trans_a = trans_a,
+                      .trans_b = trans_b};
   auto run = [&](const GemmRow& r) {
     std::get<GemmDenseFn>(r.fn)(kernel_.thresholds, out, out_dtype, a, a_dtype, b, b_dtype, R, Kd, N, trans_a,
                                 trans_b);

@@ -25,25 +25,19 @@ class FloatExpertFfn final : public ExpertFfnOp {
         H_(ctx.cfg.hidden),
         M_(ctx.cfg.mlp_dim),
         E_(ctx.cfg.experts),
-        max_rows_(max_plan_rows(ctx.cfg, ctx.tile_rows)) {
-    Backend& be = ctx.backend;
-    h_ = be.empty(dt_, {max_rows_, 2 * M_});
-    g_ = be.empty(dt_, {max_rows_, M_});
-    if (ctx.cfg.bench_pass == BenchPass::forward_backward) {
-      dh_ = be.empty(dt_, {max_rows_, 2 * M_});
-      dg_ = be.empty(dt_, {max_rows_, M_});
-    }
-  }
+        max_rows_(max_plan_rows(ctx.cfg, ctx.tile_rows)),
+        act_(ctx, ctx.cfg.bench_pass == BenchPass::forward_backward) {}
 
   // expert_mlp remat: the forward writes its up projection and SwiGLU output into the backward's
   // gradient scratch, which the backward overwrites, so the backward must and does recompute them.
   void up(const Tensor& x_rows, const FfnWeights& w, const DispatchPlan& plan) override {
-    compute_up(remat_ ? dh_ : h_, remat_ ? dg_ : g_, x_rows, w, host_view(plan), backward_reads_forward_h_);
+    compute_up(remat_ ? act_.dh : act_.h, remat_ ? act_.dg : act_.g, x_rows, w, host_view(plan),
+               backward_reads_forward_h_);
   }
 
   void down(Tensor& y_rows, const FfnWeights& w, const DispatchPlan& plan) override {
     const HostPlan p = host_view(plan);
-    gemm_.nn(y_rows.raw(), dt_, (remat_ ? dg_ : g_).raw(), w.w2.raw(), dt_,
+    gemm_.nn(y_rows.raw(), dt_, (remat_ ? act_.dg : act_.g).raw(), w.w2.raw(), dt_,
              {p.group_offset, E_, p.group_live, /*zero_padding=*/true}, M_, H_);
   }
 
@@ -52,28 +46,29 @@ class FloatExpertFfn final : public ExpertFfnOp {
     const HostPlan p = host_view(plan);
     const int64_t rows = p.rows, H = H_, M = M_;
     const GroupedShape groups{p.group_offset, E_, p.group_live, /*zero_padding=*/true};
-    if (remat_) tracer_("remat_up", [&] { compute_up(h_, g_, x_rows, w, p, /*keep_h=*/true); });
+    if (remat_) tracer_("remat_up", [&] { compute_up(act_.h, act_.g, x_rows, w, p, /*keep_h=*/true); });
 
     const float* row_weight = traits_.preweight ? p.row_weight : nullptr;
     tracer_("down_backward", [&] {
-      gemm_.tn(dw.dw2.raw(), dt_, g_.raw(), dy_rows.raw(), dt_, groups, M, H, H);
+      gemm_.tn(dw.dw2.raw(), dt_, act_.g.raw(), dy_rows.raw(), dt_, groups, M, H, H);
       // [gate | up] rows: SwiGLU's backward runs in the dgrad's epilogue (dg never goes to memory).
       if (traits_.fuse_w13)
-        gemm_.nt_swiglu_grad(dh_.raw(), dg_.raw(), dy_rows.raw(), w.w2.raw(), h_.raw(), dt_, groups, M, H,
-                             row_weight);
+        gemm_.nt_swiglu_grad(act_.dh.raw(), act_.dg.raw(), dy_rows.raw(), w.w2.raw(), act_.h.raw(), dt_,
+                             groups, M, H, row_weight);
       else
-        gemm_.nt(dg_.raw(), dt_, dy_rows.raw(), w.w2.raw(), dt_, groups, M, H);
+        gemm_.nt(act_.dg.raw(), dt_, dy_rows.raw(), w.w2.raw(), dt_, groups, M, H);
     });
-    const GateUpGrad dgu = gate_up_grad(dh_, rows);
+    const GateUpGrad dgu = gate_up_grad(act_.dh, rows);
     if (!traits_.fuse_w13)
-      tracer_("swiglu_backward",
-              [&] { swiglu_backward(dgu, dt_, dg_.raw(), gate_up(h_, rows), dt_, rows, M, row_weight); });
+      tracer_("swiglu_backward", [&] {
+        swiglu_backward(dgu, dt_, act_.dg.raw(), gate_up(act_.h, rows), dt_, rows, M, row_weight);
+      });
     tracer_("up_backward", [&] {
       // dw13 = x^T @ dh split in two is dw1 = x^T @ dh[:, :M] and dw3 = x^T @ dh[:, M:]: the halves are
       // computed in place, with no dw13 to write and copy apart (a full pass over the weights).
       gemm_.tn_pair(dw.dw1.raw(), dw.dw3.raw(), dt_, x_rows.raw(), dgu.da, dgu.db, dt_, groups, H, M, dgu.ld);
       if (traits_.fuse_w13) {
-        gemm_.nt(dx_rows.raw(), Dtype::f32, dh_.raw(), w13_of(w), dt_, groups, H, 2 * M);
+        gemm_.nt(dx_rows.raw(), Dtype::f32, act_.dh.raw(), w13_of(w), dt_, groups, H, 2 * M);
       } else {
         gemm_.nt(dx_rows.raw(), Dtype::f32, dgu.da, w.w1.raw(), dt_, groups, H, M);
         gemm_.nt(dx_rows.raw(), Dtype::f32, dgu.db, w.w3.raw(), dt_, groups, H, M,
@@ -126,10 +121,8 @@ class FloatExpertFfn final : public ExpertFfnOp {
   bool remat_;
   bool backward_reads_forward_h_;
   int64_t H_, M_, E_, max_rows_;
-  Tensor h_;   // h    (max_rows, 2M)  [gate | up] rows, or gate and up planes of (rows, M)
-  Tensor g_;   // g    (max_rows, M)   SwiGLU output (pre-weighted for preweight impls)
-  Tensor dh_;  // dh   (max_rows, 2M)  backward; also the forward's h under expert_mlp remat
-  Tensor dg_;  // dg   (max_rows, M)   backward; also the forward's g under expert_mlp remat
+  // h: [gate | up] rows, or gate and up planes of (rows, M); g pre-weighted for preweight impls.
+  ExpertActivations act_;
 };
 
 }  // namespace

@@ -8,9 +8,7 @@
 
 namespace moe::cpu {
 
-QuantizePasses baseline_quantize_passes() {
-  return quantize_passes_here();
-}
+MOE_DEFINE_QUANTIZE_PASSES(baseline_quantize_passes)
 
 const QuantizePasses& quantize_passes() {
   // Decided once, as the level (and MOE_MAX_ISA's cap) is read once per process.

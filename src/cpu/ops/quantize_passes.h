@@ -1,8 +1,8 @@
 // The bodies of moe/quantize.h's cpu functions, compiled once per ISA level: quantize.cpp at the build's
 // baseline, ops/avx2/passes_avx2.cpp and ops/avx512/passes_avx512.cpp after their target pragmas
-// (docs/design.md, "ISA levels"); every instance is bitwise the reference (cpu/ops/quantize_row.h says why). Inline functions in
-// vec_math.h's namespace of the including file's ISA; a file including this includes the standard headers
-// before its pragma and is compiled with -fno-trapping-math.
+// (docs/design.md, "ISA levels"); every instance is bitwise the reference (cpu/ops/quantize_row.h says why).
+// Inline functions in vec_math.h's namespace of the including file's ISA; a file including this includes the
+// standard headers before its pragma and is compiled with -fno-trapping-math.
 #pragma once
 
 #include <omp.h>
@@ -155,3 +155,10 @@ inline QuantizePasses quantize_passes_here() {
 
 }  // namespace MOE_VEC_ISA
 }  // namespace moe::cpu
+
+// Defines `name`, a level's entry in quantize_isa.h, as this file's passes (in moe::cpu, outside the
+// target pragma).
+#define MOE_DEFINE_QUANTIZE_PASSES(name) \
+  QuantizePasses name() {                \
+    return quantize_passes_here();       \
+  }

@@ -8,9 +8,7 @@
 
 namespace moe::cpu {
 
-SwigluPasses baseline_swiglu_passes() {
-  return swiglu_passes_here();
-}
+MOE_DEFINE_SWIGLU_PASSES(baseline_swiglu_passes)
 
 const SwigluPasses& swiglu_passes() {
   // Decided once, as the level (and MOE_MAX_ISA's cap) is read once per process.

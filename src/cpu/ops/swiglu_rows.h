@@ -136,3 +136,10 @@ inline SwigluPasses swiglu_passes_here() {
 
 }  // namespace MOE_VEC_ISA
 }  // namespace moe::cpu
+
+// Defines `name`, a level's entry in swiglu_isa.h, as this file's passes (in moe::cpu, outside the target
+// pragma).
+#define MOE_DEFINE_SWIGLU_PASSES(name) \
+  SwigluPasses name() {                \
+    return swiglu_passes_here();       \
+  }

@@ -258,43 +258,26 @@ inline void end_streams() {
 
 // Loads a row of f32, bf16 or f16 as float (copying only when it is 16-bit). Returns the float view.
 inline const float* load_row_f32(float* scratch, const void* src, Dtype dt, int64_t n) {
-  switch (dt) {
-    case Dtype::f32:
-      return static_cast<const float*>(src);
-    case Dtype::bf16:
-      bf16_to_f32_row(scratch, static_cast<const bf16_t*>(src), n);
-      return scratch;
-    case Dtype::f16:
-      f16_to_f32_row(scratch, static_cast<const f16_t*>(src), n);
-      return scratch;
-    case Dtype::f64:
-    case Dtype::s8:
-    case Dtype::s32:
-    case Dtype::s64:
-      break;
-  }
-  MOE_CHECK(false, std::string("load_row_f32: no CPU kernel reads ") + dtype_name(dt));
+  if (dt == Dtype::f32) return static_cast<const float*>(src);
+  if (dt == Dtype::bf16)
+    bf16_to_f32_row(scratch, static_cast<const bf16_t*>(src), n);
+  else if (dt == Dtype::f16)
+    f16_to_f32_row(scratch, static_cast<const f16_t*>(src), n);
+  else
+    MOE_CHECK(false, std::string("load_row_f32: no CPU kernel reads ") + dtype_name(dt));
+  return scratch;
 }
 
 // Stores a float row as f32, bf16 or f16 (narrowing rounds to nearest even).
 inline void store_row(void* dst, Dtype dt, const float* src, int64_t n) {
-  switch (dt) {
-    case Dtype::f32:
-      std::memcpy(dst, src, size_t(n) * 4);
-      return;
-    case Dtype::bf16:
-      f32_to_bf16_row(static_cast<bf16_t*>(dst), src, n);
-      return;
-    case Dtype::f16:
-      f32_to_f16_row(static_cast<f16_t*>(dst), src, n);
-      return;
-    case Dtype::f64:
-    case Dtype::s8:
-    case Dtype::s32:
-    case Dtype::s64:
-      break;
-  }
-  MOE_CHECK(false, std::string("store_row: no CPU kernel writes ") + dtype_name(dt));
+  if (dt == Dtype::f32)
+    std::memcpy(dst, src, size_t(n) * 4);
+  else if (dt == Dtype::bf16)
+    f32_to_bf16_row(static_cast<bf16_t*>(dst), src, n);
+  else if (dt == Dtype::f16)
+    f32_to_f16_row(static_cast<f16_t*>(dst), src, n);
+  else
+    MOE_CHECK(false, std::string("store_row: no CPU kernel writes ") + dtype_name(dt));
 }
 
 // dst[i] += src[i] for n floats, threads over contiguous slices.

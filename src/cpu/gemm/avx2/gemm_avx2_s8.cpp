@@ -28,16 +28,13 @@
 #pragma GCC target("avx2,fma,bmi,bmi2")
 
 #define MOE_S8_NS moe::cpu::isa_avx2::s8
-#include "cpu/gemm/gemm_s8_kernel.h"
-// The ymm steps use the kernel header's vector types.
 #include "cpu/gemm/avx2/gemm_s8_ymm.h"
 
 namespace moe::cpu::isa_avx2::s8 {
 namespace {
 
-struct Avx2 : YmmSteps {
-  static constexpr int kLanes = 8, kRows = 4;
-  static constexpr bool kShifted = false;
+// The dot product of the file's head: |a| . (b with a's sign), the weights packed as they are.
+struct Avx2 : YmmSteps</*Rows=*/4, /*Shifted=*/false> {
   static Vec dot(Vec acc, Vec b, int32_t a) {
     const __m256i av = _mm256_set1_epi32(a);
     const __m256i pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(av), _mm256_sign_epi8(__m256i(b), av));

@@ -1,11 +1,17 @@
-// The ymm int8 instances' memory and float steps (avx2_s8's in gemm_avx2_s8.cpp, AVX-VNNI's in
-// gemm_vnni_avx2.cpp): included after cpu/gemm/gemm_s8_kernel.h, under the includer's AVX2 target pragma and
-// in its MOE_S8_NS, so each instance's copy is its own ISA's. An instance adds its geometry and its dot step.
+// The ymm int8 instances' geometry, memory and float steps (avx2_s8's in gemm_avx2_s8.cpp, AVX-VNNI's in
+// gemm_vnni_avx2.cpp) on cpu/gemm/gemm_s8_kernel.h: included under the includer's AVX2 target pragma with its
+// MOE_S8_NS, so each instance's copy is its own ISA's. An instance adds its dot step.
 #pragma once
+
+#include "cpu/gemm/gemm_s8_kernel.h"
 
 namespace MOE_S8_NS {
 
+// Rows: of the register tile (its columns: 2 vectors of 8 lanes); Shifted: weights packed as u8 = b + 128.
+template <int Rows, bool Shifted>
 struct YmmSteps : Vectors256 {
+  static constexpr int kLanes = 8, kRows = Rows;
+  static constexpr bool kShifted = Shifted;
   static void stream(void* p, Vec v) { _mm256_stream_si256(static_cast<__m256i*>(p), __m256i(v)); }
   static void fence() { _mm_sfence(); }
   static Bits widen(const int8_t* p) {

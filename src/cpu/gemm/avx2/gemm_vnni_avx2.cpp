@@ -17,16 +17,13 @@
 #pragma GCC target("avx2,avxvnni,fma,bmi,bmi2")
 
 #define MOE_S8_NS moe::cpu::isa_avx2::vnni
-#include "cpu/gemm/gemm_s8_kernel.h"
-// The ymm steps use the kernel header's vector types.
 #include "cpu/gemm/avx2/gemm_s8_ymm.h"
 
 namespace moe::cpu::isa_avx2::vnni {
 namespace {
 
-struct Ymm : YmmSteps {
-  static constexpr int kLanes = 8, kRows = 6;
-  static constexpr bool kShifted = true;
+// vpdpbusd multiplies unsigned weights by signed lhs bytes: the weights are packed shifted to u8.
+struct Ymm : YmmSteps</*Rows=*/6, /*Shifted=*/true> {
   static Vec dot(Vec acc, Vec b, int32_t a) {
     return Vec(_mm256_dpbusd_avx_epi32(__m256i(acc), __m256i(b), _mm256_set1_epi32(a)));
   }

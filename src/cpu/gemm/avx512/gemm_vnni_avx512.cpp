@@ -26,6 +26,7 @@
 namespace moe::cpu::isa_avx512::vnni {
 namespace {
 
+// vpdpbusd multiplies unsigned weights by signed lhs bytes: the weights are packed shifted to u8.
 struct Zmm : Vectors512 {
   static constexpr int kLanes = 16, kRows = 12;
   static constexpr bool kShifted = true;

@@ -24,10 +24,6 @@ namespace moe::portable {
 namespace {
 
 using gemm_detail::at;
-using gemm_detail::check_groups;
-using gemm_detail::group_rows;
-using gemm_detail::GroupRows;
-using gemm_detail::zero_padding_rows;
 
 // A c tile of kTileM x kTileN f32 accumulators (16 KiB), its a panel (32 KiB) and the kTileK x kTileN
 // panel of b (128 KiB): L2-resident.
@@ -41,18 +37,9 @@ struct View {
 
   float at(int64_t i, int64_t j) const {
     const int64_t idx = i * row_stride + j * col_stride;
-    switch (dtype) {
-      case Dtype::f32:
-        return static_cast<const float*>(p)[idx];
-      case Dtype::bf16:
-        return bf16_to_f32(static_cast<const bf16_t*>(p)[idx]);
-      case Dtype::f16:  // the kernel table widens float16 to float32 before any variant sees it
-      case Dtype::f64:
-      case Dtype::s8:
-      case Dtype::s32:
-      case Dtype::s64:
-        break;
-    }
+    // float16 never comes here: the kernel table widens it to float32 before any variant sees it.
+    if (dtype == Dtype::f32) return static_cast<const float*>(p)[idx];
+    if (dtype == Dtype::bf16) return bf16_to_f32(static_cast<const bf16_t*>(p)[idx]);
     MOE_CHECK(false, std::string("portable GEMM reads float32 or bfloat16, not ") + dtype_name(dtype));
   }
 
@@ -136,41 +123,41 @@ void gemm(void* c, Dtype c_dtype, View a, View b, int64_t m, int64_t k, int64_t 
 
 void grouped_gemm_nn(const GemmThresholds& /*k*/, void* out, Dtype out_dtype, const void* lhs,
                      ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N) {
-  check_groups(groups, Kd, N);
+  gemm_detail::check_groups(groups, Kd, N);
   const int64_t part_cols = N / rhs.parts();
   for (int64_t e = 0; e < groups.experts; ++e) {
-    const GroupRows g = group_rows(groups, e);
+    const gemm_detail::GroupRows g = gemm_detail::group_rows(groups, e);
     for (int p = 0; p < rhs.parts(); ++p)
       gemm(at(out, g.row0 * N + p * part_cols, out_dtype), out_dtype,
            View{at(lhs, g.row0 * Kd, in_dtype), in_dtype, Kd, 1},
            View{at(rhs.part(p), e * Kd * part_cols, in_dtype), in_dtype, part_cols, 1}, g.live, Kd, part_cols,
            N);
-    zero_padding_rows(out, out_dtype, g, N);
+    gemm_detail::zero_padding_rows(out, out_dtype, g, N);
   }
 }
 
 void grouped_gemm_nt(const GemmThresholds& /*k*/, void* out, Dtype out_dtype, const void* dout,
                      ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N,
                      bool accumulate) {
-  check_groups(groups, Kd, N);
+  gemm_detail::check_groups(groups, Kd, N);
   const int64_t part_cols = N / rhs.parts();
   for (int64_t e = 0; e < groups.experts; ++e) {
-    const GroupRows g = group_rows(groups, e);
+    const gemm_detail::GroupRows g = gemm_detail::group_rows(groups, e);
     for (int p = 0; p < rhs.parts(); ++p)
       gemm(at(out, g.row0 * Kd, out_dtype), out_dtype,
            View{at(dout, g.row0 * N + p * part_cols, in_dtype), in_dtype, N, 1},
            View{at(rhs.part(p), e * Kd * part_cols, in_dtype), in_dtype, 1, part_cols}, g.live, part_cols, Kd,
            Kd, accumulate || p > 0);
-    zero_padding_rows(out, out_dtype, g, Kd);
+    gemm_detail::zero_padding_rows(out, out_dtype, g, Kd);
   }
 }
 
 void grouped_gemm_tn(const GemmThresholds& /*k*/, void* drhs, Dtype out_dtype, const void* lhs,
                      const void* dout, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N,
                      int64_t ld_dout) {
-  check_groups(groups, Kd, N);
+  gemm_detail::check_groups(groups, Kd, N);
   for (int64_t e = 0; e < groups.experts; ++e) {
-    const GroupRows g = group_rows(groups, e);
+    const gemm_detail::GroupRows g = gemm_detail::group_rows(groups, e);
     // No live row is an empty sum: gemm writes the zero gradient.
     gemm(at(drhs, e * Kd * N, out_dtype), out_dtype, View{at(lhs, g.row0 * Kd, in_dtype), in_dtype, 1, Kd},
          View{at(dout, g.row0 * ld_dout, in_dtype), in_dtype, ld_dout, 1}, Kd, g.live, N);

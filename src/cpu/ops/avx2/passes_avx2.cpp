@@ -27,12 +27,7 @@
 
 namespace moe::cpu {
 
-QuantizePasses avx2_quantize_passes() {
-  return quantize_passes_here();
-}
-
-SwigluPasses avx2_swiglu_passes() {
-  return swiglu_passes_here();
-}
+MOE_DEFINE_QUANTIZE_PASSES(avx2_quantize_passes)
+MOE_DEFINE_SWIGLU_PASSES(avx2_swiglu_passes)
 
 }  // namespace moe::cpu
