@@ -530,6 +530,24 @@ TEST(Cli, AShapeTooLargeSaysWhatWouldFit) {
   EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << r.err;
 }
 
+// The pre-flight's estimate counts what a float16 run on the cpu widens to float32 in each GEMM (the widest
+// weight and its rows), which a bfloat16 run of the same shape never holds; on another device it does not.
+TEST(Cli, Float16OnTheCpuCountsItsWideningScratch) {
+  moe::MoeConfig c;
+  c.tokens = 64;
+  c.hidden = 1024;
+  c.mlp_dim = 512;
+  c.experts = 16;
+  c.topk = 2;
+  c.dtype = moe::Dtype::bf16;
+  const double bf16 = c.estimated_bytes();
+  c.dtype = moe::Dtype::f16;
+  const double widened_w13 = 2.0 * 16 * 1024 * 512 * 4;
+  EXPECT_GE(c.estimated_bytes() - bf16, widened_w13);
+  c.device = "cuda";
+  EXPECT_EQ(c.estimated_bytes(), bf16);
+}
+
 // --hf-config FILE reads a model's MoE layer from its Hugging Face config.json under its architecture's
 // keys (issue 40 item 2); what it cannot read is one line naming the key.
 TEST(Cli, HfConfigSetsTheShapeOrNamesTheMissingKey) {

@@ -154,7 +154,10 @@ double MoeConfig::estimated_bytes() const {
   double acts = (T * H * 3) * 4 + rows * (H * 2 + M * 4) * 4;  // x/out/dx + row buffers (f32 bound)
   double shared = T * S * 3 * 4;
   double grads = bench_pass == BenchPass::forward_backward ? params + acts : 0;
-  return params + acts + shared + grads;
+  // float16 on the cpu: no kernel multiplies it, so a GEMM widens its float16 operands and output to float32
+  // copies for the call (cpu/gemm/f16_widening.h): at most the widest weight (w13 or its gradient) and rows.
+  double widening = dtype == Dtype::f16 && device == "cpu" ? (2 * E * H * M + rows * (H + 2 * M)) * 4 : 0;
+  return params + acts + shared + grads + widening;
 }
 
 // ref_dp is the seed's profile-harness path as it was: what that harness never ran is refused, not
