@@ -127,7 +127,9 @@ struct GroupCase {
 // groups of each depth, a second register block (16 rows), an odd reduction over several blocks (the block
 // after next prefetched, then a short one), a ragged tile (301 columns a part, two parts) and an empty
 // expert; "one_small_group" one live expert whose 333 columns are split in chunks (the last ragged);
-// "wide_kd" a group of 30 rows (three or five register blocks).
+// "wide_kd" a group of 30 rows (three or five register blocks); "adjacent_chunks" groups of 5 live rows and
+// more side by side, walked in chunks over the whole reduction, so a thread's next chunk is another
+// expert's (its rows staged afresh, its weights the ones prefetched).
 inline const GroupCase kGroupCases[] = {
     {"odd_sizes_with_empty", {3, 0, 17, 1, 63, 65}, 17, 63},
     {"all_rows_in_one_group", {0, 0, 37, 0}, 65, 3},
@@ -149,6 +151,7 @@ inline const GroupCase kGroupCases[] = {
     {"deep_kd_large_group", {800, 3}, 1030, 40},
     {"few_rows", {16, 1, 0, 9, 3, 8}, 131, 602},
     {"one_small_group", {0, 7, 0}, 45, 333},
+    {"adjacent_chunks", {9, 12, 8, 15}, 77, 200},
 };
 
 // with_padding: each group's last third of rows (rounded down) is layout padding, which nn and nt

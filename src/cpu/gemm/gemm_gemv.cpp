@@ -9,7 +9,10 @@
 // An item walks its reduction in blocks of a few weight rows (block_depth: fewer the fewer the rows); within
 // a block, a register tile of columns at a time, the weight rows are multiplied by each live row's staged
 // values. Sums wait in a per-thread float32 scratch between blocks; each line a block reads prefetches the
-// line two blocks below it into L2, so the DRAM stream runs ahead of the arithmetic (gemm_gemv_kernel.h).
+// line two blocks below it into L2, so the DRAM stream runs ahead of the arithmetic. From the layer's
+// kChunkRows rows (zmm: 5), where the arithmetic counts, an item is instead a chunk of a few column tiles
+// (at most 512 KiB of weights) walked over its whole reduction at once, sums in registers, while the lines
+// of the thread's next item are prefetched into L2 row by row (gemm_gemv_kernel.h).
 // Instances: zmm (avx512/gemm_gemv_avx512.cpp: vdpbf16ps on bf16 pairs) where isa_level() reaches
 // avx512_bf16, else ymm (avx2/gemm_gemv_avx2.cpp: bf16 widened to float32, vfmadd231ps).
 //

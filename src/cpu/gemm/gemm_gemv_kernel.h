@@ -1,10 +1,13 @@
 // The `gemv` variant's work (src/cpu/gemm/gemm_gemv.cpp says what it computes and why): items, blocks,
 // scratch and the thread split, shared by its ISA instances, which give a register layer L:
 //   kBlockRows (live rows a register block), kTileCols (columns a register tile), kStep (reduction elements
-//   one staged value holds: a bf16 pair 2, a float 1), Staged (that value's type),
+//   one staged value holds: a bf16 pair 2, a float 1), Staged (that value's type), kChunkRows (from this
+//   many live rows an item is a chunk of columns walked over its whole reduction at once: its sums stay in
+//   registers while the thread's next item is prefetched into L2 row by row; kMaxRows + 1: never),
 //   stage(lhs, Kd, live, k0, depth, x): weight rows [k0, k0 + depth) of each live row into x (step s of row r
-//   at x[s * kMaxRows + r]; an odd last pair's second element zero),
-//   tile<R>(job, tile): one column tile of a block for R live rows.
+//   at x[s * live + r]; an odd last pair's second element zero),
+//   tile<R>(job, tile): one column tile of a block for R live rows, stepping the tile's PrefetchCursor once
+//   per weight row it reads.
 // and define their instance's nn with MOE_DEFINE_GEMV_NN(L).
 // Include after the ISA's target pragma with MOE_GEMV_NS naming the instance's namespace (one per ISA), so
 // that all of it is that ISA's code (docs/design.md, "ISA levels").
@@ -31,6 +34,23 @@ constexpr int64_t kMaxDepth = 32;
 // How far ahead a block's reads prefetch, in blocks: two blocks measured 0.77-0.86 of the read at 8 rows
 // against 0.71-0.78 at one (moe_bench_few_rows 3 8, 2-core Zen 4), level or better at 1 and 4 rows.
 constexpr int64_t kBlocksAhead = 2;
+// A chunk's weights at most (it waits in L2 for the item before it), in whole tiles, at most kChunkTiles.
+constexpr int64_t kChunkBytes = int64_t(512) << 10;
+constexpr int64_t kChunkTiles = 4;
+
+// A run of weight lines to prefetch, row by row: `segs` lines of a row, then the next row `ld` bytes on.
+struct PrefetchCursor {
+  const char* row;  // nullptr: none
+  int64_t seg, segs, ld;
+  [[gnu::always_inline]] void step() {
+    if (row == nullptr) return;
+    __builtin_prefetch(row + seg * 64, 0, 2);  // into L2 (prefetcht1)
+    if (++seg == segs) {
+      seg = 0;
+      row += ld;
+    }
+  }
+};
 
 // Weight rows a block walks (column tile by column tile) before its sums go to scratch: few rows keep few
 // DRAM streams open, more rows spend less on the sums' trips to scratch, which counts more the more rows the
@@ -44,15 +64,20 @@ inline int64_t block_depth(int64_t live) {
 // A block's view of its operands, for one register block of rows and every column tile of an item.
 template <class Staged>
 struct BlockJob {
-  const char* w;         // weight row k0 at the item's first column
-  int64_t ld_bytes;      // weight rows' distance
-  int64_t steps;         // whole steps (kStep weight rows each)
-  bool odd;              // one more weight row, paired with zeros (kStep 2)
-  int64_t prefetch_off;  // bytes from a line read to the line to prefetch (0: none)
-  int64_t tiles;         // column tiles, the last one's live columns tail_cols
+  const char* w;     // weight row k0 at the item's first column
+  int64_t ld_bytes;  // weight rows' distance
+  int64_t steps;     // whole steps (kStep weight rows each)
+  bool odd;          // one more weight row, paired with zeros (kStep 2)
+  // The lines to prefetch (nullptr: none), a line per weight row read: blocks (prefetch_tile_lines 0), tile
+  // t's column of lines from line t of prefetch's row; chunks, tile t's from line t * prefetch_tile_lines of
+  // prefetch's rows of prefetch_segs lines, row by row.
+  const char* prefetch;
+  int64_t prefetch_segs, prefetch_tile_lines;
+  int64_t tiles;  // column tiles, the last one's live columns tail_cols
   int64_t tail_cols;
-  const Staged* x;  // lhs: step s of row r at x[s * kMaxRows + r]
-  float* sums;      // partial sums: tile t's row r at sums + t * sums_tile + r * kTileCols
+  const Staged* x;  // lhs: step s of row r at x[s * x_stride + r]
+  int64_t x_stride;
+  float* sums;  // partial sums: tile t's row r at sums + t * sums_tile + r * kTileCols
   int64_t sums_tile;
   bool first, last;  // the reduction's first block (sums start at zero) / last (store the output)
   char* out;         // last: tile t's row r at out + (t * kTileCols + r * out_ld) elements
@@ -67,7 +92,18 @@ struct Tile {
   int64_t cols;
   float* sums;
   char* out;
+  PrefetchCursor prefetch;
 };
+
+// Tile t's share of a block's prefetch: a line per weight row it reads.
+template <class Staged>
+PrefetchCursor tile_prefetch(const BlockJob<Staged>& j, int64_t t) {
+  if (j.prefetch == nullptr) return {nullptr, 0, 1, j.ld_bytes};
+  if (j.prefetch_tile_lines == 0) return {j.prefetch + t * 64, 0, 1, j.ld_bytes};
+  const int64_t first = j.prefetch_tile_lines * t;
+  return {j.prefetch + first / j.prefetch_segs * j.ld_bytes, first % j.prefetch_segs, j.prefetch_segs,
+          j.ld_bytes};
+}
 
 // A block over every column tile of an item, for R live rows.
 template <class L, int R>
@@ -75,7 +111,7 @@ void run_block(const BlockJob<typename L::Staged>& j) {
   const int64_t elem = j.out_bf16 ? 2 : 4;
   for (int64_t t = 0; t < j.tiles; ++t)
     L::template tile<R>(j, {j.w + t * L::kTileCols * 2, t + 1 < j.tiles ? L::kTileCols : j.tail_cols,
-                            j.sums + t * j.sums_tile, j.out + t * L::kTileCols * elem});
+                            j.sums + t * j.sums_tile, j.out + t * L::kTileCols * elem, tile_prefetch(j, t)});
 }
 
 template <class L, int... R>
@@ -109,20 +145,33 @@ int64_t tile_sums(int64_t live) {
   return live * L::kTileCols + 16;
 }
 
-// One item, block by block of its reduction.
+// Where an item's weights start: expert e's rows of part `part` at column col0.
+inline const char* item_weights(const Call& c, const Item& it) {
+  const int64_t part_cols = c.N / c.rhs.parts();
+  return static_cast<const char*>(c.rhs.part(it.part)) + (it.e * c.Kd * part_cols + it.col0) * 2;
+}
+
+// One item, block by block of its reduction, or (a chunk: L::kChunkRows live rows and more) all of it at once
+// while prefetching `next` (the thread's next item, or nullptr) row by row. x holds the item's rows staged
+// over the whole reduction (a chunk) or is staged a block at a time.
 template <class L>
-void run_item(const Call& c, const Item& it, float* sums, typename L::Staged* x) {
+void run_item(const Call& c, const Item& it, const Item* next, float* sums, typename L::Staged* x) {
   const int64_t part_cols = c.N / c.rhs.parts(), ld_bytes = part_cols * 2;
-  const char* w0 = static_cast<const char*>(c.rhs.part(it.part)) + (it.e * c.Kd * part_cols + it.col0) * 2;
+  const char* w0 = item_weights(c, it);
   const int64_t out_col = it.part * part_cols + it.col0, elem = c.out_bf16 ? 2 : 4;
-  const int64_t block = block_depth(it.live);
+  const bool chunk = it.live >= L::kChunkRows;
+  const int64_t block = chunk ? c.Kd : block_depth(it.live);
   const int64_t tiles = (it.cols + L::kTileCols - 1) / L::kTileCols;
   for (int64_t k0 = 0; k0 < c.Kd; k0 += block) {
     const int64_t depth = std::min(block, c.Kd - k0);
-    L::stage(c.lhs + it.row0 * c.Kd, c.Kd, it.live, k0, depth, x);
-    // The lines kBlocksAhead blocks below, where that block is a whole one (a short last block is not worth
-    // its own case).
-    const int64_t prefetch = k0 + (kBlocksAhead + 1) * block <= c.Kd ? kBlocksAhead * block * ld_bytes : 0;
+    if (!chunk) L::stage(c.lhs + it.row0 * c.Kd, c.Kd, it.live, k0, depth, x);
+    // Blocks: the lines kBlocksAhead blocks below, where that block is a whole one (a short last block is
+    // not worth its own case). Chunks: the next item's.
+    const char* prefetch = chunk ? (next ? item_weights(c, *next) : nullptr)
+                           : k0 + (kBlocksAhead + 1) * block <= c.Kd
+                               ? w0 + (k0 + kBlocksAhead * block) * ld_bytes
+                               : nullptr;
+    const int64_t next_segs = chunk && next ? (next->cols + L::kTileCols - 1) / L::kTileCols : 1;
     for (int64_t r0 = 0; r0 < it.live; r0 += L::kBlockRows) {
       const int rows = int(std::min<int64_t>(L::kBlockRows, it.live - r0));
       const BlockJob<typename L::Staged> j{
@@ -130,10 +179,13 @@ void run_item(const Call& c, const Item& it, float* sums, typename L::Staged* x)
           ld_bytes,
           depth / L::kStep,
           depth % L::kStep != 0,
-          r0 == 0 ? prefetch : 0,
+          r0 == 0 ? prefetch : nullptr,
+          next_segs,
+          chunk ? depth / L::kStep * L::kStep : 0,
           tiles,
           it.cols - (tiles - 1) * L::kTileCols,
           x + r0,
+          it.live,
           sums + r0 * L::kTileCols,
           tile_sums<L>(it.live),
           k0 == 0,
@@ -153,10 +205,18 @@ void run_item(const Call& c, const Item& it, float* sums, typename L::Staged* x)
 struct alignas(64) SumSlot {
   float lanes[16];
 };
+template <class T>
+struct StagedSlot {
+  T value;
+};
 template <class L>
 struct Scratch {
-  std::vector<SumSlot> sums;                               // per column tile: (rows, kTileCols) and a line
-  std::array<typename L::Staged, kMaxDepth * kMaxRows> x;  // (kMaxDepth / kStep, kMaxRows)
+  std::vector<SumSlot> sums;  // per column tile: (rows, kTileCols) and a line
+  // A block's or a chunk's whole reduction of staged lhs (steps, live) and whose rows they are (a thread's
+  // chunks of one expert share them; nullptr: none).
+  std::vector<StagedSlot<typename L::Staged>> x;
+  const bf16_t* staged_rows = nullptr;
+  int64_t staged_live = 0;
 };
 template <class L>
 Scratch<L>& thread_scratch() {
@@ -164,15 +224,52 @@ Scratch<L>& thread_scratch() {
   return scratch;
 }
 
-// The columns of an item of a part `part_cols` wide: whole rows (at most kMaxChunkCols) unless `items` whole
-// parts leave a thread of `threads` without two, whole column tiles either way.
+// The columns of an item of a part `part_cols` wide for `live` rows: a chunk walked at once (L::kChunkRows
+// rows and more: at most kChunkBytes of weights, whole tiles), or whole rows (at most kMaxChunkCols) unless
+// `items` whole parts leave a thread of `threads` without two, whole column tiles either way.
 template <class L>
-int64_t chunk_cols(int64_t part_cols, int64_t items, int threads) {
+int64_t chunk_cols(int64_t part_cols, int64_t Kd, int64_t live, int64_t items, int threads) {
   const int64_t tiles = (part_cols + L::kTileCols - 1) / L::kTileCols;
+  if (live >= L::kChunkRows) {
+    int64_t chunk_tiles = kChunkTiles;
+    while (chunk_tiles > 1 && chunk_tiles * L::kTileCols * 2 * Kd > kChunkBytes) chunk_tiles /= 2;
+    return std::min(chunk_tiles, tiles) * L::kTileCols;
+  }
   int64_t chunks =
       std::max((part_cols + kMaxChunkCols - 1) / kMaxChunkCols, (2 * threads + items - 1) / items);
   chunks = std::clamp<int64_t>(chunks, 1, tiles);
   return (tiles + chunks - 1) / chunks * L::kTileCols;
+}
+
+// Stages a chunk's rows over the whole reduction unless the thread's last chunk staged the same rows.
+template <class L>
+typename L::Staged* staged_rows(Scratch<L>& s, const Call& c, const Item& it) {
+  const bf16_t* rows = c.lhs + it.row0 * c.Kd;
+  auto* x = reinterpret_cast<typename L::Staged*>(s.x.data());
+  if (it.live < L::kChunkRows) {
+    s.staged_rows = nullptr;  // run_item stages a block at a time over it
+  } else if (s.staged_rows != rows || s.staged_live != it.live) {
+    L::stage(rows, c.Kd, it.live, 0, c.Kd, x);
+    s.staged_rows = rows;
+    s.staged_live = it.live;
+  }
+  return x;
+}
+
+// A thread's items [begin, end), each prefetching the next while it runs.
+template <class L>
+void run_items(const Call& c, const std::vector<Item>& items, int64_t begin, int64_t end, int64_t max_chunk) {
+  Scratch<L>& s = thread_scratch<L>();
+  const size_t vectors = size_t(max_chunk / L::kTileCols * tile_sums<L>(kMaxRows) / 16);
+  if (s.sums.size() < vectors) s.sums.resize(vectors);
+  const size_t staged = size_t(std::max<int64_t>(c.Kd + L::kStep, kMaxDepth) / L::kStep * kMaxRows);
+  if (s.x.size() < staged) s.x.resize(staged);
+  s.staged_rows = nullptr;  // a new call's rows
+  for (int64_t i = begin; i < end; ++i) {
+    const Item& it = items[size_t(i)];
+    run_item<L>(c, it, i + 1 < end ? &items[size_t(i + 1)] : nullptr, reinterpret_cast<float*>(s.sums.data()),
+                staged_rows(s, c, it));
+  }
 }
 
 // out (rows, N) = lhs (rows, Kd) @ rhs[e] over each group's live rows (at most kMaxRows), bf16 inputs.
@@ -185,12 +282,14 @@ void nn_with(void* out, bool out_bf16, const bf16_t* lhs, ExpertWeights rhs, Gro
   for (int64_t e = 0; e < groups.experts; ++e) live_experts += gemm_detail::group_rows(groups, e).live > 0;
   if (live_experts == 0 || part_cols == 0) return;
   const int threads = omp_get_max_threads();
-  const int64_t chunk = chunk_cols<L>(part_cols, live_experts * rhs.parts(), threads);
   std::vector<Item> items;
+  int64_t max_chunk = 0;
   for (int64_t e = 0; e < groups.experts; ++e) {
     const gemm_detail::GroupRows g = gemm_detail::group_rows(groups, e);
     if (g.live == 0) continue;
     MOE_CHECK(g.live <= kMaxRows, "a gemv group above its rows");
+    const int64_t chunk = chunk_cols<L>(part_cols, Kd, g.live, live_experts * rhs.parts(), threads);
+    max_chunk = std::max(max_chunk, chunk);
     for (int part = 0; part < rhs.parts(); ++part)
       for (int64_t col = 0; col < part_cols; col += chunk)
         items.push_back({e, g.row0, g.live, part, col, std::min(chunk, part_cols - col)});
@@ -199,11 +298,7 @@ void nn_with(void* out, bool out_bf16, const bf16_t* lhs, ExpertWeights rhs, Gro
 #pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num(), n = omp_get_num_threads();
-    Scratch<L>& scratch = thread_scratch<L>();
-    const size_t vectors = size_t(chunk / L::kTileCols * tile_sums<L>(kMaxRows) / 16);
-    if (scratch.sums.size() < vectors) scratch.sums.resize(vectors);
-    for (int64_t i = count * t / n; i < count * (t + 1) / n; ++i)
-      run_item<L>(c, items[size_t(i)], reinterpret_cast<float*>(scratch.sums.data()), scratch.x.data());
+    run_items<L>(c, items, count * t / n, count * (t + 1) / n, max_chunk);
   }
 }
 
