@@ -69,8 +69,8 @@ struct BlockJob {
   int64_t steps;     // whole steps (kStep weight rows each)
   bool odd;          // one more weight row, paired with zeros (kStep 2)
   // The lines to prefetch (nullptr: none), a line per weight row read: blocks (prefetch_tile_lines 0), tile
-  // t's column of lines from line t of prefetch's row; chunks, tile t's from line t * prefetch_tile_lines of
-  // prefetch's rows of prefetch_segs lines, row by row.
+  // t's column of lines from its own columns of prefetch's row; chunks, tile t's from line t *
+  // prefetch_tile_lines of prefetch's rows of prefetch_segs lines, row by row.
   const char* prefetch;
   int64_t prefetch_segs, prefetch_tile_lines;
   int64_t tiles;  // column tiles, the last one's live columns tail_cols
@@ -95,11 +95,12 @@ struct Tile {
   PrefetchCursor prefetch;
 };
 
-// Tile t's share of a block's prefetch: a line per weight row it reads.
+// Tile t's share of a block's prefetch, the tile `offset` bytes into its rows: a line per weight row it
+// reads.
 template <class Staged>
-PrefetchCursor tile_prefetch(const BlockJob<Staged>& j, int64_t t) {
+PrefetchCursor tile_prefetch(const BlockJob<Staged>& j, int64_t t, int64_t offset) {
   if (j.prefetch == nullptr) return {nullptr, 0, 1, j.ld_bytes};
-  if (j.prefetch_tile_lines == 0) return {j.prefetch + t * 64, 0, 1, j.ld_bytes};
+  if (j.prefetch_tile_lines == 0) return {j.prefetch + offset, 0, 1, j.ld_bytes};
   const int64_t first = j.prefetch_tile_lines * t;
   return {j.prefetch + first / j.prefetch_segs * j.ld_bytes, first % j.prefetch_segs, j.prefetch_segs,
           j.ld_bytes};
@@ -111,7 +112,8 @@ void run_block(const BlockJob<typename L::Staged>& j) {
   const int64_t elem = j.out_bf16 ? 2 : 4;
   for (int64_t t = 0; t < j.tiles; ++t)
     L::template tile<R>(j, {j.w + t * L::kTileCols * 2, t + 1 < j.tiles ? L::kTileCols : j.tail_cols,
-                            j.sums + t * j.sums_tile, j.out + t * L::kTileCols * elem, tile_prefetch(j, t)});
+                            j.sums + t * j.sums_tile, j.out + t * L::kTileCols * elem,
+                            tile_prefetch(j, t, t * L::kTileCols * 2)});
 }
 
 template <class L, int... R>
@@ -171,7 +173,7 @@ void run_item(const Call& c, const Item& it, const Item* next, float* sums, type
                            : k0 + (kBlocksAhead + 1) * block <= c.Kd
                                ? w0 + (k0 + kBlocksAhead * block) * ld_bytes
                                : nullptr;
-    const int64_t next_segs = chunk && next ? (next->cols + L::kTileCols - 1) / L::kTileCols : 1;
+    const int64_t next_segs = chunk && next ? (next->cols * 2 + 63) / 64 : 1;  // lines of a row
     for (int64_t r0 = 0; r0 < it.live; r0 += L::kBlockRows) {
       const int rows = int(std::min<int64_t>(L::kBlockRows, it.live - r0));
       const BlockJob<typename L::Staged> j{
