@@ -69,7 +69,8 @@ template <int R>
 // The ymm layer (cpu/gemm/gemm_gemv_kernel.h): lhs values staged as float32, one a step.
 struct Ymm {
   static constexpr int kBlockRows = 6;
-  // Blocks only: held to AVX2 on the Zen 4, chunks ran 0.08-0.11 TF/s at 8 rows against 0.08-0.14 in blocks.
+  // Blocks only: chunks on this layer are not measured yet (the one try, held to AVX2 on the Zen 4, ran with
+  // a chunk's prefetch mis-sized for 32-byte tiles: 0.08-0.11 TF/s at 8 rows against 0.08-0.14 in blocks).
   static constexpr int64_t kChunkRows = kMaxRows + 1;
   static constexpr int64_t kTileCols = gemv::kTileCols, kStep = 1;
   using Staged = float;
