@@ -530,22 +530,48 @@ TEST(Cli, AShapeTooLargeSaysWhatWouldFit) {
   EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << r.err;
 }
 
-// The pre-flight's estimate counts what a float16 run on the cpu widens to float32 in each GEMM (the widest
-// weight and its rows), which a bfloat16 run of the same shape never holds; on another device it does not.
-TEST(Cli, Float16OnTheCpuCountsItsWideningScratch) {
+// The pre-flight tests' layer: 64 tokens, 16 experts of 1024 x 512, top-2.
+moe::MoeConfig preflight_layer(moe::Dtype dtype) {
   moe::MoeConfig c;
   c.tokens = 64;
   c.hidden = 1024;
   c.mlp_dim = 512;
   c.experts = 16;
   c.topk = 2;
-  c.dtype = moe::Dtype::bf16;
-  const double bf16 = c.estimated_bytes();
-  c.dtype = moe::Dtype::f16;
-  const double widened_w13 = 2.0 * 16 * 1024 * 512 * 4;
-  EXPECT_GE(c.estimated_bytes() - bf16, widened_w13);
+  c.dtype = dtype;
+  return c;
+}
+
+// The pre-flight's estimate counts what a float16 run on the cpu widens to float32 in each GEMM (the widest
+// weight and its rows), which a bfloat16 run of the same shape never holds; on another device it does not.
+TEST(Cli, Float16OnTheCpuCountsItsWideningScratch) {
+  moe::MoeConfig c = preflight_layer(moe::Dtype::f16);
   c.device = "cuda";
-  EXPECT_EQ(c.estimated_bytes(), bf16);
+  const double on_cuda = c.estimated_bytes();
+  c.device = "cpu";
+  const double widened_w13 = 2.0 * 16 * 1024 * 512 * 4;
+  EXPECT_GE(c.estimated_bytes() - on_cuda, widened_w13);
+}
+
+// A bf16 forward on the cpu at 32 or fewer rows an expert keeps gemv's packing of the routed weights: the
+// pre-flight counts it there, and not where the weights change every call (forward_backward) or groups are
+// larger.
+TEST(Cli, Bf16ForwardAtFewRowsCountsGemvsPackedWeights) {
+  moe::MoeConfig c = preflight_layer(moe::Dtype::bf16);
+  // What the cpu counts over the cuda device's estimate (the same but for the packing).
+  auto cpu_over_cuda = [&](int64_t tokens, moe::BenchPass pass) {
+    c.tokens = tokens;
+    c.bench_pass = pass;
+    c.device = "cpu";
+    const double cpu = c.estimated_bytes();
+    c.device = "cuda";
+    return cpu - c.estimated_bytes();
+  };
+  const double routed = 3.0 * 16 * 1024 * 512 * 2;
+  EXPECT_EQ(cpu_over_cuda(64, moe::BenchPass::forward), routed);   // 8 rows an expert
+  EXPECT_EQ(cpu_over_cuda(256, moe::BenchPass::forward), routed);  // 32
+  EXPECT_EQ(cpu_over_cuda(1024, moe::BenchPass::forward), 0);      // 128
+  EXPECT_EQ(cpu_over_cuda(64, moe::BenchPass::forward_backward), 0);
 }
 
 // --hf-config FILE reads a model's MoE layer from its Hugging Face config.json under its architecture's

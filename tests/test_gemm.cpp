@@ -119,6 +119,56 @@ TEST_P(EveryGemmVariant, TnMatchesReferenceAndZeroesEmptyExperts) {
       [&](auto&&... args) { table.tn(args...); }, [&](auto&&... args) { table.tn_pair(args...); });
 }
 
+// Weights kept across calls (a forward run's, ExpertWeights::packs), each call's packs fresh: the first call
+// with them packs (gemv: in tile order) and reads that packing.
+TEST_P(EveryGemmVariant, NnOnKeptWeightsMatchesReference) {
+  MOE_TABLE_OR_SKIP(GetParam());
+  Inputs inputs(testing::test_seed());
+  check_nn(inputs, {{Dtype::f32, Dtype::f32}, {Dtype::bf16, Dtype::f32}, {Dtype::bf16, Dtype::bf16}},
+           [&](void* out, Dtype out_dt, const void* lhs, ExpertWeights rhs, Dtype in, GroupedShape groups,
+               int64_t Kd, int64_t N) {
+             WeightPacks packs;
+             table.nn(out, out_dt, lhs, rhs.kept(&packs), in, groups, Kd, N);
+           });
+}
+
+// A variant that packs kept weights gives the bits it gives reading them in place: on the call that packs
+// and on later calls that read the packing (other rows each time), nn and nn_swiglu, on 1, 2, 3 and 7
+// threads.
+TEST_P(EveryGemmVariant, KeptWeightsGiveTheBitsOfWeightsReadInPlace) {
+  MOE_TABLE_OR_SKIP(GetParam());
+  Inputs inputs(testing::test_seed());
+  const int threads_before = omp_get_max_threads();
+  for (const GroupCase& c : kGroupCases)
+    for (bool padded : {false, true}) {
+      SCOPED_TRACE(std::string(c.name) + (padded ? " padded, two weight parts" : ""));
+      const Groups g(c.sizes, padded);
+      const Weights rhs = random_weights(inputs, Dtype::bf16, padded ? 2 : 1, g.experts(), c.Kd, c.N);
+      const int64_t N = rhs.cols();
+      WeightPacks packs, swiglu_packs;
+      for (int threads : {1, 2, 3, 7}) {
+        omp_set_num_threads(threads);
+        const Tensor lhs = inputs.random(Dtype::bf16, {g.rows(), c.Kd});  // (rows, Kd)
+        Tensor in_place = nan_filled(Dtype::bf16, {g.rows(), N}), kept = in_place.to(Dtype::bf16);
+        table.nn(in_place.raw(), Dtype::bf16, lhs.raw(), rhs.view(), Dtype::bf16, g.shape(), c.Kd, N);
+        table.nn(kept.raw(), Dtype::bf16, lhs.raw(), rhs.view().kept(&packs), Dtype::bf16, g.shape(), c.Kd,
+                 N);
+        EXPECT_EQ(std::memcmp(in_place.raw(), kept.raw(), kept.bytes()), 0)
+            << "nn, " << threads << " threads";
+        if (N % 2 != 0) continue;
+        Tensor h = nan_filled(Dtype::bf16, {g.rows(), N}), h_kept = h.to(Dtype::bf16);  // (rows, 2M)
+        Tensor out = nan_filled(Dtype::bf16, {g.rows(), N / 2}), out_kept = out.to(Dtype::bf16);
+        table.nn_swiglu(h.raw(), out.raw(), Dtype::bf16, lhs.raw(), rhs.view(), Dtype::bf16, g.shape(), c.Kd,
+                        N / 2, nullptr, true);
+        table.nn_swiglu(h_kept.raw(), out_kept.raw(), Dtype::bf16, lhs.raw(), rhs.view().kept(&swiglu_packs),
+                        Dtype::bf16, g.shape(), c.Kd, N / 2, nullptr, true);
+        EXPECT_EQ(std::memcmp(out.raw(), out_kept.raw(), out.bytes()), 0)
+            << "nn_swiglu, " << threads << " threads";
+      }
+    }
+  omp_set_num_threads(threads_before);
+}
+
 // The cached primitives and reused scratch must not leak state from one call into the next.
 TEST_P(EveryGemmVariant, RepeatedCallsAreBitwiseIdentical) {
   MOE_TABLE_OR_SKIP(GetParam());

@@ -402,9 +402,9 @@ TEST_P(S8Instance, SameBitsOnOneTwoThreeAndSevenThreads) {
   omp_set_num_threads(threads_before);
 }
 
-// Weights packed once (S8WeightPacks: int8_routed_prequant's) give the bits of weights packed per call, in
+// Weights packed once (WeightPacks: int8_routed_prequant's) give the bits of weights packed per call, in
 // a second call with other rows and routing too (every expert was packed, not only the first call's), for
-// both forms' layouts in one S8WeightPacks.
+// both forms' layouts in one WeightPacks.
 // Packed per call (phase by phase: at the large shape each expert's packing is ~2 MB, so several phases
 // take the two slots in turn) and packed once into a pack cache (one phase) give the same bits, and nn_s8's
 // are the reference's.
@@ -420,7 +420,7 @@ TEST_P(S8Instance, WeightsPackedOnceEqualPackedPerCall) {
     const int64_t E = int64_t(shape.offsets[0].size()) - 1, Kd = shape.Kd, N = shape.N, M = N / 2;
     const std::vector<int8_t> rhs = random_s8(E * Kd * N, ++key);
     const std::vector<float> rs = random_scales(E, ++key);
-    S8WeightPacks packs;
+    WeightPacks packs;
     for (const std::vector<int64_t>& offset : shape.offsets) {
       const int64_t rows = offset.back();
       SCOPED_TRACE("Kd " + std::to_string(Kd) + ", rows " + std::to_string(rows));
@@ -467,9 +467,9 @@ TEST(Vnni, TheVariantRunsTheBestInstanceHere) {
   }
 }
 
-// One S8WeightPacks holds one tensor's packings: another tensor with it is a caller's bug, caught.
-TEST(S8WeightPacks, AnotherTensorWithTheSamePacksFailsTheInvariant) {
-  S8WeightPacks packs;
+// One WeightPacks holds one tensor's packings: another tensor with it is a caller's bug, caught.
+TEST(WeightPacks, AnotherTensorWithTheSamePacksFailsTheInvariant) {
+  WeightPacks packs;
   const std::vector<int8_t> a(64), b(64);
   EXPECT_EQ(packs.find("x", a.data(), 1, 8, 8), nullptr);
   EXPECT_NE(packs.make("x", a.data(), 1, 8, 8, 100), nullptr);

@@ -95,7 +95,7 @@ TEST(Tuning, AutoMeasuresOnceKeepsTheFastestAndLaterTablesReadIt) {
   EXPECT_EQ(tuned.measurements(), 1);
 }
 
-// An int8 call whose weights come with their S8WeightPacks (kept across calls: a kernel packs them once) is a
+// An int8 call whose weights come with their WeightPacks (kept across calls: a kernel packs them once) is a
 // shape class of its own: auto measures it apart from the same call with weights packed in every call.
 TEST(Tuning, Int8WeightsKeptAreAClassOfTheirOwn) {
   GemmCall plain;
@@ -121,7 +121,7 @@ TEST(Tuning, Int8WeightsKeptAreAClassOfTheirOwn) {
   const std::vector<int8_t> lhs(53 * 16, 3), rhs(3 * 16 * 24, -2);
   const std::vector<float> ls(53, 1.0f), rs(3, 1.0f);
   Tensor out(Dtype::bf16, {53, 24});
-  S8WeightPacks packs;
+  WeightPacks packs;
   Int8Operands in{lhs.data(), ls.data(), rhs.data(), rs.data()};
   table.nn_s8(out.raw(), Dtype::bf16, in, {offset, 3}, 16, 24);
   EXPECT_EQ(table.measurements(), 1);

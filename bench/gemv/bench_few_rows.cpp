@@ -5,7 +5,8 @@
 // 64 experts (200-512 MiB of bf16 weights, far past the caches), 1 to 32 rows an expert. Candidates run
 // interleaved round by round and the best round is kept (the 2-core box is shared: contention only ever
 // slows a call down, and its memory bandwidth moves by 2x from minute to minute, so only the ratio to the
-// read of the same round's process means anything). Prints per call: ms, GB/s of weights, x the read, TF/s.
+// read of the same round's process means anything). "gemv kept" is gemv on weights it packed once in its tile
+// order (a forward run's). Prints per call: ms, GB/s of weights, x the read, TF/s.
 //
 //   moe_bench_few_rows [rounds=5] [rows=all|1|2|4|8|16|32]
 #include <omp.h>
@@ -88,6 +89,18 @@ void bench(const Projection& p, const Buffer<bf16_t>& w, int64_t rows, int round
                    table(name).nn(out.data(), Dtype::bf16, lhs.data(), w.data(), Dtype::bf16, groups, p.Kd,
                                   p.N);
                  }});
+  // gemv on the weights packed once in its tile order (a forward run's: the first, untimed call packs).
+  WeightPacks packs;
+  GemmCall kept_call = call;
+  kept_call.weights_kept = true;
+  if (table("gemv").row_for(kept_call).variant->name == std::string("gemv")) {
+    const ExpertWeights kept = ExpertWeights(w.data()).kept(&packs);
+    auto run = [&, kept] {
+      table("gemv").nn(out.data(), Dtype::bf16, lhs.data(), kept, Dtype::bf16, groups, p.Kd, p.N);
+    };
+    run();
+    c.push_back({"gemv kept", run});
+  }
   bench_rounds::time_rounds(c, rounds);
   std::printf("%s: Kd = %lld, N = %lld, %lld experts x %lld rows, %d threads, best of %d\n", p.name,
               (long long)p.Kd, (long long)p.N, (long long)kExperts, (long long)rows, omp_get_max_threads(),

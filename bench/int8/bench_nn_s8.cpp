@@ -99,7 +99,7 @@ void bench_shape(const GemmShape& shape, int rounds) {
                         reinterpret_cast<const int8_t*>(w8.data()), rs.data()};
 
   std::vector<Candidate> c;
-  std::map<std::string, S8WeightPacks> packs;  // per variant: one packing of w8 each
+  std::map<std::string, WeightPacks> packs;  // per variant: one packing of w8 each
   c.push_back(
       {std::string("nn bf16 (") + float_variant + ")", [&] {
          table(float_variant).nn(y.data(), Dtype::bf16, x16.data(), w16.data(), Dtype::bf16, groups, Kd, N);
@@ -159,7 +159,7 @@ void bench_swiglu(const GemmShape& shape, int rounds) {
                         reinterpret_cast<const int8_t*>(w8.data()), rs.data()};
   int8_t* q = reinterpret_cast<int8_t*>(gq.data());
   std::vector<Candidate> c;
-  std::map<std::string, S8WeightPacks> packs;
+  std::map<std::string, WeightPacks> packs;
   c.push_back({std::string("nn_swiglu bf16 (") + float_variant + ")", [&] {
                  table(float_variant)
                      .nn_swiglu(h.data(), g.data(), Dtype::bf16, x16.data(), w16.data(), Dtype::bf16, groups,
@@ -170,7 +170,7 @@ void bench_swiglu(const GemmShape& shape, int rounds) {
         !v.unavailable().empty())
       continue;
     const std::string name = v.name;
-    S8WeightPacks* kept = &packs[name];
+    WeightPacks* kept = &packs[name];
     c.push_back({"nn_s8_swiglu (" + name + ")", [&, name, kept] {
                    Int8Operands once = in;
                    once.rhs_packs = kept;

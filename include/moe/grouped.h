@@ -20,20 +20,28 @@ struct GroupedShape {
   bool zero_padding = false;
 };
 
+class WeightPacks;  // the cpu kernels' packings of weights kept across calls (src/cpu/gemm/gemm.h)
+
 // The weights a grouped GEMM multiplies by: rhs[e] (Kd, N) of one (E, Kd, N) tensor, or the column
 // concatenation [first[e] | second[e]] of two (E, Kd, N/2) tensors, read where they lie (a fused
 // impl's w13 = [w1 | w3] without building it).
 struct ExpertWeights {
   const void* first;
   const void* second = nullptr;
+  // The weights hold their values across calls (a forward run's): an nn kernel may keep a packing of them
+  // here (keyed by first; both parts) and read it in later calls. nullptr: read them where they lie.
+  WeightPacks* packs = nullptr;
   ExpertWeights(const void* w)
       : first(w) {}  // NOLINT(google-explicit-constructor): one tensor reads as itself
   ExpertWeights(const void* w1, const void* w3) : first(w1), second(w3) {}
+  ExpertWeights kept(WeightPacks* p) const {
+    ExpertWeights w = *this;
+    w.packs = p;
+    return w;
+  }
   int parts() const { return second ? 2 : 1; }
   const void* part(int p) const { return p == 0 ? first : second; }
 };
-
-class S8WeightPacks;  // the cpu kernels' packings of int8 weights kept across calls (src/cpu/gemm/gemm.h)
 
 // nn_s8's operands: quantized values and their scales (moe/quantize.h makes them).
 struct Int8Operands {
@@ -42,7 +50,7 @@ struct Int8Operands {
   const int8_t* rhs;       // (E, Kd, N)
   const float* rhs_scale;  // (E) or (E, N)
   bool rhs_scale_per_column = false;
-  S8WeightPacks* rhs_packs = nullptr;  // rhs unchanged across calls: kernels may keep their packing here
+  WeightPacks* rhs_packs = nullptr;  // rhs unchanged across calls: kernels may keep their packing here
 };
 
 // nn_s8_swiglu's second weight part: the up projection's (E, Kd, M) and its scales, per expert or per

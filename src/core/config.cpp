@@ -157,7 +157,12 @@ double MoeConfig::estimated_bytes() const {
   // float16 on the cpu: no kernel multiplies it, so a GEMM widens its float16 operands and output to float32
   // copies for the call (cpu/gemm/f16_widening.h): at most the widest weight (w13 or its gradient) and rows.
   double widening = dtype == Dtype::f16 && device == "cpu" ? (2 * E * H * M + rows * (H + 2 * M)) * 4 : 0;
-  return params + acts + shared + grads + widening;
+  // A bf16 forward on the cpu at few rows an expert (gemv's, 32 and fewer): gemv keeps the routed weights
+  // packed in its tile order for the run (their values hold across a forward run's calls).
+  const bool gemv_tiles = dtype == Dtype::bf16 && device == "cpu" && bench_pass == BenchPass::forward &&
+                          quant_mode == QuantMode::none && T * K <= 32 * E;
+  double tiles = gemv_tiles ? 3 * E * H * M * es : 0;
+  return params + acts + shared + grads + widening + tiles;
 }
 
 // ref_dp is the seed's profile-harness path as it was: what that harness never ran is refused, not

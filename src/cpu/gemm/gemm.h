@@ -106,33 +106,44 @@ using GemmTnPairFn = void (*)(const GemmThresholds&, void* drhs_first, void* drh
 using GemmDenseFn = void (*)(const GemmThresholds&, void* out, Dtype out_dtype, const void* a, Dtype a_dtype,
                              const void* b, Dtype b_dtype, int64_t R, int64_t Kd, int64_t N, bool trans_a,
                              bool trans_b);
-// Packings of int8 weights that hold the same values across nn_s8 calls (int8_routed_prequant's, quantized
-// once outside the timed calls): a variant that multiplies weights packed into a layout of its own packs
-// every expert on its first call with these packs and reads that packing in later calls, instead of packing
-// in every call. One object per weight tensor; the caller promises its values do not change while it
-// passes the same object (a different tensor or shape with it is an invariant failure).
-class S8WeightPacks {
+// Packings of weights that hold the same values across calls (int8_routed_prequant's, quantized once outside
+// the timed calls; a forward run's bf16 expert weights): a variant that multiplies weights packed into a
+// layout of its own packs every expert on its first call with these packs and reads that packing in later
+// calls, instead of packing in every call (or reading them where they lie). One object per weight tensor;
+// the caller promises its values do not change while it passes the same object (a different tensor or shape
+// with it is an invariant failure).
+class WeightPacks {
  public:
-  S8WeightPacks() = default;
-  S8WeightPacks(const S8WeightPacks&) = delete;
-  S8WeightPacks& operator=(const S8WeightPacks&) = delete;
+  WeightPacks() = default;
+  WeightPacks(const WeightPacks&) = delete;
+  WeightPacks& operator=(const WeightPacks&) = delete;
   // The packing named `layout` (a kernel's name for its layout) made of rhs (E, Kd, N), or nullptr.
-  const uint8_t* find(const std::string& layout, const int8_t* rhs, int64_t E, int64_t Kd, int64_t N) const;
-  // `bytes` of room, 64-byte aligned, for the packing named `layout` of rhs, which the caller fills before
-  // anyone finds it (one thread packs at a time: a kernel table runs one call at a time per op).
-  uint8_t* make(const std::string& layout, const int8_t* rhs, int64_t E, int64_t Kd, int64_t N, size_t bytes);
+  const uint8_t* find(const std::string& layout, const void* rhs, int64_t E, int64_t Kd, int64_t N) const;
+  // `bytes` of zeroed room, 64-byte aligned, for the packing named `layout` of rhs, which the caller fills
+  // before anyone finds it (one thread packs at a time: a kernel table runs one call at a time per op).
+  uint8_t* make(const std::string& layout, const void* rhs, int64_t E, int64_t Kd, int64_t N, size_t bytes);
 
  private:
   struct Entry {
     std::string layout;
-    std::vector<uint8_t> storage;  // 64 bytes more than asked, for the alignment
-    uint8_t* data;                 // in storage, 64-byte aligned
+    Buffer<uint8_t> storage;
   };
-  const int8_t* rhs_ = nullptr;
+  const void* rhs_ = nullptr;
   int64_t E_ = 0, Kd_ = 0, N_ = 0;
   std::vector<Entry> entries_;
   mutable std::mutex mutex_;
-  void check_same(const int8_t* rhs, int64_t E, int64_t Kd, int64_t N) const;
+  void check_same(const void* rhs, int64_t E, int64_t Kd, int64_t N) const;
+};
+
+// An op's slot for one weight's packs, kept across calls: renewed when another tensor comes. It holds the
+// tensors' storage, so no other tensor can come at their address while it keeps their packs.
+class KeptWeightPacks {
+ public:
+  WeightPacks* of(const Tensor& first, const Tensor& second = Tensor());
+
+ private:
+  Tensor first_, second_;
+  std::unique_ptr<WeightPacks> packs_;
 };
 
 using GemmNnS8Fn = void (*)(const GemmThresholds&, void* out, Dtype out_dtype, Int8Operands in,
@@ -156,9 +167,10 @@ struct GemmCall {
   int parts = 1;  // weight parts (ExpertWeights)
   bool accumulate = false;
   bool trans_a = false, trans_b = false;
-  // int8 forms: the weights come with their S8WeightPacks (kept across calls), so a kernel that packs them
-  // does it once, not in every call: a class of its own (auto's choice differs: at 256-row groups oneDNN's
-  // nn_s8 matched vnni's packed per call, and lost to it packed once).
+  // The weights come with their WeightPacks (kept across calls: int8 forms, nn and nn_swiglu), so a kernel
+  // that packs them does it once, not in every call: a class of its own (auto's choice differs: at 256-row
+  // groups oneDNN's nn_s8 matched vnni's packed per call, and lost to it packed once; gemv reads a packing
+  // in tile order at 1-32 rows).
   bool weights_kept = false;
   // "nn bf16->bf16 Kd=1024 N=2048 E=16 rows<=1024 parts=2" (" kept" for weights_kept): the shape class auto
   // is tuned for (group rows rounded up to a power of two).

@@ -1,8 +1,9 @@
 // The `gemv` variant: cpu/gemm/gemm.h's nn and nn_swiglu for groups of 1-32 rows (decode steps, small
 // micro-batches, EP ranks with few rows per expert), where the block is bound by reading expert weights, not
-// by multiplying them. It reads each weight byte once, where it lies: no packing pass (dpbf16 packs each
-// panel into its tile layout and reads it back, and at a few rows that traffic, not the arithmetic, sets the
-// speed: 0.4-0.6 of a sequential read of the same weights, against 0.9 here at 1-4 rows).
+// by multiplying them. It reads each weight byte once in a call: where it lies, with no packing pass (dpbf16
+// packs each panel into its tile layout and reads it back, and at a few rows that traffic, not the
+// arithmetic, sets the speed: 0.4-0.6 of a sequential read of the same weights, against 0.9 here at 1-4
+// rows), or from a packing made once for weights kept across calls.
 //
 // Work: items of (expert, weight part, its whole rows or a column chunk of them where the items are too few
 // for two a thread), in contiguous runs a thread, so a thread streams an expert's weights in address order.
@@ -13,16 +14,23 @@
 // kChunkRows rows (zmm: 5), where the arithmetic counts, an item is instead a chunk of a few column tiles
 // (at most 512 KiB of weights) walked over its whole reduction at once, sums in registers, while the lines
 // of the thread's next item are prefetched into L2 row by row (gemm_gemv_kernel.h).
-// Instances: zmm (avx512/gemm_gemv_avx512.cpp: vdpbf16ps on bf16 pairs) where isa_level() reaches
-// avx512_bf16, else ymm (avx2/gemm_gemv_avx2.cpp: bf16 widened to float32, vfmadd231ps).
+// Weights kept across calls (ExpertWeights::packs: a forward run's) are packed once, on the first call, in
+// tile order (gemm_gemv.h): an item's tiles are then one run of memory, walked tile by tile over the whole
+// reduction with the lines 16 KiB ahead prefetched into L2. In place, a tile's rows lie a weight row apart
+// and the chunks ran 0.61-0.81 of a sequential read at 8 rows; packed, 0.86-0.96 (moe_bench_few_rows 3 8,
+// 2-core Zen 4). Instances: zmm (avx512/gemm_gemv_avx512.cpp: vdpbf16ps on bf16 pairs) where isa_level()
+// reaches avx512_bf16, else ymm (avx2/gemm_gemv_avx2.cpp: bf16 widened to float32, vfmadd231ps).
 //
 // Arithmetic: products summed in float32 in the same order whatever the thread count, the output rounded
 // once to nearest even (bf16) or stored as is (float32). nn_swiglu is nn into h, then one swiglu_forward over
 // the stored h of every row (as the nn_then_swiglu composition computes it).
 #include "cpu/gemm/gemm_gemv.h"
 
+#include <algorithm>
+#include <cstring>
 #include <string>
 
+#include "cpu/gemm/gemm.h"
 #include "cpu/gemm/gemm_variants.h"
 #include "cpu/ops/swiglu.h"
 #include "moe/cpu_isa.h"
@@ -32,13 +40,46 @@ namespace moe::gemv {
 
 using namespace gemm_detail;  // at, check_groups, group_rows, zero_padding_rows
 
+namespace {
+
+// rhs (parts of (E, Kd, N / parts)) in tile order (cpu/gemm/gemm_gemv.h) of tiles `tile_cols` wide.
+void pack_tiles(ExpertWeights rhs, int64_t E, int64_t Kd, int64_t N, int64_t tile_cols, uint8_t* dst) {
+  const int64_t part_cols = N / rhs.parts(), tiles = (part_cols + tile_cols - 1) / tile_cols;
+  const int64_t tile_row = tile_cols * 2, count = E * rhs.parts() * tiles;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t t = i % tiles, part = i / tiles % rhs.parts(), e = i / tiles / rhs.parts();
+    const int64_t col0 = t * tile_cols, cols = std::min(tile_cols, part_cols - col0);
+    const auto* src = static_cast<const uint8_t*>(rhs.part(int(part))) + (e * Kd * part_cols + col0) * 2;
+    uint8_t* tile = dst + i * Kd * tile_row;
+    for (int64_t k = 0; k < Kd; ++k)
+      std::memcpy(tile + k * tile_row, src + k * part_cols * 2, size_t(cols) * 2);
+  }
+}
+
+// rhs in tile order, packed on the first call with its packs (rhs.packs set).
+const uint8_t* tiles_of(ExpertWeights rhs, int64_t E, int64_t Kd, int64_t N, int64_t tile_cols) {
+  const std::string layout = "gemv tiles of " + std::to_string(tile_cols) + " columns";
+  if (const uint8_t* found = rhs.packs->find(layout, rhs.first, E, Kd, N)) return found;
+  const int64_t tiles = (N / rhs.parts() + tile_cols - 1) / tile_cols;
+  uint8_t* dst =
+      rhs.packs->make(layout, rhs.first, E, Kd, N, size_t(E * rhs.parts() * tiles * Kd * tile_cols * 2));
+  pack_tiles(rhs, E, Kd, N, tile_cols, dst);
+  return dst;
+}
+
+}  // namespace
+
 void grouped_gemm_nn(const GemmThresholds& /*k*/, void* out, Dtype out_dtype, const void* lhs,
                      ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N) {
   check_groups(groups, Kd, N);
   MOE_CHECK(in_dtype == Dtype::bf16, "gemv takes bf16 inputs");
-  const auto nn =
-      isa_level() >= IsaLevel::avx512_bf16 ? &cpu::isa_avx512_bf16::gemv::nn : &cpu::isa_avx2::gemv::nn;
-  nn(out, out_dtype == Dtype::bf16, static_cast<const bf16_t*>(lhs), rhs, groups, Kd, N);
+  const bool zmm = isa_level() >= IsaLevel::avx512_bf16;
+  const auto nn = zmm ? &cpu::isa_avx512_bf16::gemv::nn : &cpu::isa_avx2::gemv::nn;
+  const int64_t tile_cols =
+      zmm ? cpu::isa_avx512_bf16::gemv::kTileColsOfInstance : cpu::isa_avx2::gemv::kTileColsOfInstance;
+  const uint8_t* packed = rhs.packs && N > 0 ? tiles_of(rhs, groups.experts, Kd, N, tile_cols) : nullptr;
+  nn(out, out_dtype == Dtype::bf16, static_cast<const bf16_t*>(lhs), rhs, packed, groups, Kd, N);
   for (int64_t e = 0; e < groups.experts; ++e) zero_padding_rows(out, out_dtype, group_rows(groups, e), N);
 }
 

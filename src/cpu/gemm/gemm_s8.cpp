@@ -117,7 +117,7 @@ uint8_t* packed_weights(const Instance& inst, Scratch& s, const Work& w, Grouped
   s.packed_at.assign(size_t(groups.experts), -1);
   s.pack_jobs.clear();
   s.phase_jobs.assign(1, 0);
-  if (S8WeightPacks* packs = w.in.rhs_packs) {
+  if (WeightPacks* packs = w.in.rhs_packs) {
     for (int64_t e = 0; e < groups.experts; ++e) s.packed_at[size_t(e)] = e * expert_bytes;
     const std::string layout = layout_name(inst, w.swiglu != nullptr);
     const uint8_t* found = packs->find(layout, w.in.rhs, groups.experts, w.Kd, cols);

@@ -275,7 +275,8 @@ void GemmKernels::nn(void* out, Dtype out_dtype, const void* lhs, ExpertWeights 
   MOE_CHECK(N % rhs.parts() == 0, "grouped nn: two weight parts split N in halves");
   if (f16_widening::any_f16({in_dtype, out_dtype}))
     return f16_widening::nn(*this, out, out_dtype, lhs, rhs, in_dtype, groups, Kd, N);
-  const GemmCall call = grouped_call(GemmForm::nn, in_dtype, out_dtype, groups, Kd, N, rhs.parts());
+  GemmCall call = grouped_call(GemmForm::nn, in_dtype, out_dtype, groups, Kd, N, rhs.parts());
+  call.weights_kept = rhs.packs != nullptr;
   auto run = [&](const GemmRow& r) {
     std::get<GemmNnFn>(r.fn)(kernel_.thresholds, out, out_dtype, lhs, rhs, in_dtype, groups, Kd, N);
   };
@@ -289,7 +290,8 @@ void GemmKernels::nn_swiglu(void* h, void* g, Dtype out_dtype, const void* lhs, 
   if (f16_widening::any_f16({in_dtype, out_dtype}))
     return f16_widening::nn_swiglu(*this, h, g, out_dtype, lhs, rhs, in_dtype, groups, Kd, M, row_weight,
                                    keep_h);
-  const GemmCall call = grouped_call(GemmForm::nn_swiglu, in_dtype, out_dtype, groups, Kd, M, rhs.parts());
+  GemmCall call = grouped_call(GemmForm::nn_swiglu, in_dtype, out_dtype, groups, Kd, M, rhs.parts());
+  call.weights_kept = rhs.packs != nullptr;
   auto run = [&](const GemmRow& r) {
     std::get<GemmNnSwigluFn>(r.fn)(kernel_.thresholds, h, g, out_dtype, lhs, rhs, in_dtype, groups, Kd, M,
                                    row_weight, keep_h);

@@ -22,6 +22,7 @@ class FloatExpertFfn final : public ExpertFfnOp {
         traits_(impl_traits(ctx.cfg.impl)),
         remat_(ctx.cfg.recomputes_expert_mlp()),
         backward_reads_forward_h_(ctx.cfg.bench_pass == BenchPass::forward_backward && !remat_),
+        weights_kept_(ctx.cfg.bench_pass == BenchPass::forward),
         H_(ctx.cfg.hidden),
         M_(ctx.cfg.mlp_dim),
         E_(ctx.cfg.experts),
@@ -37,7 +38,7 @@ class FloatExpertFfn final : public ExpertFfnOp {
 
   void down(Tensor& y_rows, const FfnWeights& w, const DispatchPlan& plan) override {
     const HostPlan p = host_view(plan);
-    gemm_.nn(y_rows.raw(), dt_, (remat_ ? act_.dg : act_.g).raw(), w.w2.raw(), dt_,
+    gemm_.nn(y_rows.raw(), dt_, (remat_ ? act_.dg : act_.g).raw(), kept(w.w2, down_packs_), dt_,
              {p.group_offset, E_, p.group_live, /*zero_padding=*/true}, M_, H_);
   }
 
@@ -97,6 +98,16 @@ class FloatExpertFfn final : public ExpertFfnOp {
   static ExpertWeights w13_of(const FfnWeights& w) {
     return w.w13.empty() ? ExpertWeights(w.w1.raw(), w.w3.raw()) : ExpertWeights(w.w13.raw());
   }
+  // A forward run's weights hold their values across calls (an inference step's), so its GEMMs may keep a
+  // packing of them (gemv's tile order); a forward_backward's change every step in training, so its GEMMs
+  // read them as they are in every call.
+  ExpertWeights kept(const Tensor& t, KeptWeightPacks& slot) {
+    return weights_kept_ ? ExpertWeights(t.raw()).kept(slot.of(t)) : ExpertWeights(t.raw());
+  }
+  ExpertWeights kept_w13(const FfnWeights& w) {
+    if (!weights_kept_) return w13_of(w);
+    return w13_of(w).kept(w.w13.empty() ? up_packs_[0].of(w.w1, w.w3) : up_packs_[0].of(w.w13));
+  }
   // keep_h: a backward will read h (else the fused GEMM may skip storing it: SwiGLU happens in its
   // epilogue, so h is never read back).
   void compute_up(Tensor& h, Tensor& g, const Tensor& x_rows, const FfnWeights& w, const HostPlan& p,
@@ -104,12 +115,12 @@ class FloatExpertFfn final : public ExpertFfnOp {
     const GroupedShape groups{p.group_offset, E_, p.group_live, /*zero_padding=*/true};
     const float* row_weight = traits_.preweight ? p.row_weight : nullptr;
     if (traits_.fuse_w13) {
-      gemm_.nn_swiglu(h.raw(), g.raw(), dt_, x_rows.raw(), w13_of(w), dt_, groups, H_, M_, row_weight,
+      gemm_.nn_swiglu(h.raw(), g.raw(), dt_, x_rows.raw(), kept_w13(w), dt_, groups, H_, M_, row_weight,
                       keep_h);
       return;
     }
-    gemm_.nn(h.raw(), dt_, x_rows.raw(), w.w1.raw(), dt_, groups, H_, M_);
-    gemm_.nn(at(h, p.rows * M_), dt_, x_rows.raw(), w.w3.raw(), dt_, groups, H_, M_);
+    gemm_.nn(h.raw(), dt_, x_rows.raw(), kept(w.w1, up_packs_[0]), dt_, groups, H_, M_);
+    gemm_.nn(at(h, p.rows * M_), dt_, x_rows.raw(), kept(w.w3, up_packs_[1]), dt_, groups, H_, M_);
     swiglu_forward(g.raw(), dt_, gate_up(h, p.rows), dt_, p.rows, M_, row_weight);
   }
 
@@ -120,7 +131,9 @@ class FloatExpertFfn final : public ExpertFfnOp {
   ImplTraits traits_;
   bool remat_;
   bool backward_reads_forward_h_;
+  bool weights_kept_;  // a forward run: the weights' packings are kept across calls
   int64_t H_, M_, E_, max_rows_;
+  KeptWeightPacks up_packs_[2], down_packs_;  // [w13 or w1, w3], w2
   // h: [gate | up] rows, or gate and up planes of (rows, M); g pre-weighted for preweight impls.
   ExpertActivations act_;
 };

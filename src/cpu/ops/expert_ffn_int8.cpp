@@ -128,34 +128,23 @@ class Int8ExpertFfn final : public ExpertFfnOp {
   struct Weight {
     const int8_t* q = nullptr;
     const float* scale = nullptr;
-    S8WeightPacks* packs = nullptr;  // prequant: the GEMMs' packings of q, kept across calls
+    WeightPacks* packs = nullptr;  // prequant: the GEMMs' packings of q, kept across calls
   };
   static GroupedShape groups(const HostPlan& p) { return {p.group_offset, p.experts, p.group_live, true}; }
   static Int8Operands operands(const Quantized& rows, Weight w) {
     return {rows.q.data<int8_t>(), rows.scale.data<float>(), w.q, w.scale, false, w.packs};
   }
   // int8_routed_prequant's weights keep their values for the run (quantized once, in make_inputs), so the
-  // GEMM kernels pack them once (the first, untimed call) and keep the packing here: one slot per weight
-  // and direction, renewed if another tensor comes.
-  struct KeptPacks {
-    const int8_t* source = nullptr;
-    std::unique_ptr<S8WeightPacks> packs;
-  };
-  static S8WeightPacks* packs_for(KeptPacks& slot, const int8_t* q) {
-    if (slot.source != q) {
-      slot.source = q;
-      slot.packs = std::make_unique<S8WeightPacks>();
-    }
-    return slot.packs.get();
-  }
+  // GEMM kernels pack them once (the first, untimed call) and keep the packing in a slot per weight and
+  // direction.
   void quantize_rows(Quantized& out, const void* x, int64_t rows, int64_t width, int64_t ld) {
     k_.quantize_rows(out.q.data<int8_t>(), out.scale.data<float>(), x, dt_, rows, width, ld, false);
   }
-  static Weight view(const QuantizedWeight& q, bool transposed, KeptPacks& slot) {
+  static Weight view(const QuantizedWeight& q, bool transposed, KeptWeightPacks& slot) {
     MOE_CHECK(!q.empty(),
               "int8_routed_prequant: the inputs carry no quantized weights (make_inputs makes them)");
-    const int8_t* values = (transposed ? q.qt : q.q).data<int8_t>();
-    return {values, q.scale.data<float>(), packs_for(slot, values)};
+    const Tensor& values = transposed ? q.qt : q.q;
+    return {values.data<int8_t>(), q.scale.data<float>(), slot.of(values)};
   }
   static Weight view(Quantized& q) { return {q.q.data<int8_t>(), q.scale.data<float>()}; }
 
@@ -223,7 +212,7 @@ class Int8ExpertFfn final : public ExpertFfnOp {
   Tensor dg_;  // dg (max_rows, M)  backward; the forward's g under expert_mlp remat
   Quantized xq_, gq_, dyq_, dhq_;
   Quantized up_q_[2], up_qt_[2], down_q_, down_qt_;  // int8_routed / int8_all only
-  KeptPacks up_packs_[2][2], down_packs_[2];         // prequant: [part][transposed], [transposed]
+  KeptWeightPacks up_packs_[2][2], down_packs_[2];   // prequant: [part][transposed], [transposed]
 };
 
 }  // namespace

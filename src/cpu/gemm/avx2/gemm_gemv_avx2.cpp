@@ -30,7 +30,7 @@ namespace moe::cpu::isa_avx2::gemv {
 namespace {
 
 using Job = BlockJob<float>;
-constexpr int64_t kTileCols = 16;  // the ymm layer's: two vectors of float32 sums a row
+constexpr int64_t kTileCols = kTileColsOfInstance;  // the ymm layer's: two vectors of float32 sums a row
 
 // The accumulators' type: unlike __m256 (declared may_alias), GCC keeps an array of it in registers.
 using SumVector = float __attribute__((vector_size(32)));

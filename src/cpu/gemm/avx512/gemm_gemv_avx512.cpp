@@ -31,7 +31,7 @@ namespace moe::cpu::isa_avx512_bf16::gemv {
 namespace {
 
 using Job = BlockJob<int32_t>;
-constexpr int64_t kTileCols = 32;  // the zmm layer's (two vectors of pair sums a row)
+constexpr int64_t kTileCols = kTileColsOfInstance;  // the zmm layer's (two vectors of pair sums a row)
 
 // Lane order (unpack interleaves within 128-bit lanes) -> columns [16 half, 16 half + 16) in order.
 inline __m512i columns_from_lanes(int half) {
