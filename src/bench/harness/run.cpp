@@ -17,6 +17,7 @@
 #include "bench/harness/seed_lines.h"
 #include "bench/harness/threads.h"
 #include "bench/harness/timing.h"
+#include "bench/probes/bandwidth.h"
 #include "bench/probes/noise.h"
 #include "bench/probes/trace.h"
 #include "moe/block.h"
@@ -281,7 +282,16 @@ class Run {
     MachineNoise noise;
     std::string gemm_kernels;
     ParallelMeasure parallel;
+    std::optional<double> bw_peak_gbps;  // the read probes around the calls (window_read_gbps)
   };
+
+  // A single-process cpu run with --with-peak compares itself with the memory of its own minute: the best
+  // read probe just before its first call and just after its timed calls (the process's first probe may be
+  // minutes older, and a shared machine's memory moves by 1.5-2x from minute to minute). None otherwise.
+  std::optional<double> window_read_gbps() const {
+    if (!o_.with_peak || !x_.ceiling.peak_tflops || parallel_) return std::nullopt;
+    return measure_read_gbps(omp_get_max_threads());
+  }
 
   // --repeats blocks of --warmup + --iters calls, each timed call after a barrier over several ranks.
   Timed time_calls(size_t m, const std::function<void()>& call) {
@@ -304,6 +314,7 @@ class Run {
       timed = false;
       if (++calls == 1) measured_by_first_call = kernel_measurements(x_.backend);
     };
+    const std::optional<double> read_before = window_read_gbps();
     const NoiseProbe noise_probe;
     const auto calls_start = std::chrono::steady_clock::now();
     const TimingStats rank_t = time_fn_aligned(
@@ -317,6 +328,7 @@ class Run {
     t.noise = noise_probe.finish(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - calls_start).count(),
         omp_get_max_threads(), available_cores());
+    if (read_before) t.bw_peak_gbps = std::max(*read_before, *window_read_gbps());
     MOE_CHECK(kernel_measurements(x_.backend) == measured_by_first_call,
               "auto measured GEMM kernels after a run's first call (a shape class changed between calls)");
     t.gemm_kernels = take_kernel_choices(x_.backend);
@@ -360,9 +372,11 @@ class Run {
     if (!outcome_.output_status) return false;
     QuantError qe;
     if (!read_results(mode, qe)) return false;
+    Ceiling ceiling = x_.ceiling;
+    if (t.bw_peak_gbps) ceiling.bw_peak_gbps = t.bw_peak_gbps;
     ResultRow row = make_row(
         c_, o_.kernel, protocol_of(o_),
-        {name(mode), t.time, x_.ceiling, block_.saved_activation_bytes(), t.memory, omp_get_max_threads(),
+        {name(mode), t.time, ceiling, block_.saved_activation_bytes(), t.memory, omp_get_max_threads(),
          x_.null_stats, t.noise, t.gemm_kernels, t.parallel, qe.out_rel_err, qe.grad_rel_err,
          process_wait_policy(), x_.backend.device_model(), experts_touched(x_.host_routing)},
         x_.env);

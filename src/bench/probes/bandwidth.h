@@ -18,4 +18,9 @@ struct Bandwidth {
 // Takes about a second; `bytes_per_array` defaults to 256 MiB.
 Bandwidth measure_bandwidth(int threads, double bytes_per_array = 256.0 * 1024 * 1024);
 
+// The read kernel alone, on one array, the best of `repeats` passes (about 0.2 s): what a run measures just
+// before and after its calls. Ten passes span ~0.1 s, the time over which a shared VM's memory was seen to
+// move between ~19 and ~28 GB/s (2-core Zen 4).
+double measure_read_gbps(int threads, double bytes = 256.0 * 1024 * 1024, int repeats = 10);
+
 }  // namespace moe::bench

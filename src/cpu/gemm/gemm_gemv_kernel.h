@@ -38,10 +38,13 @@ constexpr int64_t kBlocksAhead = 2;
 // A chunk's weights at most (it waits in L2 for the item before it), in whole tiles, at most kChunkTiles.
 constexpr int64_t kChunkBytes = int64_t(512) << 10;
 constexpr int64_t kChunkTiles = 4;
-// How far ahead of its reads a walk over packed weights (one run of memory) prefetches into L2: 8-32 KiB ran
-// 0.94-1.01 of the read at 8 rows against 0.66-0.82 with the hardware's prefetchers alone (a probe, 2-core
-// Zen 4, memory at ~50 GB/s; level at ~33 GB/s).
-constexpr int64_t kPackedAheadBytes = int64_t(16) << 10;
+// How far ahead of its reads a walk over packed weights (one run of memory) prefetches into L2, from
+// kPackedAheadRows live rows: below, the hardware's prefetchers keep up alone, and prefetching only costs. A
+// probe of the walk (2-core Zen 4, memory at ~52 / ~32 GB/s; x the read): 1 row 1.30 / 1.10 without, 0.86 /
+// 0.92 at 8 KiB; 4 rows 1.03 / 0.94 without, 0.79 / 0.92 at 8 KiB; 6 rows 0.93 / 0.93 without, 0.97 / 0.97 at
+// 8 KiB; 8 rows 0.78 / 0.97 without, 0.98 / 0.98 at 8 KiB, 1.00 / 0.92 at 16 KiB.
+constexpr int64_t kPackedAheadBytes = int64_t(8) << 10;
+constexpr int64_t kPackedAheadRows = 5;
 
 // A run of weight lines to prefetch, row by row: `segs` lines of a row, then the next row `ld` bytes on.
 struct PrefetchCursor {
@@ -196,9 +199,10 @@ void run_item(const Call& c, const Item& it, const Item* next, float* sums, type
   for (int64_t k0 = 0; k0 < c.Kd; k0 += block) {
     const int64_t depth = std::min(block, c.Kd - k0);
     if (!chunk) L::stage(c.lhs + it.row0 * c.Kd, c.Kd, it.live, k0, depth, x);
-    // Packed: kPackedAheadBytes on in the run of memory. Blocks: the lines kBlocksAhead blocks below, where
-    // that block is a whole one (a short last block is not worth its own case). Chunks: the next item's.
-    const char* prefetch = c.packed ? w0 + kPackedAheadBytes
+    // Packed: kPackedAheadBytes on in the run of memory (or none). Blocks: the lines kBlocksAhead blocks
+    // below, where that block is a whole one (a short last block is not worth its own case). Chunks: the next
+    // item's.
+    const char* prefetch = c.packed ? (it.live >= kPackedAheadRows ? w0 + kPackedAheadBytes : nullptr)
                            : chunk  ? (next ? item_weights<L>(c, *next) : nullptr)
                            : k0 + (kBlocksAhead + 1) * block <= c.Kd
                                ? w0 + (k0 + kBlocksAhead * block) * ld_bytes
