@@ -18,6 +18,7 @@
 #include "bench/harness/threads.h"
 #include "bench/harness/timing.h"
 #include "bench/probes/bandwidth.h"
+#include "bench/probes/machine_peaks.h"
 #include "bench/probes/noise.h"
 #include "bench/probes/trace.h"
 #include "moe/block.h"
@@ -290,7 +291,12 @@ class Run {
   // minutes older, and a shared machine's memory moves by 1.5-2x from minute to minute). None otherwise.
   std::optional<double> window_read_gbps() const {
     if (!o_.with_peak || !x_.ceiling.peak_tflops || parallel_) return std::nullopt;
-    return measure_read_gbps(omp_get_max_threads());
+    const int threads = omp_get_max_threads();
+    const double gbps = measure_read_gbps(threads);
+    // Kept with the machine's peaks (the best seen), so a later row without --with-peak reads at least it.
+    MachinePeaks(MachinePeaks::path_beside_tuning_file(x_.backend.kernel().tuning_file))
+        .remember_read_gbps(threads, gbps);
+    return gbps;
   }
 
   // --repeats blocks of --warmup + --iters calls, each timed call after a barrier over several ranks.
