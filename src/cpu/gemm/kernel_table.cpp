@@ -186,8 +186,11 @@ const GemmRow& GemmKernels::choose(const GemmCall& call, Run&& run) {
         if (known) {
           pick = known;
         } else {
-          const std::vector<double> times = time_candidates(
-              candidates.size(), [&](size_t i) { return seconds_of([&] { run(*candidates[i]); }); });
+          const CacheEvictor evictor;
+          const std::vector<double> times = time_candidates(candidates.size(), [&](size_t i) {
+            evictor.evict();
+            return seconds_of([&] { run(*candidates[i]); });
+          });
           std::vector<std::pair<std::string, double>> seconds;
           size_t fastest = 0;
           for (size_t i = 0; i < candidates.size(); ++i) {

@@ -22,6 +22,8 @@
 #include <utility>
 #include <vector>
 
+#include "moe/tensor.h"
+
 namespace moe {
 
 // auto's measurement of one shape class's n candidates; call(i) runs candidate i once on the call's own
@@ -33,6 +35,21 @@ namespace moe {
 // 2-core machines one timed call each picked the slower of two kernels 5-10 % apart about one time in
 // three; contention only ever slows a call, so the fastest call is the kernel's speed.
 std::vector<double> time_candidates(size_t n, const std::function<double(size_t)>& call);
+
+// Twice the last-level cache, read before each of auto's timed calls, so that a candidate meets its operands
+// where the block's call meets them: in memory. Between two calls of one GEMM a block runs its other GEMMs
+// (the up projection's weights pass between two down calls), so a call whose operands would fit the cache
+// finds them cold there; back to back they came from L3, where at one row an expert (Qwen3-30B-A3B's down
+// at T 1: 8 experts, 25 MB) oneDNN's nn edged out gemv's, 0.750 against 0.773 ms, while in the block gemv's
+// made the forward 20-25 % faster (2-core Zen 4).
+class CacheEvictor {
+ public:
+  CacheEvictor();  // allocates the buffer, first touched by the threads that read it
+  void evict() const;
+
+ private:
+  Buffer<uint64_t> words_;
+};
 
 class GemmTuner {
  public:
