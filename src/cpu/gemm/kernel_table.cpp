@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <bit>
 #include <chrono>
+#include <optional>
 
 #include "cpu/gemm/f16_widening.h"
 #include "cpu/gemm/gemm.h"
@@ -36,6 +37,14 @@ GemmCall grouped_call(GemmForm form, Dtype in, Dtype out, GroupedShape groups, i
 
 int variant_index(const GemmVariant* v) {
   return int(v - gemm_variants().data());
+}
+
+// Whether auto measures a call with its operands out of the caches (CacheEvictor): a grouped call of at most
+// 32 rows an expert, whose time is reading weights, which a block's call meets in memory (other GEMMs ran
+// since its last call). With more rows its activations count as much, and a block's call meets those warm
+// (the op before it just wrote them): such calls are measured back to back, as before.
+bool weights_come_cold(const GemmCall& call) {
+  return call.form != GemmForm::dense && call.rows <= 32;
 }
 
 // Seconds of one call of `fn`.
@@ -186,9 +195,10 @@ const GemmRow& GemmKernels::choose(const GemmCall& call, Run&& run) {
         if (known) {
           pick = known;
         } else {
-          const CacheEvictor evictor;
+          const std::optional<CacheEvictor> evictor =
+              weights_come_cold(call) ? std::optional<CacheEvictor>(std::in_place) : std::nullopt;
           const std::vector<double> times = time_candidates(candidates.size(), [&](size_t i) {
-            evictor.evict();
+            if (evictor) evictor->evict();
             return seconds_of([&] { run(*candidates[i]); });
           });
           std::vector<std::pair<std::string, double>> seconds;

@@ -36,12 +36,12 @@ namespace moe {
 // three; contention only ever slows a call, so the fastest call is the kernel's speed.
 std::vector<double> time_candidates(size_t n, const std::function<double(size_t)>& call);
 
-// Twice the last-level cache, read before each of auto's timed calls, so that a candidate meets its operands
-// where the block's call meets them: in memory. Between two calls of one GEMM a block runs its other GEMMs
-// (the up projection's weights pass between two down calls), so a call whose operands would fit the cache
-// finds them cold there; back to back they came from L3, where at one row an expert (Qwen3-30B-A3B's down
-// at T 1: 8 experts, 25 MB) oneDNN's nn edged out gemv's, 0.750 against 0.773 ms, while in the block gemv's
-// made the forward 20-25 % faster (2-core Zen 4).
+// Twice the last-level cache, read before each of auto's timed calls of a few-row class (kernel_table.cpp's
+// weights_come_cold), so that a candidate meets its weights where the block's call meets them: in memory.
+// Between two calls of one GEMM a block runs its other GEMMs (the up projection's weights pass between two
+// down calls), so a call whose operands would fit the cache finds them cold there; back to back they came
+// from L3, where at one row an expert (Qwen3-30B-A3B's down at T 1: 8 experts, 25 MB) oneDNN's nn edged out
+// gemv's, 0.750 against 0.773 ms, while in the block gemv's made the forward 20-25 % faster (2-core Zen 4).
 class CacheEvictor {
  public:
   CacheEvictor();  // allocates the buffer, first touched by the threads that read it
