@@ -42,9 +42,14 @@ using namespace gemm_detail;  // at, check_groups, group_rows, zero_padding_rows
 
 namespace {
 
+// A weight part's column tiles of `tile_cols` columns.
+int64_t part_tiles(ExpertWeights rhs, int64_t N, int64_t tile_cols) {
+  return (N / rhs.parts() + tile_cols - 1) / tile_cols;
+}
+
 // rhs (parts of (E, Kd, N / parts)) in tile order (cpu/gemm/gemm_gemv.h) of tiles `tile_cols` wide.
 void pack_tiles(ExpertWeights rhs, int64_t E, int64_t Kd, int64_t N, int64_t tile_cols, uint8_t* dst) {
-  const int64_t part_cols = N / rhs.parts(), tiles = (part_cols + tile_cols - 1) / tile_cols;
+  const int64_t part_cols = N / rhs.parts(), tiles = part_tiles(rhs, N, tile_cols);
   const int64_t tile_row = tile_cols * 2, count = E * rhs.parts() * tiles;
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < count; ++i) {
@@ -61,7 +66,7 @@ void pack_tiles(ExpertWeights rhs, int64_t E, int64_t Kd, int64_t N, int64_t til
 const uint8_t* tiles_of(ExpertWeights rhs, int64_t E, int64_t Kd, int64_t N, int64_t tile_cols) {
   const std::string layout = "gemv tiles of " + std::to_string(tile_cols) + " columns";
   if (const uint8_t* found = rhs.packs->find(layout, rhs.first, E, Kd, N)) return found;
-  const int64_t tiles = (N / rhs.parts() + tile_cols - 1) / tile_cols;
+  const int64_t tiles = part_tiles(rhs, N, tile_cols);
   uint8_t* dst =
       rhs.packs->make(layout, rhs.first, E, Kd, N, size_t(E * rhs.parts() * tiles * Kd * tile_cols * 2));
   pack_tiles(rhs, E, Kd, N, tile_cols, dst);

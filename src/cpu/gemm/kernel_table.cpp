@@ -8,6 +8,7 @@
 
 #include "cpu/gemm/f16_widening.h"
 #include "cpu/gemm/gemm.h"
+#include "cpu/gemm/gemm_gemv.h"
 #include "cpu/gemm/tuning.h"
 #include "moe/fatal_signal.h"
 
@@ -44,7 +45,7 @@ int variant_index(const GemmVariant* v) {
 // since its last call). With more rows its activations count as much, and a block's call meets those warm
 // (the op before it just wrote them): such calls are measured back to back, as before.
 bool weights_come_cold(const GemmCall& call) {
-  return call.form != GemmForm::dense && call.rows <= 32;
+  return call.form != GemmForm::dense && call.rows <= kGemvMaxRows;
 }
 
 // Seconds of one call of `fn`.
