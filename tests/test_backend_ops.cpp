@@ -454,6 +454,49 @@ TEST_P(OpsOnBackend, ExpertFfnForwardTakesNewWeights) {
   skip_if_nothing_ran();
 }
 
+// A forward run's dispatch and expert op keep their row buffers' padding rows zeros across calls
+// (cpu/ops/kept_zero_padding.h) and write only the live rows: over layouts A, B, A into the same x_rows and
+// y_rows, every row (padding too) is the reference dispatch's and a fresh op's on a fresh buffer, bit for
+// bit (rows live in one layout and padding in the next must be zeroed).
+TEST_P(OpsOnBackend, ForwardRunsKeepPaddingZerosAcrossLayouts) {
+  for (Case c : cases_) {
+    if (c.cfg.impl == Impl::ref_dp) continue;
+    c.cfg.bench_pass = BenchPass::forward;
+    c.cfg.remat_mode = RematMode::none;
+    if (!supported(OpKind::expert_ffn, c) || !supported(OpKind::dispatch, c)) continue;
+    SCOPED_TRACE(c.label);
+    Case other = c;
+    other.cfg.seed += 1000;
+    other.routing = make_routing(other.cfg);
+    const int64_t H = c.cfg.hidden, M = c.cfg.mlp_dim, E = c.cfg.experts;
+    const Dtype dt = c.cfg.dtype;
+    const DispatchPlan plans[] = {ref_plan(c), ref_plan(other)};
+    const Tensor x = random_host(dt, {c.cfg.tokens, H}, seed_ + 40);
+    const FfnWeights w{be().to_device(random_host(dt, {E, H, M}, seed_ + 41)),
+                       be().to_device(random_host(dt, {E, H, M}, seed_ + 42)),
+                       be().to_device(random_host(dt, {E, M, H}, seed_ + 43)), Tensor()};
+    auto dispatch = be().make_dispatch(context(c, be()));
+    auto op = be().make_expert_ffn(context(c, be()));
+    Tensor x_rows = poisoned(be(), dt, {plans[0].max_rows, H}),
+           y = poisoned(be(), dt, {plans[0].max_rows, H});
+    for (int step : {0, 1, 0}) {
+      const DispatchPlan& plan = plans[step];
+      const DispatchPlan be_plan = to_memory(plan, be().memory());
+      const int64_t rows = plan_stats(plan).rows;
+      Tensor want_x(dt, {plan.max_rows, H});
+      ref().make_dispatch(context(c, ref()))->forward(want_x, x, plan);
+      dispatch->forward(x_rows, be().to_device(x), be_plan);
+      EXPECT_TRUE(close("x_rows", x_rows, want_x, rows * H, 0.0)) << "step " << step;
+      op->forward(y, x_rows, w, be_plan);
+      Tensor fresh = poisoned(be(), dt, {plan.max_rows, H});
+      be().make_expert_ffn(context(c, be()))->forward(fresh, be().to_device(want_x), w, be_plan);
+      EXPECT_EQ(std::memcmp(y.to_host().raw(), fresh.to_host().raw(), size_t(rows * H) * dtype_size(dt)), 0)
+          << "step " << step;
+    }
+  }
+  skip_if_nothing_ran();
+}
+
 TEST_P(OpsOnBackend, CombineForwardAndBackward) {
   for (const Case& c : cases_) {
     if (!supported(OpKind::combine, c)) continue;

@@ -169,6 +169,44 @@ TEST_P(EveryGemmVariant, KeptWeightsGiveTheBitsOfWeightsReadInPlace) {
   omp_set_num_threads(threads_before);
 }
 
+// GroupedShape::padding_kept: the caller keeps the outputs' padding rows zeros (a forward run's row buffers),
+// so nn and nn_swiglu need not write them. Into outputs whose padding rows hold zeros and live rows NaN,
+// every row is what the call without it writes (padding rows zeros), bit for bit: a kernel that leaves its
+// scratch in a padding row (float16's widened output) fails.
+TEST_P(EveryGemmVariant, PaddingKeptGivesTheRowsOfPaddingWritten) {
+  MOE_TABLE_OR_SKIP(GetParam());
+  Inputs inputs(testing::test_seed());
+  for (const GroupCase& c : kGroupCases)
+    for (Dtype dt : {Dtype::f32, Dtype::bf16, Dtype::f16}) {
+      SCOPED_TRACE(std::string(c.name) + " " + dtype_name(dt));
+      const Groups g(c.sizes, /*with_padding=*/true);
+      GroupedShape kept = g.shape();
+      kept.padding_kept = true;
+      const Weights rhs = random_weights(inputs, dt, 1, g.experts(), c.Kd, c.N);
+      const int64_t N = rhs.cols();
+      const Tensor lhs = inputs.random(dt, {g.rows(), c.Kd});  // (rows, Kd)
+      auto zero_padding_nan_live = [&](int64_t width) {
+        Tensor t = nan_filled(dt, {g.rows(), width});
+        for (int64_t e = 0; e < g.experts(); ++e)
+          for (int64_t i = g.live_end(e) * width; i < g.offset[size_t(e + 1)] * width; ++i) t.set(i, 0.0);
+        return t;
+      };
+      Tensor want = nan_filled(dt, {g.rows(), N}), got = zero_padding_nan_live(N);  // (rows, N)
+      table.nn(want.raw(), dt, lhs.raw(), rhs.view(), dt, g.shape(), c.Kd, N);
+      table.nn(got.raw(), dt, lhs.raw(), rhs.view(), dt, kept, c.Kd, N);
+      EXPECT_EQ(std::memcmp(want.raw(), got.raw(), want.bytes()), 0) << "nn";
+      if (N % 2 != 0) continue;
+      Tensor h_want = nan_filled(dt, {g.rows(), N}), h_got = zero_padding_nan_live(N);  // (rows, 2M)
+      Tensor g_want = nan_filled(dt, {g.rows(), N / 2}), g_got = zero_padding_nan_live(N / 2);
+      table.nn_swiglu(h_want.raw(), g_want.raw(), dt, lhs.raw(), rhs.view(), dt, g.shape(), c.Kd, N / 2,
+                      nullptr, true);
+      table.nn_swiglu(h_got.raw(), g_got.raw(), dt, lhs.raw(), rhs.view(), dt, kept, c.Kd, N / 2, nullptr,
+                      true);
+      EXPECT_EQ(std::memcmp(h_want.raw(), h_got.raw(), h_want.bytes()), 0) << "nn_swiglu h";
+      EXPECT_EQ(std::memcmp(g_want.raw(), g_got.raw(), g_want.bytes()), 0) << "nn_swiglu g";
+    }
+}
+
 // The cached primitives and reused scratch must not leak state from one call into the next.
 TEST_P(EveryGemmVariant, RepeatedCallsAreBitwiseIdentical) {
   MOE_TABLE_OR_SKIP(GetParam());

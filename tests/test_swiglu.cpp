@@ -5,6 +5,7 @@
 // quantized rows are bitwise the reference quantization of g as stored.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -110,6 +111,25 @@ TEST_P(SwigluPassesAt, ForwardAndItsQuantizedRowsMatchTheReference) {
   });
 }
 
+// forward_at over every third row (and the last): those rows are the forward's bit for bit, the others
+// left as they were.
+TEST_P(SwigluPassesAt, ForwardAtChosenRowsLeavesTheOthers) {
+  for_each_case([&](const Case& c, Dtype dt, const Inputs& in, const float* w) {
+    Tensor all(dt, {std::max<int64_t>(c.rows, 1), c.M}), some(dt, {std::max<int64_t>(c.rows, 1), c.M});
+    for (int64_t i = 0; i < some.numel(); ++i) some.set(i, -7.0);
+    passes_.forward(all.raw(), dt, in.gu, dt, c.rows, c.M, w);
+    std::vector<int64_t> chosen;
+    for (int64_t r = 0; r < c.rows; ++r)
+      if (r % 3 == 1 || r == c.rows - 1) chosen.push_back(r);
+    passes_.forward_at(some.raw(), dt, in.gu, dt, chosen.data(), int64_t(chosen.size()), c.M, w);
+    for (int64_t r = 0; r < c.rows; ++r) {
+      const bool is_chosen = std::find(chosen.begin(), chosen.end(), r) != chosen.end();
+      for (int64_t m = 0; m < c.M; ++m)
+        ASSERT_EQ(some.get(r * c.M + m), is_chosen ? all.get(r * c.M + m) : -7.0) << r << "," << m;
+    }
+  });
+}
+
 TEST_P(SwigluPassesAt, BackwardMatchesTheReference) {
   for_each_case([&](const Case& c, Dtype dt, const Inputs& in, const float* w) {
     Tensor dh(dt, {std::max<int64_t>(c.rows, 1), 2 * c.M});
@@ -144,6 +164,7 @@ TEST(SwigluPasses, EntryPointsRunTheBestLevelHere) {
   EXPECT_EQ(cpu::swiglu_passes().forward, expected().forward) << isa_level_name(level);
   EXPECT_EQ(cpu::swiglu_passes().forward_quantized, expected().forward_quantized);
   EXPECT_EQ(cpu::swiglu_passes().backward, expected().backward);
+  EXPECT_EQ(cpu::swiglu_passes().forward_at, expected().forward_at);
 }
 
 INSTANTIATE_TEST_SUITE_P(Isa, SwigluPassesAt, ::testing::ValuesIn(kLevels),

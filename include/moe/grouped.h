@@ -13,11 +13,15 @@ namespace moe {
 // its sums (they would add nothing).
 // zero_padding: the caller guarantees that the padding rows of every operand hold zeros, so a form
 // may include some of them in its sums when that is faster (tn rounds its reduction up to 16 rows).
+// padding_kept: the caller keeps the padding rows of the outputs holding zeros across calls (a forward run's
+// row buffers: cpu/ops/kept_zero_padding.h), so nn and nn_swiglu need not write them and SwiGLU passes skip
+// them (at 64-row tiles and a few rows an expert, the padding is most of every row buffer).
 struct GroupedShape {
   const int64_t* group_offset;         // (E+1)
   int64_t experts;                     // E
   const int64_t* live_rows = nullptr;  // (E) or nullptr: every row of a group is live
   bool zero_padding = false;
+  bool padding_kept = false;
 };
 
 class WeightPacks;  // the cpu kernels' packings of weights kept across calls (src/cpu/gemm/gemm.h)

@@ -119,6 +119,8 @@ void nn(GemmKernels& k, void* out, Dtype out_dtype, const void* lhs, ExpertWeigh
   const Wide a(lhs, in_dtype, R * Kd);                        // lhs (R, Kd)
   const WideWeights w(rhs, in_dtype, groups.experts, Kd, N);  // rhs (E, Kd, N)
   WideOut o(out, out_dtype, R * N);                           // out (R, N)
+  // finish() rounds every row of a float32 scratch into out: its padding rows must be written as zeros.
+  if (out_dtype == Dtype::f16) groups.padding_kept = false;
   k.nn(o.get(), o.dtype(), a.get(), w.get(), a.dtype(), groups, Kd, N);
   o.finish();
 }

@@ -22,8 +22,9 @@
 // reaches avx512_bf16, else ymm (avx2/gemm_gemv_avx2.cpp: bf16 widened to float32, vfmadd231ps).
 //
 // Arithmetic: products summed in float32 in the same order whatever the thread count, the output rounded
-// once to nearest even (bf16) or stored as is (float32). nn_swiglu is nn into h, then one swiglu_forward over
-// the stored h of every row (as the nn_then_swiglu composition computes it).
+// once to nearest even (bf16) or stored as is (float32). nn_swiglu is nn into h, then one SwiGLU pass over
+// the stored h of every row, or of the live rows where the caller keeps the padding (as the nn_then_swiglu
+// composition computes it).
 #include "cpu/gemm/gemm_gemv.h"
 
 #include <algorithm>
@@ -92,10 +93,10 @@ void grouped_gemm_nn_swiglu(const GemmThresholds& k, void* h, void* g, Dtype out
                             ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t M,
                             const float* row_weight, bool /*keep_h*/) {
   grouped_gemm_nn(k, h, out_dtype, lhs, rhs, in_dtype, groups, Kd, 2 * M);
-  // One pass over every row (a pass per group wakes the threads once per expert: 128 experts, 13 ms of a
-  // 2 ms forward under a passive wait policy), then the padding rows' g as zeros whatever their weights.
-  const int64_t rows = groups.experts > 0 ? groups.group_offset[groups.experts] : 0;
-  cpu::swiglu_forward(g, out_dtype, {h, at(h, M, out_dtype), 2 * M}, out_dtype, rows, M, row_weight);
+  // One pass over the groups' rows (a pass per group wakes the threads once per expert: 128 experts, 13 ms
+  // of a 2 ms forward under a passive wait policy), then the padding rows' g as zeros whatever their weights
+  // (unless the caller keeps them so: the pass then skips them too).
+  cpu::swiglu_forward_groups(g, out_dtype, {h, at(h, M, out_dtype), 2 * M}, out_dtype, groups, M, row_weight);
   for (int64_t e = 0; e < groups.experts; ++e) zero_padding_rows(g, out_dtype, group_rows(groups, e), M);
 }
 

@@ -164,18 +164,21 @@ inline void check_groups(GroupedShape groups, int64_t Kd, int64_t N) {
   }
 }
 
-// Group e's rows: [row0, row0 + rows), of which the first `live` are multiplied.
+// Group e's rows: [row0, row0 + rows), of which the first `live` are multiplied; padding_kept: the caller
+// keeps the rest holding zeros (GroupedShape).
 struct GroupRows {
   int64_t row0, live, rows;
+  bool padding_kept;
 };
 inline GroupRows group_rows(GroupedShape groups, int64_t e) {
   const int64_t row0 = groups.group_offset[e], rows = groups.group_offset[e + 1] - row0;
-  return {row0, groups.live_rows ? groups.live_rows[e] : rows, rows};
+  return {row0, groups.live_rows ? groups.live_rows[e] : rows, rows, groups.padding_kept};
 }
 
-// Writes the padding rows [row0 + live, row0 + rows) of an output of `width` columns as zeros.
+// Writes the padding rows [row0 + live, row0 + rows) of an output of `width` columns as zeros, unless the
+// caller keeps them so.
 inline void zero_padding_rows(void* out, Dtype dt, GroupRows g, int64_t width) {
-  if (g.rows > g.live)
+  if (g.rows > g.live && !g.padding_kept)
     std::memset(at(out, (g.row0 + g.live) * width, dt), 0,
                 size_t((g.rows - g.live) * width) * dtype_size(dt));
 }
@@ -201,9 +204,11 @@ void nn_then_swiglu(const GemmThresholds& k, void* h, void* g, Dtype out_dtype, 
   const int64_t part_cols = 2 * M / rhs.parts();
   for (int64_t e = 0; e < groups.experts; ++e) {
     const GroupRows rows = group_rows(groups, e);
-    if (rows.rows == 0) continue;
+    // SwiGLU of the padding rows' zeros writes g's padding as zeros, unless the caller keeps them so.
+    const int64_t swiglu_rows = rows.padding_kept ? rows.live : rows.rows;
+    if (swiglu_rows == 0) continue;
     const GroupedShape one{groups.group_offset + e, 1, groups.live_rows ? groups.live_rows + e : nullptr,
-                           groups.zero_padding};
+                           groups.zero_padding, groups.padding_kept};
     const int64_t w_offset = e * Kd * part_cols;  // expert e's weights in each part
     const ExpertWeights w = rhs.parts() == 1 ? ExpertWeights(at(rhs.first, w_offset, in_dtype))
                                              : ExpertWeights(at(rhs.first, w_offset, in_dtype),
@@ -211,7 +216,7 @@ void nn_then_swiglu(const GemmThresholds& k, void* h, void* g, Dtype out_dtype, 
     Nn(k, h, out_dtype, lhs, w, in_dtype, one, Kd, 2 * M);
     void* h0 = at(h, rows.row0 * 2 * M, out_dtype);
     cpu::swiglu_forward(at(g, rows.row0 * M, out_dtype), out_dtype, {h0, at(h0, M, out_dtype), 2 * M},
-                        out_dtype, rows.rows, M, row_weight ? row_weight + rows.row0 : nullptr);
+                        out_dtype, swiglu_rows, M, row_weight ? row_weight + rows.row0 : nullptr);
   }
 }
 

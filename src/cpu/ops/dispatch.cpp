@@ -3,12 +3,14 @@
 #include <cstring>
 
 #include "cpu/ops/combine.h"
+#include "cpu/ops/kept_zero_padding.h"
 #include "cpu/ops/vec_math.h"
 #include "moe/backend.h"
 
 namespace moe::cpu {
 
-void dispatch_gather_direct(void* x_rows, const void* x, Dtype dt, const HostPlan& plan, int64_t H) {
+void dispatch_gather_direct(void* x_rows, const void* x, Dtype dt, const HostPlan& plan, int64_t H,
+                            bool padding_kept) {
   const size_t row_bytes = size_t(H) * dtype_size(dt);
   auto* dst = static_cast<char*>(x_rows);
   auto* src = static_cast<const char*>(x);
@@ -23,6 +25,7 @@ void dispatch_gather_direct(void* x_rows, const void* x, Dtype dt, const HostPla
       if (r + kRowsAhead < plan.rows && plan.row_token(r + kRowsAhead) >= 0)
         prefetch_bytes(src + size_t(plan.row_token(r + kRowsAhead)) * row_bytes, row_bytes);
       const int32_t t = plan.row_token(r);
+      if (t < 0 && padding_kept) continue;
       char* row = dst + size_t(r) * row_bytes;
       if (stream)
         t < 0 ? stream_zero(row, row_bytes) : stream_copy(row, src + size_t(t) * row_bytes, row_bytes);
@@ -36,7 +39,7 @@ void dispatch_gather_direct(void* x_rows, const void* x, Dtype dt, const HostPla
 }
 
 void dispatch_gather_repeat(void* x_rows, void* x_rep, const void* x, Dtype dt, const HostPlan& plan,
-                            int64_t H) {
+                            int64_t H, bool padding_kept) {
   const size_t row_bytes = size_t(H) * dtype_size(dt);
   const int64_t A = plan.tokens * plan.topk;
   auto* rep = static_cast<char*>(x_rep);
@@ -48,6 +51,7 @@ void dispatch_gather_repeat(void* x_rows, void* x_rep, const void* x, Dtype dt, 
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < plan.rows; ++r) {
     int32_t a = plan.row_assignment[r];
+    if (a < 0 && padding_kept) continue;
     if (a < 0)
       std::memset(dst + size_t(r) * row_bytes, 0, row_bytes);
     else
@@ -78,7 +82,9 @@ namespace {
 class CpuDispatch final : public DispatchOp {
  public:
   explicit CpuDispatch(const OpContext& ctx)
-      : permute_(ctx.cfg.permute_mode), backward_kind_(dispatch_backward_kind(ctx.cfg)) {
+      : permute_(ctx.cfg.permute_mode),
+        backward_kind_(dispatch_backward_kind(ctx.cfg)),
+        padding_kept_(ctx.cfg.bench_pass == BenchPass::forward) {
     if (permute_ == PermuteMode::repeat_sort)
       x_rep_ = ctx.backend.empty(ctx.cfg.dtype, {ctx.cfg.assignments(), ctx.cfg.hidden});
   }
@@ -86,12 +92,13 @@ class CpuDispatch final : public DispatchOp {
   void forward(Tensor& x_rows, const Tensor& x, const DispatchPlan& plan) override {
     const HostPlan p = host_view(plan);
     const int64_t H = x.dim(1);
+    if (padding_kept_) padding_.zero_stale(x_rows, 0, size_t(H) * dtype_size(x.dtype()), p);
     switch (permute_) {
       case PermuteMode::direct_take:
-        dispatch_gather_direct(x_rows.raw(), x.raw(), x.dtype(), p, H);
+        dispatch_gather_direct(x_rows.raw(), x.raw(), x.dtype(), p, H, padding_kept_);
         return;
       case PermuteMode::repeat_sort:
-        dispatch_gather_repeat(x_rows.raw(), x_rep_.raw(), x.raw(), x.dtype(), p, H);
+        dispatch_gather_repeat(x_rows.raw(), x_rep_.raw(), x.raw(), x.dtype(), p, H, padding_kept_);
         return;
     }
   }
@@ -103,6 +110,9 @@ class CpuDispatch final : public DispatchOp {
  private:
   PermuteMode permute_;
   DispatchBackwardKind backward_kind_;
+  // A forward run: x_rows is written by this op alone, so its padding rows keep their zeros across calls.
+  bool padding_kept_;
+  KeptZeroPadding padding_;
   Tensor x_rep_;  // x_rep (A, H) repeat_sort scratch
 };
 

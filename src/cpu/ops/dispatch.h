@@ -11,14 +11,16 @@
 
 namespace moe::cpu {
 
-// direct_take: x_rows[r] = x[token(r)].
-void dispatch_gather_direct(void* x_rows, const void* x, Dtype dt, const HostPlan& plan, int64_t H);
+// direct_take: x_rows[r] = x[token(r)], padding rows zeros (left as they are with padding_kept: the caller
+// keeps them zeros, cpu/ops/kept_zero_padding.h).
+void dispatch_gather_direct(void* x_rows, const void* x, Dtype dt, const HostPlan& plan, int64_t H,
+                            bool padding_kept = false);
 // x_rows (rows, H), x (T, H)
 
 // repeat_sort: x_rep = repeat(x, K) is materialised (A, H), then x_rows[r] = x_rep[row_assignment[r]].
 // Twice the traffic of direct_take; kept because the seed A/B-tests it.
 void dispatch_gather_repeat(void* x_rows, void* x_rep, const void* x, Dtype dt, const HostPlan& plan,
-                            int64_t H);
+                            int64_t H, bool padding_kept = false);
 // x_rows (rows, H), x_rep (A, H) scratch, x (T, H)
 
 // The gather's backward, dx[t] += sum of the row gradients of token t, two ways (the seed A/B-tests

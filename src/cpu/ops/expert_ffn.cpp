@@ -1,6 +1,7 @@
 #include "cpu/ops/expert_ffn.h"
 
 #include "cpu/gemm/gemm.h"
+#include "cpu/ops/kept_zero_padding.h"
 #include "cpu/ops/swiglu.h"
 #include "moe/backend.h"
 
@@ -22,7 +23,7 @@ class FloatExpertFfn final : public ExpertFfnOp {
         traits_(impl_traits(ctx.cfg.impl)),
         remat_(ctx.cfg.recomputes_expert_mlp()),
         backward_reads_forward_h_(ctx.cfg.bench_pass == BenchPass::forward_backward && !remat_),
-        weights_kept_(ctx.cfg.bench_pass == BenchPass::forward),
+        forward_run_(ctx.cfg.bench_pass == BenchPass::forward),
         H_(ctx.cfg.hidden),
         M_(ctx.cfg.mlp_dim),
         E_(ctx.cfg.experts),
@@ -32,14 +33,27 @@ class FloatExpertFfn final : public ExpertFfnOp {
   // expert_mlp remat: the forward writes its up projection and SwiGLU output into the backward's
   // gradient scratch, which the backward overwrites, so the backward must and does recompute them.
   void up(const Tensor& x_rows, const FfnWeights& w, const DispatchPlan& plan) override {
-    compute_up(remat_ ? act_.dh : act_.h, remat_ ? act_.dg : act_.g, x_rows, w, host_view(plan),
-               backward_reads_forward_h_);
+    const HostPlan p = host_view(plan);
+    Tensor& h = remat_ ? act_.dh : act_.h;
+    Tensor& g = remat_ ? act_.dg : act_.g;
+    if (forward_run_) {
+      const size_t es = dtype_size(dt_);
+      if (traits_.fuse_w13) {
+        h_padding_[0].zero_stale(h, 0, size_t(2 * M_) * es, p);
+      } else {
+        h_padding_[0].zero_stale(h, 0, size_t(M_) * es, p);
+        h_padding_[1].zero_stale(h, size_t(p.rows * M_) * es, size_t(M_) * es, p);
+      }
+      g_padding_.zero_stale(g, 0, size_t(M_) * es, p);
+    }
+    compute_up(h, g, x_rows, w, p, backward_reads_forward_h_, forward_run_);
   }
 
   void down(Tensor& y_rows, const FfnWeights& w, const DispatchPlan& plan) override {
     const HostPlan p = host_view(plan);
+    if (forward_run_) y_padding_.zero_stale(y_rows, 0, size_t(H_) * dtype_size(dt_), p);
     gemm_.nn(y_rows.raw(), dt_, (remat_ ? act_.dg : act_.g).raw(), kept(w.w2, down_packs_), dt_,
-             {p.group_offset, E_, p.group_live, /*zero_padding=*/true}, M_, H_);
+             {p.group_offset, E_, p.group_live, /*zero_padding=*/true, forward_run_}, M_, H_);
   }
 
   void backward(Tensor& dx_rows, FfnWeightGrads& dw, const Tensor& dy_rows, const Tensor& x_rows,
@@ -47,7 +61,8 @@ class FloatExpertFfn final : public ExpertFfnOp {
     const HostPlan p = host_view(plan);
     const int64_t rows = p.rows, H = H_, M = M_;
     const GroupedShape groups{p.group_offset, E_, p.group_live, /*zero_padding=*/true};
-    if (remat_) tracer_("remat_up", [&] { compute_up(act_.h, act_.g, x_rows, w, p, /*keep_h=*/true); });
+    if (remat_)
+      tracer_("remat_up", [&] { compute_up(act_.h, act_.g, x_rows, w, p, /*keep_h=*/true, false); });
 
     const float* row_weight = traits_.preweight ? p.row_weight : nullptr;
     tracer_("down_backward", [&] {
@@ -102,17 +117,17 @@ class FloatExpertFfn final : public ExpertFfnOp {
   // packing of them (gemv's tile order); a forward_backward's change every step in training, so its GEMMs
   // read them as they are in every call.
   ExpertWeights kept(const Tensor& t, KeptWeightPacks& slot) {
-    return weights_kept_ ? ExpertWeights(t.raw()).kept(slot.of(t)) : ExpertWeights(t.raw());
+    return forward_run_ ? ExpertWeights(t.raw()).kept(slot.of(t)) : ExpertWeights(t.raw());
   }
   ExpertWeights kept_w13(const FfnWeights& w) {
-    if (!weights_kept_) return w13_of(w);
+    if (!forward_run_) return w13_of(w);
     return w13_of(w).kept(w.w13.empty() ? up_packs_[0].of(w.w1, w.w3) : up_packs_[0].of(w.w13));
   }
   // keep_h: a backward will read h (else the fused GEMM may skip storing it: SwiGLU happens in its
-  // epilogue, so h is never read back).
+  // epilogue, so h is never read back). padding_kept: h's and g's padding rows already hold zeros.
   void compute_up(Tensor& h, Tensor& g, const Tensor& x_rows, const FfnWeights& w, const HostPlan& p,
-                  bool keep_h) {
-    const GroupedShape groups{p.group_offset, E_, p.group_live, /*zero_padding=*/true};
+                  bool keep_h, bool padding_kept) {
+    const GroupedShape groups{p.group_offset, E_, p.group_live, /*zero_padding=*/true, padding_kept};
     const float* row_weight = traits_.preweight ? p.row_weight : nullptr;
     if (traits_.fuse_w13) {
       gemm_.nn_swiglu(h.raw(), g.raw(), dt_, x_rows.raw(), kept_w13(w), dt_, groups, H_, M_, row_weight,
@@ -121,7 +136,7 @@ class FloatExpertFfn final : public ExpertFfnOp {
     }
     gemm_.nn(h.raw(), dt_, x_rows.raw(), kept(w.w1, up_packs_[0]), dt_, groups, H_, M_);
     gemm_.nn(at(h, p.rows * M_), dt_, x_rows.raw(), kept(w.w3, up_packs_[1]), dt_, groups, H_, M_);
-    swiglu_forward(g.raw(), dt_, gate_up(h, p.rows), dt_, p.rows, M_, row_weight);
+    swiglu_forward_groups(g.raw(), dt_, gate_up(h, p.rows), dt_, groups, M_, row_weight);
   }
 
   GemmKernels& gemm_;  // the cpu backend's kernel table for this op's KernelConfig
@@ -131,9 +146,12 @@ class FloatExpertFfn final : public ExpertFfnOp {
   ImplTraits traits_;
   bool remat_;
   bool backward_reads_forward_h_;
-  bool weights_kept_;  // a forward run: the weights' packings are kept across calls
+  // A forward run: the weights' packings are kept across calls, and h, g and y_rows are written by this op
+  // alone, so their padding rows keep their zeros across calls.
+  bool forward_run_;
   int64_t H_, M_, E_, max_rows_;
-  KeptWeightPacks up_packs_[2], down_packs_;  // [w13 or w1, w3], w2
+  KeptWeightPacks up_packs_[2], down_packs_;              // [w13 or w1, w3], w2
+  KeptZeroPadding h_padding_[2], g_padding_, y_padding_;  // h: fused rows, or gate and up planes
   // h: [gate | up] rows, or gate and up planes of (rows, M); g pre-weighted for preweight impls.
   ExpertActivations act_;
 };

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "moe/dtype.h"
+#include "moe/grouped.h"
 
 namespace moe::cpu {
 
@@ -27,6 +28,15 @@ struct GateUpGrad {
 void swiglu_forward(void* g, Dtype g_dt, GateUp in, Dtype in_dt, int64_t rows, int64_t M,
                     const float* row_weight);
 // row_weight (rows) or nullptr
+
+// swiglu_forward over rows row_ids[0, count) only (the rest of g left as it is).
+void swiglu_forward_at(void* g, Dtype g_dt, GateUp in, Dtype in_dt, const int64_t* row_ids, int64_t count,
+                       int64_t M, const float* row_weight);
+
+// swiglu_forward over the live rows of every group (moe/grouped.h), or, unless groups.padding_kept, over all
+// of them (the padding rows' zeros give g's padding as zeros): one pass, whatever the groups.
+void swiglu_forward_groups(void* g, Dtype g_dt, GateUp in, Dtype in_dt, GroupedShape groups, int64_t M,
+                           const float* row_weight);
 
 // swiglu_forward, and each row of g as stored quantized per row in the same pass (the int8 modes' next
 // GEMM input; bitwise quantize_rows(g)): gq (rows, M) s8, g_scale (rows).

@@ -10,6 +10,7 @@ struct SwigluPasses {
   decltype(&swiglu_forward) forward;
   decltype(&swiglu_backward) backward;
   decltype(&swiglu_forward_quantized) forward_quantized;
+  decltype(&swiglu_forward_at) forward_at;
 };
 
 // Each returns its level's passes; run them only where isa_level() reaches the level.

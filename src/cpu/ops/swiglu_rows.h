@@ -52,16 +52,18 @@ inline void swiglu_grad_row(float* da, float* db, const In* a, const In* b, cons
   }
 }
 
-// swiglu_forward, or with gq: swiglu_forward_quantized.
-inline void swiglu_forward_rows(void* g, Dtype g_dt, int8_t* gq, float* g_scale, GateUp in, Dtype dt,
-                                int64_t rows, int64_t M, const float* row_weight) {
+// swiglu_forward, or with gq: swiglu_forward_quantized; with row_ids, over rows row_ids[0, rows) only
+// (swiglu_forward_at).
+inline void swiglu_forward_rows_of(void* g, Dtype g_dt, int8_t* gq, float* g_scale, GateUp in, Dtype dt,
+                                   const int64_t* row_ids, int64_t rows, int64_t M, const float* row_weight) {
   check_swiglu_dtype(dt);
   const size_t elem = dtype_size(dt), g_elem = dtype_size(g_dt);
 #pragma omp parallel
   {
     std::vector<float> g_buf(static_cast<size_t>(M));
 #pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t r = row_ids ? row_ids[i] : i;
       const char* a = static_cast<const char*>(in.a) + size_t(r * in.ld) * elem;
       const char* b = static_cast<const char*>(in.b) + size_t(r * in.ld) * elem;
       const float w = row_weight ? row_weight[r] : 1.0f;
@@ -84,7 +86,17 @@ inline void swiglu_forward_rows(void* g, Dtype g_dt, int8_t* gq, float* g_scale,
 
 inline void swiglu_forward_plain(void* g, Dtype g_dt, GateUp in, Dtype dt, int64_t rows, int64_t M,
                                  const float* row_weight) {
-  swiglu_forward_rows(g, g_dt, nullptr, nullptr, in, dt, rows, M, row_weight);
+  swiglu_forward_rows_of(g, g_dt, nullptr, nullptr, in, dt, nullptr, rows, M, row_weight);
+}
+
+inline void swiglu_forward_quantized_rows(void* g, Dtype g_dt, int8_t* gq, float* g_scale, GateUp in,
+                                          Dtype dt, int64_t rows, int64_t M, const float* row_weight) {
+  swiglu_forward_rows_of(g, g_dt, gq, g_scale, in, dt, nullptr, rows, M, row_weight);
+}
+
+inline void swiglu_forward_at_rows(void* g, Dtype g_dt, GateUp in, Dtype dt, const int64_t* row_ids,
+                                   int64_t count, int64_t M, const float* row_weight) {
+  swiglu_forward_rows_of(g, g_dt, nullptr, nullptr, in, dt, row_ids, count, M, row_weight);
 }
 
 inline void swiglu_backward_rows(GateUpGrad out, Dtype out_dt, const void* dg, GateUp in, Dtype dt,
@@ -131,7 +143,8 @@ inline void swiglu_backward_rows(GateUpGrad out, Dtype out_dt, const void* dg, G
 
 // This ISA's passes, for the level's entry in swiglu_isa.h.
 inline SwigluPasses swiglu_passes_here() {
-  return {&swiglu_forward_plain, &swiglu_backward_rows, &swiglu_forward_rows};
+  return {&swiglu_forward_plain, &swiglu_backward_rows, &swiglu_forward_quantized_rows,
+          &swiglu_forward_at_rows};
 }
 
 }  // namespace MOE_VEC_ISA
