@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "cpu/gemm/gemm.h"
+#include "cpu/gemm/gemm_gemv.h"
 #include "cpu/gemm/gemm_variants.h"
 #include "gemm_cases.h"
 #include "moe/rng.h"
@@ -170,10 +171,11 @@ TEST_P(EveryGemmVariant, KeptWeightsGiveTheBitsOfWeightsReadInPlace) {
 }
 
 // GroupedShape::padding_kept: the caller keeps the outputs' padding rows zeros (a forward run's row buffers),
-// so nn and nn_swiglu need not write them. Into outputs whose padding rows hold zeros and live rows NaN,
-// every row is what the call without it writes (padding rows zeros), bit for bit: a kernel that leaves its
-// scratch in a padding row (float16's widened output) fails.
-TEST_P(EveryGemmVariant, PaddingKeptGivesTheRowsOfPaddingWritten) {
+// so nn and nn_swiglu write the live rows alone and leave the others as they are (the table's GroupSplit runs
+// a call's few-row and many-row groups as two calls into one output on that). Into outputs whose live rows
+// hold NaN and padding rows 3 (float16: 0, whose widened forms may write the padding's zeros), the live rows
+// are the call's without it, bit for bit, and the padding rows are left.
+TEST_P(EveryGemmVariant, PaddingKeptWritesTheLiveRowsAlone) {
   MOE_TABLE_OR_SKIP(GetParam());
   Inputs inputs(testing::test_seed());
   for (const GroupCase& c : kGroupCases)
@@ -185,23 +187,27 @@ TEST_P(EveryGemmVariant, PaddingKeptGivesTheRowsOfPaddingWritten) {
       const Weights rhs = random_weights(inputs, dt, 1, g.experts(), c.Kd, c.N);
       const int64_t N = rhs.cols();
       const Tensor lhs = inputs.random(dt, {g.rows(), c.Kd});  // (rows, Kd)
-      auto zero_padding_nan_live = [&](int64_t width) {
-        Tensor t = nan_filled(dt, {g.rows(), width});
+      const double left = dt == Dtype::f16 ? 0.0 : 3.0;
+      auto with_padding_left = [&](Tensor t, int64_t width) {  // t's padding rows set to `left`
         for (int64_t e = 0; e < g.experts(); ++e)
-          for (int64_t i = g.live_end(e) * width; i < g.offset[size_t(e + 1)] * width; ++i) t.set(i, 0.0);
+          for (int64_t i = g.live_end(e) * width; i < g.offset[size_t(e + 1)] * width; ++i) t.set(i, left);
         return t;
       };
-      Tensor want = nan_filled(dt, {g.rows(), N}), got = zero_padding_nan_live(N);  // (rows, N)
+      Tensor want = nan_filled(dt, {g.rows(), N}), got = with_padding_left(nan_filled(dt, {g.rows(), N}), N);
       table.nn(want.raw(), dt, lhs.raw(), rhs.view(), dt, g.shape(), c.Kd, N);
       table.nn(got.raw(), dt, lhs.raw(), rhs.view(), dt, kept, c.Kd, N);
+      want = with_padding_left(want, N);
       EXPECT_EQ(std::memcmp(want.raw(), got.raw(), want.bytes()), 0) << "nn";
       if (N % 2 != 0) continue;
-      Tensor h_want = nan_filled(dt, {g.rows(), N}), h_got = zero_padding_nan_live(N);  // (rows, 2M)
-      Tensor g_want = nan_filled(dt, {g.rows(), N / 2}), g_got = zero_padding_nan_live(N / 2);
+      Tensor h_want = nan_filled(dt, {g.rows(), N}),
+             h_got = with_padding_left(h_want.to(dt), N);  // (rows, 2M)
+      Tensor g_want = nan_filled(dt, {g.rows(), N / 2}), g_got = with_padding_left(g_want.to(dt), N / 2);
       table.nn_swiglu(h_want.raw(), g_want.raw(), dt, lhs.raw(), rhs.view(), dt, g.shape(), c.Kd, N / 2,
                       nullptr, true);
       table.nn_swiglu(h_got.raw(), g_got.raw(), dt, lhs.raw(), rhs.view(), dt, kept, c.Kd, N / 2, nullptr,
                       true);
+      h_want = with_padding_left(h_want, N);
+      g_want = with_padding_left(g_want, N / 2);
       EXPECT_EQ(std::memcmp(h_want.raw(), h_got.raw(), h_want.bytes()), 0) << "nn_swiglu h";
       EXPECT_EQ(std::memcmp(g_want.raw(), g_got.raw(), g_want.bytes()), 0) << "nn_swiglu g";
     }
@@ -331,28 +337,41 @@ TEST_P(EveryGemmVariant, DenseAllTransposesAndDtypeMixesMatchReference) {
 
 // --gemm-variant V runs V's row wherever V's supports() takes the call, the table's next row elsewhere, and
 // take_choices() says which per form: nothing is delegated behind a row's back.
+// A call whose groups have both at most kGemvMaxRows live rows and more runs as two (the table's GroupSplit):
+// each part's row is the one its largest group picks, and take_choices() names both.
 TEST_P(EveryGemmVariant, TheTableNamesTheRowThatRan) {
   MOE_TABLE_OR_SKIP(GetParam());
   Inputs inputs(testing::test_seed());
   const GemmVariant& v = *gemm_variant(GetParam());
   for (const GroupCase& c : kGroupCases) {
     const Groups g(c.sizes, false);
+    int64_t few = 0, many = 0;  // the largest group of each part
+    for (int64_t s : c.sizes) (s > kGemvMaxRows ? many : few) = std::max(s > kGemvMaxRows ? many : few, s);
+    const std::vector<int64_t> parts =
+        few > 0 && many > 0 ? std::vector<int64_t>{few, many} : std::vector<int64_t>{std::max(few, many)};
     for (Dtype dt : kDtypes) {
       const Tensor lhs = inputs.random(dt, {g.rows(), c.Kd});
       const Tensor rhs = inputs.random(dt, {g.experts(), c.Kd, c.N});
       Tensor out(dt, {g.rows(), c.N});
       (void)table.take_choices();
       table.nn(out.raw(), dt, lhs.raw(), rhs.raw(), dt, g.shape(), c.Kd, c.N);
-      GemmCall call;
-      call.in_dtype = call.b_dtype = call.out_dtype = dt;
-      call.rows = *std::max_element(c.sizes.begin(), c.sizes.end());
-      call.experts = g.experts();
-      call.Kd = c.Kd;
-      call.N = c.N;
-      const std::string why = v.supports(call, kDefaults);
-      const GemmRow& row = table.row_for(call);
-      EXPECT_EQ(why.empty(), row.variant == &v) << c.name << " " << dtype_name(dt) << ": " << why;
-      EXPECT_EQ(table.take_choices(), std::string("nn:") + row.variant->name) << c.name;
+      std::vector<bool> ran(gemm_variants().size());
+      for (int64_t rows : parts) {
+        GemmCall call;
+        call.in_dtype = call.b_dtype = call.out_dtype = dt;
+        call.rows = rows;
+        call.experts = g.experts();
+        call.Kd = c.Kd;
+        call.N = c.N;
+        const std::string why = v.supports(call, kDefaults);
+        const GemmRow& row = table.row_for(call);
+        EXPECT_EQ(why.empty(), row.variant == &v) << c.name << " " << dtype_name(dt) << ": " << why;
+        ran[size_t(row.variant - gemm_variants().data())] = true;
+      }
+      std::string names;
+      for (size_t i = 0; i < ran.size(); ++i)
+        if (ran[i]) names += (names.empty() ? "" : "+") + std::string(gemm_variants()[i].name);
+      EXPECT_EQ(table.take_choices(), "nn:" + names) << c.name;
     }
   }
 }

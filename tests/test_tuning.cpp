@@ -25,11 +25,12 @@
 namespace moe {
 namespace {
 
-// A grouped nn of a few small groups, with fresh inputs.
+// A grouped nn of groups all larger than gemv's kGemvMaxRows (one call: the table splits none), with
+// fresh inputs.
 struct NnCase {
-  std::vector<int64_t> offset{0, 20, 20, 53};  // (E+1)
-  Tensor lhs, rhs;                             // (53, 16), (3, 16, 24)
-  explicit NnCase(uint64_t seed) : lhs(Dtype::f32, {53, 16}), rhs(Dtype::f32, {3, 16, 24}) {
+  std::vector<int64_t> offset{0, 40, 40, 73};  // (E+1)
+  Tensor lhs, rhs;                             // (73, 16), (3, 16, 24)
+  explicit NnCase(uint64_t seed) : lhs(Dtype::f32, {73, 16}), rhs(Dtype::f32, {3, 16, 24}) {
     const uint64_t key = derive_key(seed, 7);
     for (int64_t i = 0; i < lhs.numel(); ++i) lhs.set(i, random_normal(key, uint64_t(i)));
     for (int64_t i = 0; i < rhs.numel(); ++i) rhs.set(i, random_normal(key, uint64_t(1000 + i)));
@@ -37,7 +38,7 @@ struct NnCase {
   GroupedShape groups() const { return {offset.data(), 3}; }
   // Runs it and returns the output.
   Tensor run(GemmKernels& table) const {
-    Tensor out(Dtype::f32, {53, 24});
+    Tensor out(Dtype::f32, {73, 24});
     table.nn(out.raw(), Dtype::f32, lhs.raw(), rhs.raw(), Dtype::f32, groups(), 16, 24);
     return out;
   }

@@ -67,7 +67,7 @@ void grouped_gemm_nn(const GemmThresholds&, void* out, Dtype out_dtype, const vo
       }
       for (int64_t j = 0; j < N; ++j) store(out, out_dtype, r * N + j, acc[size_t(j)]);
     }
-    zero_rows(out, out_dtype, g.row0 + g.live, g.row0 + g.rows, N);
+    if (!groups.padding_kept) zero_rows(out, out_dtype, g.row0 + g.live, g.row0 + g.rows, N);
   }
 }
 
@@ -83,7 +83,7 @@ void grouped_gemm_nn_swiglu(const GemmThresholds& k, void* h, void* g, Dtype out
         const double gate = load(h, out_dtype, r * 2 * M + j), up = load(h, out_dtype, r * 2 * M + M + j);
         store(g, out_dtype, r * M + j, ref::silu(gate) * up * (row_weight ? row_weight[r] : 1.0));
       }
-    zero_rows(g, out_dtype, gr.row0 + gr.live, gr.row0 + gr.rows, M);
+    if (!groups.padding_kept) zero_rows(g, out_dtype, gr.row0 + gr.live, gr.row0 + gr.rows, M);
   }
 }
 

@@ -5,10 +5,12 @@
 #include <bit>
 #include <chrono>
 #include <optional>
+#include <vector>
 
 #include "cpu/gemm/f16_widening.h"
 #include "cpu/gemm/gemm.h"
 #include "cpu/gemm/gemm_gemv.h"
+#include "cpu/gemm/gemm_variants.h"
 #include "cpu/gemm/tuning.h"
 #include "moe/fatal_signal.h"
 
@@ -46,6 +48,47 @@ int variant_index(const GemmVariant* v) {
 // (the op before it just wrote them): such calls are measured back to back, as before.
 bool weights_come_cold(const GemmCall& call) {
   return call.form != GemmForm::dense && call.rows <= kGemvMaxRows;
+}
+
+// A grouped nn's groups of at most kGemvMaxRows live rows and its larger ones, as two calls where it has
+// both: with hot experts (the seed's `runs` routing, real models' skew) one large group would take every
+// expert's few rows to the large groups' kernel, which reads few-row groups' weights at 0.4-0.6 of a
+// sequential read (dpbf16; gemv 0.9-1.0). In each part the other part's groups have no live rows, and both
+// keep the padding, so neither writes the other's rows.
+class GroupSplit {
+ public:
+  // Whether `groups` has both kinds (then few() and many() are its parts).
+  bool split(GroupedShape groups) {
+    groups_ = groups;
+    few_.assign(size_t(groups.experts), 0);
+    many_.assign(size_t(groups.experts), 0);
+    bool has_few = false, has_many = false;
+    for (int64_t e = 0; e < groups.experts; ++e) {
+      const int64_t live = gemm_detail::group_rows(groups, e).live;
+      (live > kGemvMaxRows ? many_ : few_)[size_t(e)] = live;
+      (live > kGemvMaxRows ? has_many : has_few) |= live > 0;
+    }
+    return has_few && has_many;
+  }
+  GroupedShape few() const { return part(few_); }
+  GroupedShape many() const { return part(many_); }
+
+ private:
+  GroupedShape part(const std::vector<int64_t>& live) const {
+    GroupedShape g = groups_;
+    g.live_rows = live.data();
+    g.zero_padding = false;  // the other part's rows are not zeros
+    g.padding_kept = true;
+    return g;
+  }
+  GroupedShape groups_{};
+  std::vector<int64_t> few_, many_;  // live rows per expert
+};
+
+// The padding rows of out (rows, width) as zeros, unless the caller keeps them so.
+void zero_padding_of(void* out, Dtype dt, GroupedShape groups, int64_t width) {
+  for (int64_t e = 0; e < groups.experts; ++e)
+    gemm_detail::zero_padding_rows(out, dt, gemm_detail::group_rows(groups, e), width);
 }
 
 // Seconds of one call of `fn`.
@@ -289,6 +332,12 @@ void GemmKernels::nn(void* out, Dtype out_dtype, const void* lhs, ExpertWeights 
   MOE_CHECK(N % rhs.parts() == 0, "grouped nn: two weight parts split N in halves");
   if (f16_widening::any_f16({in_dtype, out_dtype}))
     return f16_widening::nn(*this, out, out_dtype, lhs, rhs, in_dtype, groups, Kd, N);
+  if (GroupSplit parts; parts.split(groups)) {
+    zero_padding_of(out, out_dtype, groups, N);
+    nn(out, out_dtype, lhs, rhs, in_dtype, parts.few(), Kd, N);
+    nn(out, out_dtype, lhs, rhs, in_dtype, parts.many(), Kd, N);
+    return;
+  }
   GemmCall call = grouped_call(GemmForm::nn, in_dtype, out_dtype, groups, Kd, N, rhs.parts());
   call.weights_kept = rhs.packs != nullptr;
   auto run = [&](const GemmRow& r) {
@@ -304,6 +353,13 @@ void GemmKernels::nn_swiglu(void* h, void* g, Dtype out_dtype, const void* lhs, 
   if (f16_widening::any_f16({in_dtype, out_dtype}))
     return f16_widening::nn_swiglu(*this, h, g, out_dtype, lhs, rhs, in_dtype, groups, Kd, M, row_weight,
                                    keep_h);
+  if (GroupSplit parts; parts.split(groups)) {
+    zero_padding_of(h, out_dtype, groups, 2 * M);
+    zero_padding_of(g, out_dtype, groups, M);
+    nn_swiglu(h, g, out_dtype, lhs, rhs, in_dtype, parts.few(), Kd, M, row_weight, keep_h);
+    nn_swiglu(h, g, out_dtype, lhs, rhs, in_dtype, parts.many(), Kd, M, row_weight, keep_h);
+    return;
+  }
   GemmCall call = grouped_call(GemmForm::nn_swiglu, in_dtype, out_dtype, groups, Kd, M, rhs.parts());
   call.weights_kept = rhs.packs != nullptr;
   auto run = [&](const GemmRow& r) {
