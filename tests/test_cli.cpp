@@ -556,7 +556,7 @@ TEST(Cli, Float16OnTheCpuCountsItsWideningScratch) {
 // A bf16 forward on the cpu at 32 or fewer rows an expert keeps gemv's packing of the routed weights: the
 // pre-flight counts it there, and not where the weights change every call (forward_backward) or groups are
 // larger.
-TEST(Cli, Bf16ForwardAtFewRowsCountsGemvsPackedWeights) {
+TEST(Cli, Bf16ForwardCountsGemvsPackedWeights) {
   moe::MoeConfig c = preflight_layer(moe::Dtype::bf16);
   // What the cpu counts over the cuda device's estimate (the same but for the packing).
   auto cpu_over_cuda = [&](int64_t tokens, moe::BenchPass pass) {
@@ -570,7 +570,8 @@ TEST(Cli, Bf16ForwardAtFewRowsCountsGemvsPackedWeights) {
   const double routed = 3.0 * 16 * 1024 * 512 * 2;
   EXPECT_EQ(cpu_over_cuda(64, moe::BenchPass::forward), routed);   // 8 rows an expert
   EXPECT_EQ(cpu_over_cuda(256, moe::BenchPass::forward), routed);  // 32
-  EXPECT_EQ(cpu_over_cuda(1024, moe::BenchPass::forward), 0);      // 128
+  // 128 on average: a skewed routing still leaves experts with few rows, which gemv runs (GroupSplit).
+  EXPECT_EQ(cpu_over_cuda(1024, moe::BenchPass::forward), routed);
   EXPECT_EQ(cpu_over_cuda(64, moe::BenchPass::forward_backward), 0);
 }
 
