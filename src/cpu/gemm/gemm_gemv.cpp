@@ -86,7 +86,7 @@ void grouped_gemm_nn(const GemmThresholds& /*k*/, void* out, Dtype out_dtype, co
       zmm ? cpu::isa_avx512_bf16::gemv::kTileColsOfInstance : cpu::isa_avx2::gemv::kTileColsOfInstance;
   const uint8_t* packed = rhs.packs && N > 0 ? tiles_of(rhs, groups.experts, Kd, N, tile_cols) : nullptr;
   nn(out, out_dtype == Dtype::bf16, static_cast<const bf16_t*>(lhs), rhs, packed, groups, Kd, N);
-  for (int64_t e = 0; e < groups.experts; ++e) zero_padding_rows(out, out_dtype, group_rows(groups, e), N);
+  zero_padding_rows(out, out_dtype, groups, N);
 }
 
 void grouped_gemm_nn_swiglu(const GemmThresholds& k, void* h, void* g, Dtype out_dtype, const void* lhs,
@@ -97,7 +97,7 @@ void grouped_gemm_nn_swiglu(const GemmThresholds& k, void* h, void* g, Dtype out
   // of a 2 ms forward under a passive wait policy), then the padding rows' g as zeros whatever their weights
   // (unless the caller keeps them so: the pass then skips them too).
   cpu::swiglu_forward_groups(g, out_dtype, {h, at(h, M, out_dtype), 2 * M}, out_dtype, groups, M, row_weight);
-  for (int64_t e = 0; e < groups.experts; ++e) zero_padding_rows(g, out_dtype, group_rows(groups, e), M);
+  zero_padding_rows(g, out_dtype, groups, M);
 }
 
 std::string gemm_library_version() {

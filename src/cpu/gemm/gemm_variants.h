@@ -183,6 +183,11 @@ inline void zero_padding_rows(void* out, Dtype dt, GroupRows g, int64_t width) {
                 size_t((g.rows - g.live) * width) * dtype_size(dt));
 }
 
+// zero_padding_rows for every group of `groups`.
+inline void zero_padding_rows(void* out, Dtype dt, GroupedShape groups, int64_t width) {
+  for (int64_t e = 0; e < groups.experts; ++e) zero_padding_rows(out, dt, group_rows(groups, e), width);
+}
+
 // nn_s8_swiglu's padding rows (cpu/gemm/gemm.h): h (where kept), g and gq zeros, g_scale a zero row's scale.
 inline void write_s8_swiglu_padding(S8SwigluOut out, Dtype dt, GroupedShape groups, int64_t M) {
   for (int64_t e = 0; e < groups.experts; ++e) {

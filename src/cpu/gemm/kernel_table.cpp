@@ -85,12 +85,6 @@ class GroupSplit {
   std::vector<int64_t> few_, many_;  // live rows per expert
 };
 
-// The padding rows of out (rows, width) as zeros, unless the caller keeps them so.
-void zero_padding_of(void* out, Dtype dt, GroupedShape groups, int64_t width) {
-  for (int64_t e = 0; e < groups.experts; ++e)
-    gemm_detail::zero_padding_rows(out, dt, gemm_detail::group_rows(groups, e), width);
-}
-
 // Seconds of one call of `fn`.
 template <typename Fn>
 double seconds_of(Fn&& fn) {
@@ -333,7 +327,7 @@ void GemmKernels::nn(void* out, Dtype out_dtype, const void* lhs, ExpertWeights 
   if (f16_widening::any_f16({in_dtype, out_dtype}))
     return f16_widening::nn(*this, out, out_dtype, lhs, rhs, in_dtype, groups, Kd, N);
   if (GroupSplit parts; parts.split(groups)) {
-    zero_padding_of(out, out_dtype, groups, N);
+    gemm_detail::zero_padding_rows(out, out_dtype, groups, N);
     nn(out, out_dtype, lhs, rhs, in_dtype, parts.few(), Kd, N);
     nn(out, out_dtype, lhs, rhs, in_dtype, parts.many(), Kd, N);
     return;
@@ -354,8 +348,8 @@ void GemmKernels::nn_swiglu(void* h, void* g, Dtype out_dtype, const void* lhs, 
     return f16_widening::nn_swiglu(*this, h, g, out_dtype, lhs, rhs, in_dtype, groups, Kd, M, row_weight,
                                    keep_h);
   if (GroupSplit parts; parts.split(groups)) {
-    zero_padding_of(h, out_dtype, groups, 2 * M);
-    zero_padding_of(g, out_dtype, groups, M);
+    gemm_detail::zero_padding_rows(h, out_dtype, groups, 2 * M);
+    gemm_detail::zero_padding_rows(g, out_dtype, groups, M);
     nn_swiglu(h, g, out_dtype, lhs, rhs, in_dtype, parts.few(), Kd, M, row_weight, keep_h);
     nn_swiglu(h, g, out_dtype, lhs, rhs, in_dtype, parts.many(), Kd, M, row_weight, keep_h);
     return;

@@ -16,16 +16,16 @@ void KeptZeroPadding::zero_stale(const Tensor& buf, size_t offset, size_t row_by
     zero_.clear();
   }
   if (int64_t(zero_.size()) < plan.rows) zero_.resize(size_t(plan.rows), 0);
-  std::vector<int64_t> stale;  // padding rows that may hold other values
+  stale_.clear();
   for (int64_t r = 0; r < plan.rows; ++r) {
     const bool padding = plan.row_assignment[r] < 0;
-    if (padding && !zero_[size_t(r)]) stale.push_back(r);
+    if (padding && !zero_[size_t(r)]) stale_.push_back(r);
     zero_[size_t(r)] = padding;
   }
   auto* rows = static_cast<char*>(buf_.raw()) + offset;
-  const int64_t count = int64_t(stale.size());
+  const int64_t count = int64_t(stale_.size());
 #pragma omp parallel for schedule(static) if (count > 64)
-  for (int64_t i = 0; i < count; ++i) std::memset(rows + size_t(stale[size_t(i)]) * row_bytes, 0, row_bytes);
+  for (int64_t i = 0; i < count; ++i) std::memset(rows + size_t(stale_[size_t(i)]) * row_bytes, 0, row_bytes);
 }
 
 }  // namespace moe::cpu

@@ -28,6 +28,8 @@ class KeptZeroPadding {
   Tensor buf_;
   size_t offset_ = 0, row_bytes_ = 0;
   std::vector<uint8_t> zero_;  // per row: holds zeros
+  std::vector<int64_t>
+      stale_;  // a call's padding rows that may hold other values (kept: no allocation a call)
 };
 
 }  // namespace moe::cpu
