@@ -209,6 +209,10 @@ TEST(CpuIsa, PeakIsMeasuredPerIsaAndRowsCarryIt) {
   if (isa_level() >= IsaLevel::avx512_bf16) {
     EXPECT_NE(r.out.find("int8_vnni_avx512"), std::string::npos) << r.out;
   }
+  // The ymm vpdpbusd of AVX-VNNI (Zen 5, Intel client parts) is a CPU feature beside the avx2 level.
+  EXPECT_EQ(r.out.find("int8_vnni_avx2") != std::string::npos,
+            isa_level() >= IsaLevel::avx2 && cpu_isa().avx_vnni)
+      << r.out;
   // The memory roofline's peak beside the arithmetic ones (issue 40 item 4): streaming reads and triad.
   for (const char* bw : {"memory_read", "memory_triad"}) {
     std::smatch m;

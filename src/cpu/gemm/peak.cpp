@@ -17,11 +17,13 @@ struct PeakKernel {
   Dtype arithmetic;
   IsaLevel needs;
   Loop loop;
+  bool CpuIsa::*also_needs = nullptr;  // a CPU feature outside the level's own set, if any
 };
 
 constexpr PeakKernel kKernels[] = {
     {"f32_fma_avx2", Dtype::f32, IsaLevel::avx2, &isa_avx2::peak_loop_f32_fma},
     {"int8_avx2", Dtype::s8, IsaLevel::avx2, &isa_avx2::peak_loop_int8},
+    {"int8_vnni_avx2", Dtype::s8, IsaLevel::avx2, &isa_avx2::peak_loop_int8_vnni, &CpuIsa::avx_vnni},
     {"f32_fma_avx512", Dtype::f32, IsaLevel::avx512, &isa_avx512_bf16::peak_loop_f32_fma},
     {"bf16_dp_avx512", Dtype::bf16, IsaLevel::avx512_bf16, &isa_avx512_bf16::peak_loop_bf16_dp},
     {"int8_vnni_avx512", Dtype::s8, IsaLevel::avx512_bf16, &isa_avx512_bf16::peak_loop_int8_vnni},
@@ -47,7 +49,7 @@ double parallel_rate(Loop loop, int64_t steps, int threads) {
 std::vector<ArithmeticPeak> measure_peaks(int threads, double seconds) {
   std::vector<ArithmeticPeak> peaks;
   for (const PeakKernel& k : kKernels) {
-    if (isa_level() < k.needs) continue;
+    if (isa_level() < k.needs || (k.also_needs && !(cpu_isa().*k.also_needs))) continue;
     // Calibrate on one thread until a run is long enough to time, then size the measured runs.
     int64_t steps = 1 << 10;
     double took = 0;

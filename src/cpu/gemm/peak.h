@@ -33,7 +33,8 @@ std::optional<double> best_peak(const std::vector<ArithmeticPeak>& peaks, Dtype 
 // integer ops, a multiply-add counting 2).
 namespace moe::cpu::isa_avx2 {
 double peak_loop_f32_fma(int64_t steps);
-double peak_loop_int8(int64_t steps);  // int8 products, 2 operations each
+double peak_loop_int8(int64_t steps);       // int8 products, 2 operations each
+double peak_loop_int8_vnni(int64_t steps);  // VEX vpdpbusd on ymm: needs the CPU's AVX-VNNI
 }  // namespace moe::cpu::isa_avx2
 namespace moe::cpu::isa_avx512_bf16 {
 double peak_loop_f32_fma(int64_t steps);  // AVX-512F only
