@@ -79,6 +79,14 @@ TEST(WaitPolicy, AutoSpinsOnlyWhereOurThreadsHaveTheirCores) {
   EXPECT_EQ(busy.omp_wait_policy, "passive");
   const WaitChoice edge = choose_wait_policy(WaitPolicy::automatic, none, [] { return kBusyCpuShare; });
   EXPECT_EQ(edge.policy, WaitPolicy::spin) << "the threshold's own share is not busy";
+  // A slice taken by the VM's host (steal), no thread sharing our cores: spin briefly, then sleep.
+  const WaitChoice shared = choose_wait_policy(WaitPolicy::automatic, none, [] { return 0.76; });
+  EXPECT_EQ(shared.policy, WaitPolicy::bounded);
+  EXPECT_EQ(shared.reason, "auto:shared:cpu_share=0.76");
+  EXPECT_EQ(shared.gomp_spincount, std::to_string(kBoundedSpinCount));
+  const WaitChoice shared_edge =
+      choose_wait_policy(WaitPolicy::automatic, none, [] { return kSharedCpuShare; });
+  EXPECT_EQ(shared_edge.policy, WaitPolicy::bounded) << "the threshold's own share is not busy";
 }
 
 TEST(WaitPolicy, TheUsersEnvironmentWinsOverTheFlagAndAuto) {
@@ -157,8 +165,8 @@ TEST(WaitPolicy, TheProbeSeesCoresTakenByOthers) {
   const double share = probe_cpu_share(cores);
   stop = true;
   for (std::thread& t : spinners) t.join();
-  // Five runnable threads per core: each of ours gets about a fifth of one.
-  EXPECT_LT(share, kBusyCpuShare);
+  // Five runnable threads per core: each of ours gets about a fifth of one (busy: passive waits).
+  EXPECT_LT(share, kSharedCpuShare);
   EXPECT_GT(share, 0.0);
 }
 
@@ -241,6 +249,9 @@ TEST(WaitPolicyCli, AutoRunsWhatItChose) {
   if (policy == "spin") {
     EXPECT_EQ(im.spins, "30000000000");
     EXPECT_EQ(reason.rfind("auto:quiet:", 0), 0u) << reason;
+  } else if (policy == "bounded") {
+    EXPECT_EQ(im.spins, std::to_string(kBoundedSpinCount));
+    EXPECT_EQ(reason.rfind("auto:shared:", 0), 0u) << reason;
   } else {
     EXPECT_EQ(policy, "passive");
     EXPECT_EQ(im.spins, "0");

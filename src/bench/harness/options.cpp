@@ -166,10 +166,12 @@ void add_run_flags(CLI::App& app, FlagTable& flags, BenchOptions& opts, FlagText
   flags.add("--seed", c.seed, "master seed of inputs and routing", std::numeric_limits<int64_t>::min(),
             kMax64);
   flags.add("--threads", opts.kernel.threads, "CPU threads (0 = all cores)", 0, kMaxInt);
-  app.add_option("--wait-policy", t.wait_policy,
-                 "how OpenMP threads wait: auto (spin where our threads have their cores, else passive; "
-                 "measured at start), spin, passive, bounded (spin briefly, then sleep); OMP_WAIT_POLICY or "
-                 "GOMP_SPINCOUNT in the environment win")
+  app.add_option(
+         "--wait-policy", t.wait_policy,
+         "how OpenMP threads wait: auto (spin where our threads have their cores, bounded where a VM's "
+         "host takes a slice of them, passive where other threads share them; measured at start), "
+         "spin, passive, bounded (spin briefly, then sleep); OMP_WAIT_POLICY or GOMP_SPINCOUNT in the "
+         "environment win")
       ->capture_default_str();
   flags.add("--gmm-tile-rows", opts.kernel.gmm_tile_rows, "gmm backend: group row alignment", 1, 4096);
   flags.add("--cuda-gemm-streams", opts.kernel.cuda_gemm_streams,

@@ -137,9 +137,11 @@ WaitChoice choose_wait_policy(WaitPolicy flag, const EnvLookup& env, const std::
     c.reason = "flag";
   } else {
     const double share = probe();
-    const bool busy = share < kBusyCpuShare;
-    c.policy = busy ? WaitPolicy::passive : WaitPolicy::spin;
-    c.reason = fmt::format("auto:{}:cpu_share={:.2f}", busy ? "busy" : "quiet", share);
+    const char* machine = share >= kBusyCpuShare ? "quiet" : share >= kSharedCpuShare ? "shared" : "busy";
+    c.policy = share >= kBusyCpuShare     ? WaitPolicy::spin
+               : share >= kSharedCpuShare ? WaitPolicy::bounded
+                                          : WaitPolicy::passive;
+    c.reason = fmt::format("auto:{}:cpu_share={:.2f}", machine, share);
   }
   set_variables(c);
   return c;

@@ -24,14 +24,20 @@ Status parse_wait_policy(const std::string& text, WaitPolicy& out);
 // a barrier's wait on a quiet machine, and short enough that a waiting thread gives its core back
 // before the scheduler's next slice.
 constexpr long kBoundedSpinCount = 10000;
-// auto calls the machine busy when a spinning thread of ours got less than this share of its core.
+// auto spins where every spinning thread of ours got at least kBusyCpuShare of its core (quiet), waits
+// bounded where the least-served got at least kSharedCpuShare (shared: a VM's host takes a slice, steal
+// 16-26 % on a 2-core Zen 5 guest, where passive waits cost a 1-token Qwen3-30B-A3B layer 15 % and a small
+// block 27 % against bounded), and passive below it (busy: another runnable thread shares one of our
+// cores, ~0.5 each, where bounded spins cost 4-5x passive: 2.95 against 0.54 ms a small block's call).
 constexpr double kBusyCpuShare = 0.85;
+constexpr double kSharedCpuShare = 0.6;
 constexpr int kProbeMilliseconds = 50;
 
 struct WaitChoice {
   WaitPolicy policy = WaitPolicy::bounded;  // never automatic once chosen
   // Why, without spaces (a RESULT line value): "flag", "auto:quiet:cpu_share=0.99",
-  // "auto:busy:cpu_share=0.41", "env:OMP_WAIT_POLICY=passive", "env:unset" (libgomp's default).
+  // "auto:shared:cpu_share=0.76", "auto:busy:cpu_share=0.41", "env:OMP_WAIT_POLICY=passive", "env:unset"
+  // (libgomp's default).
   std::string reason = "unknown";
   // What libgomp must read for `policy` ("" = unset); for env:*, what it did read.
   std::string omp_wait_policy, gomp_spincount;
@@ -48,7 +54,8 @@ WaitChoice policy_of_environment(const EnvLookup& env);
 double probe_cpu_share(int threads, int milliseconds = kProbeMilliseconds);
 
 // The choice for a process: the user's OMP_WAIT_POLICY or GOMP_SPINCOUNT first, then a forced flag,
-// then auto: spin when `probe()` (a cpu share) says our threads have their cores, passive when not.
+// then auto: spin when `probe()` (a cpu share) says our threads have their cores, bounded where a slice is
+// taken from them, passive where they share them.
 // `probe` is called only by auto. `warning` is set when the environment overrides a forced flag.
 WaitChoice choose_wait_policy(WaitPolicy flag, const EnvLookup& env, const std::function<double()>& probe,
                               std::string* warning = nullptr);
