@@ -53,7 +53,7 @@ printf '10.77.%s.1 slots=1\n10.77.%s.2 slots=1\n' "$net" "$net" >"$work/hosts"
 out=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 ip netns exec "$a" "$mpirun" \
   -np 2 --hostfile "$work/hosts" --map-by node --bind-to none \
   --mca plm_rsh_agent "$work/agent" --mca btl tcp,self --mca btl_tcp_if_include "10.77.$net.0/24" \
-  --mca oob_tcp_if_include "10.77.$net.0/24" -x OMP_NUM_THREADS=1 \
+  --mca oob_tcp_if_include "10.77.$net.0/24" -x OMP_NUM_THREADS=1 -x MOE_TUNING_FILE -x XDG_CACHE_HOME \
   "$bench" --tokens 37 --hidden 32 --mlp-dim 24 --experts 8 --topk 2 --impl fused_w13 \
   --distribution random --iters 2 --warmup 1 --ceiling off --parallel-mode ep --ep-comm-path all_to_all \
   --dtype float32 --bench-pass forward_backward --check 2>&1)
