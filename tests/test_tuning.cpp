@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cpu/gemm/gemm.h"
+#include "cpu/gemm/gemm_gemv.h"
 #include "cpu/gemm/tuning.h"
 #include "moe/reference.h"
 #include "moe/rng.h"
@@ -154,6 +155,61 @@ TEST(Tuning, ASlowTimedCallDoesNotLoseTheFasterKernel) {
   const std::vector<double> t = calls.run();
   EXPECT_EQ(t, (std::vector<double>{0.010, 0.019}));
   EXPECT_EQ(calls.order, (std::vector<size_t>{0, 0, 1, 1, 1, 0, 0, 1})) << "warm, timed; then in turns";
+}
+
+TEST(Tuning, AColdClassKeepsGemvUnlessAnotherBeatsItByTheMargin) {
+  const std::vector<double> times{0.70e-3, 0.50e-3, 0.42e-3};  // dpbf16, gemv, onednn, say
+  EXPECT_EQ(pick_candidate(times, std::nullopt), 2u) << "no preference: the fastest";
+  EXPECT_EQ(pick_candidate(times, 1), 1u) << "0.42 is within the margin of 0.50";
+  EXPECT_EQ(pick_candidate({0.70e-3, 0.50e-3, 0.38e-3}, 1), 2u) << "0.38 beats 0.50 by more than the margin";
+  EXPECT_EQ(pick_candidate({0.70e-3, 0.40e-3, 0.46e-3}, 1), 1u) << "the preferred one is also the fastest";
+}
+
+// Wired into auto: a few-row bf16 class on kept weights records the pick pick_candidate makes of its
+// recorded seconds with gemv preferred; the same class on weights read in place, the fastest.
+TEST(Tuning, FewRowClassesOnKeptWeightsPreferGemv) {
+  const std::vector<int64_t> offset{0, 3, 3, 7};  // (E+1): 3 experts of 3, 0 and 4 rows
+  std::vector<bf16_t> lhs(7 * 32), rhs(3 * 32 * 48), out(7 * 48);
+  for (size_t i = 0; i < lhs.size(); ++i) lhs[i] = f32_to_bf16(float(i % 7) / 8.0f);
+  for (size_t i = 0; i < rhs.size(); ++i) rhs[i] = f32_to_bf16(float(i % 5) / 16.0f - 0.1f);
+  for (const bool kept : {true, false}) {
+    const std::string path =
+        testing::temp_dir(kept ? "tuning_gemv_kept" : "tuning_gemv_in_place") + "/t.json";
+    GemmTuner tuner(path, false);
+    GemmKernels table(config_for(path), &tuner);
+    WeightPacks packs;
+    const ExpertWeights w = kept ? ExpertWeights(rhs.data()).kept(&packs) : ExpertWeights(rhs.data());
+    table.nn(out.data(), Dtype::bf16, lhs.data(), w, Dtype::bf16, {offset.data(), 3}, 32, 48);
+    const nlohmann::json doc = nlohmann::json::parse(testing::read_file(path));
+    ASSERT_EQ(doc["entries"].size(), 1u) << doc.dump();
+    const nlohmann::json& entry = doc["entries"].begin().value();
+    if (entry["seconds"].size() < 2 || !entry["seconds"].contains("gemv")) GTEST_SKIP() << entry.dump();
+    std::vector<double> times;
+    std::vector<std::string> names;
+    std::optional<size_t> gemv;
+    for (const auto& [name, seconds] : entry["seconds"].items()) {
+      if (name == "gemv") gemv = names.size();
+      names.push_back(name);
+      times.push_back(seconds.get<double>());
+    }
+    EXPECT_EQ(entry["variant"], names[pick_candidate(times, kept ? gemv : std::nullopt)]) << entry.dump();
+  }
+}
+
+TEST(Tuning, GemvIsPreferredOnAColdCallsKeptWeightsOnly) {
+  GemmCall call;
+  call.in_dtype = call.b_dtype = call.out_dtype = Dtype::bf16;
+  call.rows = 4;
+  call.experts = 8;
+  call.Kd = 768;
+  call.N = 2048;
+  const std::vector<std::string> names{"dpbf16", "gemv", "onednn"};
+  EXPECT_EQ(preferred_candidate(call, names), std::nullopt) << "weights read in place: measured alone";
+  call.weights_kept = true;
+  EXPECT_EQ(preferred_candidate(call, names), std::optional<size_t>(1));
+  EXPECT_EQ(preferred_candidate(call, {"dpbf16", "onednn"}), std::nullopt) << "no gemv among them";
+  call.rows = kGemvMaxRows + 1;
+  EXPECT_EQ(preferred_candidate(call, names), std::nullopt) << "not a few-row call";
 }
 
 TEST(Tuning, AHopelessCandidateRunsOnceAndOnlyContendersRunAgain) {

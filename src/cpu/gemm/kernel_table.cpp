@@ -42,14 +42,6 @@ int variant_index(const GemmVariant* v) {
   return int(v - gemm_variants().data());
 }
 
-// Whether auto measures a call with its operands out of the caches (CacheEvictor): a grouped call of at most
-// 32 rows an expert, whose time is reading weights, which a block's call meets in memory (other GEMMs ran
-// since its last call). With more rows its activations count as much, and a block's call meets those warm
-// (the op before it just wrote them): such calls are measured back to back, as before.
-bool weights_come_cold(const GemmCall& call) {
-  return call.form != GemmForm::dense && call.rows <= kGemvMaxRows;
-}
-
 // A grouped nn's groups of at most kGemvMaxRows live rows and its larger ones, as two calls where it has
 // both: with hot experts (the seed's `runs` routing, real models' skew) one large group would take every
 // expert's few rows to the large groups' kernel, which reads few-row groups' weights at 0.4-0.6 of a
@@ -94,6 +86,17 @@ double seconds_of(Fn&& fn) {
 }
 
 }  // namespace
+
+bool weights_come_cold(const GemmCall& call) {
+  return call.form != GemmForm::dense && call.rows <= kGemvMaxRows;
+}
+
+std::optional<size_t> preferred_candidate(const GemmCall& call, const std::vector<std::string>& names) {
+  if (!weights_come_cold(call) || !call.weights_kept) return std::nullopt;
+  const auto gemv = std::find(names.begin(), names.end(), "gemv");
+  if (gemv == names.end()) return std::nullopt;
+  return size_t(gemv - names.begin());
+}
 
 const char* name(GemmForm form) {
   switch (form) {
@@ -240,12 +243,12 @@ const GemmRow& GemmKernels::choose(const GemmCall& call, Run&& run) {
             return seconds_of([&] { run(*candidates[i]); });
           });
           std::vector<std::pair<std::string, double>> seconds;
-          size_t fastest = 0;
+          std::vector<std::string> names;
           for (size_t i = 0; i < candidates.size(); ++i) {
-            seconds.emplace_back(candidates[i]->variant->name, times[i]);
-            if (times[i] < times[fastest]) fastest = i;
+            names.push_back(candidates[i]->variant->name);
+            seconds.emplace_back(names.back(), times[i]);
           }
-          pick = candidates[fastest]->variant;
+          pick = candidates[pick_candidate(times, preferred_candidate(call, names))]->variant;
           ++measurements_;
           tuner_->record(cls, pick->name, seconds);
         }

@@ -82,6 +82,14 @@ void CacheEvictor::evict() const {
   (void)sink;
 }
 
+size_t pick_candidate(const std::vector<double>& times, std::optional<size_t> preferred) {
+  size_t fastest = 0;
+  for (size_t i = 0; i < times.size(); ++i)
+    if (times[i] < times[fastest]) fastest = i;
+  if (preferred && times[fastest] * kColdMargin >= times[*preferred]) return *preferred;
+  return fastest;
+}
+
 std::vector<double> time_candidates(size_t n, const std::function<double(size_t)>& call) {
   constexpr double kHopeless = 8, kContender = 1.6, kExtraBudgetSeconds = 3;
   constexpr int kExtraRounds = 2;

@@ -42,6 +42,29 @@ std::vector<double> time_candidates(size_t n, const std::function<double(size_t)
 // down calls), so a call whose operands would fit the cache finds them cold there; back to back they came
 // from L3, where at one row an expert (Qwen3-30B-A3B's down at T 1: 8 experts, 25 MB) oneDNN's nn edged out
 // gemv's, 0.750 against 0.773 ms, while in the block gemv's made the forward 20-25 % faster (2-core Zen 4).
+// On a Zen 5 guest the read does not make them cold: its L3 kept part of them (25 MB read at 78-86 GB/s
+// against a 52 GB/s probe, with 64-256 MB read or written between calls, or chunks read twice), and there
+// oneDNN's nn timed 6-16 % under gemv's on kept weights at Qwen3-30B-A3B's 1-token down (0.40-0.47 against
+// 0.46-0.53 ms in 9 tunings) while in the block it ran 0.56-0.68 against gemv's 0.31-0.53. On weights kept
+// across calls gemv reads its own packing at 0.89-0.96 of a sequential read (onednn 0.41-0.77, dpbf16
+// 0.43-0.68: moe_bench_few_rows, the same Zen 5), so a few-row class on kept weights keeps gemv unless
+// another candidate beat it by more than kColdMargin (pick_candidate). On weights read in place the
+// measurement decides alone (there oneDNN's 1-row nn read 0.75-0.77 of a read against gemv's 0.65-0.66).
+constexpr double kColdMargin = 1.25;
+
+// The candidate auto keeps from their times: the fastest, but `preferred` (where given) unless the fastest
+// took under 1 / kColdMargin of its time.
+size_t pick_candidate(const std::vector<double>& times, std::optional<size_t> preferred);
+
+struct GemmCall;
+// Whether auto measures a call with its operands out of the caches (CacheEvictor): a grouped call of at most
+// 32 rows an expert, whose time is reading weights, which a block's call meets in memory (other GEMMs ran
+// since its last call). With more rows its activations count as much, and a block's call meets those warm
+// (the op before it just wrote them): such calls are measured back to back.
+bool weights_come_cold(const GemmCall& call);
+// Among the candidates `names` of `call`, the one pick_candidate prefers: gemv on a cold call's kept weights.
+std::optional<size_t> preferred_candidate(const GemmCall& call, const std::vector<std::string>& names);
+
 class CacheEvictor {
  public:
   CacheEvictor();  // allocates the buffer, first touched by the threads that read it
