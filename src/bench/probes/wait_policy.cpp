@@ -137,10 +137,12 @@ WaitChoice choose_wait_policy(WaitPolicy flag, const EnvLookup& env, const std::
     c.reason = "flag";
   } else {
     const double share = probe();
-    const char* machine = share >= kBusyCpuShare ? "quiet" : share >= kSharedCpuShare ? "shared" : "busy";
     c.policy = share >= kBusyCpuShare     ? WaitPolicy::spin
                : share >= kSharedCpuShare ? WaitPolicy::bounded
                                           : WaitPolicy::passive;
+    const char* machine = c.policy == WaitPolicy::spin      ? "quiet"
+                          : c.policy == WaitPolicy::bounded ? "shared"
+                                                            : "busy";
     c.reason = fmt::format("auto:{}:cpu_share={:.2f}", machine, share);
   }
   set_variables(c);

@@ -87,17 +87,6 @@ double seconds_of(Fn&& fn) {
 
 }  // namespace
 
-bool weights_come_cold(const GemmCall& call) {
-  return call.form != GemmForm::dense && call.rows <= kGemvMaxRows;
-}
-
-std::optional<size_t> preferred_candidate(const GemmCall& call, const std::vector<std::string>& names) {
-  if (!weights_come_cold(call) || !call.weights_kept) return std::nullopt;
-  const auto gemv = std::find(names.begin(), names.end(), "gemv");
-  if (gemv == names.end()) return std::nullopt;
-  return size_t(gemv - names.begin());
-}
-
 const char* name(GemmForm form) {
   switch (form) {
     case GemmForm::nn:

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cpu/gemm/gemm.h"
+#include "cpu/gemm/gemm_gemv.h"
 #include "moe/build_info.h"
 #include "moe/cpu_isa.h"
 #include "moe/environment.h"
@@ -80,6 +81,17 @@ void CacheEvictor::evict() const {
   for (int64_t i = 0; i < n; ++i) sum += w[i];
   volatile uint64_t sink = sum;  // the reads must happen
   (void)sink;
+}
+
+bool weights_come_cold(const GemmCall& call) {
+  return call.form != GemmForm::dense && call.rows <= kGemvMaxRows;
+}
+
+std::optional<size_t> preferred_candidate(const GemmCall& call, const std::vector<std::string>& names) {
+  if (!weights_come_cold(call) || !call.weights_kept) return std::nullopt;
+  const auto gemv = std::find(names.begin(), names.end(), "gemv");
+  if (gemv == names.end()) return std::nullopt;
+  return size_t(gemv - names.begin());
 }
 
 size_t pick_candidate(const std::vector<double>& times, std::optional<size_t> preferred) {
