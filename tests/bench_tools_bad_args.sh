@@ -42,7 +42,7 @@ expect_refusal "$passes" 5 16384 1024 7
 expect_refusal "$few_rows" x
 expect_refusal "$few_rows" 3 3
 expect_refusal "$few_rows" 3 rows
-expect_refusal "$few_rows" 3 64
+expect_refusal "$few_rows" 3 128
 expect_refusal "$few_rows" 3 4 1
 AB_DIR=$(mktemp -d)
 export AB_DIR

@@ -553,7 +553,7 @@ TEST(Cli, Float16OnTheCpuCountsItsWideningScratch) {
   EXPECT_GE(c.estimated_bytes() - on_cuda, widened_w13);
 }
 
-// A bf16 forward on the cpu at 32 or fewer rows an expert keeps gemv's packing of the routed weights: the
+// A bf16 forward on the cpu at 64 or fewer rows an expert keeps gemv's packing of the routed weights: the
 // pre-flight counts it there, and not where the weights change every call (forward_backward) or groups are
 // larger.
 TEST(Cli, Bf16ForwardCountsGemvsPackedWeights) {

@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "cpu/gemm/gemm.h"
-#include "cpu/gemm/gemm_gemv.h"
 #include "cpu/gemm/tuning.h"
 #include "moe/reference.h"
 #include "moe/rng.h"
@@ -26,8 +25,8 @@
 namespace moe {
 namespace {
 
-// A grouped nn of groups all larger than gemv's kGemvMaxRows (one call: the table splits none), with
-// fresh inputs.
+// A grouped float32 nn of groups of 40 and 33 rows (one call: both on one side of gemv's kGemvMaxRows, so the
+// table splits none; above kFewRows, so measured back to back), with fresh inputs.
 struct NnCase {
   std::vector<int64_t> offset{0, 40, 40, 73};  // (E+1)
   Tensor lhs, rhs;                             // (73, 16), (3, 16, 24)
@@ -208,7 +207,7 @@ TEST(Tuning, GemvIsPreferredOnAColdCallsKeptWeightsOnly) {
   call.weights_kept = true;
   EXPECT_EQ(preferred_candidate(call, names), std::optional<size_t>(1));
   EXPECT_EQ(preferred_candidate(call, {"dpbf16", "onednn"}), std::nullopt) << "no gemv among them";
-  call.rows = kGemvMaxRows + 1;
+  call.rows = kFewRows + 1;
   EXPECT_EQ(preferred_candidate(call, names), std::nullopt) << "not a few-row call";
 }
 

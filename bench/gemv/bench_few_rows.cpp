@@ -2,13 +2,13 @@
 // issue 40), every variant that takes the call with its own kernel, against a sequential read of the same
 // weights timed in the same process (the bandwidth a GEMM that reads each weight byte once could reach).
 // Shapes: Qwen3-30B-A3B's and OLMoE-1B-7B's expert projections (up: Kd = H, N = 2M; down: Kd = M, N = H),
-// 64 experts (200-512 MiB of bf16 weights, far past the caches), 1 to 32 rows an expert. Candidates run
-// interleaved round by round and the best round is kept (the 2-core box is shared: contention only ever
-// slows a call down, and its memory bandwidth moves by 2x from minute to minute, so only the ratio to the
-// read of the same round's process means anything). "gemv kept" is gemv on weights it packed once in its tile
-// order (a forward run's). Prints per call: ms, GB/s of weights, x the read, TF/s.
+// 64 experts (200-512 MiB of bf16 weights, far past the caches), 1 to 64 rows an expert (gemv's range).
+// Candidates run interleaved round by round and the best round is kept (the 2-core box is shared: contention
+// only ever slows a call down, and its memory bandwidth moves by 2x from minute to minute, so only the ratio
+// to the read of the same round's process means anything). "gemv kept" is gemv on weights it packed once in
+// its tile order (a forward run's). Prints per call: ms, GB/s of weights, x the read, TF/s.
 //
-//   moe_bench_few_rows [rounds=5] [rows=all|1|2|4|8|16|32]
+//   moe_bench_few_rows [rounds=5] [rows=all|1|2|4|8|16|32|48|64]
 #include <omp.h>
 
 #include <algorithm>
@@ -25,7 +25,7 @@ namespace moe {
 namespace {
 
 constexpr int64_t kExperts = 64;
-constexpr int64_t kRowCounts[] = {1, 2, 4, 8, 16, 32};
+constexpr int64_t kRowCounts[] = {1, 2, 4, 8, 16, 32, 48, 64};
 
 struct Projection {
   const char* name;
@@ -116,16 +116,17 @@ void bench(const Projection& p, const Buffer<bf16_t>& w, int64_t rows, int round
 
 int main(int argc, char** argv) {
   constexpr const char* kTool = "moe_bench_few_rows";
-  constexpr const char* kUsage = "moe_bench_few_rows [rounds] [all|1|2|4|8|16|32]";
+  constexpr const char* kUsage = "moe_bench_few_rows [rounds] [all|1|2|4|8|16|32|48|64]";
   int64_t rounds = 0, only = 0;
   if (!moe::bench_args::at_most(argc, 2, kTool, kUsage) ||
       !moe::bench_args::count(argc, argv, 1, kTool, "rounds", 1, 1000, 5, rounds))
     return 2;
   const std::string rows = argc > 2 ? argv[2] : "all";
-  if (rows != "all" && !moe::bench_args::count(argc, argv, 2, kTool, "rows", 1, 32, 0, only)) return 2;
+  if (rows != "all" && !moe::bench_args::count(argc, argv, 2, kTool, "rows", 1, 64, 0, only)) return 2;
   if (rows != "all" &&
       std::find(std::begin(moe::kRowCounts), std::end(moe::kRowCounts), only) == std::end(moe::kRowCounts)) {
-    std::fprintf(stderr, "%s: error: invalid rows '%s': expected all, 1, 2, 4, 8, 16 or 32 (usage: %s)\n",
+    std::fprintf(stderr,
+                 "%s: error: invalid rows '%s': expected all, 1, 2, 4, 8, 16, 32, 48 or 64 (usage: %s)\n",
                  kTool, rows.c_str(), kUsage);
     return 2;
   }

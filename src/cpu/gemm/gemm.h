@@ -170,7 +170,7 @@ struct GemmCall {
   // The weights come with their WeightPacks (kept across calls: int8 forms, nn and nn_swiglu), so a kernel
   // that packs them does it once, not in every call: a class of its own (auto's choice differs: at 256-row
   // groups oneDNN's nn_s8 matched vnni's packed per call, and lost to it packed once; gemv reads a packing
-  // in tile order at 1-32 rows).
+  // in tile order at 1-64 rows).
   bool weights_kept = false;
   // "nn bf16->bf16 Kd=1024 N=2048 E=16 rows<=1024 parts=2" (" kept" for weights_kept): the shape class auto
   // is tuned for (group rows rounded up to a power of two).

@@ -1,4 +1,4 @@
-// The `gemv` variant: cpu/gemm/gemm.h's nn and nn_swiglu for groups of 1-32 rows (decode steps, small
+// The `gemv` variant: cpu/gemm/gemm.h's nn and nn_swiglu for groups of 1-64 rows (decode steps, small
 // micro-batches, EP ranks with few rows per expert), where the block is bound by reading expert weights, not
 // by multiplying them. It reads each weight byte once in a call: where it lies, with no packing pass (dpbf16
 // packs each panel into its tile layout and reads it back, and at a few rows that traffic, not the
@@ -12,11 +12,15 @@
 // values. Sums wait in a per-thread float32 scratch between blocks; each line a block reads prefetches the
 // line two blocks below it into L2, so the DRAM stream runs ahead of the arithmetic. From the layer's
 // kChunkRows rows (zmm: 5), where the arithmetic counts, an item is instead a chunk of a few column tiles
-// (at most 512 KiB of weights) walked over its whole reduction at once, sums in registers, while the lines
-// of the thread's next item are prefetched into L2 row by row (gemm_gemv_kernel.h).
+// (at most 512 KiB of weights, 256 KiB where its rows take several register blocks) walked over its whole
+// reduction at once, a register block of rows at a time, sums in registers, while the lines of the thread's
+// next item are prefetched into L2 row by row, each register block its share (gemm_gemv_kernel.h). From 33
+// rows the arithmetic sets the speed; there the chunks still beat dpbf16's packed panels on streamed
+// weights (64 rows kept: 0.83-0.90 against 0.80-0.83 TF/s, moe_bench_few_rows 3 64, 2-core Zen 5), while
+// from ~96 rows they run level and at 128 dpbf16 leads.
 // Weights kept across calls (ExpertWeights::packs: a forward run's) are packed once, on the first call, in
 // tile order (gemm_gemv.h): an item's tiles are then one run of memory, walked tile by tile over the whole
-// reduction with the lines 16 KiB ahead prefetched into L2. In place, a tile's rows lie a weight row apart
+// reduction with the lines 8 KiB ahead prefetched into L2. In place, a tile's rows lie a weight row apart
 // and the chunks ran 0.61-0.81 of a sequential read at 8 rows; packed, 0.86-0.96 (moe_bench_few_rows 3 8,
 // 2-core Zen 4). Instances: zmm (avx512/gemm_gemv_avx512.cpp: vdpbf16ps on bf16 pairs) where isa_level()
 // reaches avx512_bf16, else ymm (avx2/gemm_gemv_avx2.cpp: bf16 widened to float32, vfmadd231ps).

@@ -9,7 +9,7 @@
 
 namespace moe {
 // The largest group the variant takes (its supports()).
-inline constexpr int64_t kGemvMaxRows = 32;
+inline constexpr int64_t kGemvMaxRows = 64;
 }  // namespace moe
 
 // packed: rhs in tile order, or nullptr (read in place). Tile order, what gemv keeps of weights kept across

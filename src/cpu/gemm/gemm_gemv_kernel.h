@@ -35,8 +35,12 @@ constexpr int64_t kMaxDepth = 32;
 // How far ahead a block's reads prefetch, in blocks: two blocks measured 0.77-0.86 of the read at 8 rows
 // against 0.71-0.78 at one (moe_bench_few_rows 3 8, 2-core Zen 4), level or better at 1 and 4 rows.
 constexpr int64_t kBlocksAhead = 2;
-// A chunk's weights at most (it waits in L2 for the item before it), in whole tiles, at most kChunkTiles.
+// A chunk's weights at most (it waits in L2 for the item before it), in whole tiles, at most kChunkTiles;
+// kSharedChunkBytes where its rows take several register blocks, which walk it once each while the next
+// chunk arrives beside it: the two then fill half of a 1 MiB L2, not all of it (at Kd 2048, 32 rows kept,
+// level with 512 KiB or up to 6 % faster: moe_bench_few_rows 3 32, 2-core Zen 5).
 constexpr int64_t kChunkBytes = int64_t(512) << 10;
+constexpr int64_t kSharedChunkBytes = int64_t(256) << 10;
 constexpr int64_t kChunkTiles = 4;
 // How far ahead of its reads a walk over packed weights (one run of memory) prefetches into L2, from
 // kPackedAheadRows live rows: below, the hardware's prefetchers keep up alone, and prefetching only costs. A
@@ -46,12 +50,15 @@ constexpr int64_t kChunkTiles = 4;
 constexpr int64_t kPackedAheadBytes = int64_t(8) << 10;
 constexpr int64_t kPackedAheadRows = 5;
 
-// A run of weight lines to prefetch, row by row: `segs` lines of a row, then the next row `ld` bytes on.
+// A run of weight lines to prefetch, row by row: `segs` lines of a row, then the next row `ld` bytes on; a
+// line every `every` steps.
 struct PrefetchCursor {
   const char* row;  // nullptr: none
   int64_t seg, segs, ld;
+  int64_t every = 1, tick = 0;
   [[gnu::always_inline]] void step() {
-    if (row == nullptr) return;
+    if (row == nullptr || ++tick < every) return;
+    tick = 0;
     __builtin_prefetch(row + seg * 64, 0, 2);  // into L2 (prefetcht1)
     if (++seg == segs) {
       seg = 0;
@@ -69,6 +76,15 @@ inline int64_t block_depth(int64_t live) {
   return live <= 4 ? 8 : live <= 8 ? 16 : kMaxDepth;
 }
 
+// The lines a block prefetches into L2 as it reads weight rows, a line per `every` rows of each tile (nullptr
+// base: none). tile_lines 0: tile t its own column of lines from base + its offset in the item, a row `ld`
+// bytes apart (blocks, packed runs); else tile t the lines from line `first + t * tile_lines` of base's rows
+// of `segs` lines `ld` bytes apart, row by row (chunks: the thread's next item).
+struct PrefetchPlan {
+  const char* base;
+  int64_t segs, ld, first, tile_lines, every;
+};
+
 // A block's view of its operands, for one register block of rows and every column tile of an item.
 template <class Staged>
 struct BlockJob {
@@ -77,11 +93,7 @@ struct BlockJob {
   int64_t tile_bytes;  // column tiles' distance
   int64_t steps;       // whole steps (kStep weight rows each)
   bool odd;            // one more weight row, paired with zeros (kStep 2)
-  // The lines to prefetch (nullptr: none), a line per weight row read: blocks (prefetch_tile_lines 0), tile
-  // t's column of lines from its own columns of prefetch's row; chunks, tile t's from line t *
-  // prefetch_tile_lines of prefetch's rows of prefetch_segs lines, row by row.
-  const char* prefetch;
-  int64_t prefetch_segs, prefetch_tile_lines;
+  PrefetchPlan prefetch;
   int64_t tiles;  // column tiles, the last one's live columns tail_cols
   int64_t tail_cols;
   const Staged* x;  // lhs: step s of row r at x[s * x_stride + r]
@@ -106,13 +118,11 @@ struct Tile {
 
 // Tile t's share of a block's prefetch, the tile `offset` bytes into its rows: a line per weight row it
 // reads.
-template <class Staged>
-PrefetchCursor tile_prefetch(const BlockJob<Staged>& j, int64_t t, int64_t offset) {
-  if (j.prefetch == nullptr) return {nullptr, 0, 1, j.ld_bytes};
-  if (j.prefetch_tile_lines == 0) return {j.prefetch + offset, 0, 1, j.ld_bytes};
-  const int64_t first = j.prefetch_tile_lines * t;
-  return {j.prefetch + first / j.prefetch_segs * j.ld_bytes, first % j.prefetch_segs, j.prefetch_segs,
-          j.ld_bytes};
+inline PrefetchCursor tile_prefetch(const PrefetchPlan& p, int64_t t, int64_t offset) {
+  if (p.base == nullptr) return {nullptr, 0, 1, p.ld};
+  if (p.tile_lines == 0) return {p.base + offset, 0, 1, p.ld, p.every};
+  const int64_t line = p.first + p.tile_lines * t;
+  return {p.base + line / p.segs * p.ld, line % p.segs, p.segs, p.ld, p.every};
 }
 
 // A block over every column tile of an item, for R live rows.
@@ -122,7 +132,7 @@ void run_block(const BlockJob<typename L::Staged>& j) {
   for (int64_t t = 0; t < j.tiles; ++t)
     L::template tile<R>(
         j, {j.w + t * j.tile_bytes, t + 1 < j.tiles ? L::kTileCols : j.tail_cols, j.sums + t * j.sums_tile,
-            j.out + t * L::kTileCols * elem, tile_prefetch(j, t, t * j.tile_bytes)});
+            j.out + t * L::kTileCols * elem, tile_prefetch(j.prefetch, t, t * j.tile_bytes)});
 }
 
 template <class L, int... R>
@@ -183,9 +193,54 @@ bool walks_whole(const Call& c, int64_t live) {
   return c.packed != nullptr || live >= L::kChunkRows;
 }
 
+// Register blocks of an item's `live` rows, and block b's rows: L::kBlockRows each but, in a chunk
+// (`chunk`), where that leaves a last block under half of them, which keeps too few sums in flight to fill
+// the multiply pipes: there the last two share their rows (16 rows as 8 + 8, not 12 + 4: moe_bench_few_rows 3
+// 16, 2-core Zen 5, 0.67-0.71 against 0.61-0.64 TF/s; 32 rows as 12 + 12 + 8: 0.84-0.87, evened out to 11 +
+// 11
+// + 10 0.78-0.86). Blocks of a few weight rows (the ymm layer in place) keep kBlockRows: 8 rows as 6 + 2 ran
+// 0.15-0.20 TF/s, as 4 + 4 0.14-0.17 (the same Zen 5 held to AVX2).
+template <class L>
+int64_t register_blocks(int64_t live) {
+  return (live + L::kBlockRows - 1) / L::kBlockRows;
+}
+template <class L>
+int64_t block_rows(int64_t live, int64_t blocks, int64_t b, bool chunk) {
+  const int64_t last = live - (blocks - 1) * L::kBlockRows;  // the last block's rows, blocks of kBlockRows
+  if (!chunk || blocks == 1 || 2 * last >= L::kBlockRows || b < blocks - 2)
+    return b + 1 < blocks ? L::kBlockRows : last;
+  return (L::kBlockRows + last + (b == blocks - 2)) / 2;
+}
+
+// The lines block b of `blocks` prefetches as it walks weight rows [k0, k0 + depth) of the item's `tiles`
+// tiles (from w0, rows ld_bytes apart). A chunk (chunk: its whole reduction at once) with a next item: that
+// item's lines, each block its share, a line per `blocks` weight rows, so that the next chunk streams in
+// evenly while this one is walked once a block (a first block fetching all of it left DRAM idle while the
+// others ran: 32 rows kept 0.69-0.78 TF/s, spread 0.84-0.87; in place 0.31-0.55 against 0.34-0.70;
+// moe_bench_few_rows 3 32, 2-core Zen 5, alternately in one process). Packed
+// otherwise: kPackedAheadBytes on in the run of memory. Blocks: the lines kBlocksAhead blocks below, where
+// that block is a whole one (a short last block is not worth its own case).
+template <class L>
+PrefetchPlan block_prefetch(const Call& c, const Item& it, const Item* next, bool chunk, const char* w0,
+                            int64_t k0, int64_t depth, int64_t ld_bytes, int64_t tiles, int64_t b,
+                            int64_t blocks) {
+  const PrefetchPlan none{nullptr, 1, ld_bytes, 0, 0, 1};
+  if (chunk && next && (!c.packed || blocks > 1)) {
+    const int64_t rows = depth / L::kStep * L::kStep;  // the weight rows a tile steps through
+    const int64_t share = (rows + blocks - 1) / blocks;
+    const int64_t segs = c.packed ? 1 : (next->cols * 2 + 63) / 64;  // lines of a row of the next item's
+    return {item_weights<L>(c, *next), segs, c.packed ? 64 : ld_bytes, b * tiles * share, share, blocks};
+  }
+  if (b > 0) return none;
+  if (c.packed)
+    return it.live >= kPackedAheadRows ? PrefetchPlan{w0 + kPackedAheadBytes, 1, ld_bytes, 0, 0, 1} : none;
+  if (chunk || k0 + (kBlocksAhead + 1) * depth > c.Kd) return none;
+  return {w0 + (k0 + kBlocksAhead * depth) * ld_bytes, 1, ld_bytes, 0, 0, 1};
+}
+
 // One item, block by block of its reduction, or (a chunk: L::kChunkRows live rows and more) all of it at once
-// while prefetching `next` (the thread's next item, or nullptr) row by row. x holds the item's rows staged
-// over the whole reduction (a chunk) or is staged a block at a time.
+// while prefetching `next` (the thread's next item, or nullptr). x holds the item's rows staged over the
+// whole reduction (a chunk) or is staged a block at a time.
 template <class L>
 void run_item(const Call& c, const Item& it, const Item* next, float* sums, typename L::Staged* x) {
   const int64_t part_cols = c.N / c.rhs.parts();
@@ -196,30 +251,18 @@ void run_item(const Call& c, const Item& it, const Item* next, float* sums, type
   const bool chunk = walks_whole<L>(c, it.live);
   const int64_t block = chunk ? c.Kd : block_depth(it.live);
   const int64_t tiles = (it.cols + L::kTileCols - 1) / L::kTileCols;
+  const int64_t blocks = register_blocks<L>(it.live);
   for (int64_t k0 = 0; k0 < c.Kd; k0 += block) {
     const int64_t depth = std::min(block, c.Kd - k0);
     if (!chunk) L::stage(c.lhs + it.row0 * c.Kd, c.Kd, it.live, k0, depth, x);
-    // Packed: kPackedAheadBytes on in the run of memory (or none). Blocks: the lines kBlocksAhead blocks
-    // below, where that block is a whole one (a short last block is not worth its own case). Chunks: the next
-    // item's.
-    const char* prefetch = c.packed ? (it.live >= kPackedAheadRows ? w0 + kPackedAheadBytes : nullptr)
-                           : chunk  ? (next ? item_weights<L>(c, *next) : nullptr)
-                           : k0 + (kBlocksAhead + 1) * block <= c.Kd
-                               ? w0 + (k0 + kBlocksAhead * block) * ld_bytes
-                               : nullptr;
-    const bool rows_ahead = chunk && !c.packed;  // the next item's lines, row by row
-    const int64_t next_segs = rows_ahead && next ? (next->cols * 2 + 63) / 64 : 1;  // lines of a row
-    for (int64_t r0 = 0; r0 < it.live; r0 += L::kBlockRows) {
-      const int rows = int(std::min<int64_t>(L::kBlockRows, it.live - r0));
+    for (int64_t b = 0, r0 = 0; b < blocks; r0 += block_rows<L>(it.live, blocks, b++, chunk)) {
       const BlockJob<typename L::Staged> j{
           w0 + k0 * ld_bytes,
           ld_bytes,
           tile_bytes,
           depth / L::kStep,
           depth % L::kStep != 0,
-          r0 == 0 ? prefetch : nullptr,
-          next_segs,
-          rows_ahead ? depth / L::kStep * L::kStep : 0,
+          block_prefetch<L>(c, it, next, chunk, w0, k0, depth, ld_bytes, tiles, b, blocks),
           tiles,
           it.cols - (tiles - 1) * L::kTileCols,
           x + r0,
@@ -231,7 +274,7 @@ void run_item(const Call& c, const Item& it, const Item* next, float* sums, type
           static_cast<char*>(c.out) + ((it.row0 + r0) * c.N + out_col) * elem,
           c.N,
           c.out_bf16};
-      kBlocks<L>[size_t(rows - 1)](j);
+      kBlocks<L>[size_t(block_rows<L>(it.live, blocks, b, chunk) - 1)](j);
     }
   }
 }
@@ -262,15 +305,16 @@ Scratch<L>& thread_scratch() {
   return scratch;
 }
 
-// The columns of an item of a part `part_cols` wide: a chunk walked at once (`whole`: at most kChunkBytes of
-// weights, whole tiles), or whole rows (at most kMaxChunkCols) unless `items` whole parts leave a thread of
-// `threads` without two, whole column tiles either way.
+// The columns of an item of a part `part_cols` wide for `live` rows: a chunk walked at once (`whole`: at most
+// kChunkBytes of weights, or kSharedChunkBytes, whole tiles), or whole rows (at most kMaxChunkCols) unless
+// `items` whole parts leave a thread of `threads` without two, whole column tiles either way.
 template <class L>
-int64_t chunk_cols(int64_t part_cols, int64_t Kd, bool whole, int64_t items, int threads) {
+int64_t chunk_cols(int64_t part_cols, int64_t Kd, int64_t live, bool whole, int64_t items, int threads) {
   const int64_t tiles = (part_cols + L::kTileCols - 1) / L::kTileCols;
   if (whole) {
+    const int64_t most = register_blocks<L>(live) > 1 ? kSharedChunkBytes : kChunkBytes;
     int64_t chunk_tiles = kChunkTiles;
-    while (chunk_tiles > 1 && chunk_tiles * L::kTileCols * 2 * Kd > kChunkBytes) chunk_tiles /= 2;
+    while (chunk_tiles > 1 && chunk_tiles * L::kTileCols * 2 * Kd > most) chunk_tiles /= 2;
     return std::min(chunk_tiles, tiles) * L::kTileCols;
   }
   int64_t chunks =
@@ -327,7 +371,7 @@ void nn_with(void* out, bool out_bf16, const bf16_t* lhs, ExpertWeights rhs, con
     if (g.live == 0) continue;
     MOE_CHECK(g.live <= kMaxRows, "a gemv group above its rows");
     const int64_t chunk =
-        chunk_cols<L>(part_cols, Kd, walks_whole<L>(c, g.live), live_experts * rhs.parts(), threads);
+        chunk_cols<L>(part_cols, Kd, g.live, walks_whole<L>(c, g.live), live_experts * rhs.parts(), threads);
     max_chunk = std::max(max_chunk, chunk);
     for (int part = 0; part < rhs.parts(); ++part)
       for (int64_t col = 0; col < part_cols; col += chunk)

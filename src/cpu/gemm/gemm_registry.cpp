@@ -51,7 +51,7 @@ const std::vector<GemmVariant>& gemm_variants() {
       MOE_GEMM_VARIANT(
           "gemv", gemv, IsaLevel::avx2, true, &gemv::grouped_gemm_nn, &gemv::grouped_gemm_nn_swiglu, nullptr,
           nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
-          "row-streaming kernel for groups of 1-32 rows: each weight byte read once where it lies, no "
+          "row-streaming kernel for groups of 1-64 rows: each weight byte read once where it lies, no "
           "packing, two blocks ahead prefetched (vdpbf16ps on zmm from AVX-512 BF16, else AVX2 FMA on bf16 "
           "widened to float32); bf16 nn and nn_swiglu only"),
 #ifdef MOE_HAVE_DPBF16

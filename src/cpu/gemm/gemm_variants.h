@@ -103,7 +103,7 @@ void grouped_gemm_tn_pair(const GemmThresholds& k, void* drhs_first, void* drhs_
 }  // namespace moe::cpu::isa_avx512_bf16::dpbf16
 #endif
 MOE_DECLARE_GEMM_VARIANT(portable)
-// gemv (src/cpu/gemm/gemm_gemv.cpp): bf16 nn and nn_swiglu of groups of at most 32 rows, weights read in
+// gemv (src/cpu/gemm/gemm_gemv.cpp): bf16 nn and nn_swiglu of groups of at most 64 rows, weights read in
 // place; in every build, run where isa_level() reaches avx2 (zmm instance from avx512_bf16).
 MOE_DECLARE_GEMM_VARIANT_CAPABILITIES(gemv)
 MOE_DECLARE_GEMM_NN_SWIGLU(gemv)

@@ -11,7 +11,6 @@
 #include <nlohmann/json.hpp>
 
 #include "cpu/gemm/gemm.h"
-#include "cpu/gemm/gemm_gemv.h"
 #include "moe/build_info.h"
 #include "moe/cpu_isa.h"
 #include "moe/environment.h"
@@ -84,7 +83,7 @@ void CacheEvictor::evict() const {
 }
 
 bool weights_come_cold(const GemmCall& call) {
-  return call.form != GemmForm::dense && call.rows <= kGemvMaxRows;
+  return call.form != GemmForm::dense && call.rows <= kFewRows;
 }
 
 std::optional<size_t> preferred_candidate(const GemmCall& call, const std::vector<std::string>& names) {

@@ -57,9 +57,12 @@ constexpr double kColdMargin = 1.25;
 size_t pick_candidate(const std::vector<double>& times, std::optional<size_t> preferred);
 
 struct GemmCall;
+// Few rows an expert: a call whose time is reading weights (gemv takes up to kGemvMaxRows, where from 33 rows
+// the arithmetic counts as much).
+constexpr int64_t kFewRows = 32;
 // Whether auto measures a call with its operands out of the caches (CacheEvictor): a grouped call of at most
-// 32 rows an expert, whose time is reading weights, which a block's call meets in memory (other GEMMs ran
-// since its last call). With more rows its activations count as much, and a block's call meets those warm
+// kFewRows rows an expert, whose time is reading weights, which a block's call meets in memory (other GEMMs
+// ran since its last call). With more rows its activations count as much, and a block's call meets those warm
 // (the op before it just wrote them): such calls are measured back to back.
 bool weights_come_cold(const GemmCall& call);
 // Among the candidates `names` of `call`, the one pick_candidate prefers: gemv on a cold call's kept weights.
