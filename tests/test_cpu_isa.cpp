@@ -21,6 +21,19 @@ namespace {
 
 using testing::Ran;
 
+// The value of /proc/cpuinfo's first `key : value` line ("" where there is none).
+std::string cpuinfo_value(const std::string& key) {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string name = line.substr(0, colon);
+    name.erase(name.find_last_not_of(" \t") + 1);
+    if (name == key) return line.substr(std::min(line.size(), colon + 2));
+  }
+  return "";
+}
+
 bool cpuinfo_has_flag(const std::string& flag) {
   std::ifstream in("/proc/cpuinfo");
   for (std::string line; std::getline(in, line);) {
@@ -48,7 +61,7 @@ TEST(CpuIsa, LevelNamesRoundTripAndUnknownNamesAreRefused) {
 }
 
 // cpuid and the kernel agree on every extension a level needs (the kernel hides what the OS does not
-// save, so a flag it lists is one we may use).
+// save, so a flag it lists is one we may use), the vendor and the family.
 TEST(CpuIsa, DetectionAgreesWithProcCpuinfo) {
   const CpuIsa& c = cpu_isa();
   EXPECT_FALSE(c.model.empty());
@@ -63,6 +76,9 @@ TEST(CpuIsa, DetectionAgreesWithProcCpuinfo) {
             cpuinfo_has_flag("avx512_bf16") && cpuinfo_has_flag("avx512bw") && cpuinfo_has_flag("avx512vl") &&
                 cpuinfo_has_flag("avx512_vnni"));
   EXPECT_LE(c.level(), c.detected);
+  // The vendor and display family the kernel reads from cpuid too (gemv's prefetch setting keys on them).
+  EXPECT_EQ(c.vendor, cpuinfo_value("vendor_id"));
+  EXPECT_EQ(std::to_string(c.family), cpuinfo_value("cpu family"));
 }
 
 // Every variant either runs here or says why not (and is then refused); auto's table has rows of the

@@ -27,6 +27,11 @@ bool parse_isa_level(const std::string& name, IsaLevel& level);
 
 struct CpuIsa {
   std::string model;  // the brand string ("AMD EPYC 9B45"), "unknown" where cpuid has none
+  // cpuid's vendor ("AuthenticAMD", "GenuineIntel"; "" where it has none) and display family (base and
+  // extended: Zen 4 25, Zen 5 26): for the few kernel settings whose best value differs between
+  // microarchitectures of one ISA level.
+  std::string vendor;
+  int family = 0;
   IsaLevel detected = IsaLevel::baseline;  // the best level this CPU and OS can run
   IsaLevel cap = IsaLevel::amx;            // MOE_MAX_ISA, or the top
   bool capped_by_env = false;

@@ -48,7 +48,13 @@ CpuIsa detect() {
   CpuIsa c;
   c.model = brand_string();
   unsigned eax, ebx, ecx, edx;
+  if (__get_cpuid(0, &eax, &ebx, &ecx, &edx)) {
+    const unsigned words[3] = {ebx, edx, ecx};
+    c.vendor.assign(reinterpret_cast<const char*>(words), sizeof(words));
+  }
   if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return c;
+  const int base_family = int(eax >> 8 & 0xf);
+  c.family = base_family == 0xf ? base_family + int(eax >> 20 & 0xff) : base_family;
   c.fma = bit(ecx, 12);
   c.f16c = bit(ecx, 29);
   const bool osxsave = bit(ecx, 27), avx = bit(ecx, 28);

@@ -12,18 +12,18 @@ namespace moe {
 inline constexpr int64_t kGemvMaxRows = 64;
 }  // namespace moe
 
-// packed: rhs in tile order, or nullptr (read in place). Tile order, what gemv keeps of weights kept across
-// calls (ExpertWeights::packs): per expert and part, column tiles of the instance's kTileColsOfInstance
-// columns, a tile's Kd rows contiguous, (E, parts, part tiles, Kd, kTileColsOfInstance) bf16, the last
-// tile's columns past the part zero.
+// packed: rhs in tile order, or nullptr (read in place); a walk over it of packed_ahead_rows live rows or
+// more prefetches ahead. Tile order, what gemv keeps of weights kept across calls (ExpertWeights::packs): per
+// expert and part, column tiles of the instance's kTileColsOfInstance columns, a tile's Kd rows contiguous,
+// (E, parts, part tiles, Kd, kTileColsOfInstance) bf16, the last tile's columns past the part zero.
 namespace moe::cpu::isa_avx512_bf16::gemv {
 inline constexpr int64_t kTileColsOfInstance = 32;
 void nn(void* out, bool out_bf16, const bf16_t* lhs, ExpertWeights rhs, const uint8_t* packed,
-        GroupedShape groups, int64_t Kd, int64_t N);
+        int64_t packed_ahead_rows, GroupedShape groups, int64_t Kd, int64_t N);
 }  // namespace moe::cpu::isa_avx512_bf16::gemv
 
 namespace moe::cpu::isa_avx2::gemv {
 inline constexpr int64_t kTileColsOfInstance = 16;
 void nn(void* out, bool out_bf16, const bf16_t* lhs, ExpertWeights rhs, const uint8_t* packed,
-        GroupedShape groups, int64_t Kd, int64_t N);
+        int64_t packed_ahead_rows, GroupedShape groups, int64_t Kd, int64_t N);
 }  // namespace moe::cpu::isa_avx2::gemv

@@ -42,13 +42,11 @@ constexpr int64_t kBlocksAhead = 2;
 constexpr int64_t kChunkBytes = int64_t(512) << 10;
 constexpr int64_t kSharedChunkBytes = int64_t(256) << 10;
 constexpr int64_t kChunkTiles = 4;
-// How far ahead of its reads a walk over packed weights (one run of memory) prefetches into L2, from
-// kPackedAheadRows live rows: below, the hardware's prefetchers keep up alone, and prefetching only costs. A
-// probe of the walk (2-core Zen 4, memory at ~52 / ~32 GB/s; x the read): 1 row 1.30 / 1.10 without, 0.86 /
-// 0.92 at 8 KiB; 4 rows 1.03 / 0.94 without, 0.79 / 0.92 at 8 KiB; 6 rows 0.93 / 0.93 without, 0.97 / 0.97 at
-// 8 KiB; 8 rows 0.78 / 0.97 without, 0.98 / 0.98 at 8 KiB, 1.00 / 0.92 at 16 KiB.
+// How far ahead of its reads a walk over packed weights (one run of memory) prefetches into L2, from the
+// call's packed_ahead_rows live rows (gemm_gemv.cpp says why per CPU). 8 rows on a 2-core Zen 4 (memory at
+// ~52 / ~32 GB/s; x the read): 0.78 / 0.97 without, 0.98 / 0.98 at 8 KiB, 1.00 / 0.92 at 16 KiB; Zen 5, 1-4
+// rows: 16 KiB 0.88-1.03, 4 KiB 0.91-1.04, 8 KiB 0.95-1.10.
 constexpr int64_t kPackedAheadBytes = int64_t(8) << 10;
-constexpr int64_t kPackedAheadRows = 5;
 
 // A run of weight lines to prefetch, row by row: `segs` lines of a row, then the next row `ld` bytes on; a
 // line every `every` steps.
@@ -157,7 +155,8 @@ struct Call {
   ExpertWeights rhs;  // parts of (E, Kd, N / parts)
   int64_t Kd, N;
   // rhs in tile order (cpu/gemm/gemm_gemv.h), or nullptr: read in place.
-  const uint8_t* packed;  // (E, parts, part tiles, Kd, kTileCols)
+  const uint8_t* packed;      // (E, parts, part tiles, Kd, kTileCols)
+  int64_t packed_ahead_rows;  // a walk over packed weights of this many live rows or more prefetches ahead
 };
 
 // A part's column tiles.
@@ -233,7 +232,7 @@ PrefetchPlan block_prefetch(const Call& c, const Item& it, const Item* next, boo
   }
   if (b > 0) return none;
   if (c.packed)
-    return it.live >= kPackedAheadRows ? PrefetchPlan{w0 + kPackedAheadBytes, 1, ld_bytes, 0, 0, 1} : none;
+    return it.live >= c.packed_ahead_rows ? PrefetchPlan{w0 + kPackedAheadBytes, 1, ld_bytes, 0, 0, 1} : none;
   if (chunk || k0 + (kBlocksAhead + 1) * depth > c.Kd) return none;
   return {w0 + (k0 + kBlocksAhead * depth) * ld_bytes, 1, ld_bytes, 0, 0, 1};
 }
@@ -357,8 +356,8 @@ void run_items(const Call& c, const std::vector<Item>& items, int64_t begin, int
 // out (rows, N) = lhs (rows, Kd) @ rhs[e] over each group's live rows (at most kMaxRows), bf16 inputs.
 template <class L>
 void nn_with(void* out, bool out_bf16, const bf16_t* lhs, ExpertWeights rhs, const uint8_t* packed,
-             GroupedShape groups, int64_t Kd, int64_t N) {
-  const Call c{out, out_bf16, lhs, rhs, Kd, N, packed};
+             int64_t packed_ahead_rows, GroupedShape groups, int64_t Kd, int64_t N) {
+  const Call c{out, out_bf16, lhs, rhs, Kd, N, packed, packed_ahead_rows};
   const int64_t part_cols = N / rhs.parts();
   int64_t live_experts = 0;
   for (int64_t e = 0; e < groups.experts; ++e) live_experts += gemm_detail::group_rows(groups, e).live > 0;
@@ -390,6 +389,6 @@ void nn_with(void* out, bool out_bf16, const bf16_t* lhs, ExpertWeights rhs, con
 // The instance's nn (cpu/gemm/gemm_gemv.h) on layer L, in the enclosing namespace.
 #define MOE_DEFINE_GEMV_NN(L)                                                                    \
   void nn(void* out, bool out_bf16, const bf16_t* lhs, ExpertWeights rhs, const uint8_t* packed, \
-          GroupedShape groups, int64_t Kd, int64_t N) {                                          \
-    nn_with<L>(out, out_bf16, lhs, rhs, packed, groups, Kd, N);                                  \
+          int64_t packed_ahead_rows, GroupedShape groups, int64_t Kd, int64_t N) {               \
+    nn_with<L>(out, out_bf16, lhs, rhs, packed, packed_ahead_rows, groups, Kd, N);               \
   }
