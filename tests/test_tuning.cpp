@@ -367,6 +367,37 @@ TEST(Tuning, AnEntryNamingAVariantThatCannotRunHereIsNotTaken) {
   EXPECT_EQ(table.take_choices().find("amx_from_the_future"), std::string::npos);
 }
 
+// An entry whose measurement did not time every variant that takes its class now (made before one came to
+// take it: gemv's groups grew from 32 rows to 64) is stale: the class is measured again, and the new entry,
+// timing them all, replaces it in the file; a later process takes that one without measuring.
+TEST(Tuning, AnEntryThatDidNotTimeEveryCandidateIsMeasuredAgain) {
+  MOE_SKIP_WITHOUT_A_CHOICE();
+  const std::string path = testing::temp_dir("tuning_stale_entry") + "/tuning.json";
+  const NnCase c(testing::test_seed());
+  {
+    GemmTuner tuner(path, false);
+    GemmKernels table(config_for(path), &tuner);
+    c.run(table);
+  }
+  nlohmann::json doc = nlohmann::json::parse(testing::read_file(path));
+  ASSERT_EQ(doc["entries"].size(), 1u) << doc.dump();
+  nlohmann::json& entry = doc["entries"].begin().value();
+  const std::string timed_out = entry["seconds"].begin().key();  // as if that variant took no such class then
+  entry["seconds"].erase(timed_out);
+  entry["variant"] = entry["seconds"].begin().key();
+  std::ofstream(path) << doc.dump();
+  GemmTuner tuner(path, false);
+  GemmKernels table(config_for(path), &tuner);
+  c.run(table);
+  EXPECT_EQ(table.measurements(), 1) << "stale: measured again";
+  const nlohmann::json after = nlohmann::json::parse(testing::read_file(path));
+  EXPECT_TRUE(after["entries"].begin().value()["seconds"].contains(timed_out)) << after.dump();
+  GemmTuner later(path, false);
+  GemmKernels again(config_for(path), &later);
+  c.run(again);
+  EXPECT_EQ(again.measurements(), 0) << "the replaced entry times them all";
+}
+
 // The CLI: --tuning-file is where auto keeps its choices; rows name the kernels per form, the CPU and the
 // ISA level (the text RESULT line too, one word per value); --tuning-file none measures nothing.
 TEST(Tuning, TheCliKeepsChoicesInTheFileAndRowsNameTheKernels) {

@@ -218,7 +218,9 @@ const GemmRow& GemmKernels::choose(const GemmCall& call, Run&& run) {
           candidates.push_back(&r);
       const GemmVariant* pick = candidates.empty() ? nullptr : candidates.front()->variant;
       if (candidates.size() > 1) {
-        const std::optional<std::string> stored = tuner_->lookup(cls);
+        std::vector<std::string> names;
+        for (const GemmRow* r : candidates) names.push_back(r->variant->name);
+        const std::optional<std::string> stored = tuner_->lookup(cls, names);
         const GemmVariant* known = nullptr;
         for (const GemmRow* r : candidates)
           if (stored && *stored == r->variant->name) known = r->variant;
@@ -232,11 +234,7 @@ const GemmRow& GemmKernels::choose(const GemmCall& call, Run&& run) {
             return seconds_of([&] { run(*candidates[i]); });
           });
           std::vector<std::pair<std::string, double>> seconds;
-          std::vector<std::string> names;
-          for (size_t i = 0; i < candidates.size(); ++i) {
-            names.push_back(candidates[i]->variant->name);
-            seconds.emplace_back(names.back(), times[i]);
-          }
+          for (size_t i = 0; i < candidates.size(); ++i) seconds.emplace_back(names[i], times[i]);
           pick = candidates[pick_candidate(times, preferred_candidate(call, names))]->variant;
           ++measurements_;
           tuner_->record(cls, pick->name, seconds);

@@ -44,6 +44,20 @@ std::string not_ours(const nlohmann::json& doc) {
   return "";
 }
 
+// The candidates an entry's measurement timed: its "seconds" keys (none where it has none).
+template <class Json>
+std::set<std::string> timed_by(const Json& entry) {
+  std::set<std::string> timed;
+  if (entry.contains("seconds") && entry["seconds"].is_object())
+    for (const auto& [name, s] : entry["seconds"].items()) timed.insert(name);
+  return timed;
+}
+
+// Whether `timed` holds every one of `names`.
+bool times_all(const std::set<std::string>& timed, const std::vector<std::string>& names) {
+  return std::all_of(names.begin(), names.end(), [&](const std::string& n) { return timed.count(n) > 0; });
+}
+
 }  // namespace
 
 namespace {
@@ -155,23 +169,26 @@ void GemmTuner::load() {
   nlohmann::json doc;
   if (Status read = read_json_record(path_, "tuning file", not_ours, doc); !read) return warn(read.message());
   if (doc.contains("entries"))
-    for (const auto& [k, entry] : doc["entries"].items()) entries_[k] = entry["variant"].get<std::string>();
+    for (const auto& [k, entry] : doc["entries"].items()) entries_[k] = {entry["variant"], timed_by(entry)};
 }
 
-std::optional<std::string> GemmTuner::lookup(const std::string& shape_class) {
+std::optional<std::string> GemmTuner::lookup(const std::string& shape_class,
+                                             const std::vector<std::string>& candidates) {
   load();
   const std::string k = key(shape_class);
   if (retune_ && !measured_here_.count(k)) return std::nullopt;
   auto it = entries_.find(k);
-  if (it == entries_.end()) return std::nullopt;
-  return it->second;
+  if (it == entries_.end() || !times_all(it->second.timed, candidates)) return std::nullopt;
+  return it->second.variant;
 }
 
 void GemmTuner::record(const std::string& shape_class, const std::string& variant,
                        const std::vector<std::pair<std::string, double>>& seconds) {
   load();
   const std::string k = key(shape_class);
-  entries_[k] = variant;
+  std::vector<std::string> timed;
+  for (const auto& [name, s] : seconds) timed.push_back(name);
+  entries_[k] = {variant, {timed.begin(), timed.end()}};
   measured_here_.insert(k);
   if (path_.empty() || !writable_) return;
   nlohmann::ordered_json entry;
@@ -184,7 +201,8 @@ void GemmTuner::record(const std::string& shape_class, const std::string& varian
   fresh["entries"] = nlohmann::ordered_json::object();
   const Status wrote =
       edit_json_record(path_, "tuning file", not_ours, fresh, [&](nlohmann::ordered_json& doc) {
-        if (!retune_ && doc["entries"].contains(k)) return false;
+        if (!retune_ && doc["entries"].contains(k) && times_all(timed_by(doc["entries"][k]), timed))
+          return false;
         doc["entries"][k] = entry;
         return true;
       });

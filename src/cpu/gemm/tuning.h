@@ -89,9 +89,12 @@ class GemmTuner {
 
   const std::string& path() const { return path_; }
   bool retune() const { return retune_; }
-  // The variant stored for this machine (ISA level, libraries, the current thread count) and class.
-  std::optional<std::string> lookup(const std::string& shape_class);
-  // Keeps a measurement: in memory, and in the file when it is ours.
+  // The variant stored for this machine (ISA level, libraries, the current thread count) and class, where
+  // its measurement timed every one of `candidates` (the variants that take the class now): an entry made
+  // before a variant came to take the class (gemv from 33 rows, say) is stale, and the class measured again.
+  std::optional<std::string> lookup(const std::string& shape_class,
+                                    const std::vector<std::string>& candidates);
+  // Keeps a measurement: in memory, and in the file when it is ours (replacing a stale entry of the class).
   void record(const std::string& shape_class, const std::string& variant,
               const std::vector<std::pair<std::string, double>>& seconds);
 
@@ -103,9 +106,13 @@ class GemmTuner {
   std::string path_;
   bool retune_;
   bool loaded_ = false;
-  bool writable_ = true;                        // false once the file proved unreadable, corrupt or foreign
-  std::map<std::string, std::string> entries_;  // key -> variant
-  std::set<std::string> measured_here_;         // keys this process measured (retune)
+  bool writable_ = true;  // false once the file proved unreadable, corrupt or foreign
+  struct Entry {
+    std::string variant;
+    std::set<std::string> timed;  // the candidates its measurement timed
+  };
+  std::map<std::string, Entry> entries_;  // by key
+  std::set<std::string> measured_here_;   // keys this process measured (retune)
 };
 
 }  // namespace moe
