@@ -194,11 +194,10 @@ bool walks_whole(const Call& c, int64_t live) {
 
 // Register blocks of an item's `live` rows, and block b's rows: L::kBlockRows each but, in a chunk
 // (`chunk`), where that leaves a last block under half of them, which keeps too few sums in flight to fill
-// the multiply pipes: there the last two share their rows (16 rows as 8 + 8, not 12 + 4: moe_bench_few_rows 3
-// 16, 2-core Zen 5, 0.67-0.71 against 0.61-0.64 TF/s; 32 rows as 12 + 12 + 8: 0.84-0.87, evened out to 11 +
-// 11
-// + 10 0.78-0.86). Blocks of a few weight rows (the ymm layer in place) keep kBlockRows: 8 rows as 6 + 2 ran
-// 0.15-0.20 TF/s, as 4 + 4 0.14-0.17 (the same Zen 5 held to AVX2).
+// the multiply pipes: there the last two share their rows. 16 rows as 8 + 8 ran 0.67-0.71 TF/s against
+// 12 + 4's 0.61-0.64, and 32 rows as 12 + 12 + 8 0.84-0.87 against 11 + 11 + 10's 0.78-0.86
+// (moe_bench_few_rows 3 16 and 32, 2-core Zen 5). Blocks of a few weight rows (the ymm layer in place) keep
+// kBlockRows: 8 rows as 6 + 2 ran 0.15-0.20 TF/s, as 4 + 4 0.14-0.17 (the same Zen 5 held to AVX2).
 template <class L>
 int64_t register_blocks(int64_t live) {
   return (live + L::kBlockRows - 1) / L::kBlockRows;
@@ -216,9 +215,9 @@ int64_t block_rows(int64_t live, int64_t blocks, int64_t b, bool chunk) {
 // item's lines, each block its share, a line per `blocks` weight rows, so that the next chunk streams in
 // evenly while this one is walked once a block (a first block fetching all of it left DRAM idle while the
 // others ran: 32 rows kept 0.69-0.78 TF/s, spread 0.84-0.87; in place 0.31-0.55 against 0.34-0.70;
-// moe_bench_few_rows 3 32, 2-core Zen 5, alternately in one process). Packed
-// otherwise: kPackedAheadBytes on in the run of memory. Blocks: the lines kBlocksAhead blocks below, where
-// that block is a whole one (a short last block is not worth its own case).
+// moe_bench_few_rows 3 32, 2-core Zen 5, alternately in one process). Packed otherwise: kPackedAheadBytes on
+// in the run of memory. Blocks: the lines kBlocksAhead blocks below, where that block is a whole one (a short
+// last block is not worth its own case).
 template <class L>
 PrefetchPlan block_prefetch(const Call& c, const Item& it, const Item* next, bool chunk, const char* w0,
                             int64_t k0, int64_t depth, int64_t ld_bytes, int64_t tiles, int64_t b,
