@@ -16,7 +16,7 @@
 // reduction at once, a register block of rows at a time, sums in registers, while the lines of the thread's
 // next item are prefetched into L2 row by row, each register block its share (gemm_gemv_kernel.h). From 33
 // rows the arithmetic sets the speed; there the chunks still beat dpbf16's packed panels on streamed
-// weights (64 rows kept: 0.83-0.90 against 0.80-0.83 TF/s, moe_bench_few_rows 3 64, 2-core Zen 5), while
+// weights (64 rows kept: 0.83-0.93 against 0.78-0.85 TF/s, moe_bench_few_rows 3 64, 2-core Zen 5), while
 // from ~96 rows they run level and at 128 dpbf16 leads.
 // Weights kept across calls (ExpertWeights::packs: a forward run's) are packed once, on the first call, in
 // tile order (gemm_gemv.h): an item's tiles are then one run of memory, walked tile by tile over the whole

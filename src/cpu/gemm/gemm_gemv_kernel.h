@@ -253,7 +253,8 @@ void run_item(const Call& c, const Item& it, const Item* next, float* sums, type
   for (int64_t k0 = 0; k0 < c.Kd; k0 += block) {
     const int64_t depth = std::min(block, c.Kd - k0);
     if (!chunk) L::stage(c.lhs + it.row0 * c.Kd, c.Kd, it.live, k0, depth, x);
-    for (int64_t b = 0, r0 = 0; b < blocks; r0 += block_rows<L>(it.live, blocks, b++, chunk)) {
+    for (int64_t b = 0, r0 = 0, rows = 0; b < blocks; ++b, r0 += rows) {
+      rows = block_rows<L>(it.live, blocks, b, chunk);
       const BlockJob<typename L::Staged> j{
           w0 + k0 * ld_bytes,
           ld_bytes,
@@ -272,7 +273,7 @@ void run_item(const Call& c, const Item& it, const Item* next, float* sums, type
           static_cast<char*>(c.out) + ((it.row0 + r0) * c.N + out_col) * elem,
           c.N,
           c.out_bf16};
-      kBlocks<L>[size_t(block_rows<L>(it.live, blocks, b, chunk) - 1)](j);
+      kBlocks<L>[size_t(rows - 1)](j);
     }
   }
 }
