@@ -6,7 +6,8 @@
 // rows), or from a packing made once for weights kept across calls.
 //
 // Work: items of (expert, weight part, its whole rows or a column chunk of them where the items are too few
-// for two a thread), in contiguous runs a thread, so a thread streams an expert's weights in address order.
+// for two a thread), in contiguous runs a thread, so a thread streams an expert's weights in address order; a
+// thread done with its run takes the back half of the largest run left (work_shares.h).
 // An item walks its reduction in blocks of a few weight rows (block_depth: fewer the fewer the rows); within
 // a block, a register tile of columns at a time, the weight rows are multiplied by each live row's staged
 // values. Sums wait in a per-thread float32 scratch between blocks; each line a block reads prefetches the

@@ -24,6 +24,7 @@
 
 #include "cpu/gemm/gemm_gemv.h"
 #include "cpu/gemm/gemm_variants.h"
+#include "cpu/gemm/work_shares.h"
 
 namespace MOE_GEMV_NS {
 
@@ -337,18 +338,21 @@ typename L::Staged* staged_rows(Scratch<L>& s, const Call& c, const Item& it) {
   return x;
 }
 
-// A thread's items [begin, end), each prefetching the next while it runs.
+// Thread t's items, each prefetching the next while it runs (taken before it runs: it is surely this
+// thread's).
 template <class L>
-void run_items(const Call& c, const std::vector<Item>& items, int64_t begin, int64_t end, int64_t max_chunk) {
+void run_items(const Call& c, const std::vector<Item>& items, gemm_detail::WorkShares& shares, int t,
+               int64_t max_chunk) {
   Scratch<L>& s = thread_scratch<L>();
   const size_t vectors = size_t(max_chunk / L::kTileCols * tile_sums<L>(kMaxRows) / 16);
   if (s.sums.size() < vectors) s.sums.resize(vectors);
   const size_t staged = size_t(std::max<int64_t>(c.Kd + L::kStep, kMaxDepth) / L::kStep * kMaxRows);
   if (s.x.size() < staged) s.x.resize(staged);
   s.staged_rows = nullptr;  // a new call's rows
-  for (int64_t i = begin; i < end; ++i) {
+  for (int64_t i = shares.next(t), next = 0; i >= 0; i = next) {
+    next = shares.next(t);
     const Item& it = items[size_t(i)];
-    run_item<L>(c, it, i + 1 < end ? &items[size_t(i + 1)] : nullptr, reinterpret_cast<float*>(s.sums.data()),
+    run_item<L>(c, it, next >= 0 ? &items[size_t(next)] : nullptr, reinterpret_cast<float*>(s.sums.data()),
                 staged_rows(s, c, it));
   }
 }
@@ -376,12 +380,9 @@ void nn_with(void* out, bool out_bf16, const bf16_t* lhs, ExpertWeights rhs, con
       for (int64_t col = 0; col < part_cols; col += chunk)
         items.push_back({e, g.row0, g.live, part, col, std::min(chunk, part_cols - col)});
   }
-  const int64_t count = int64_t(items.size());
+  gemm_detail::WorkShares shares(int64_t(items.size()), threads);
 #pragma omp parallel num_threads(threads)
-  {
-    const int t = omp_get_thread_num(), n = omp_get_num_threads();
-    run_items<L>(c, items, count * t / n, count * (t + 1) / n, max_chunk);
-  }
+  run_items<L>(c, items, shares, omp_get_thread_num(), max_chunk);
 }
 
 }  // namespace MOE_GEMV_NS

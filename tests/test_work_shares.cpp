@@ -1,0 +1,72 @@
+// The items of a parallel call among its threads (cpu/gemm/work_shares.h): every item runs exactly once
+// whatever the team, a thread takes its own share first and in order, and a thread that is done takes the
+// items a slower one has not reached.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <atomic>
+#include <vector>
+
+#include "cpu/gemm/work_shares.h"
+
+namespace moe::gemm_detail {
+namespace {
+
+// Which thread ran each item (-1: none; -2: more than one), `threads` shares among a team of `team` (at most
+// `threads`).
+std::vector<int> runners(int64_t count, int threads, int team) {
+  std::vector<std::atomic<int>> ran(static_cast<size_t>(count));
+  for (auto& r : ran) r = -1;
+  WorkShares shares(count, threads);
+#pragma omp parallel num_threads(team)
+  {
+    const int t = omp_get_thread_num();
+    for (int64_t i = shares.next(t); i >= 0; i = shares.next(t)) {
+      int none = -1;
+      if (!ran[size_t(i)].compare_exchange_strong(none, t)) ran[size_t(i)] = -2;
+    }
+  }
+  return std::vector<int>(ran.begin(), ran.end());
+}
+
+TEST(WorkShares, EveryItemRunsExactlyOnce) {
+  for (int64_t count : {0, 1, 2, 3, 7, 64, 1001})
+    for (int threads : {1, 2, 3, 4})
+      for (int team = 1; team <= threads; ++team) {
+        const std::vector<int> ran = runners(count, threads, team);
+        for (int64_t i = 0; i < count; ++i)
+          ASSERT_GE(ran[size_t(i)], 0)
+              << "item " << i << " of " << count << ", " << threads << " shares, team " << team
+              << (ran[size_t(i)] == -1 ? ": never ran" : ": ran twice");
+      }
+}
+
+TEST(WorkShares, AThreadTakesItsOwnShareFirstInOrder) {
+  WorkShares shares(10, 2);
+  for (int64_t i = 0; i < 5; ++i) EXPECT_EQ(shares.next(0), i);
+  for (int64_t i = 5; i < 10; ++i) EXPECT_EQ(shares.next(1), i);
+  EXPECT_EQ(shares.next(0), -1);
+  EXPECT_EQ(shares.next(1), -1);
+}
+
+// Thread 1 has not started when thread 0 has run its share: thread 0 then takes the back half of thread 1's
+// share, walks it in order, and so on until one item is left, which it takes too.
+TEST(WorkShares, ADoneThreadTakesTheBackHalfOfTheLargestShareLeft) {
+  WorkShares shares(20, 2);
+  std::vector<int64_t> order;
+  for (int64_t i = shares.next(0); i >= 0; i = shares.next(0)) order.push_back(i);
+  // [10, 20) left: [15, 20) taken; [10, 15) left: [13, 15); then [12, 13), [11, 12), [10, 11).
+  const std::vector<int64_t> expected{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 18, 19, 13, 14, 12, 11, 10};
+  EXPECT_EQ(order, expected);
+  EXPECT_EQ(shares.next(1), -1);
+}
+
+TEST(WorkShares, SharesOfThreadsTheTeamLacksAreTaken) {
+  WorkShares shares(9, 3);
+  int64_t taken = 0;
+  while (shares.next(0) >= 0) ++taken;
+  EXPECT_EQ(taken, 9);
+}
+
+}  // namespace
+}  // namespace moe::gemm_detail
