@@ -1,5 +1,7 @@
 #include "cpu/gemm/work_shares.h"
 
+#include <algorithm>
+
 #include "moe/status.h"
 
 namespace moe::gemm_detail {
@@ -18,10 +20,19 @@ int64_t back_of(uint64_t s) {
 
 }  // namespace
 
-WorkShares::WorkShares(int64_t count, int threads) : threads_(threads), shares_(new Share[size_t(threads)]) {
-  MOE_CHECK(threads > 0 && count >= 0 && count < (int64_t(1) << 31), "work shares of 0-2^31 items");
-  for (int t = 0; t < threads; ++t)
-    shares_[size_t(t)].span = span(count * t / threads, count * (t + 1) / threads);
+WorkShares::WorkShares(int threads) : threads_(threads), shares_(new Share[size_t(std::max(threads, 1))]) {
+  MOE_CHECK(threads > 0, "work shares of a team");
+  for (int t = 0; t < threads; ++t) shares_[size_t(t)].span = 0;
+}
+
+WorkShares::WorkShares(int64_t count, int threads) : WorkShares(threads) {
+  for (int t = 0; t < threads; ++t) set(t, count * t / threads, count * (t + 1) / threads);
+}
+
+void WorkShares::set(int t, int64_t begin, int64_t end) {
+  MOE_CHECK(t >= 0 && t < threads_ && begin >= 0 && begin <= end && end < (int64_t(1) << 31),
+            "a work share of 0-2^31 items");
+  shares_[size_t(t)].span = span(begin, end);
 }
 
 bool WorkShares::take_front(int t, int64_t& item) {

@@ -54,6 +54,7 @@
 #include <vector>
 
 #include "cpu/gemm/tile_rows.h"
+#include "cpu/gemm/work_shares.h"
 #include "moe/cpu_isa.h"
 
 // Everything from here to pop_options is AVX-512 BF16 code, whatever the build's -march: every build has
@@ -913,8 +914,41 @@ int64_t largest_live_group(GroupedShape groups) {
   return most;
 }
 
+struct Start {  // (vectors of this namespace's types only: docs/design.md, "ISA levels")
+  int64_t at;
+};
+// Every panel of a call, thread by thread (its column slices of every group in order), in units of a
+// column panel's reduction blocks (a thread sums one unit's panels in its partial sums), each thread's units
+// its share (WorkShares: a thread done with its share takes units another has left).
+template <class T>
+struct PanelUnits {
+  std::vector<Panel<T>> panels;
+  std::vector<Start> unit_start;  // unit u's panels [unit_start[u], unit_start[u + 1])
+  WorkShares shares;              // of units
+};
+
+template <class T, class ForEachPanel>
+PanelUnits<T> panel_units(const T* lhs, ExpertWeights rhs, GroupedShape groups, int64_t Kd, int64_t N,
+                          int threads, ForEachPanel for_each_panel) {
+  PanelUnits<T> w{{}, {}, WorkShares(threads)};
+  for (int t = 0; t < threads; ++t) {
+    const int64_t first_unit = int64_t(w.unit_start.size());
+    for (int64_t e = 0; e < groups.experts; ++e) {
+      const GroupRows g = group_rows(groups, e);
+      if (g.live > 0)
+        for_each_panel(e, g.row0, lhs, rhs, Kd, N, t, threads, [&](const Panel<T>& p) {
+          if (p.first) w.unit_start.push_back({int64_t(w.panels.size())});
+          w.panels.push_back(p);
+        });
+    }
+    w.shares.set(t, first_unit, int64_t(w.unit_start.size()));
+  }
+  w.unit_start.push_back({int64_t(w.panels.size())});
+  return w;
+}
+
 // nn and nt: every thread walks its panels of every group, packing each and multiplying it while the
-// next one's raw lines stream in.
+// next one's raw lines stream in, then takes units other threads have left.
 template <class T, class ForEachPanel>
 void grouped_by_panels(const GemmThresholds& k, void* out, Dtype out_dtype, const T* lhs, ExpertWeights rhs,
                        GroupedShape groups, int64_t Kd, int64_t N, int64_t out_cols, bool accumulate,
@@ -924,26 +958,19 @@ void grouped_by_panels(const GemmThresholds& k, void* out, Dtype out_dtype, cons
   const int64_t rows = groups.experts > 0 ? groups.group_offset[groups.experts] : 0;
   const bool stream = rows * out_cols * int64_t(dtype_size(out_dtype)) >= k.dpbf16_stream_bytes;
   const int64_t most_rows = largest_live_group(groups);  // the partial sums' rows
+  PanelUnits<T> w = panel_units(lhs, rhs, groups, Kd, N, threads, for_each_panel);
 #pragma omp parallel num_threads(threads)
   {
-    const int t = omp_get_thread_num(), n = omp_get_num_threads();
+    const int t = omp_get_thread_num();
     ThreadBuffers& buf = thread_buffers();
     __m512i* packed = grown(buf.panel, kMaxPanelBytes / 64);
     float* partial = grown(buf.partial, most_rows * kMaxPanelCols);
     T* stage = swiglu.g && stream ? reinterpret_cast<T*>(grown(
                                         buf.swiglu_stage, kTileRows * kStageLd * int64_t(sizeof(T)) / 64 + 1))
                                   : nullptr;
-    std::vector<Panel<T>> panels;
-    for (int64_t e = 0; e < groups.experts; ++e) {
-      const GroupRows g = group_rows(groups, e);
-      if (g.live > 0)
-        for_each_panel(e, g.row0, lhs, rhs, Kd, N, t, n, [&](const Panel<T>& p) { panels.push_back(p); });
-    }
-    for (size_t i = 0; i < panels.size(); ++i) {
-      const Panel<T>& pn = panels[i];
+    // Panel pn of its group, the next one's raw lines (if any) streaming in meanwhile.
+    auto run_panel = [&](const Panel<T>& pn, const Panel<T>* after) {
       const GroupRows g = group_rows(groups, pn.e);
-      const Prefetch next = i + 1 < panels.size() ? whole_rect(panels[i + 1].raw) : Prefetch{};
-      const Prefetch next_up = i + 1 < panels.size() ? whole_rect(panels[i + 1].raw_up) : Prefetch{};
       SwigluOut<T> group_swiglu = swiglu;
       if (swiglu.g) {
         group_swiglu.stage = stage;
@@ -956,7 +983,17 @@ void grouped_by_panels(const GemmThresholds& k, void* out, Dtype out_dtype, cons
         group_grad.row_weight = grad.row_weight ? grad.row_weight + g.row0 : nullptr;
       }
       multiply_panel(pn, g.live, packed, at(out, g.row0 * out_cols, out_dtype), out_cols, out_bf16,
-                     accumulate, stream, partial, next, next_up, group_swiglu, group_grad);
+                     accumulate, stream, partial, after ? whole_rect(after->raw) : Prefetch{},
+                     after ? whole_rect(after->raw_up) : Prefetch{}, group_swiglu, group_grad);
+    };
+    for (int64_t u = w.shares.next(t), next_unit = 0; u >= 0; u = next_unit) {
+      next_unit =
+          w.shares.next(t);  // taken before this unit runs, so its first panel is surely this thread's
+      const int64_t end = w.unit_start[size_t(u) + 1].at;
+      for (int64_t i = w.unit_start[size_t(u)].at; i < end; ++i) {
+        const int64_t after = i + 1 < end ? i + 1 : next_unit >= 0 ? w.unit_start[size_t(next_unit)].at : -1;
+        run_panel(w.panels[size_t(i)], after >= 0 ? &w.panels[size_t(after)] : nullptr);
+      }
     }
     _mm_sfence();  // the non-temporal stores are seen by every thread after the region's barrier
   }
