@@ -61,6 +61,20 @@ TEST(WorkShares, ADoneThreadTakesTheBackHalfOfTheLargestShareLeft) {
   EXPECT_EQ(shares.next(1), -1);
 }
 
+TEST(WorkShares, SetSharesAreTakenAsSet) {
+  WorkShares shares(3);
+  shares.set(0, 0, 4);
+  shares.set(1, 4, 4);  // empty: its thread starts by taking another's
+  shares.set(2, 4, 6);
+  EXPECT_EQ(shares.next(2), 4);
+  EXPECT_EQ(shares.next(1), 2);  // the back half of thread 0's [0, 4)
+  EXPECT_EQ(shares.next(0), 0);
+  EXPECT_EQ(shares.next(2), 5);
+  EXPECT_EQ(shares.next(1), 3);
+  EXPECT_EQ(shares.next(0), 1);
+  for (int t = 0; t < 3; ++t) EXPECT_EQ(shares.next(t), -1);
+}
+
 TEST(WorkShares, SharesOfThreadsTheTeamLacksAreTaken) {
   WorkShares shares(9, 3);
   int64_t taken = 0;
