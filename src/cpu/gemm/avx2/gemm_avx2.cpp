@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "cpu/gemm/gemm_variants.h"
+#include "cpu/gemm/work_shares.h"
 #include "moe/cpu_isa.h"
 #include "moe/tensor.h"
 
@@ -788,21 +789,24 @@ void run_tn(const Call& c, int64_t e, int64_t row0, int64_t live, int t, int n, 
   }
 }
 
+// Thread t's units: (column slice s of n, expert e) as unit s * experts + e, its own slice of every expert
+// first, then those of slices other threads have left (gemm_detail::WorkShares).
 template <class T>
-void run_thread(const Call& c, int t, int n, const ThreadScratch& buf) {
-  for (int64_t e = 0; e < c.experts; ++e) {
-    const int64_t row0 = c.group_offset[e];
+void run_thread(const Call& c, gemm_detail::WorkShares& shares, int t, int n, const ThreadScratch& buf) {
+  for (int64_t u = shares.next(t); u >= 0; u = shares.next(t)) {
+    const int s = int(u / c.experts);
+    const int64_t e = u % c.experts, row0 = c.group_offset[e];
     const int64_t live = c.live_rows ? c.live_rows[e] : c.group_offset[e + 1] - row0;
     if (c.form == Form::tn)
-      run_tn<T>(c, e, row0, live, t, n, buf);
+      run_tn<T>(c, e, row0, live, s, n, buf);
     else if (live == 0)
       continue;
     else if (c.form == Form::nn)
-      run_nn<T>(c, e, row0, live, t, n, buf);
+      run_nn<T>(c, e, row0, live, s, n, buf);
     else if (c.form == Form::nn_swiglu)
-      run_nn_swiglu<T>(c, e, row0, live, t, n, buf);
+      run_nn_swiglu<T>(c, e, row0, live, s, n, buf);
     else
-      run_nt<T>(c, e, row0, live, t, n, buf);
+      run_nt<T>(c, e, row0, live, s, n, buf);
   }
 }
 
@@ -827,10 +831,13 @@ void run_dense_thread(const Call& c, int t, int n, const ThreadScratch& buf) {
 }  // namespace
 
 void grouped_f32_fma(const Call& c, const ThreadScratch* scratch) {
-#pragma omp parallel
+  const int threads = omp_get_max_threads();
+  gemm_detail::WorkShares shares(c.form == Form::dense ? 0 : threads * c.experts, threads);
+#pragma omp parallel num_threads(threads)
   {
-    const int t = omp_get_thread_num(), n = omp_get_num_threads();
+    const int t = omp_get_thread_num();
     if (c.form == Form::dense) {
+      const int n = omp_get_num_threads();
       if (c.bf16_in && c.bf16_b)
         run_dense_thread<bf16_t, bf16_t>(c, t, n, scratch[t]);
       else if (c.bf16_in)
@@ -840,9 +847,9 @@ void grouped_f32_fma(const Call& c, const ThreadScratch* scratch) {
       else
         run_dense_thread<float, float>(c, t, n, scratch[t]);
     } else if (c.bf16_in) {
-      run_thread<bf16_t>(c, t, n, scratch[t]);
+      run_thread<bf16_t>(c, shares, t, threads, scratch[t]);
     } else {
-      run_thread<float>(c, t, n, scratch[t]);
+      run_thread<float>(c, shares, t, threads, scratch[t]);
     }
   }
 }
