@@ -1033,21 +1033,89 @@ struct TnOutputs {
   void* drhs[2];
   const bf16_t* dout[2];
 };
+// tn's units of a group: (output q, `group_tiles` tiles of thread s's column slice), slice by slice, so that
+// thread s's share is its slice's units (WorkShares: a thread done with its share takes units another left).
+struct TnUnit {
+  int64_t c_begin, c_end;  // the slice's columns
+  int q;
+  int64_t t0, t1;  // its tiles, from c_begin
+};
+int64_t tn_slice_units(int64_t N, int s, int n, int count, int64_t group_tiles) {
+  const auto [c_begin, c_end] = column_slice(N, s, n);
+  return count * ((tiles_of(c_end - c_begin) + group_tiles - 1) / group_tiles);
+}
+void set_tn_shares(WorkShares& shares, int64_t N, int n, int threads, int count, int64_t group_tiles) {
+  int64_t first = 0;
+  for (int s = 0; s < threads; ++s) {
+    const int64_t units = s < n ? tn_slice_units(N, s, n, count, group_tiles) : 0;
+    shares.set(s, first, first + units);
+    first += units;
+  }
+}
+TnUnit tn_unit(int64_t u, int64_t N, int n, int count, int64_t group_tiles) {
+  int s = 0;
+  for (int64_t units; u >= (units = tn_slice_units(N, s, n, count, group_tiles)); ++s) u -= units;
+  const auto [c_begin, c_end] = column_slice(N, s, n);
+  const int64_t groups = (tiles_of(c_end - c_begin) + group_tiles - 1) / group_tiles;
+  const int64_t t0 = u % groups * group_tiles;
+  return {c_begin, c_end, int(u / groups), t0, std::min(tiles_of(c_end - c_begin), t0 + group_tiles)};
+}
+
+// One unit of a group's tn (xt its packed lhs^T, `slots` steps): its dout tiles packed by the first row block
+// of the gradient on the way (their loads and shuffles hide under the arithmetic), then every row block
+// written across them: whole row runs, where panel by panel wrote short runs a power-of-two stride apart
+// (N = 2048: 0.5 TF/s against 0.85). A unit's tiles are a group whose packed dout stays in L2 while all row
+// blocks read it (1024 rows: a tile's is 64 KiB; all of a thread's, 1 MiB, came from L3 for every row block).
+void run_tn_unit(const TnUnit& unit, const TnOutputs& outs, Dtype out_dtype, bool stream, int64_t e,
+                 const GroupRows& g, const bf16_t* xt, int64_t slots, __m512i* packed, int64_t Kd, int64_t N,
+                 int64_t ld_dout) {
+  using T = bf16_t;
+  void* dw = at(outs.drhs[unit.q], e * Kd * N, out_dtype);  // (Kd, N)
+  const bf16_t* dy = outs.dout[unit.q];
+  const int64_t cols = unit.c_end - unit.c_begin;
+  for (int64_t r0 = 0; r0 < Kd; r0 += kTnRows) {
+    const int64_t r = std::min<int64_t>(kTnRows, Kd - r0);
+    for (int64_t t0 = unit.t0; t0 < unit.t1; ++t0) {
+      TileJob<T> j;
+      j.a = {xt + kPerStep<T> * (r0 / kTnBlock * slots * kTnBlock + r0 % kTnBlock), kPerStep<T>,
+             kPerStep<T> * kTnBlock};
+      j.panel = packed + (t0 - unit.t0) * slots * 2;
+      j.steps = g.live / kPerStep<T>;
+      j.odd = g.live % kPerStep<T> != 0;  // lhs^T's last pair holds a zero second element, not read
+      j.cols = std::min(kTileCols, cols - t0 * kTileCols);
+      j.in = nullptr;
+      j.in_ld = 0;
+      j.raw = dy + g.row0 * ld_dout + unit.c_begin + t0 * kTileCols;  // (live, cols) ld_dout apart
+      j.raw_ld = ld_dout;
+      j.raw_cols = first_elements(j.cols);
+      j.ahead = {};
+      j.out = at(dw, r0 * N + unit.c_begin + t0 * kTileCols, out_dtype);
+      j.out_ld = N;
+      j.out_bf16 = out_dtype == Dtype::bf16;
+      j.stream = stream;
+      kTileKernels<T>[r0 == 0 ? kPack : kMultiply][r - 1](j);
+    }
+  }
+}
+
 void tn_by_tiles(const GemmThresholds& k, const TnOutputs& outs, Dtype out_dtype, const bf16_t* x,
                  GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout) {
   using T = bf16_t;
-  const bool out_bf16 = out_dtype == Dtype::bf16;
   const bool stream =
       outs.count * groups.experts * Kd * N * int64_t(dtype_size(out_dtype)) >= k.dpbf16_stream_bytes;
   // Every thread reads all of a group's lhs^T (threads split the gradient's columns), so they pack it
   // once, each a share of its tiles, into one of two shared buffers, alternating by group: a thread may
   // pack the next group's while another still reads this one's, with one barrier per group (each
-  // thread packing all of it cost 10-15 % at 1024 rows).
+  // thread packing all of it cost 10-15 % at 1024 rows). The group's units go out by one of two work
+  // shares, alternating as the buffers: thread 0 sets a group's before its barrier, when every thread has
+  // passed the barrier of the group before, so none takes from the group before that any more.
   const int64_t xt_vectors =
       2 * tiles_of(Kd) * step_slots<T>(largest_live_group(groups));  // (2 x tiles, slots)
   static thread_local std::vector<VectorSlot> shared_lhs;  // the calling thread's, shared by the team
   __m512i* const xt_buffers = grown(shared_lhs, 2 * xt_vectors);
-#pragma omp parallel
+  const int threads = omp_get_max_threads();
+  WorkShares shares[2] = {WorkShares(threads), WorkShares(threads)};
+#pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num(), n = omp_get_num_threads();
     ThreadBuffers& buf = thread_buffers();
@@ -1064,49 +1132,17 @@ void tn_by_tiles(const GemmThresholds& k, const TnOutputs& outs, Dtype out_dtype
         continue;
       }
       const int64_t slots = step_slots<T>(g.live);
+      const int64_t group_tiles = std::max<int64_t>(1, k.dpbf16_tn_group_bytes / (slots * 2 * 64));
+      WorkShares& units = shares[live_groups % 2];
       // (2 x tiles, slots, 16) dwords, 64-byte aligned
       T* xt = reinterpret_cast<T*>(xt_buffers + live_groups++ % 2 * xt_vectors);
       pack_lhs_transposed(x + g.row0 * Kd, g.live, Kd, tiles_of(Kd) * t / n, tiles_of(Kd) * (t + 1) / n, xt);
+      if (t == 0) set_tn_shares(units, N, n, threads, outs.count, group_tiles);
 #pragma omp barrier
-      if (c_end == c_begin) continue;
-      // This thread's columns of dout, packed tile by tile by the first row block of the gradient on
-      // the way (its loads and shuffles hide under the arithmetic), then every row block written
-      // across them: whole row runs, where panel by panel wrote short runs a power-of-two stride
-      // apart (N = 2048: 0.5 TF/s against 0.85). Tiles go in groups whose packed dout stays in L2
-      // while all row blocks read it (1024 rows: a tile's is 64 KiB; all of a thread's, 1 MiB, came
-      // from L3 for every row block).
-      const int64_t cols = c_end - c_begin, tiles = tiles_of(cols);
-      __m512i* packed = grown(buf.panel, tiles * slots * 2);
-      const int64_t group_tiles = std::max<int64_t>(1, k.dpbf16_tn_group_bytes / (slots * 2 * 64));
-      for (int q = 0; q < outs.count; ++q)
-        for (int64_t g0 = 0; g0 < tiles; g0 += group_tiles) {
-          void* dw = at(outs.drhs[q], e * Kd * N, out_dtype);  // (Kd, N)
-          const bf16_t* dy = outs.dout[q];
-          const int64_t g1 = std::min(tiles, g0 + group_tiles);
-          for (int64_t r0 = 0; r0 < Kd; r0 += kTnRows) {
-            const int64_t r = std::min<int64_t>(kTnRows, Kd - r0);
-            for (int64_t t0 = g0; t0 < g1; ++t0) {
-              TileJob<T> j;
-              j.a = {xt + kPerStep<T> * (r0 / kTnBlock * slots * kTnBlock + r0 % kTnBlock), kPerStep<T>,
-                     kPerStep<T> * kTnBlock};
-              j.panel = packed + t0 * slots * 2;
-              j.steps = g.live / kPerStep<T>;
-              j.odd = g.live % kPerStep<T> != 0;  // lhs^T's last pair holds a zero second element, not read
-              j.cols = std::min(kTileCols, cols - t0 * kTileCols);
-              j.in = nullptr;
-              j.in_ld = 0;
-              j.raw = dy + g.row0 * ld_dout + c_begin + t0 * kTileCols;  // (live, cols) ld_dout apart
-              j.raw_ld = ld_dout;
-              j.raw_cols = first_elements(j.cols);
-              j.ahead = {};
-              j.out = at(dw, r0 * N + c_begin + t0 * kTileCols, out_dtype);
-              j.out_ld = N;
-              j.out_bf16 = out_bf16;
-              j.stream = stream;
-              kTileKernels<T>[r0 == 0 ? kPack : kMultiply][r - 1](j);
-            }
-          }
-        }
+      __m512i* packed = grown(buf.panel, group_tiles * slots * 2);
+      for (int64_t u = units.next(t); u >= 0; u = units.next(t))
+        run_tn_unit(tn_unit(u, N, n, outs.count, group_tiles), outs, out_dtype, stream, e, g, xt, slots,
+                    packed, Kd, N, ld_dout);
     }
     _mm_sfence();
   }
