@@ -32,7 +32,7 @@ WorkShares::WorkShares(int64_t count, int threads) : WorkShares(threads) {
 void WorkShares::set(int t, int64_t begin, int64_t end) {
   MOE_CHECK(t >= 0 && t < threads_ && begin >= 0 && begin <= end && end < (int64_t(1) << 31),
             "a work share of 0-2^31 items");
-  shares_[size_t(t)].span = span(begin, end);
+  __atomic_store_n(&shares_[size_t(t)].span, span(begin, end), __ATOMIC_RELEASE);  // tn sets them in a team
 }
 
 bool WorkShares::take_front(int t, int64_t& item) {
