@@ -29,6 +29,9 @@ WorkShares::WorkShares(int64_t count, int threads) : WorkShares(threads) {
   for (int t = 0; t < threads; ++t) set(t, count * t / threads, count * (t + 1) / threads);
 }
 
+WorkShares::WorkShares(WorkShares&&) noexcept = default;
+WorkShares::~WorkShares() = default;
+
 void WorkShares::set(int t, int64_t begin, int64_t end) {
   MOE_CHECK(t >= 0 && t < threads_ && begin >= 0 && begin <= end && end < (int64_t(1) << 31),
             "a work share of 0-2^31 items");

@@ -25,6 +25,9 @@ class WorkShares {
   // `threads` empty shares, for set() to fill before the team starts (a kernel of any ISA passes its shares
   // so, instantiating no library code for them: docs/design.md, "ISA levels").
   explicit WorkShares(int threads);
+  // Out of line, as all of it: the library code they instantiate is the build ISA's alone.
+  WorkShares(WorkShares&&) noexcept;
+  ~WorkShares();
   // Share t is items [begin, end) (shares ascending, from 0, items below 2^31).
   void set(int t, int64_t begin, int64_t end);
 

@@ -19,8 +19,8 @@ enum class TileDot { bf16, s8 };  // TDPBF16PS (float32 sums) or TDPBSSD (int32 
 template <class Tiles>
 struct AmxKernelParts {
   // Items (expert, column block, row block) of a grouped GEMM, expert-major: expert e's col_blocks x its
-  // row blocks are [first[e], first[e + 1]). Each thread takes one contiguous range of them: every item is
-  // the same work (a small expert is few items, not a slow one), so no thread waits on another's expert.
+  // row blocks are [first[e], first[e + 1]). Every item is the same work (a small expert is few items, not a
+  // slow one); threads take them by gemm_detail::WorkShares (a contiguous share each, then what others left).
   struct Items {
     std::vector<int64_t> first;  // (E + 1)
     int64_t col_blocks;
@@ -32,8 +32,6 @@ struct AmxKernelParts {
       for (int64_t e = 0; e < experts; ++e)
         first[size_t(e + 1)] = first[size_t(e)] + col_blocks * row_blocks(e);
     }
-    // Thread t of `threads` takes items [range_begin(t), range_begin(t + 1)).
-    int64_t range_begin(int64_t t, int64_t threads) const { return first.back() * t / threads; }
     int64_t expert_of(int64_t item) const {
       return std::upper_bound(first.begin(), first.end(), item) - first.begin() - 1;
     }

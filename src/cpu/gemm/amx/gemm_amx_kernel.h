@@ -34,6 +34,7 @@
 
 #include "cpu/gemm/amx/amx_kernel_parts.h"
 #include "cpu/gemm/gemm_variants.h"
+#include "cpu/gemm/work_shares.h"
 #include "cpu/ops/vec_math.h"
 #include "moe/dtype.h"
 
@@ -264,6 +265,7 @@ struct AmxGemm {
                                       [&](int64_t e) { return ceil_div(item_rows(c, e), kBlockRows); });
     int64_t max_chunks = 0;  // the longest reduction's, for the buffers
     for (int64_t e = 0; e < E; ++e) max_chunks = std::max(max_chunks, ceil_div(reduction(c, e), kDepth));
+    gemm_detail::WorkShares shares(items.first.back(), omp_get_max_threads());
 #pragma omp parallel
     {
       if (!c.tn) {  // tn's output has no padding rows
@@ -274,24 +276,23 @@ struct AmxGemm {
           if (c.swiglu) gemm_detail::zero_padding_rows(c.g, c.out_dtype, g, c.N / 2);
         }
       }
-      const int64_t t = omp_get_thread_num(), threads = omp_get_num_threads();
-      const int64_t begin = items.range_begin(t, threads), end = items.range_begin(t + 1, threads);
-      if (begin < end) run_items(c, items, begin, end, max_chunks);
+      const int t = omp_get_thread_num();
+      run_items(c, items, shares, t, max_chunks);
     }
   }
 
-  // Items [begin, end) of the work list, on this thread.
-  static void run_items(const Call& c, const typename Parts::Items& items, int64_t begin, int64_t end,
-                        int64_t max_chunks) {
+  // Thread t's items of the work list (its contiguous share, then those others left: WorkShares).
+  static void run_items(const Call& c, const typename Parts::Items& items, gemm_detail::WorkShares& shares,
+                        int t, int64_t max_chunks) {
     std::vector<bf16_t> panel(size_t(kItemTiles * max_chunks * kTileElems));  // (4, chunks, 16, 16, 2)
     std::vector<bf16_t> staged(size_t(kBlockRows * max_chunks * kDepth));     // (32, depth)
     alignas(64) float acc[kBlockRows * 2 * kTileCols];                        // (32, 32)
     const int64_t col_blocks = items.col_blocks;
-    int64_t e = items.expert_of(begin);
+    int64_t e = 0;
     int64_t packed_e = -1, packed_cb = -1, staged_e = -1, staged_rb = -1;
     Tiles::configure();
-    for (int64_t i = begin; i < end; ++i) {
-      while (i >= items.first[size_t(e + 1)]) ++e;
+    for (int64_t i = shares.next(t); i >= 0; i = shares.next(t)) {
+      if (i < items.first[size_t(e)] || i >= items.first[size_t(e + 1)]) e = items.expert_of(i);
       const gemm_detail::GroupRows g = gemm_detail::group_rows(c.groups, e);
       const int64_t chunks = ceil_div(reduction(c, e), kDepth), depth = chunks * kDepth;
       const int64_t row_blocks = items.row_blocks(e);

@@ -30,6 +30,7 @@
 
 #include "cpu/gemm/amx/amx_kernel_parts.h"
 #include "cpu/gemm/gemm_variants.h"
+#include "cpu/gemm/work_shares.h"
 #include "moe/dtype.h"
 
 namespace moe::amx {
@@ -126,6 +127,7 @@ struct AmxS8Gemm {
     const typename Parts::Items items(E, ceil_div(c.N, kItemCols), [&](int64_t e) {
       return ceil_div(gemm_detail::group_rows(c.groups, e).live, kBlockRows);
     });
+    gemm_detail::WorkShares shares(items.first.back(), omp_get_max_threads());
 #pragma omp parallel
     {
       if (!c.accumulate) {
@@ -133,24 +135,23 @@ struct AmxS8Gemm {
         for (int64_t e = 0; e < E; ++e)
           gemm_detail::zero_padding_rows(c.out, c.out_dtype, gemm_detail::group_rows(c.groups, e), c.N);
       }
-      const int64_t t = omp_get_thread_num(), threads = omp_get_num_threads();
-      const int64_t begin = items.range_begin(t, threads), end = items.range_begin(t + 1, threads);
-      if (begin < end) run_items(c, items, begin, end, chunks);  // Kd = 0: zero tiles, stored
+      const int t = omp_get_thread_num();
+      run_items(c, items, shares, t, chunks);  // Kd = 0: zero tiles, stored
     }
   }
 
-  // Items [begin, end) of the work list, on this thread.
-  static void run_items(const Call& c, const typename Parts::Items& items, int64_t begin, int64_t end,
-                        int64_t chunks) {
+  // Thread t's items of the work list (its contiguous share, then those others left: WorkShares).
+  static void run_items(const Call& c, const typename Parts::Items& items, gemm_detail::WorkShares& shares,
+                        int t, int64_t chunks) {
     const int64_t depth = chunks * kDepth;
     std::vector<int8_t> panel(size_t(kItemTiles * chunks * kTileBytes));  // (4, chunks, 16, 16, 4)
     std::vector<int8_t> staged(size_t(kBlockRows * depth));               // (32, depth)
     alignas(64) int32_t acc[kBlockRows * 2 * kTileCols];                  // (32, 32)
-    int64_t e = items.expert_of(begin);
+    int64_t e = 0;
     int64_t packed_e = -1, packed_cb = -1;
     Tiles::configure();
-    for (int64_t i = begin; i < end; ++i) {
-      while (i >= items.first[size_t(e + 1)]) ++e;
+    for (int64_t i = shares.next(t); i >= 0; i = shares.next(t)) {
+      if (i < items.first[size_t(e)] || i >= items.first[size_t(e + 1)]) e = items.expert_of(i);
       const gemm_detail::GroupRows g = gemm_detail::group_rows(c.groups, e);
       const int64_t row_blocks = items.row_blocks(e);
       const int64_t local = i - items.first[size_t(e)], cb = local / row_blocks, rb = local % row_blocks;
@@ -266,27 +267,27 @@ struct AmxS8Gemm {
     const typename Parts::Items items(groups.experts, 1, [&](int64_t e) {
       return ceil_div(gemm_detail::group_rows(groups, e).live, kBlockRows);
     });
+    gemm_detail::WorkShares shares(items.first.back(), omp_get_max_threads());
 #pragma omp parallel
     {
-      const int64_t t = omp_get_thread_num(), threads = omp_get_num_threads();
-      const int64_t begin = items.range_begin(t, threads), end = items.range_begin(t + 1, threads);
-      if (begin < end) run_swiglu_items(c, items, begin, end);
+      const int t = omp_get_thread_num();
+      run_swiglu_items(c, items, shares, t);
     }
   }
 
-  // Items [begin, end) (one row block of an expert each, all columns), on this thread.
-  static void run_swiglu_items(const SwigluCall& c, const typename Parts::Items& items, int64_t begin,
-                               int64_t end) {
+  // Thread t's items (one row block of an expert each, all columns), as run_items takes them.
+  static void run_swiglu_items(const SwigluCall& c, const typename Parts::Items& items,
+                               gemm_detail::WorkShares& shares, int t) {
     const int64_t chunks = ceil_div(c.Kd, kDepth), depth = chunks * kDepth;
     const int64_t blocks = ceil_div(c.M, kTileCols);  // register blocks: 16 g columns each
     std::vector<int8_t> panel(size_t(blocks * 2 * chunks * kTileBytes));  // (blocks, gate | up, chunks, ...)
     std::vector<int8_t> staged(size_t(kBlockRows * depth));
     std::vector<float> g_stage(size_t(kBlockRows * c.M));
     alignas(64) int32_t acc[kBlockRows * 2 * kTileCols];
-    int64_t e = items.expert_of(begin), packed_e = -1;
+    int64_t e = 0, packed_e = -1;
     Tiles::configure();
-    for (int64_t i = begin; i < end; ++i) {
-      while (i >= items.first[size_t(e + 1)]) ++e;
+    for (int64_t i = shares.next(t); i >= 0; i = shares.next(t)) {
+      if (i < items.first[size_t(e)] || i >= items.first[size_t(e + 1)]) e = items.expert_of(i);
       if (e != packed_e) {
         for (int64_t b = 0; b < blocks; ++b)
           for (int v = 0; v < 2; ++v) {
