@@ -986,9 +986,10 @@ void grouped_by_panels(const GemmThresholds& k, void* out, Dtype out_dtype, cons
                      accumulate, stream, partial, after ? whole_rect(after->raw) : Prefetch{},
                      after ? whole_rect(after->raw_up) : Prefetch{}, group_swiglu, group_grad);
     };
+    // The next unit is taken before this one runs, so the panel prefetched at this one's end is surely
+    // this thread's.
     for (int64_t u = w.shares.next(t), next_unit = 0; u >= 0; u = next_unit) {
-      next_unit =
-          w.shares.next(t);  // taken before this unit runs, so its first panel is surely this thread's
+      next_unit = w.shares.next(t);
       const int64_t end = w.unit_start[size_t(u) + 1].at;
       for (int64_t i = w.unit_start[size_t(u)].at; i < end; ++i) {
         const int64_t after = i + 1 < end ? i + 1 : next_unit >= 0 ? w.unit_start[size_t(next_unit)].at : -1;
