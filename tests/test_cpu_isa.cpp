@@ -153,6 +153,8 @@ TEST(CpuIsa, RowsCarryTheMemoryRoofline) {
   EXPECT_NEAR(f["pct_of_bw_peak"].get<double>(),
               100 * f["gbps"].get<double>() / f["bw_peak_gbps"].get<double>(), 1e-6);
   EXPECT_EQ(f["bound"], "memory") << f.dump();
+  // Memory binds it: a read probe before each timed call, not the process's first one (run.cpp).
+  EXPECT_EQ(f["bw_peak_source"], "each_call") << f.dump();
   // The note points at the peak that binds: pct_of_bw_peak is the number to read here.
   EXPECT_NE(f["ceiling_note"].get<std::string>().find("+memory_bound"), std::string::npos) << f.dump();
   // Without --with-peak a row reads the machine's kept peaks (machine_peaks.h): at least what the run above
@@ -163,6 +165,7 @@ TEST(CpuIsa, RowsCarryTheMemoryRoofline) {
   EXPECT_GE(b["bw_peak_gbps"].get<double>(), f["bw_peak_gbps"].get<double>()) << b.dump();
   EXPECT_TRUE(b["peak_tflops"].is_null()) << "the arithmetic peak's columns are --with-peak's";
   EXPECT_EQ(b["bound"], "memory") << b.dump();
+  EXPECT_EQ(b["bw_peak_source"], "kept") << b.dump();
   const nlohmann::json off = row_of(testing::run_bench(one_token + "--ceiling off"));
   EXPECT_TRUE(off["bw_peak_gbps"].is_null() && off["bound"].is_null()) << "--ceiling off probes nothing";
   const testing::Ran many = testing::run_bench(
@@ -170,6 +173,7 @@ TEST(CpuIsa, RowsCarryTheMemoryRoofline) {
       "--impl fused_w13 --distribution random --dtype float32 --with-peak --format jsonl");
   ASSERT_EQ(many.exit_code, 0) << many.err;
   EXPECT_EQ(row_of(many)["bound"], "compute") << many.out;
+  EXPECT_EQ(row_of(many)["bw_peak_source"], "around_calls") << many.out;
   EXPECT_EQ(row_of(many)["ceiling_note"].get<std::string>().find("memory_bound"), std::string::npos)
       << many.out;
 }

@@ -80,7 +80,7 @@ TEST(Harness, ResultLineGoldenAndSeedParsable) {
       "tokens_per_s=256.000000 dtype=bfloat16 time_s=0.500000 time_median_s=0.500000 time_min_s=0.250000 "
       "time_max_s=0.750000 time_stddev_s=0.250000 ceiling_tflops=0.001000 pct_of_ceiling=0.629146 "
       "ceiling_note=ok peak_tflops=none pct_of_peak=none "
-      "bytes_moved=32768 gbps=0.000066 bw_peak_gbps=none pct_of_bw_peak=none bound=none "
+      "bytes_moved=32768 gbps=0.000066 bw_peak_gbps=none bw_peak_source=none pct_of_bw_peak=none bound=none "
       "saved_activation_bytes=4096 tensor_bytes_live=1048576 tensor_bytes_peak=1572864 timed_allocations=0 "
       "threads=2 noise_note=quiet";
   EXPECT_EQ(line.substr(0, golden.size()), golden);

@@ -53,6 +53,7 @@ static const std::vector<std::string> kTextExtraKeys = {"dtype",
                                                         "bytes_moved",
                                                         "gbps",
                                                         "bw_peak_gbps",
+                                                        "bw_peak_source",
                                                         "pct_of_bw_peak",
                                                         "bound",
                                                         "saved_activation_bytes",
@@ -158,16 +159,8 @@ void add_seed_keys(ResultRow& r, const MoeConfig& c, const Measured& m, double t
   r["time_stddev_s"] = t.stddev;
 }
 
-// The memory roofline's verdict (accounting.h compulsory_bytes): whether the run's arithmetic intensity
-// (FLOPs / bytes) is below the ridge point (arithmetic peak / bandwidth peak), i.e. bandwidth binds it. None
-// without both peaks: the machine's kept ones (machine_peaks.h), or this process's with --with-peak; none
-// where the ceiling is off or the backend is not cpu.
 std::optional<bool> memory_bound(const MoeConfig& c, const Measured& m) {
-  const std::optional<double> bw = m.ceiling.bw_peak_gbps, peak = m.ceiling.ridge_peak_tflops;
-  if (!bw || !peak) return std::nullopt;
-  const double intensity =
-      seed_flops(c, m.null_stats.real_assignments) / compulsory_bytes(c, m.experts_touched);
-  return intensity < *peak * 1e12 / (*bw * 1e9);
+  return memory_bound(c, m.ceiling, m.null_stats.real_assignments, m.experts_touched);
 }
 
 // What the run is measured against (the dense ceiling, the ISA peak), its memory, and the machine's state.
@@ -202,6 +195,7 @@ void add_memory_roofline(ResultRow& r, const MoeConfig& c, const Measured& m) {
   r["gbps"] = gbps;
   const std::optional<double> bw = m.ceiling.bw_peak_gbps;
   r["bw_peak_gbps"] = number_or_null(bw);
+  r["bw_peak_source"] = bw ? ResultRow(m.ceiling.bw_peak_source) : ResultRow(nullptr);
   r["pct_of_bw_peak"] = bw ? ResultRow(100.0 * gbps / *bw) : ResultRow(nullptr);
   const std::optional<bool> memory = memory_bound(c, m);
   r["bound"] = memory ? ResultRow(*memory ? "memory" : "compute") : ResultRow(nullptr);
@@ -370,6 +364,14 @@ Status append_rows(const std::string& path, OutputFormat format, const std::vect
   if (rows.empty()) return Status::ok();
   const std::string header = file_header(format, rows.front());
   return append_lines(path, header, format_rows(format, rows), "results file", row_test(format, header));
+}
+
+std::optional<bool> memory_bound(const MoeConfig& c, const Ceiling& ceiling, int64_t real_assignments,
+                                 int64_t experts_touched) {
+  const std::optional<double> bw = ceiling.bw_peak_gbps, peak = ceiling.ridge_peak_tflops;
+  if (!bw || !peak) return std::nullopt;
+  const double intensity = seed_flops(c, real_assignments) / compulsory_bytes(c, experts_touched);
+  return intensity < *peak * 1e12 / (*bw * 1e9);
 }
 
 }  // namespace moe::bench

@@ -73,6 +73,13 @@ struct Measured {
   int64_t experts_touched = 0;  // routed experts with a row (their weights are read: compulsory_bytes)
 };
 
+// The memory roofline's verdict (accounting.h compulsory_bytes): whether the run's arithmetic intensity
+// (FLOPs / bytes) is below the ridge point (arithmetic peak / bandwidth peak), i.e. bandwidth binds it. None
+// without both peaks: the machine's kept ones (machine_peaks.h), or this process's with --with-peak; none
+// where the ceiling is off or the backend is not cpu.
+std::optional<bool> memory_bound(const MoeConfig& c, const Ceiling& ceiling, int64_t real_assignments,
+                                 int64_t experts_touched);
+
 // One row of a run: the seed's RESULT keys in its order, then ours (dtype, the five time statistics,
 // ceiling_tflops, pct_of_ceiling, ceiling_note (ceiling.h), saved_activation_bytes, tensor_bytes_live,
 // tensor_bytes_peak, timed_allocations (Measured::memory), threads, noise_note,

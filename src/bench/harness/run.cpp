@@ -283,7 +283,8 @@ class Run {
     MachineNoise noise;
     std::string gemm_kernels;
     ParallelMeasure parallel;
-    std::optional<double> bw_peak_gbps;  // the read probes around the calls (window_read_gbps)
+    std::optional<double> bw_peak_gbps;  // the read probes around or before the calls (window_read_gbps)
+    const char* bw_peak_source = nullptr;
   };
 
   // A single-process cpu run with --with-peak compares itself with the memory of its own minute: the best
@@ -291,12 +292,32 @@ class Run {
   // minutes older, and a shared machine's memory moves by 1.5-2x from minute to minute). None otherwise.
   std::optional<double> window_read_gbps() const {
     if (!o_.with_peak || !x_.ceiling.peak_tflops || parallel_) return std::nullopt;
-    const int threads = omp_get_max_threads();
-    const double gbps = measure_read_gbps(threads);
-    // Kept with the machine's peaks (the best seen), so a later row without --with-peak reads at least it.
+    return remembered(measure_read_gbps(omp_get_max_threads()));
+  }
+
+  // Kept with the machine's peaks (the best seen), so a later row without --with-peak reads at least it.
+  double remembered(double gbps) const {
     MachinePeaks(MachinePeaks::path_beside_tuning_file(x_.backend.kernel().tuning_file))
-        .remember_read_gbps(threads, gbps);
+        .remember_read_gbps(omp_get_max_threads(), gbps);
     return gbps;
+  }
+
+  // Where the memory roofline binds the run, the window's probes may meet another memory speed than its
+  // calls did (a shared VM's moves within seconds: bandwidth.h ReadProbe), so it probes just before each
+  // timed call instead and compares each call with its own moment: the harmonic mean of the probes is the
+  // bandwidth at which the calls would have taken sum(bytes / probe), and pct_of_bw_peak that sum over their
+  // time. The probe also leaves each call's weights out of the caches, as a layer's step in a model meets
+  // them (the other layers' weights pass between).
+  bool probes_each_call() const {
+    if (!o_.with_peak || !x_.ceiling.peak_tflops || parallel_) return false;
+    return memory_bound(c_, x_.ceiling, x_.null_stats.real_assignments, experts_touched(x_.host_routing))
+        .value_or(false);
+  }
+
+  static double harmonic_mean(const std::vector<double>& values) {
+    double inverses = 0;
+    for (double v : values) inverses += 1.0 / v;
+    return double(values.size()) / inverses;
   }
 
   // --repeats blocks of --warmup + --iters calls, each timed call after a barrier over several ranks.
@@ -320,13 +341,17 @@ class Run {
       timed = false;
       if (++calls == 1) measured_by_first_call = kernel_measurements(x_.backend);
     };
-    const std::optional<double> read_before = window_read_gbps();
+    std::optional<ReadProbe> probe;
+    if (probes_each_call()) probe.emplace(omp_get_max_threads());
+    std::vector<double> call_probes;  // GB/s, a probe before each timed call
+    const std::optional<double> read_before = probe ? std::nullopt : window_read_gbps();
     const NoiseProbe noise_probe;
     const auto calls_start = std::chrono::steady_clock::now();
     const TimingStats rank_t = time_fn_aligned(
         counted_call, o_.warmup, o_.iters, [&] { x_.backend.synchronize(); }, o_.repeats,
         [&] {
           timed = true;
+          if (probe) call_probes.push_back(probe->read_gbps());
           if (parallel_) keep_first_error(outcome_.output_status, x_.comm.barrier());
         });
     const MemoryUse during = memory.use();  // before the ranks' times and bytes are gathered
@@ -334,7 +359,14 @@ class Run {
     t.noise = noise_probe.finish(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - calls_start).count(),
         omp_get_max_threads(), available_cores());
-    if (read_before) t.bw_peak_gbps = std::max(*read_before, *window_read_gbps());
+    if (probe) {
+      t.bw_peak_gbps = harmonic_mean(call_probes);
+      t.bw_peak_source = "each_call";
+      remembered(*std::max_element(call_probes.begin(), call_probes.end()));
+    } else if (read_before) {
+      t.bw_peak_gbps = std::max(*read_before, *window_read_gbps());
+      t.bw_peak_source = "around_calls";
+    }
     MOE_CHECK(kernel_measurements(x_.backend) == measured_by_first_call,
               "auto measured GEMM kernels after a run's first call (a shape class changed between calls)");
     t.gemm_kernels = take_kernel_choices(x_.backend);
@@ -379,7 +411,10 @@ class Run {
     QuantError qe;
     if (!read_results(mode, qe)) return false;
     Ceiling ceiling = x_.ceiling;
-    if (t.bw_peak_gbps) ceiling.bw_peak_gbps = t.bw_peak_gbps;
+    if (t.bw_peak_gbps) {
+      ceiling.bw_peak_gbps = t.bw_peak_gbps;
+      ceiling.bw_peak_source = t.bw_peak_source;
+    }
     ResultRow row = make_row(
         c_, o_.kernel, protocol_of(o_),
         {name(mode), t.time, ceiling, block_.saved_activation_bytes(), t.memory, omp_get_max_threads(),

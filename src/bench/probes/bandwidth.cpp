@@ -10,6 +10,8 @@
 #include <memory>
 #include <new>
 
+#include "cpu/gemm/tuning.h"
+
 namespace moe::bench {
 namespace {
 
@@ -65,6 +67,25 @@ double measure_read_gbps(int threads, double bytes, int repeats) {
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t i = 0; i < n; ++i) pa[i] = 1.0;
   return best_read_gbps(pa, n, threads, repeats);
+}
+
+struct ReadProbe::Array : HugeArray {
+  using HugeArray::HugeArray;
+};
+
+ReadProbe::ReadProbe(int threads)
+    : threads_(threads),
+      elements_(elements(4.0 * double(last_level_cache_bytes()))),
+      array_(std::make_unique<Array>(elements_)) {
+  double* a = array_->data.get();
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t i = 0; i < elements_; ++i) a[i] = 1.0;
+}
+
+ReadProbe::~ReadProbe() = default;
+
+double ReadProbe::read_gbps() const {
+  return best_read_gbps(array_->data.get(), elements_, threads_, 4);
 }
 
 Bandwidth measure_bandwidth(int threads, double bytes_per_array) {

@@ -8,6 +8,10 @@
 //   STREAM)
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
 namespace moe::bench {
 
 struct Bandwidth {
@@ -22,5 +26,25 @@ Bandwidth measure_bandwidth(int threads, double bytes_per_array = 256.0 * 1024 *
 // before and after its calls. Ten passes span ~0.1 s, the time over which a shared VM's memory was seen to
 // move between ~19 and ~28 GB/s (2-core Zen 4).
 double measure_read_gbps(int threads, double bytes = 256.0 * 1024 * 1024, int repeats = 10);
+
+// A read probe beside each timed call of a memory-bound run (bench/harness/run.cpp): a shared VM's memory
+// moves between ~33 and ~60 GB/s within seconds (2-core Zen 4; Zen 5 ~50 / ~85), so probes around the calls
+// may meet another speed than the calls did, and one row's % of the bandwidth peak read 49-125 % from run to
+// run (Qwen3-30B-A3B, 64 tokens, runs routing; with these probes 79-95 %). Its buffer is four last-level
+// caches (cpu/gemm/tuning.h), first touched by the reading threads; read_gbps() is the best of four passes
+// over it (a pass moves by +-10 % from the one before), ~15 ms at 35 GB/s, and leaves the caches holding the
+// buffer's end, not the weights of the call before.
+class ReadProbe {
+ public:
+  explicit ReadProbe(int threads);
+  ~ReadProbe();
+  double read_gbps() const;
+
+ private:
+  struct Array;
+  int threads_;
+  int64_t elements_;
+  std::unique_ptr<Array> array_;
+};
 
 }  // namespace moe::bench

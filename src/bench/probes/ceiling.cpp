@@ -121,6 +121,7 @@ Ceiling CeilingCache::get(CeilingMode mode, Backend& backend, const MoeConfig& c
     machine.remember_read_gbps(threads, bw->second);
   }
   ceiling.bw_peak_gbps = bw->second;
+  ceiling.bw_peak_source = "process";
   return ceiling;
 }
 

@@ -44,6 +44,11 @@ struct Ceiling {
   // where --with-peak measured it, else the machine's kept one: machine_peaks.h).
   std::optional<double> bw_peak_gbps;
   std::optional<double> ridge_peak_tflops;
+  // Where bw_peak_gbps comes from (the row's bw_peak_source): "kept" (the machine's best so far), "process"
+  // (--with-peak's probe at this process's start), and, set by the run (bench/harness/run.cpp),
+  // "around_calls" (the better of read probes just before and after its calls) or "each_call" (a memory-bound
+  // run's: the harmonic mean of a probe just before each timed call).
+  const char* bw_peak_source = "kept";
 };
 
 Ceiling measure_ceiling(Backend& backend, const MoeConfig& c, double seconds = 0.2);

@@ -60,10 +60,6 @@ bool times_all(const std::set<std::string>& timed, const std::vector<std::string
 
 }  // namespace
 
-namespace {
-
-// The last-level cache a thread of cpu 0 shares (sysfs; glibc's sysconf reports the host's total in some VMs:
-// 320 MiB on a 2-core guest whose L3 is 32 MiB), within [16, 256] MiB; 32 MiB where neither says.
 size_t last_level_cache_bytes() {
   constexpr size_t kMiB = size_t(1) << 20;
   size_t bytes = 0;
@@ -76,8 +72,6 @@ size_t last_level_cache_bytes() {
   if (bytes == 0) bytes = 32 * kMiB;
   return std::clamp(bytes, 16 * kMiB, 256 * kMiB);
 }
-
-}  // namespace
 
 CacheEvictor::CacheEvictor() : words_(2 * last_level_cache_bytes() / sizeof(uint64_t)) {
   uint64_t* w = words_.data();

@@ -68,6 +68,10 @@ bool weights_come_cold(const GemmCall& call);
 // Among the candidates `names` of `call`, the one pick_candidate prefers: gemv on a cold call's kept weights.
 std::optional<size_t> preferred_candidate(const GemmCall& call, const std::vector<std::string>& names);
 
+// The last-level cache a thread of cpu 0 shares (sysfs; glibc's sysconf reports the host's total in some VMs:
+// 320 MiB on a 2-core guest whose L3 is 32 MiB), within [16, 256] MiB; 32 MiB where neither says.
+size_t last_level_cache_bytes();
+
 class CacheEvictor {
  public:
   CacheEvictor();  // allocates the buffer, first touched by the threads that read it
