@@ -291,9 +291,12 @@ class Run {
   // read probe just before its first call and just after its timed calls (the process's first probe may be
   // minutes older, and a shared machine's memory moves by 1.5-2x from minute to minute). None otherwise.
   std::optional<double> window_read_gbps() const {
-    if (!o_.with_peak || !x_.ceiling.peak_tflops || parallel_) return std::nullopt;
+    if (!probes_own_memory()) return std::nullopt;
     return remembered(measure_read_gbps(omp_get_max_threads()));
   }
+
+  // Whether the run compares itself with read probes of its own (--with-peak, one process, cpu).
+  bool probes_own_memory() const { return o_.with_peak && x_.ceiling.peak_tflops && !parallel_; }
 
   // Kept with the machine's peaks (the best seen), so a later row without --with-peak reads at least it.
   double remembered(double gbps) const {
@@ -309,7 +312,7 @@ class Run {
   // time. The probe also leaves each call's weights out of the caches, as a layer's step in a model meets
   // them (the other layers' weights pass between).
   bool probes_each_call() const {
-    if (!o_.with_peak || !x_.ceiling.peak_tflops || parallel_) return false;
+    if (!probes_own_memory()) return false;
     return memory_bound(c_, x_.ceiling, x_.null_stats.real_assignments, experts_touched(x_.host_routing))
         .value_or(false);
   }
@@ -342,7 +345,7 @@ class Run {
       if (++calls == 1) measured_by_first_call = kernel_measurements(x_.backend);
     };
     std::optional<ReadProbe> probe;
-    if (probes_each_call()) probe.emplace(omp_get_max_threads());
+    if (probes_each_call()) probe.emplace(omp_get_max_threads(), bytes_beside_calls());
     std::vector<double> call_probes;  // GB/s, a probe before each timed call
     const std::optional<double> read_before = probe ? std::nullopt : window_read_gbps();
     const NoiseProbe noise_probe;
@@ -351,7 +354,7 @@ class Run {
         counted_call, o_.warmup, o_.iters, [&] { x_.backend.synchronize(); }, o_.repeats,
         [&] {
           timed = true;
-          if (probe) call_probes.push_back(probe->read_gbps());
+          if (probe) call_probes.push_back(probe->read_gbps(kPassesBesideCalls));
           if (parallel_) keep_first_error(outcome_.output_status, x_.comm.barrier());
         });
     const MemoryUse during = memory.use();  // before the ranks' times and bytes are gathered

@@ -81,31 +81,28 @@ double best_read_gbps(const double* a, int64_t n, int threads, int repeats) {
 }  // namespace
 
 double measure_read_gbps(int threads, double bytes, int repeats) {
-  const int64_t n = elements(bytes);
-  const HugeArray a(n);  // first touched by the reading threads, below
-  double* pa = a.data.get();
-#pragma omp parallel for schedule(static) num_threads(threads)
-  for (int64_t i = 0; i < n; ++i) pa[i] = 1.0;
-  return best_read_gbps(pa, n, threads, repeats);
+  return ReadProbe(threads, bytes).read_gbps(repeats);
+}
+
+double bytes_beside_calls() {
+  return 4.0 * double(last_level_cache_bytes());
 }
 
 struct ReadProbe::Array : HugeArray {
   using HugeArray::HugeArray;
 };
 
-ReadProbe::ReadProbe(int threads)
-    : threads_(threads),
-      elements_(elements(4.0 * double(last_level_cache_bytes()))),
-      array_(std::make_unique<Array>(elements_)) {
-  double* a = array_->data.get();
+ReadProbe::ReadProbe(int threads, double bytes)
+    : threads_(threads), elements_(elements(bytes)), array_(std::make_unique<Array>(elements_)) {
+  double* a = array_->data.get();  // first touched by the reading threads
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t i = 0; i < elements_; ++i) a[i] = 1.0;
 }
 
 ReadProbe::~ReadProbe() = default;
 
-double ReadProbe::read_gbps() const {
-  return best_read_gbps(array_->data.get(), elements_, threads_, 4);
+double ReadProbe::read_gbps(int repeats) const {
+  return best_read_gbps(array_->data.get(), elements_, threads_, repeats);
 }
 
 Bandwidth measure_bandwidth(int threads, double bytes_per_array) {

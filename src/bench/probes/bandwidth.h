@@ -27,18 +27,18 @@ Bandwidth measure_bandwidth(int threads, double bytes_per_array = 256.0 * 1024 *
 // move between ~19 and ~28 GB/s (2-core Zen 4).
 double measure_read_gbps(int threads, double bytes = 256.0 * 1024 * 1024, int repeats = 10);
 
-// A read probe beside each timed call of a memory-bound run (bench/harness/run.cpp): a shared VM's memory
-// moves between ~33 and ~60 GB/s within seconds (2-core Zen 4; Zen 5 ~50 / ~85), so probes around the calls
-// may meet another speed than the calls did, and one row's % of the bandwidth peak read 49-125 % from run to
-// run (Qwen3-30B-A3B, 64 tokens, runs routing; with these probes 79-95 %). Its buffer is four last-level
-// caches (cpu/gemm/tuning.h), first touched by the reading threads; read_gbps() is the best of four passes
-// over it (a pass moves by +-10 % from the one before), ~15 ms at 35 GB/s, and leaves the caches holding the
-// buffer's end, not the weights of the call before.
+// A read probe over its own buffer, first touched by the reading threads; read_gbps() is the best of
+// `repeats` passes over it. Beside each timed call of a memory-bound run (bench/harness/run.cpp) it is
+// bytes_beside_calls() long and read four times (a pass moves by +-10 % from the one before), ~15 ms at 35
+// GB/s: a shared VM's memory moves between ~33 and ~60 GB/s within seconds (2-core Zen 4; Zen 5 ~50 / ~85),
+// so probes around the calls may meet another speed than the calls did, and one row's % of the bandwidth peak
+// read 49-125 % from run to run (Qwen3-30B-A3B, 64 tokens, runs routing; with these probes 79-95 %). Its
+// passes leave the caches holding the buffer's end, not the weights of the call before.
 class ReadProbe {
  public:
-  explicit ReadProbe(int threads);
+  ReadProbe(int threads, double bytes);
   ~ReadProbe();
-  double read_gbps() const;
+  double read_gbps(int repeats) const;
 
  private:
   struct Array;
@@ -46,5 +46,9 @@ class ReadProbe {
   int64_t elements_;
   std::unique_ptr<Array> array_;
 };
+
+// Four last-level caches (cpu/gemm/tuning.h): no pass finds the one before it in them.
+double bytes_beside_calls();
+constexpr int kPassesBesideCalls = 4;
 
 }  // namespace moe::bench
