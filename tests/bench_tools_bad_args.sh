@@ -40,10 +40,13 @@ expect_refusal "$passes" 5 16384 99999999999999999999
 expect_refusal "$passes" 5 268435456 1024
 expect_refusal "$passes" 5 16384 1024 7
 expect_refusal "$few_rows" x
-expect_refusal "$few_rows" 3 3
+expect_refusal "$few_rows" 3 0
 expect_refusal "$few_rows" 3 rows
 expect_refusal "$few_rows" 3 128
 expect_refusal "$few_rows" 3 4 1
+expect_refusal "$few_rows" 3 4 gemv,nope
+expect_refusal "$few_rows" 3 4 gemv,
+expect_refusal "$few_rows" 3 4 gemv all
 AB_DIR=$(mktemp -d)
 export AB_DIR
 expect_refusal "$ab_commits"

@@ -8,7 +8,8 @@
 // to the read of the same round's process means anything). "gemv kept" is gemv on weights it packed once in
 // its tile order (a forward run's). Prints per call: ms, GB/s of weights, x the read, TF/s.
 //
-//   moe_bench_few_rows [rounds=5] [rows=all|1|2|4|8|16|32|48|64]
+//   moe_bench_few_rows [rounds=5] [rows=all|1-64] [variants=all|gemv,avx2,...]
+// rows all: 1, 2, 4, 8, 16, 32, 48 and 64; variants: those named (gemv also runs "gemv kept") and the read.
 #include <omp.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/probes/bandwidth.h"
 #include "bench_args.h"
 #include "bench_rounds.h"
 #include "cpu/gemm/gemm.h"
@@ -46,16 +48,6 @@ void fill(Buffer<bf16_t>& buf) {
     p[i] = f32_to_bf16(float(int64_t((uint64_t(i) * 2654435761u >> 7) % 2001) - 1000) / 4000.0f);
 }
 
-// Every byte of [p, p + bytes) read once, each thread its contiguous share (as the GEMMs split experts).
-uint64_t read_all(const void* p, int64_t bytes) {
-  const auto* words = static_cast<const uint64_t*>(p);
-  const int64_t n = bytes / 8;
-  uint64_t sum = 0;
-#pragma omp parallel for simd schedule(static) reduction(+ : sum)
-  for (int64_t i = 0; i < n; ++i) sum += words[i];
-  return sum;
-}
-
 using bench_rounds::Candidate;
 using bench_rounds::table;
 
@@ -68,7 +60,34 @@ std::vector<std::string> own_kernels(const GemmCall& call) {
   return names;
 }
 
-void bench(const Projection& p, const Buffer<bf16_t>& w, int64_t rows, int rounds) {
+// Whether candidate `name` runs: every one, or those named (a variant's name also names its kept form).
+bool chosen(const std::string& name, const std::vector<std::string>& only) {
+  if (only.empty() || name == "read") return true;
+  for (const std::string& v : only)
+    if (name == v || name == v + " kept") return true;
+  return false;
+}
+
+// A comma-separated list of GEMM variants' names into `only`; an unknown or empty name: one error line.
+bool variant_list(const std::string& list, const char* tool, const char* usage,
+                  std::vector<std::string>& only) {
+  for (size_t begin = 0; begin <= list.size();) {
+    const size_t end = std::min(list.find(',', begin), list.size());
+    const std::string name = list.substr(begin, end - begin);
+    const auto& all = gemm_variants();
+    if (std::none_of(all.begin(), all.end(), [&](const GemmVariant& v) { return v.name == name; })) {
+      std::fprintf(stderr, "%s: error: invalid variant '%s' (usage: %s; moe-bench --list names them)\n", tool,
+                   name.c_str(), usage);
+      return false;
+    }
+    only.push_back(name);
+    begin = end + 1;
+  }
+  return true;
+}
+
+void bench_projection(const Projection& p, const Buffer<bf16_t>& w, int64_t rows, int rounds,
+                      const std::vector<std::string>& only) {
   const int64_t total = kExperts * rows;
   Buffer<bf16_t> lhs(size_t(total * p.Kd)), out(size_t(total * p.N));  // (rows, Kd), (rows, N)
   fill(lhs);
@@ -83,17 +102,19 @@ void bench(const Projection& p, const Buffer<bf16_t>& w, int64_t rows, int round
   call.Kd = p.Kd;
   call.N = p.N;
   volatile uint64_t sink = 0;
-  std::vector<Candidate> c{{"read", [&] { sink = sink + read_all(w.data(), bytes); }}};
+  const int threads = omp_get_max_threads();
+  std::vector<Candidate> c{{"read", [&] { sink = sink + bench::read_words(w.data(), bytes, threads); }}};
   for (const std::string& name : own_kernels(call))
-    c.push_back({name, [&, name] {
-                   table(name).nn(out.data(), Dtype::bf16, lhs.data(), w.data(), Dtype::bf16, groups, p.Kd,
-                                  p.N);
-                 }});
+    if (chosen(name, only))
+      c.push_back({name, [&, name] {
+                     table(name).nn(out.data(), Dtype::bf16, lhs.data(), w.data(), Dtype::bf16, groups, p.Kd,
+                                    p.N);
+                   }});
   // gemv on the weights packed once in its tile order (a forward run's: the first, untimed call packs).
   WeightPacks packs;
   GemmCall kept_call = call;
   kept_call.weights_kept = true;
-  if (table("gemv").row_for(kept_call).variant->name == std::string("gemv")) {
+  if (chosen("gemv kept", only) && table("gemv").row_for(kept_call).variant->name == std::string("gemv")) {
     const ExpertWeights kept = ExpertWeights(w.data()).kept(&packs);
     auto run = [&, kept] {
       table("gemv").nn(out.data(), Dtype::bf16, lhs.data(), kept, Dtype::bf16, groups, p.Kd, p.N);
@@ -116,26 +137,24 @@ void bench(const Projection& p, const Buffer<bf16_t>& w, int64_t rows, int round
 
 int main(int argc, char** argv) {
   constexpr const char* kTool = "moe_bench_few_rows";
-  constexpr const char* kUsage = "moe_bench_few_rows [rounds] [all|1|2|4|8|16|32|48|64]";
-  int64_t rounds = 0, only = 0;
-  if (!moe::bench_args::at_most(argc, 2, kTool, kUsage) ||
+  constexpr const char* kUsage = "moe_bench_few_rows [rounds] [all|1-64] [all|VARIANT[,VARIANT...]]";
+  int64_t rounds = 0, only_rows = 0;
+  if (!moe::bench_args::at_most(argc, 3, kTool, kUsage) ||
       !moe::bench_args::count(argc, argv, 1, kTool, "rounds", 1, 1000, 5, rounds))
     return 2;
   const std::string rows = argc > 2 ? argv[2] : "all";
-  if (rows != "all" && !moe::bench_args::count(argc, argv, 2, kTool, "rows", 1, 64, 0, only)) return 2;
-  if (rows != "all" &&
-      std::find(std::begin(moe::kRowCounts), std::end(moe::kRowCounts), only) == std::end(moe::kRowCounts)) {
-    std::fprintf(stderr,
-                 "%s: error: invalid rows '%s': expected all, 1, 2, 4, 8, 16, 32, 48 or 64 (usage: %s)\n",
-                 kTool, rows.c_str(), kUsage);
-    return 2;
-  }
+  if (rows != "all" && !moe::bench_args::count(argc, argv, 2, kTool, "rows", 1, 64, 0, only_rows)) return 2;
+  std::vector<std::string> only;
+  if (argc > 3 && std::string(argv[3]) != "all" && !moe::variant_list(argv[3], kTool, kUsage, only)) return 2;
   std::printf("gemm: %s\n", moe::gemm_library_version().c_str());
   for (const moe::Projection& p : moe::kProjections) {
     moe::Buffer<moe::bf16_t> w(size_t(moe::kExperts * p.Kd * p.N));  // (E, Kd, N)
     moe::fill(w);
-    for (int64_t r : moe::kRowCounts)
-      if (rows == "all" || r == only) moe::bench(p, w, r, int(rounds));
+    if (rows != "all") {
+      moe::bench_projection(p, w, only_rows, int(rounds), only);
+      continue;
+    }
+    for (int64_t r : moe::kRowCounts) moe::bench_projection(p, w, r, int(rounds), only);
   }
   return 0;
 }

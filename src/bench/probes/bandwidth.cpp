@@ -43,35 +43,13 @@ struct HugeArray {
   std::unique_ptr<double, Free> data;
 };
 
-// The sum of a[0, n), read by `threads` threads, each a contiguous part, in kChains independent sums: one
-// vector sum a thread (as `omp simd` reduces) is bound by the add's latency, not by memory: built for the
-// x86-64 baseline (SSE2), one thread read 18.9 GB/s so against 28.5 with the chains, two 30 against 34-36
-// (2-core Zen 4), and the portable build's rows read up to 124 % of that peak.
-double read_pass(const double* a, int64_t n, int threads) {
-  constexpr int64_t kChains = 16;
-  double sum = 0;
-#pragma omp parallel num_threads(threads) reduction(+ : sum)
-  {
-    const int64_t t = omp_get_thread_num(), team = omp_get_num_threads();
-    const int64_t begin = n * t / team / kChains * kChains;
-    const int64_t end = t + 1 == team ? n : n * (t + 1) / team / kChains * kChains;
-    double chains[kChains] = {};
-    int64_t i = begin;
-    for (; i + kChains <= end; i += kChains)
-      for (int64_t j = 0; j < kChains; ++j) chains[j] += a[i + j];
-    for (; i < end; ++i) chains[0] += a[i];
-    for (double c : chains) sum += c;
-  }
-  return sum;
-}
-
 // The best of `repeats` read passes over a[0, n).
 double best_read_gbps(const double* a, int64_t n, int threads, int repeats) {
   double best = 0;
-  volatile double sink = 0;  // keeps the read kernel's sum alive
+  volatile uint64_t sink = 0;  // keeps the read kernel's sum alive
   for (int r = 0; r < repeats; ++r) {
     const auto start = std::chrono::steady_clock::now();
-    const double sum = read_pass(a, n, threads);
+    const uint64_t sum = read_words(a, n * int64_t(sizeof(double)), threads);
     best = std::max(best, double(n) * sizeof(double) / seconds_since(start) / 1e9);
     sink = sink + sum;
   }
@@ -79,6 +57,26 @@ double best_read_gbps(const double* a, int64_t n, int threads, int repeats) {
 }
 
 }  // namespace
+
+uint64_t read_words(const void* p, int64_t bytes, int threads) {
+  constexpr int64_t kChains = 16;
+  const auto* words = static_cast<const uint64_t*>(p);
+  const int64_t n = bytes / 8;
+  uint64_t sum = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : sum)
+  {
+    const int64_t t = omp_get_thread_num(), team = omp_get_num_threads();
+    const int64_t begin = n * t / team / kChains * kChains;
+    const int64_t end = t + 1 == team ? n : n * (t + 1) / team / kChains * kChains;
+    uint64_t chains[kChains] = {};
+    int64_t i = begin;
+    for (; i + kChains <= end; i += kChains)
+      for (int64_t j = 0; j < kChains; ++j) chains[j] += words[i + j];
+    for (; i < end; ++i) chains[0] += words[i];
+    for (uint64_t c : chains) sum += c;
+  }
+  return sum;
+}
 
 double measure_read_gbps(int threads, double bytes, int repeats) {
   return ReadProbe(threads, bytes).read_gbps(repeats);

@@ -19,6 +19,14 @@ struct Bandwidth {
   double triad_gbps = 0;
 };
 
+// The sum of the 64-bit words of [p, p + bytes), read once by `threads` threads, each a contiguous part, in
+// 16 independent sums (integer: any bit pattern adds at one speed). One vector sum a thread (as `omp simd`
+// reduces) is bound by the add's latency, not by memory: built for the x86-64 baseline (SSE2), one thread
+// read 18.9 GB/s so against 28.5 with the chains, two 30 against 34-36 (2-core Zen 4), and the portable
+// build's rows read up to 124 % of that peak. The probes' read kernel, and the reference a GEMM bench times
+// its weights' read with (bench/gemv/bench_few_rows.cpp).
+uint64_t read_words(const void* p, int64_t bytes, int threads);
+
 // Takes about a second; `bytes_per_array` defaults to 256 MiB.
 Bandwidth measure_bandwidth(int threads, double bytes_per_array = 256.0 * 1024 * 1024);
 
