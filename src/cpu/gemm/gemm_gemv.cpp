@@ -82,12 +82,14 @@ const uint8_t* tiles_of(ExpertWeights rhs, int64_t E, int64_t Kd, int64_t N, int
 // From how many live rows a walk over packed weights prefetches ahead into L2 (kPackedAheadBytes), where
 // the hardware's prefetchers do not keep up alone: the one setting measured to differ between CPUs of one
 // ISA level. Zen 5 (AMD family 26), from 1 row: 1-4 rows read 0.95-1.15 of a sequential read with it against
-// 0.84-1.07 without (moe_bench_few_rows 3 1/2/4, memory at ~80 and ~54 GB/s). Elsewhere from 5 rows, the
-// Zen 4's (memory at ~52 / ~32 GB/s; x the read): 1 row 1.30 / 1.10 without, 0.86 / 0.92 with; 4 rows 1.03 /
-// 0.94 without, 0.79 / 0.92 with; 6 rows 0.93 / 0.93 without, 0.97 / 0.97 with.
-int64_t packed_ahead_rows() {
+// 0.84-1.07 without (moe_bench_few_rows 3 1/2/4, memory at ~80 and ~54 GB/s). The zmm instance elsewhere from
+// 5 rows, the Zen 4's (memory at ~52 / ~32 GB/s; x the read): 1 row 1.30 / 1.10 without, 0.86 / 0.92 with; 4
+// rows 1.03 / 0.94 without, 0.79 / 0.92 with; 6 rows 0.93 / 0.93 without, 0.97 / 0.97 with. The ymm instance
+// from 1 row: its arithmetic takes longer a weight line, and the hardware's prefetchers fall behind sooner
+// (the Zen 4 held to AVX2, memory at ~34 GB/s: 4 rows 0.83-0.97 with, 0.69-0.77 without; 1-2 rows level).
+int64_t packed_ahead_rows(bool zmm) {
   const CpuIsa& cpu = cpu_isa();
-  return cpu.vendor == "AuthenticAMD" && cpu.family == 26 ? 1 : 5;
+  return !zmm || (cpu.vendor == "AuthenticAMD" && cpu.family == 26) ? 1 : 5;
 }
 
 }  // namespace
@@ -101,8 +103,8 @@ void grouped_gemm_nn(const GemmThresholds& /*k*/, void* out, Dtype out_dtype, co
   const int64_t tile_cols =
       zmm ? cpu::isa_avx512_bf16::gemv::kTileColsOfInstance : cpu::isa_avx2::gemv::kTileColsOfInstance;
   const uint8_t* packed = rhs.packs && N > 0 ? tiles_of(rhs, groups.experts, Kd, N, tile_cols) : nullptr;
-  nn(out, out_dtype == Dtype::bf16, static_cast<const bf16_t*>(lhs), rhs, packed, packed_ahead_rows(), groups,
-     Kd, N);
+  nn(out, out_dtype == Dtype::bf16, static_cast<const bf16_t*>(lhs), rhs, packed, packed_ahead_rows(zmm),
+     groups, Kd, N);
   zero_padding_rows(out, out_dtype, groups, N);
 }
 

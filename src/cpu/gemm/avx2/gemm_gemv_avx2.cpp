@@ -1,8 +1,8 @@
 // The gemv variant's ymm instance (cpu/gemm/gemm_gemv.cpp, cpu/gemm/gemm_gemv_kernel.h), for CPUs without
-// AVX-512 BF16: each weight row's bf16 widened to float32 (vpmovzxwd, vpslld) and multiplied by each live
-// row's value (vfmadd231ps), 6 rows x 16 columns a register block (12 accumulators, 2 weight vectors, 1
-// broadcast of 16 registers); sums in float32, the output rounded once to nearest even (bf16) or stored as
-// is.
+// AVX-512 BF16: each weight row's 16 bf16 widened to float32 as even and odd columns (vpslld, vpand: see
+// load_row) and multiplied by each live row's value (vfmadd231ps), 6 rows x 16 columns a register block (12
+// accumulators, 2 weight vectors, 1 broadcast of 16 registers); sums in float32, the output rounded once to
+// nearest even (bf16) or stored as is.
 #include <immintrin.h>
 #include <omp.h>
 
@@ -35,30 +35,35 @@ constexpr int64_t kTileCols = kTileColsOfInstance;  // the ymm layer's: two vect
 // The accumulators' type: unlike __m256 (declared may_alias), GCC keeps an array of it in registers.
 using SumVector = float __attribute__((vector_size(32)));
 
-// Weight row k's 16 columns as two vectors of float32 (bf16 widened exactly); a ragged tile reads its
-// columns through a zeroed copy.
-inline void load_row(const char* p, int64_t cols, __m256& lo, __m256& hi) {
-  __m128i a, b;
-  if (cols == kTileCols) {
-    a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16));
+// Weight row k's 16 columns as float32, exactly: each bf16 pair's 32-bit word shifted left 16 (its low,
+// even column) and masked to its high half (the odd one), two operations where widening each half
+// (vpmovzxwd, vpslld) took four. Sums are kept so, even columns in a row's first vector; store_output puts
+// them back in order. A ragged tile reads its columns through a zeroed copy.
+template <bool kFull>
+[[gnu::always_inline]] inline void load_row(const char* p, int64_t cols, __m256& even, __m256& odd) {
+  __m256i w;
+  if constexpr (kFull) {
+    w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   } else {
     alignas(32) bf16_t row[kTileCols] = {};
     std::memcpy(row, p, size_t(cols) * 2);
-    a = _mm_load_si128(reinterpret_cast<const __m128i*>(row));
-    b = _mm_load_si128(reinterpret_cast<const __m128i*>(row + 8));
+    w = _mm256_load_si256(reinterpret_cast<const __m256i*>(row));
   }
-  lo = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(a), 16));
-  hi = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(b), 16));
+  even = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  odd = _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32(int(0xffff0000u))));
 }
 
 template <int R>
 [[gnu::always_inline]] inline void store_output(const SumVector (&acc)[R][2], const Job& j, const Tile& t) {
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
+    // even (e0 e2 .. e14) and odd (o1 .. o15) to columns 0-15: unpacking pairs lane by lane gives columns
+    // 0-3 | 8-11 and 4-7 | 12-15.
+    const __m256 lo = _mm256_unpacklo_ps(__m256(acc[r][0]), __m256(acc[r][1]));
+    const __m256 hi = _mm256_unpackhi_ps(__m256(acc[r][0]), __m256(acc[r][1]));
     alignas(32) float row[kTileCols];
-    _mm256_store_ps(row, __m256(acc[r][0]));
-    _mm256_store_ps(row + 8, __m256(acc[r][1]));
+    _mm256_store_ps(row, _mm256_permute2f128_ps(lo, hi, 0x20));
+    _mm256_store_ps(row + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
     if (j.out_bf16)
       f32_to_bf16_row(reinterpret_cast<bf16_t*>(t.out) + r * j.out_ld, row, t.cols);
     else
@@ -79,12 +84,19 @@ struct Ymm {
       for (int64_t k = 0; k < depth; ++k) x[k * live + r] = widen(lhs[r * Kd + k0 + k]);
   }
   template <int R>
-  static void tile(const Job& j, const Tile& t);
+  static void tile(const Job& j, const Tile& t) {
+    if (t.cols == kTileCols)
+      walk<R, true>(j, t);
+    else
+      walk<R, false>(j, t);
+  }
+  template <int R, bool kFull>
+  static void walk(const Job& j, const Tile& t);
 };
 
 // One tile of a block for R live rows: sums += lhs values . weight rows.
-template <int R>
-void Ymm::tile(const Job& j, const Tile& t) {
+template <int R, bool kFull>
+void Ymm::walk(const Job& j, const Tile& t) {
   SumVector acc[R][2];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
@@ -94,15 +106,16 @@ void Ymm::tile(const Job& j, const Tile& t) {
   const char* w = t.w;
   PrefetchCursor prefetch = t.prefetch;
   const float* x = j.x;
-  for (int64_t k = 0; k < j.steps; ++k, w += j.ld_bytes, x += j.x_stride) {
-    __m256 lo, hi;
-    load_row(w, t.cols, lo, hi);
+  const int64_t steps = j.steps, ld = j.ld_bytes, x_stride = j.x_stride;
+  for (int64_t k = 0; k < steps; ++k, w += ld, x += x_stride) {
+    __m256 even, odd;
+    load_row<kFull>(w, t.cols, even, odd);
     prefetch.step();
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const __m256 a = _mm256_broadcast_ss(x + r);
-      acc[r][0] = SumVector(_mm256_fmadd_ps(lo, a, __m256(acc[r][0])));
-      acc[r][1] = SumVector(_mm256_fmadd_ps(hi, a, __m256(acc[r][1])));
+      acc[r][0] = SumVector(_mm256_fmadd_ps(even, a, __m256(acc[r][0])));
+      acc[r][1] = SumVector(_mm256_fmadd_ps(odd, a, __m256(acc[r][1])));
     }
   }
   if (j.last) return store_output<R>(acc, j, t);
