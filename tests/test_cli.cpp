@@ -516,6 +516,29 @@ TEST(Cli, ModelPresetsSetTheShapeWhereTheyStand) {
       << list.out;
 }
 
+// Each row of a sweep over models names its model (the shape keys alone leave the reader to look them up); a
+// --hf-config row the architecture it read; a shape given by flags alone, null.
+TEST(Cli, RowsNameTheModelTheirShapeCameFrom) {
+  const std::string run =
+      "--tokens 8 --iters 1 --warmup 0 --threads 1 --impl fused_w13 --distribution random "
+      "--ceiling off --format jsonl ";
+  const Ran both = run_bench(run + "--model olmoe-1b-7b,qwen3-30b-a3b --hidden 64 --mlp-dim 32 --experts 16");
+  ASSERT_EQ(both.exit_code, 0) << both.err;
+  std::vector<std::string> models;
+  for (const std::string& line : moe::testing::split_lines(both.out))
+    if (!line.empty() && line[0] == '{') models.push_back(nlohmann::json::parse(line)["model"]);
+  EXPECT_EQ(models, (std::vector<std::string>{"olmoe-1b-7b", "qwen3-30b-a3b"})) << both.out;
+  const std::string file = temp_dir("row_model") + "/v3.json";
+  std::ofstream(file) << R"({"model_type": "deepseek_v3", "hidden_size": 64, "moe_intermediate_size": 32,
+      "n_routed_experts": 8, "num_experts_per_tok": 2, "n_shared_experts": 1})";
+  const Ran hf = run_bench(run + "--hf-config " + file);
+  ASSERT_EQ(hf.exit_code, 0) << hf.err;
+  EXPECT_NE(hf.out.find(R"("model":"hf-config:deepseek_v3")"), std::string::npos) << hf.out;
+  const Ran flags = run_bench(run + "--hidden 64 --mlp-dim 32 --experts 8 --topk 2");
+  ASSERT_EQ(flags.exit_code, 0) << flags.err;
+  EXPECT_NE(flags.out.find(R"("model":null)"), std::string::npos) << flags.out;
+}
+
 // A shape this machine cannot hold is refused before it starts with what would fit (issue 40 item 3): 32
 // experts whose weights are each about a sixteenth of the memory limit.
 TEST(Cli, AShapeTooLargeSaysWhatWouldFit) {

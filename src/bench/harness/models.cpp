@@ -118,7 +118,7 @@ Status read_hf_config(const std::string& path, ModelPreset& shape) {
         "--hf-config {}: model_type \"{}\" is not a MoE architecture moe-bench reads (mixtral, qwen2_moe, "
         "qwen3_moe, deepseek_v2, deepseek_v3, olmoe, gpt_oss, llama4)",
         path, type));
-  shape = ModelPreset{"hf-config", 0, 0, 0, 0, 0, "config.json"};
+  shape = ModelPreset{keys->model_type, 0, 0, 0, 0, 0, "config.json"};
   MOE_RETURN_IF_ERROR(read_count(j, path, keys->hidden, shape.hidden));
   MOE_RETURN_IF_ERROR(read_count(j, path, keys->mlp_dim, shape.mlp_dim));
   MOE_RETURN_IF_ERROR(read_count(j, path, keys->experts, shape.experts));
@@ -133,7 +133,7 @@ Status read_hf_config(const std::string& path, ModelPreset& shape) {
   return Status::ok();
 }
 
-Status expand_model_presets(std::vector<std::string>& args) {
+Status expand_model_presets(std::vector<std::string>& args, std::string* model_name) {
   std::vector<std::string> out;
   for (size_t i = 0; i < args.size(); ++i) {
     const bool model = args[i] == "--model" || args[i].rfind("--model=", 0) == 0;
@@ -161,6 +161,7 @@ Status expand_model_presets(std::vector<std::string>& args) {
       MOE_RETURN_IF_ERROR(read_hf_config(value, from_file));
       m = &from_file;
     }
+    if (model_name) *model_name = model ? std::string(m->name) : "hf-config:" + std::string(m->name);
     for (const std::string& f :
          {fmt::format("--hidden={}", m->hidden), fmt::format("--mlp-dim={}", m->mlp_dim),
           fmt::format("--experts={}", m->experts), fmt::format("--topk={}", m->topk),

@@ -28,11 +28,13 @@ std::string model_names();
 // (mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, olmoe, gpt_oss, llama4 / llama4_text; a
 // llama4 config's text_config). An unknown model_type, a missing key or a value of another type is one line
 // naming the file and key.
+// shape.name is the architecture's model_type as read ("llama4_text" for llama4's text_config).
 Status read_hf_config(const std::string& path, ModelPreset& shape);
 
 // Replaces each `--model NAME` / `--model=NAME` and `--hf-config FILE` / `--hf-config=FILE` of `args`
 // (program name excluded) by the shape flags it stands for, in its place; an unknown name is one line
-// naming the choices.
-Status expand_model_presets(std::vector<std::string>& args);
+// naming the choices. `model` (where given) is set to the last one's name: the preset's, or "hf-config:" and
+// the file's model_type; else left as it is.
+Status expand_model_presets(std::vector<std::string>& args, std::string* model = nullptr);
 
 }  // namespace moe::bench

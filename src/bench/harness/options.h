@@ -50,6 +50,7 @@ struct BenchOptions {
   // identity: rows carry the policy that ran (wait_policy, wait_policy_reason).
   WaitPolicy wait_policy = WaitPolicy::automatic;
   std::string command;  // the command line that asked for the run (shell-quoted), stored in every row
+  std::string model;    // the --model or --hf-config the shape came from (models.h), "" where none did
 };
 
 // One flag as the sweep expander and the plan reader see it (src/bench/research/axes.h).

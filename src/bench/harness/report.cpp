@@ -257,6 +257,9 @@ void add_config_and_protocol(ResultRow& r, const MoeConfig& c, const KernelConfi
   r["run_id"] = run_id(c, k, p, m.mode);
   r["row_schema"] = kRowSchema;
   r["command"] = p.command;
+  // Which published layer the shape is (a sweep over --model lists several); later shape flags may have
+  // changed it, which the shape's own keys say.
+  r["model"] = p.model.empty() ? ResultRow(nullptr) : ResultRow(p.model);
   const TimingStats& t = m.time;
   ResultRow blocks = ResultRow::array();
   const size_t per_block = t.samples.size() / size_t(std::max(1, t.blocks));

@@ -166,7 +166,7 @@ void keep_first_error(Status& kept, const Status& s) {
 }  // namespace
 
 Protocol protocol_of(const BenchOptions& o) {
-  return {o.iters, o.warmup, o.repeats, o.command, world_comm().size()};
+  return {o.iters, o.warmup, o.repeats, o.command, world_comm().size(), o.model};
 }
 
 namespace {

@@ -27,6 +27,7 @@ struct Protocol {
   int repeats = 1;
   std::string command;
   int world_size = 1;  // ranks of the run: part of the identity where it is not 1 (old run_ids stay)
+  std::string model;   // the --model or --hf-config the shape came from, "" where none did: not identity
 };
 
 std::string run_id(const MoeConfig& c, const KernelConfig& k, const Protocol& p, std::string_view mode);

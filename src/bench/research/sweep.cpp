@@ -74,7 +74,8 @@ Status parse_points(const std::vector<std::string>& args, const std::string& com
   MOE_RETURN_IF_ERROR(expand_axes(full, s.points));
   for (const Point& p : s.points) {
     std::vector<std::string> point_args = p.args;
-    MOE_RETURN_IF_ERROR(expand_model_presets(point_args));
+    std::string model;
+    MOE_RETURN_IF_ERROR(expand_model_presets(point_args, &model));
     std::vector<std::string> argv_text = {"moe-bench"};
     argv_text.insert(argv_text.end(), point_args.begin(), point_args.end());
     std::vector<char*> argv;
@@ -83,6 +84,7 @@ Status parse_points(const std::vector<std::string>& args, const std::string& com
     MOE_RETURN_IF_ERROR(parse_options(int(argv.size()), argv.data(), o, exit_ok));
     if (exit_ok) return Status::ok();
     o.command = command;
+    o.model = model;
     if (s.resume && o.out_path.empty())
       return Status::error(
           "moe-bench sweep needs --out STORE: the jsonl store it appends to and resumes from");
