@@ -6,8 +6,9 @@
 # in-process ceiling and PyTorch eager, and issue 23's int8 GEMM and quant modes. Fastest answers first: a
 # time limit cuts the tail, not the numbers. Log: $OUT/cpu-remote-check.log (or
 # build-remote/cpu-remote-check.log).
-# CPU_CHECK_STEPS (default "isa-tests passes peak int8 reference suite shapes torch scaling"; int8-ab on
-# request, with MOE_PREBUILT_BASE=DIR another staged build to compare the int8 forward with) picks the steps
+# CPU_CHECK_STEPS (default "isa-tests passes peak int8 reference suite shapes torch scaling"; on request
+# few-tokens (issue 40 item 5's grid, scripts/few-tokens.sh, two rounds) and int8-ab, with
+# MOE_PREBUILT_BASE=DIR another staged build to compare the int8 forward with) picks the steps
 # after the build; THREADS (default 16) the threads of the timed runs. MOE_PREBUILT=DIR runs a portable
 # build staged on the dev machine (scripts/stage-prebuilt.sh; carry DIR too) instead of building there,
 # which saves the lease the build's minutes and the other compiler's surprises.
@@ -93,6 +94,11 @@ if want int8-ab && [[ -n ${MOE_PREBUILT_BASE:-} ]]; then
     done
   done
 fi
+if want few-tokens; then
+  # Issue 40 item 5: Qwen3-30B-A3B's and OLMoE's layers at 1-512 tokens, each memory-bound row against read
+  # probes taken before its calls.
+  step timeout 900 env BIN="$bench" THREADS="$threads" ROUNDS=2 OUT_DIR="$(dirname "$log")" scripts/few-tokens.sh
+fi
 if want reference; then
   # The reference shape per GEMM variant (auto's measured choice against oneDNN's AMX path, and our amx
   # kernel's nn and nn_swiglu with the next rows for the other forms).
@@ -130,7 +136,7 @@ if want scaling; then
       --distribution random --threads "$t" --iters 1 --warmup 1 --ceiling off --dtype bfloat16 --bench-pass forward
   done
 fi
-grep -E "^== |FAILED|tests passed|tests failed|isa level|here: |_(avx2|avx512|amx) |^CHECK|stage quant|^\| |ratio|x bf16 nn|ns/elem|last: |   ab " "$log" |
+grep -E "^== |FAILED|tests passed|tests failed|isa level|here: |_(avx2|avx512|amx) |^CHECK|stage quant|^\| |ratio|x bf16 nn|ns/elem|last: |   ab |^round [0-9]" "$log" |
   cut -c1-300 | tail -90
 grep "^RESULT" "$log" | awk '{ line = ""; for (i = 1; i <= NF; ++i)
   if ($i ~ /^(pass|tokens|topk|threads|quant_mode|gemm_variant|tflops|pct_of_ceiling|pct_of_peak|quant_rel_err|noise_note)=/)

@@ -3,11 +3,14 @@
 # gets exactly one line on stderr that names the tool and says "error", nothing on stdout, and exit 2,
 # before any work is done (ab-commits.sh: before it builds anything).
 #   usage: bench_tools_bad_args.sh MOE_BENCH_NN_S8 MOE_BENCH_SWIGLU_PASSES AB_COMMITS_SH MOE_BENCH_FEW_ROWS
+#          FEW_TOKENS_SH MOE_BENCH
 set -u
 nn_s8=$1
 passes=$2
 ab_commits=$3
 few_rows=$4
+few_tokens=$5
+export BIN=$6  # few-tokens.sh's moe-bench
 out=$(mktemp) err=$(mktemp)
 trap 'rm -f "$out" "$err"' EXIT
 failed=0
@@ -62,4 +65,10 @@ DTYPES=float16 expect_refusal "$ab_commits" HEAD
 PASSES=backward expect_refusal "$ab_commits" HEAD
 AB_DIR=/proc/version/ab expect_refusal "$ab_commits" HEAD
 rm -rf "$AB_DIR"
+# scripts/few-tokens.sh: refused before any run
+expect_refusal "$few_tokens" --iters 1
+ROUNDS=x expect_refusal "$few_tokens"
+THREADS=0 expect_refusal "$few_tokens"
+BIN=/nonexistent/moe-bench expect_refusal "$few_tokens"
+OUT_DIR=/proc/version/x expect_refusal "$few_tokens"
 exit $failed
