@@ -71,6 +71,34 @@ template <int R>
   }
 }
 
+// A tile's sums at its block's start: zeros (the reduction's first block) or the partial sums kept.
+template <int R>
+[[gnu::always_inline]] inline void start_sums(SumVector (&acc)[R][2], const Job& j, const Tile& t) {
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < 2; ++v)
+      acc[r][v] = j.first ? SumVector{} : SumVector(_mm256_load_ps(t.sums + r * kTileCols + 8 * v));
+}
+
+// A tile's sums at its block's end: the output (the reduction's last block) or the partial sums kept.
+template <int R>
+[[gnu::always_inline]] inline void end_sums(const SumVector (&acc)[R][2], const Job& j, const Tile& t) {
+  if (j.last) return store_output<R>(acc, j, t);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < 2; ++v) _mm256_store_ps(t.sums + r * kTileCols + 8 * v, __m256(acc[r][v]));
+}
+
+// Whether a whole tile's weight rows are one run of memory (packed: 32 bytes a row, two a line) walked with
+// no prefetch or a line per row along the run (kPackedAheadBytes on): Ymm::walk_run's case.
+inline bool rows_in_one_run(const Job& j, const Tile& t) {
+  const PrefetchCursor& p = t.prefetch;
+  return t.cols == kTileCols && j.ld_bytes == kTileCols * 2 &&
+         (p.row == nullptr || (p.segs == 1 && p.every == 1 && p.ld == j.ld_bytes));
+}
+
 // The ymm layer (cpu/gemm/gemm_gemv_kernel.h): lhs values staged as float32, one a step.
 struct Ymm {
   static constexpr int kBlockRows = 6;
@@ -85,6 +113,8 @@ struct Ymm {
   }
   template <int R>
   static void tile(const Job& j, const Tile& t) {
+    if constexpr (R >= 3 && R <= 5)
+      if (rows_in_one_run(j, t)) return walk_run<R>(j, t);
     if (t.cols == kTileCols)
       walk<R, true>(j, t);
     else
@@ -92,17 +122,27 @@ struct Ymm {
   }
   template <int R, bool kFull>
   static void walk(const Job& j, const Tile& t);
+  template <int R>
+  static void walk_run(const Job& j, const Tile& t);
 };
+
+// sums[r] += x[r] * a weight row's (even, odd) columns, for R live rows.
+template <int R>
+[[gnu::always_inline]] inline void multiply_row(SumVector (&sums)[R][2], __m256 even, __m256 odd,
+                                                const float* x) {
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    const __m256 a = _mm256_broadcast_ss(x + r);
+    sums[r][0] = SumVector(_mm256_fmadd_ps(even, a, __m256(sums[r][0])));
+    sums[r][1] = SumVector(_mm256_fmadd_ps(odd, a, __m256(sums[r][1])));
+  }
+}
 
 // One tile of a block for R live rows: sums += lhs values . weight rows.
 template <int R, bool kFull>
 void Ymm::walk(const Job& j, const Tile& t) {
   SumVector acc[R][2];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 2
-    for (int v = 0; v < 2; ++v)
-      acc[r][v] = j.first ? SumVector{} : SumVector(_mm256_load_ps(t.sums + r * kTileCols + 8 * v));
+  start_sums<R>(acc, j, t);
   const char* w = t.w;
   PrefetchCursor prefetch = t.prefetch;
   const float* x = j.x;
@@ -111,18 +151,42 @@ void Ymm::walk(const Job& j, const Tile& t) {
     __m256 even, odd;
     load_row<kFull>(w, t.cols, even, odd);
     prefetch.step();
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const __m256 a = _mm256_broadcast_ss(x + r);
-      acc[r][0] = SumVector(_mm256_fmadd_ps(even, a, __m256(acc[r][0])));
-      acc[r][1] = SumVector(_mm256_fmadd_ps(odd, a, __m256(acc[r][1])));
-    }
+    multiply_row<R>(acc, even, odd, x);
   }
-  if (j.last) return store_output<R>(acc, j, t);
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 2
-    for (int v = 0; v < 2; ++v) _mm256_store_ps(t.sums + r * kTileCols + 8 * v, __m256(acc[r][v]));
+  end_sums<R>(acc, j, t);
+}
+
+// A tile whose rows are one run of memory, two rows (a line) a step with one prefetch along the run: where
+// the memory streams fast the cursor's bookkeeping a row (about half of a 3-5 row step's instructions) set
+// the speed (the Zen 4 held to AVX2, kept weights, memory at 50-58 GB/s, x the read: 3 rows 0.55-0.67 ->
+// 0.71-0.82, 4 rows 0.61-0.68 -> 0.73-0.78, 5 rows 0.42-0.55 -> 0.56-0.72; at ~33 GB/s level; alternately in
+// one process). Not at 1-2 rows (0.87-0.94 against 0.92-0.98 at ~33 GB/s) nor at 6 (its twelve sums and a
+// second row's vectors spilled: 0.09 against 0.13-0.18 TF/s).
+template <int R>
+void Ymm::walk_run(const Job& j, const Tile& t) {
+  SumVector acc[R][2];
+  start_sums<R>(acc, j, t);
+  const char* w = t.w;
+  const char* ahead = t.prefetch.row;  // nullptr: none
+  const float* x = j.x;
+  const int64_t steps = j.steps, x_stride = j.x_stride;
+  __m256 even, odd;
+  int64_t k = 0;
+  for (; k + 2 <= steps; k += 2, w += 2 * kTileCols * 2, x += 2 * x_stride) {
+    if (ahead) {
+      __builtin_prefetch(ahead, 0, 2);  // into L2, as PrefetchCursor
+      ahead += 2 * kTileCols * 2;
+    }
+    load_row<true>(w, kTileCols, even, odd);
+    multiply_row<R>(acc, even, odd, x);
+    load_row<true>(w + kTileCols * 2, kTileCols, even, odd);
+    multiply_row<R>(acc, even, odd, x + x_stride);
+  }
+  if (k < steps) {
+    load_row<true>(w, kTileCols, even, odd);
+    multiply_row<R>(acc, even, odd, x);
+  }
+  end_sums<R>(acc, j, t);
 }
 
 }  // namespace
