@@ -113,7 +113,7 @@ struct Ymm {
   }
   template <int R>
   static void tile(const Job& j, const Tile& t) {
-    if constexpr (R >= 3 && R <= 5)
+    if constexpr (R <= 5)
       if (rows_in_one_run(j, t)) return walk_run<R>(j, t);
     if (t.cols == kTileCols)
       walk<R, true>(j, t);
@@ -156,12 +156,13 @@ void Ymm::walk(const Job& j, const Tile& t) {
   end_sums<R>(acc, j, t);
 }
 
-// A tile whose rows are one run of memory, two rows (a line) a step with one prefetch along the run: where
-// the memory streams fast the cursor's bookkeeping a row (about half of a 3-5 row step's instructions) set
-// the speed (the Zen 4 held to AVX2, kept weights, memory at 50-58 GB/s, x the read: 3 rows 0.55-0.67 ->
-// 0.71-0.82, 4 rows 0.61-0.68 -> 0.73-0.78, 5 rows 0.42-0.55 -> 0.56-0.72; at ~33 GB/s level; alternately in
-// one process). Not at 1-2 rows (0.87-0.94 against 0.92-0.98 at ~33 GB/s) nor at 6 (its twelve sums and a
-// second row's vectors spilled: 0.09 against 0.13-0.18 TF/s).
+// A tile of up to 5 rows whose weights are one run of memory, two rows (a line) a step with one prefetch
+// along the run: where the memory streams fast the cursor's bookkeeping a row (about half of a few-row step's
+// instructions) set the speed. The Zen 4 held to AVX2, kept weights, x the read, alternately
+// (moe_bench_few_rows 3 R gemv): memory at 50-58 GB/s, 1 row 0.72-0.88 -> 0.94, 2 rows 0.47-0.61 ->
+// 0.87-0.95, 3 rows 0.55-0.67 -> 0.71-0.82, 4 rows 0.49-0.68 -> 0.65-0.80, 5 rows 0.40-0.55 -> 0.56-0.84; at
+// ~33 GB/s level from 3 rows, 1-2 rows ~5 % lower (0.89-0.96 against 0.95-1.06). Not at 6 rows: its twelve
+// sums and a second row's vectors spilled (0.09 against 0.13-0.18 TF/s).
 template <int R>
 void Ymm::walk_run(const Job& j, const Tile& t) {
   SumVector acc[R][2];
