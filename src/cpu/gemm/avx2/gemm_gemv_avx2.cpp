@@ -92,11 +92,13 @@ template <int R>
 }
 
 // Whether a whole tile's weight rows are one run of memory (packed: 32 bytes a row, two a line) walked with
-// no prefetch or a line per row along the run (kPackedAheadBytes on): Ymm::walk_run's case.
+// no prefetch or one that moves a row's 32 bytes a row along a run: kPackedAheadBytes on (a line a row), or
+// the thread's next chunk where two register blocks share it (a line every other row): Ymm::walk_run's case,
+// which prefetches a line every other row.
 inline bool rows_in_one_run(const Job& j, const Tile& t) {
   const PrefetchCursor& p = t.prefetch;
   return t.cols == kTileCols && j.ld_bytes == kTileCols * 2 &&
-         (p.row == nullptr || (p.segs == 1 && p.every == 1 && p.ld == j.ld_bytes));
+         (p.row == nullptr || (p.segs == 1 && p.every <= 2 && p.ld == j.ld_bytes * p.every));
 }
 
 // The ymm layer (cpu/gemm/gemm_gemv_kernel.h): lhs values staged as float32, one a step.
@@ -161,8 +163,9 @@ void Ymm::walk(const Job& j, const Tile& t) {
 // instructions) set the speed. The Zen 4 held to AVX2, kept weights, x the read, alternately
 // (moe_bench_few_rows 3 R gemv): memory at 50-58 GB/s, 1 row 0.72-0.88 -> 0.94, 2 rows 0.47-0.61 ->
 // 0.87-0.95, 3 rows 0.55-0.67 -> 0.71-0.82, 4 rows 0.49-0.68 -> 0.65-0.80, 5 rows 0.40-0.55 -> 0.56-0.84; at
-// ~33 GB/s level from 3 rows, 1-2 rows ~5 % lower (0.89-0.96 against 0.95-1.06). Not at 6 rows: its twelve
-// sums and a second row's vectors spilled (0.09 against 0.13-0.18 TF/s).
+// ~33 GB/s level from 3 rows, 1-2 rows ~5 % lower (0.89-0.96 against 0.95-1.06); 8 and 10 rows (two register
+// blocks, 4 + 4 and 6 + 4, sharing the next chunk's prefetch) 0.113-0.173 TF/s against 0.085-0.149. Not at 6
+// rows: its twelve sums and a second row's vectors spilled (0.09 against 0.13-0.18 TF/s).
 template <int R>
 void Ymm::walk_run(const Job& j, const Tile& t) {
   SumVector acc[R][2];
