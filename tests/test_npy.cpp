@@ -380,16 +380,27 @@ TEST_F(NpyTest, DumpIntoAFileFails) {
 
 TEST(Environment, FieldsAreFilledAndPrintAsFlatJson) {
   Environment env = capture_environment();
-  for (const std::string* f : {&env.git_commit, &env.cpu_model, &env.isa, &env.cpu_extensions,
+  for (const std::string* f : {&env.git_commit, &env.cpu_model, &env.cpu_id, &env.isa, &env.cpu_extensions,
                                &env.gemm_library, &env.compiler, &env.moe_version, &env.date, &env.hostname})
     EXPECT_FALSE(f->empty());
+  // cpu_id as Linux names the CPU (/proc/cpuinfo's vendor_id, cpu family and model), where it does.
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::map<std::string, std::string> first;
+  for (std::string line; std::getline(cpuinfo, line) && !line.empty();)
+    if (const size_t colon = line.find(':'); colon != std::string::npos) {
+      std::string key = line.substr(0, colon);
+      key.erase(key.find_last_not_of(" \t") + 1);
+      first[key] = line.substr(std::min(line.size(), colon + 2));
+    }
+  if (first.count("vendor_id") && first.count("cpu family") && first.count("model"))
+    EXPECT_EQ(env.cpu_id, first["vendor_id"] + " family " + first["cpu family"] + " model " + first["model"]);
   EXPECT_GE(env.threads, 1);
   ASSERT_EQ(env.date.size(), 20u) << env.date;  // 2024-05-01T12:34:56Z
   EXPECT_EQ(env.date[10], 'T');
   EXPECT_EQ(env.date.back(), 'Z');
 
   nlohmann::json j = nlohmann::json::parse(env.to_json());
-  EXPECT_EQ(j.size(), 10u);
+  EXPECT_EQ(j.size(), 11u);
   for (const auto& [key, value] : j.items()) EXPECT_TRUE(value.is_primitive()) << key;
   EXPECT_EQ(j["threads"], env.threads);
   EXPECT_EQ(j["isa"], env.isa);

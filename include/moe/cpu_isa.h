@@ -32,6 +32,7 @@ struct CpuIsa {
   // microarchitectures of one ISA level.
   std::string vendor;
   int family = 0;
+  int model_number = 0;  // cpuid's display model (Zen 4 EPYC 17, Zen 5 2): with family, which CPU it is
   IsaLevel detected = IsaLevel::baseline;  // the best level this CPU and OS can run
   IsaLevel cap = IsaLevel::amx;            // MOE_MAX_ISA, or the top
   bool capped_by_env = false;

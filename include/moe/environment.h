@@ -9,7 +9,9 @@ namespace moe {
 struct Environment {
   std::string git_commit;  // build_git_commit()
   std::string cpu_model;   // /proc/cpuinfo "model name"
-  std::string isa;         // the ISA level our kernels run at (moe/cpu_isa.h: detected, under MOE_MAX_ISA)
+  // "AuthenticAMD family 25 model 17": which CPU, where a VM's model name says only "AMD EPYC" for Zen 1-5.
+  std::string cpu_id;
+  std::string isa;  // the ISA level our kernels run at (moe/cpu_isa.h: detected, under MOE_MAX_ISA)
   std::string cpu_extensions;  // CpuIsa::extensions(): what the CPU has
   int threads = 0;             // omp_get_max_threads() at capture time
   std::string gemm_library;    // gemm_library_version()

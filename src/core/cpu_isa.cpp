@@ -55,6 +55,9 @@ CpuIsa detect() {
   if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return c;
   const int base_family = int(eax >> 8 & 0xf);
   c.family = base_family == 0xf ? base_family + int(eax >> 20 & 0xff) : base_family;
+  const int base_model = int(eax >> 4 & 0xf);
+  c.model_number =
+      base_family == 0xf || base_family == 6 ? base_model + (int(eax >> 16 & 0xf) << 4) : base_model;
   c.fma = bit(ecx, 12);
   c.f16c = bit(ecx, 29);
   const bool osxsave = bit(ecx, 27), avx = bit(ecx, 28);

@@ -41,6 +41,10 @@ Environment capture_environment() {
   Environment env;
   env.git_commit = build_git_commit();
   env.cpu_model = cpu_isa().model;
+  const CpuIsa& cpu = cpu_isa();
+  env.cpu_id = cpu.vendor.empty() ? kUnknown
+                                  : cpu.vendor + " family " + std::to_string(cpu.family) + " model " +
+                                        std::to_string(cpu.model_number);
   env.isa = isa_level_name(isa_level());
   env.cpu_extensions = cpu_isa().extensions();
   env.threads = omp_get_max_threads();
@@ -56,6 +60,7 @@ Environment capture_environment() {
 std::string Environment::to_json() const {
   const nlohmann::ordered_json j = {{"git_commit", git_commit},
                                     {"cpu_model", cpu_model},
+                                    {"cpu_id", cpu_id},
                                     {"isa", isa},
                                     {"cpu_extensions", cpu_extensions},
                                     {"threads", threads},

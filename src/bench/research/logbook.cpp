@@ -56,7 +56,8 @@ std::string config_lines(const std::vector<ResultRow>& rows, const std::string& 
     s += fmt::format("  - varied: `{}`\n", fmt::join(axes, "; "));
   }
   std::vector<std::string> machine;
-  for (const char* k : {"cpu_model", "isa", "threads", "gemm_library", "git_commit", "moe_version"}) {
+  for (const char* k :
+       {"cpu_model", "cpu_id", "isa", "threads", "gemm_library", "git_commit", "moe_version"}) {
     std::set<std::string> values;
     for (const ResultRow* r : all) values.insert(value_text(r->value(k, ResultRow())));
     machine.push_back(fmt::format("{}={}", k, fmt::join(values, ",")));

@@ -42,10 +42,13 @@ std::string shortened(const std::string& text) {
 // Keys rows of this schema gained after stores of it were written, and what an older row reads for each
 // rather than being refused (so a store of an older build still compares with a new one, as
 // scripts/ab-commits.sh does): the ISA dispatch's cpu_extensions "unknown"; the cuda backend's
-// cuda_gemm_streams its default, since it came with that backend and the cpu backend never reads it.
+// cuda_gemm_streams its default, since it came with that backend and the cpu backend never reads it; the
+// cpuid vendor, family and model (cpu_id) "unknown".
 const std::vector<std::pair<std::string, ResultRow>>& keys_added_within_schema() {
   static const std::vector<std::pair<std::string, ResultRow>> keys = {
-      {"cpu_extensions", "unknown"}, {"cuda_gemm_streams", KernelConfig{}.cuda_gemm_streams}};
+      {"cpu_extensions", "unknown"},
+      {"cuda_gemm_streams", KernelConfig{}.cuda_gemm_streams},
+      {"cpu_id", "unknown"}};
   return keys;
 }
 
