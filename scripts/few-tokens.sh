@@ -6,7 +6,7 @@
 # seconds, so one round says little. Prints a line per row: the model, tokens, routing, bound, then for a
 # memory-bound row the % of the bandwidth peak with its GB/s and the probes' GB/s, for a compute-bound one
 # TF/s and the % of the arithmetic peak. The rows themselves go to $OUT_DIR/few-tokens.jsonl (default
-# build/), the CPU model named in each.
+# build/), the CPU named in each (cpu_id: cpuid vendor, family, model).
 # BIN (default build/moe-bench), THREADS (default: the process's), extra moe-bench flags after --.
 #   scripts/few-tokens.sh [-- --gemm-variant gemv]
 #   MOE_MAX_ISA=avx2 ONEDNN_MAX_CPU_ISA=AVX2 BIN=build-avx2/moe-bench scripts/few-tokens.sh   # as an AVX2 CPU
@@ -45,4 +45,4 @@ for round in $(seq "${ROUNDS:-3}"); do
       }'
   done
 done
-echo "rows: $rows ($(grep -c . "$rows") rows; $(grep -o '"cpu_model":"[^"]*"' "$rows" | sort -u | head -1))"
+echo "rows: $rows ($(grep -c . "$rows") rows; $(grep -o '"cpu_id":"[^"]*"' "$rows" | sort -u | head -1))"
