@@ -40,13 +40,13 @@ std::string utc_now_iso8601() {
 Environment capture_environment() {
   Environment env;
   env.git_commit = build_git_commit();
-  env.cpu_model = cpu_isa().model;
   const CpuIsa& cpu = cpu_isa();
+  env.cpu_model = cpu.model;
   env.cpu_id = cpu.vendor.empty() ? kUnknown
                                   : cpu.vendor + " family " + std::to_string(cpu.family) + " model " +
                                         std::to_string(cpu.model_number);
   env.isa = isa_level_name(isa_level());
-  env.cpu_extensions = cpu_isa().extensions();
+  env.cpu_extensions = cpu.extensions();
   env.threads = omp_get_max_threads();
   env.gemm_library = gemm_library_version();
   env.compiler = compiler_version();

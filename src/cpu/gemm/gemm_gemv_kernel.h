@@ -64,6 +64,9 @@ struct PrefetchCursor {
       row += ld;
     }
   }
+  // Whether it moves along one run of memory `bytes` a step (or prefetches nothing): then a walk may issue
+  // the same lines itself, a line every 64 / bytes steps.
+  bool runs_along(int64_t bytes) const { return row == nullptr || (segs == 1 && ld == bytes * every); }
 };
 
 // Weight rows a block walks (column tile by column tile) before its sums go to scratch: few rows keep few

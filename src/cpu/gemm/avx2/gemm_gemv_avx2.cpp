@@ -96,9 +96,7 @@ template <int R>
 // the thread's next chunk where two register blocks share it (a line every other row): Ymm::walk_run's case,
 // which prefetches a line every other row.
 inline bool rows_in_one_run(const Job& j, const Tile& t) {
-  const PrefetchCursor& p = t.prefetch;
-  return t.cols == kTileCols && j.ld_bytes == kTileCols * 2 &&
-         (p.row == nullptr || (p.segs == 1 && p.every <= 2 && p.ld == j.ld_bytes * p.every));
+  return t.cols == kTileCols && j.ld_bytes == kTileCols * 2 && t.prefetch.runs_along(j.ld_bytes);
 }
 
 // The ymm layer (cpu/gemm/gemm_gemv_kernel.h): lhs values staged as float32, one a step.
