@@ -127,6 +127,31 @@ inline PrefetchCursor tile_prefetch(const PrefetchPlan& p, int64_t t, int64_t of
   return {p.base + line / p.segs * p.ld, line % p.segs, p.segs, p.ld, p.every};
 }
 
+// A tile's R rows of sums at its block's start, two vectors of Sum a row (row r's at sums + r * tile_cols):
+// zeros (the reduction's first block) or the partial sums kept.
+template <class Sum, int R>
+[[gnu::always_inline]] inline void start_sums(Sum (&acc)[R][2], bool first, const float* sums,
+                                              int64_t tile_cols) {
+  constexpr int64_t kLanes = sizeof(Sum) / sizeof(float);
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < 2; ++v) {
+      acc[r][v] = Sum{};
+      if (!first) __builtin_memcpy(&acc[r][v], sums + r * tile_cols + kLanes * v, sizeof(Sum));
+    }
+}
+
+// A tile's R rows of sums kept for its next block.
+template <class Sum, int R>
+[[gnu::always_inline]] inline void keep_sums(const Sum (&acc)[R][2], float* sums, int64_t tile_cols) {
+  constexpr int64_t kLanes = sizeof(Sum) / sizeof(float);
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < 2; ++v) __builtin_memcpy(sums + r * tile_cols + kLanes * v, &acc[r][v], sizeof(Sum));
+}
+
 // A block over every column tile of an item, for R live rows.
 template <class L, int R>
 void run_block(const BlockJob<typename L::Staged>& j) {

@@ -71,24 +71,11 @@ template <int R>
   }
 }
 
-// A tile's sums at its block's start: zeros (the reduction's first block) or the partial sums kept.
-template <int R>
-[[gnu::always_inline]] inline void start_sums(SumVector (&acc)[R][2], const Job& j, const Tile& t) {
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 2
-    for (int v = 0; v < 2; ++v)
-      acc[r][v] = j.first ? SumVector{} : SumVector(_mm256_load_ps(t.sums + r * kTileCols + 8 * v));
-}
-
 // A tile's sums at its block's end: the output (the reduction's last block) or the partial sums kept.
 template <int R>
 [[gnu::always_inline]] inline void end_sums(const SumVector (&acc)[R][2], const Job& j, const Tile& t) {
   if (j.last) return store_output<R>(acc, j, t);
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 2
-    for (int v = 0; v < 2; ++v) _mm256_store_ps(t.sums + r * kTileCols + 8 * v, __m256(acc[r][v]));
+  keep_sums(acc, t.sums, kTileCols);
 }
 
 // Whether a whole tile's weight rows are one run of memory (packed: 32 bytes a row, two a line) walked with
@@ -142,7 +129,7 @@ template <int R>
 template <int R, bool kFull>
 void Ymm::walk(const Job& j, const Tile& t) {
   SumVector acc[R][2];
-  start_sums<R>(acc, j, t);
+  start_sums(acc, j.first, t.sums, kTileCols);
   const char* w = t.w;
   PrefetchCursor prefetch = t.prefetch;
   const float* x = j.x;
@@ -167,7 +154,7 @@ void Ymm::walk(const Job& j, const Tile& t) {
 template <int R>
 void Ymm::walk_run(const Job& j, const Tile& t) {
   SumVector acc[R][2];
-  start_sums<R>(acc, j, t);
+  start_sums(acc, j.first, t.sums, kTileCols);
   const char* w = t.w;
   const char* ahead = t.prefetch.row;  // nullptr: none
   const float* x = j.x;
