@@ -91,11 +91,14 @@ template <int R>
   keep_sums(acc, t.sums, kTileCols);
 }
 
-// Whether a whole tile's weight rows are one run of memory (packed: 64 bytes, a line, a row) walked with no
-// prefetch or one a line a row along the run (kPackedAheadBytes on): Zmm::walk_run's case.
-inline bool rows_in_one_run(const Job& j, const Tile& t) {
-  return t.cols == kTileCols && j.ld_bytes == kTileCols * 2 && t.prefetch.runs_along(j.ld_bytes) &&
-         t.prefetch.every == 1;
+// Lines a step (a pair of weight rows) of Zmm::walk_run's prefetch where a whole tile's weight rows are one
+// run of memory (packed: 64 bytes, a line, a row) and its prefetch none or one along a run: 2 a line a row
+// (kPackedAheadBytes on), 1 a line every other row (the thread's next chunk, shared by two register blocks);
+// 0 where the tile is walked otherwise.
+inline int run_lines_a_step(const Job& j, const Tile& t) {
+  if (t.cols != kTileCols || j.ld_bytes != kTileCols * 2) return 0;
+  if (t.prefetch.runs_along(j.ld_bytes) && t.prefetch.every == 1) return 2;
+  return t.prefetch.runs_along(j.ld_bytes / 2) && t.prefetch.every == 2 ? 1 : 0;
 }
 
 // The zmm layer (cpu/gemm/gemm_gemv_kernel.h): 12 rows x 32 columns of pair sums (24 accumulators, 2 weight
@@ -120,7 +123,8 @@ struct Zmm {
   }
   template <int R>
   static void tile(const Job& j, const Tile& t) {
-    if (rows_in_one_run(j, t)) return walk_run<R>(j, t);
+    if (const int lines = run_lines_a_step(j, t))
+      return lines == 2 ? walk_run<R, 2>(j, t) : walk_run<R, 1>(j, t);
     if (t.cols == kTileCols)
       walk<R, true>(j, t);
     else
@@ -128,7 +132,7 @@ struct Zmm {
   }
   template <int R, bool kFull>
   static void walk(const Job& j, const Tile& t);
-  template <int R>
+  template <int R, int kLines>
   static void walk_run(const Job& j, const Tile& t);
 };
 
@@ -157,7 +161,7 @@ void Zmm::walk(const Job& j, const Tile& t) {
 // 2-core Zen 4, alternately (moe_bench_few_rows 3 R gemv; bf16 peak 0.455 TF/s): 8 rows in L3 (64 -> 4
 // experts) 0.365-0.388 -> 0.423-0.440 TF/s; streamed with memory at 43-52 GB/s, 0.75-1.02 of the read
 // (0.26-0.35 TF/s) -> 0.94-1.06 (0.37-0.40); 12 rows 0.356-0.372 -> 0.373-0.405 TF/s; 1 and 4 rows level.
-template <int R>
+template <int R, int kLines>
 void Zmm::walk_run(const Job& j, const Tile& t) {
   constexpr int64_t kRow = kTileCols * 2;
   SumVector acc[R][2];
@@ -169,8 +173,8 @@ void Zmm::walk_run(const Job& j, const Tile& t) {
   for (int64_t p = 0; p < steps; ++p, w += 2 * kRow, x += x_stride) {
     if (ahead) {
       __builtin_prefetch(ahead, 0, 2);  // into L2, as PrefetchCursor
-      __builtin_prefetch(ahead + kRow, 0, 2);
-      ahead += 2 * kRow;
+      if constexpr (kLines == 2) __builtin_prefetch(ahead + kRow, 0, 2);
+      ahead += kLines * kRow;
     }
     multiply_pair<R>(acc, _mm512_loadu_si512(w), _mm512_loadu_si512(w + kRow), x);
   }
