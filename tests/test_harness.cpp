@@ -92,6 +92,22 @@ TEST(Harness, ResultLineGoldenAndSeedParsable) {
   EXPECT_DOUBLE_EQ(std::stod(kv["tokens_per_s"]), 256.0);
 }
 
+// The text line names the model and the CPU as the jsonl and csv rows do, one word each.
+TEST(Harness, ResultLineNamesTheModelAndTheCpu) {
+  MoeConfig c;
+  c.tokens = 8;
+  Protocol p;
+  p.model = "qwen3-30b-a3b";
+  Environment env;
+  env.cpu_model = "AMD EPYC 9B14";
+  env.cpu_id = "AuthenticAMD family 25 model 17";
+  const auto kv = seed_parse(result_text(make_row(c, KernelConfig{}, p, Measured{}, env)));
+  EXPECT_EQ(kv.at("model"), "qwen3-30b-a3b");
+  EXPECT_EQ(kv.at("cpu_model"), "AMD_EPYC_9B14");
+  EXPECT_EQ(kv.at("cpu_id"), "AuthenticAMD_family_25_model_17");
+  EXPECT_EQ(seed_parse(result_text(sample_row())).at("model"), "none") << "a run of shape flags alone";
+}
+
 TEST(Harness, JsonlAndCsvRowsParseBackAndAppend) {
   const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "moe_rows";
   std::filesystem::create_directories(dir);

@@ -83,6 +83,7 @@ static const std::vector<std::string> kTextExtraKeys = {"dtype",
                                                         "hidden",
                                                         "mlp_dim",
                                                         "experts",
+                                                        "model",
                                                         "device",
                                                         "device_model",
                                                         "matmul_precision",
@@ -91,7 +92,8 @@ static const std::vector<std::string> kTextExtraKeys = {"dtype",
                                                         "gemm_variant",
                                                         "gemm_kernels",
                                                         "isa",
-                                                        "cpu_model"};
+                                                        "cpu_model",
+                                                        "cpu_id"};
 
 // Text RESULT values are one word each (a seed parser splits on spaces): "AMD EPYC 7B13" -> AMD_EPYC_7B13.
 static std::string spaces_to_underscores(std::string s) {
