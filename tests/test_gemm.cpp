@@ -134,8 +134,8 @@ TEST_P(EveryGemmVariant, NnOnKeptWeightsMatchesReference) {
 }
 
 // A variant that packs kept weights gives the bits it gives reading them in place: on the call that packs
-// and on later calls that read the packing (other rows each time), nn and nn_swiglu, on 1, 2, 3 and 7
-// threads.
+// and on later calls that read the packing (other rows each time), nn into float32 and bfloat16 and
+// nn_swiglu, on 1, 2, 3 and 7 threads.
 TEST_P(EveryGemmVariant, KeptWeightsGiveTheBitsOfWeightsReadInPlace) {
   MOE_TABLE_OR_SKIP(GetParam());
   Inputs inputs(testing::test_seed());
@@ -150,12 +150,14 @@ TEST_P(EveryGemmVariant, KeptWeightsGiveTheBitsOfWeightsReadInPlace) {
       for (int threads : {1, 2, 3, 7}) {
         omp_set_num_threads(threads);
         const Tensor lhs = inputs.random(Dtype::bf16, {g.rows(), c.Kd});  // (rows, Kd)
-        Tensor in_place = nan_filled(Dtype::bf16, {g.rows(), N}), kept = in_place.to(Dtype::bf16);
-        table.nn(in_place.raw(), Dtype::bf16, lhs.raw(), rhs.view(), Dtype::bf16, g.shape(), c.Kd, N);
-        table.nn(kept.raw(), Dtype::bf16, lhs.raw(), rhs.view().kept(&packs), Dtype::bf16, g.shape(), c.Kd,
-                 N);
-        EXPECT_EQ(std::memcmp(in_place.raw(), kept.raw(), kept.bytes()), 0)
-            << "nn, " << threads << " threads";
+        // float32 too: a sum's last bits rarely survive rounding to bfloat16.
+        for (Dtype out_dt : {Dtype::f32, Dtype::bf16}) {
+          Tensor in_place = nan_filled(out_dt, {g.rows(), N}), kept = in_place.to(out_dt);
+          table.nn(in_place.raw(), out_dt, lhs.raw(), rhs.view(), Dtype::bf16, g.shape(), c.Kd, N);
+          table.nn(kept.raw(), out_dt, lhs.raw(), rhs.view().kept(&packs), Dtype::bf16, g.shape(), c.Kd, N);
+          EXPECT_EQ(std::memcmp(in_place.raw(), kept.raw(), kept.bytes()), 0)
+              << "nn into " << dtype_name(out_dt) << ", " << threads << " threads";
+        }
         if (N % 2 != 0) continue;
         Tensor h = nan_filled(Dtype::bf16, {g.rows(), N}), h_kept = h.to(Dtype::bf16);  // (rows, 2M)
         Tensor out = nan_filled(Dtype::bf16, {g.rows(), N / 2}), out_kept = out.to(Dtype::bf16);
