@@ -100,8 +100,7 @@ struct Ymm {
   }
   template <int R>
   static void tile(const Job& j, const Tile& t) {
-    if constexpr (R <= 5)
-      if (rows_in_one_run(j, t)) return walk_run<R>(j, t);
+    if (rows_in_one_run(j, t)) return R <= 5 ? walk_run<R, 2>(j, t) : walk_run<R, 1>(j, t);
     if (t.cols == kTileCols)
       walk<R, true>(j, t);
     else
@@ -109,7 +108,7 @@ struct Ymm {
   }
   template <int R, bool kFull>
   static void walk(const Job& j, const Tile& t);
-  template <int R>
+  template <int R, int kRows>
   static void walk_run(const Job& j, const Tile& t);
 };
 
@@ -143,16 +142,20 @@ void Ymm::walk(const Job& j, const Tile& t) {
   end_sums<R>(acc, j, t);
 }
 
-// A tile of up to 5 rows whose weights are one run of memory, two rows (a line) a step with one prefetch
-// along the run: where the memory streams fast the cursor's bookkeeping a row (about half of a few-row step's
-// instructions) set the speed. The Zen 4 held to AVX2, kept weights, x the read, alternately
-// (moe_bench_few_rows 3 R gemv): memory at 50-58 GB/s, 1 row 0.72-0.88 -> 0.94, 2 rows 0.47-0.61 ->
-// 0.87-0.95, 3 rows 0.55-0.67 -> 0.71-0.82, 4 rows 0.49-0.68 -> 0.65-0.80, 5 rows 0.40-0.55 -> 0.56-0.84; at
-// ~33 GB/s level from 3 rows, 1-2 rows ~5 % lower (0.89-0.96 against 0.95-1.06); 8 and 10 rows (two register
-// blocks, 4 + 4 and 6 + 4, sharing the next chunk's prefetch) 0.113-0.173 TF/s against 0.085-0.149. Not at 6
-// rows: its twelve sums and a second row's vectors spilled (0.09 against 0.13-0.18 TF/s).
-template <int R>
+// A tile whose weights are one run of memory, kRows rows a step with one prefetch along the run (a line a
+// step at 2, each line asked for twice at 1): where the memory streams fast the cursor's bookkeeping a row
+// (about half of a few-row step's instructions) set the speed. Up to 5 rows two rows (a line) a step; a full
+// register block (6 rows) one, since two rows' vectors beside its twelve sums spilled (0.09 against 0.13-0.18
+// TF/s), as did three of its sums in walk with the cursor's bookkeeping. The Zen 4 held to AVX2, kept
+// weights, x the read, alternately (moe_bench_few_rows 3 R gemv): memory at 50-58 GB/s, 1 row 0.72-0.88 ->
+// 0.94, 2 rows 0.47-0.61 -> 0.87-0.95, 3 rows 0.55-0.67 -> 0.71-0.82, 4 rows 0.49-0.68 -> 0.65-0.80, 5 rows
+// 0.40-0.55 -> 0.56-0.84; at ~33 GB/s level from 3 rows, 1-2 rows ~5 % lower (0.89-0.96 against 0.95-1.06); 8
+// and 10 rows (two register blocks, 4 + 4 and 6 + 4, sharing the next chunk's prefetch) 0.113-0.173 TF/s
+// against 0.085-0.149; 12 rows (6 + 6; FMA peak 0.22 TF/s) median 0.17 -> 0.20 TF/s (0.108-0.213 ->
+// 0.157-0.214), 6 rows level (0.14-0.21).
+template <int R, int kRows>
 void Ymm::walk_run(const Job& j, const Tile& t) {
+  constexpr int64_t kRow = kTileCols * 2;
   SumVector acc[R][2];
   start_sums(acc, j.first, t.sums, kTileCols);
   const char* w = t.w;
@@ -161,15 +164,16 @@ void Ymm::walk_run(const Job& j, const Tile& t) {
   const int64_t steps = j.steps, x_stride = j.x_stride;
   __m256 even, odd;
   int64_t k = 0;
-  for (; k + 2 <= steps; k += 2, w += 2 * kTileCols * 2, x += 2 * x_stride) {
+  for (; k + kRows <= steps; k += kRows, w += kRows * kRow, x += kRows * x_stride) {
     if (ahead) {
       __builtin_prefetch(ahead, 0, 2);  // into L2, as PrefetchCursor
-      ahead += 2 * kTileCols * 2;
+      ahead += kRows * kRow;
     }
-    load_row<true>(w, kTileCols, even, odd);
-    multiply_row<R>(acc, even, odd, x);
-    load_row<true>(w + kTileCols * 2, kTileCols, even, odd);
-    multiply_row<R>(acc, even, odd, x + x_stride);
+#pragma GCC unroll 2
+    for (int s = 0; s < kRows; ++s) {
+      load_row<true>(w + s * kRow, kTileCols, even, odd);
+      multiply_row<R>(acc, even, odd, x + s * x_stride);
+    }
   }
   if (k < steps) {
     load_row<true>(w, kTileCols, even, odd);
