@@ -101,13 +101,13 @@ struct Ymm {
   template <int R>
   static void tile(const Job& j, const Tile& t) {
     if (rows_in_one_run(j, t)) return R <= 5 ? walk_run<R, 2>(j, t) : walk_run<R, 1>(j, t);
-    if (t.cols == kTileCols)
-      walk<R, true>(j, t);
-    else
-      walk<R, false>(j, t);
+    if (t.cols != kTileCols) return walk<R, false>(j, t, t.prefetch);
+    if (t.prefetch.follows_rows(j.ld_bytes))
+      return walk<R, true>(j, t, RowPrefetch{t.prefetch.row, j.ld_bytes});
+    walk<R, true>(j, t, t.prefetch);
   }
-  template <int R, bool kFull>
-  static void walk(const Job& j, const Tile& t);
+  template <int R, bool kFull, class Prefetch>
+  static void walk(const Job& j, const Tile& t, Prefetch prefetch);
   template <int R, int kRows>
   static void walk_run(const Job& j, const Tile& t);
 };
@@ -125,12 +125,11 @@ template <int R>
 }
 
 // One tile of a block for R live rows: sums += lhs values . weight rows.
-template <int R, bool kFull>
-void Ymm::walk(const Job& j, const Tile& t) {
+template <int R, bool kFull, class Prefetch>
+void Ymm::walk(const Job& j, const Tile& t, Prefetch prefetch) {
   SumVector acc[R][2];
   start_sums(acc, j.first, t.sums, kTileCols);
   const char* w = t.w;
-  PrefetchCursor prefetch = t.prefetch;
   const float* x = j.x;
   const int64_t steps = j.steps, ld = j.ld_bytes, x_stride = j.x_stride;
   for (int64_t k = 0; k < steps; ++k, w += ld, x += x_stride) {

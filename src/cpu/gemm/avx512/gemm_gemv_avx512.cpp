@@ -125,25 +125,24 @@ struct Zmm {
   static void tile(const Job& j, const Tile& t) {
     if (const int lines = run_lines_a_step(j, t))
       return lines == 2 ? walk_run<R, 2>(j, t) : walk_run<R, 1>(j, t);
-    if (t.cols == kTileCols)
-      walk<R, true>(j, t);
-    else
-      walk<R, false>(j, t);
+    if (t.cols != kTileCols) return walk<R, false>(j, t, t.prefetch);
+    if (t.prefetch.follows_rows(j.ld_bytes))
+      return walk<R, true>(j, t, RowPrefetch{t.prefetch.row, j.ld_bytes});
+    walk<R, true>(j, t, t.prefetch);
   }
-  template <int R, bool kFull>
-  static void walk(const Job& j, const Tile& t);
+  template <int R, bool kFull, class Prefetch>
+  static void walk(const Job& j, const Tile& t, Prefetch prefetch);
   template <int R, int kLines>
   static void walk_run(const Job& j, const Tile& t);
 };
 
 // One tile of a block for R live rows: sums += lhs pairs . weight pairs.
-template <int R, bool kFull>
-void Zmm::walk(const Job& j, const Tile& t) {
+template <int R, bool kFull, class Prefetch>
+void Zmm::walk(const Job& j, const Tile& t, Prefetch prefetch) {
   const __mmask32 cols = kFull ? __mmask32(0xffffffffu) : first_cols(t.cols);
   SumVector acc[R][2];
   start_sums(acc, j.first, t.sums, kTileCols);
   const char* w = t.w;
-  PrefetchCursor prefetch = t.prefetch;
   const int32_t* x = j.x;
   for (int64_t p = 0; p < j.steps; ++p, w += 2 * j.ld_bytes, x += j.x_stride) {
     const __m512i r0 = load_row(w, cols), r1 = load_row(w + j.ld_bytes, cols);
