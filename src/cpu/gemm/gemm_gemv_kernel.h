@@ -171,6 +171,16 @@ template <class Sum, int R>
     for (int v = 0; v < 2; ++v) __builtin_memcpy(sums + r * tile_cols + kLanes * v, &acc[r][v], sizeof(Sum));
 }
 
+// A tile by the layer's walk (L::walk<R, whole tile, prefetch>): a ragged tile's or one whose prefetch does
+// not follow the rows with the cursor, else with RowPrefetch.
+template <class L, int R>
+void walk_with_prefetch(const BlockJob<typename L::Staged>& j, const Tile& t) {
+  if (t.cols != L::kTileCols) return L::template walk<R, false>(j, t, t.prefetch);
+  if (t.prefetch.follows_rows(j.ld_bytes))
+    return L::template walk<R, true>(j, t, RowPrefetch{t.prefetch.row, j.ld_bytes});
+  L::template walk<R, true>(j, t, t.prefetch);
+}
+
 // A block over every column tile of an item, for R live rows.
 template <class L, int R>
 void run_block(const BlockJob<typename L::Staged>& j) {

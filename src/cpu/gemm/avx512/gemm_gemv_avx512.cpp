@@ -125,10 +125,7 @@ struct Zmm {
   static void tile(const Job& j, const Tile& t) {
     if (const int lines = run_lines_a_step(j, t))
       return lines == 2 ? walk_run<R, 2>(j, t) : walk_run<R, 1>(j, t);
-    if (t.cols != kTileCols) return walk<R, false>(j, t, t.prefetch);
-    if (t.prefetch.follows_rows(j.ld_bytes))
-      return walk<R, true>(j, t, RowPrefetch{t.prefetch.row, j.ld_bytes});
-    walk<R, true>(j, t, t.prefetch);
+    walk_with_prefetch<Zmm, R>(j, t);
   }
   template <int R, bool kFull, class Prefetch>
   static void walk(const Job& j, const Tile& t, Prefetch prefetch);
