@@ -5,7 +5,8 @@
 # memory). One process per model and round, ROUNDS rounds (default 3): the VM's memory moves by 2x within
 # seconds, so one round says little. Prints a line per row: the model, tokens, routing, bound, then for a
 # memory-bound row the % of the bandwidth peak with its GB/s and the probes' GB/s, for a compute-bound one
-# TF/s and the % of the arithmetic peak. The rows themselves go to $OUT_DIR/few-tokens.jsonl (default
+# TF/s and the % of the arithmetic peak; a row whose calls met a busy host (steal, switches) adds its
+# noise_note. The rows themselves go to $OUT_DIR/few-tokens.jsonl (default
 # build/), the CPU named in each (cpu_id: cpuid vendor, family, model).
 # BIN (default build/moe-bench), THREADS (default: the process's), extra moe-bench flags after --.
 #   scripts/few-tokens.sh [-- --gemm-variant gemv]
@@ -34,14 +35,15 @@ for round in $(seq "${ROUNDS:-3}"); do
     "$bin" --model "$model" --tokens 1,8,64,512 --distribution random,runs --impl fused_w13 --iters 5 \
       --warmup 2 --with-peak "${threads[@]}" --out "$rows" --format jsonl "$@" 2>/dev/null |
       awk -v model="$model" -v round="$round" '/^RESULT / {
-        for (i = 2; i <= NF; ++i) { split($i, kv, "="); v[kv[1]] = kv[2] }
+        for (i = 2; i <= NF; ++i) { eq = index($i, "="); v[substr($i, 1, eq - 1)] = substr($i, eq + 1) }
         if (v["bound"] == "memory")
           what = sprintf("%5.1f %% of the bandwidth peak (%.1f of %.1f GB/s)", v["pct_of_bw_peak"], v["gbps"],
                          v["bw_peak_gbps"])
         else
           what = sprintf("%.3f TF/s, %.1f %% of the arithmetic peak", v["tflops"], v["pct_of_peak"])
-        printf "round %d  %-14s T %-4s %-7s %-8s %s\n", round, model, v["tokens"], v["distribution"],
-               v["bound"], what
+        noise = v["noise_note"] == "quiet" ? "" : "  (" v["noise_note"] ")"
+        printf "round %d  %-14s T %-4s %-7s %-8s %s%s\n", round, model, v["tokens"], v["distribution"],
+               v["bound"], what, noise
       }'
   done
 done
