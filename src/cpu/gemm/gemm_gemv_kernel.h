@@ -7,8 +7,8 @@
 //   weights are walked so at any row count),
 //   stage(lhs, Kd, live, k0, depth, x): weight rows [k0, k0 + depth) of each live row into x (step s of row r
 //   at x[s * live + r]; an odd last pair's second element zero),
-//   tile<R>(job, tile): one column tile of a block for R live rows, stepping the tile's PrefetchCursor once
-//   per weight row it reads.
+//   tile<R>(job, tile): one column tile of a block for R live rows, prefetching the lines of the tile's
+//   PrefetchCursor (a step per weight row it reads; a plain RowPrefetch where those lie a fixed distance on).
 // and define their instance's nn with MOE_DEFINE_GEMV_NN(L).
 // Include after the ISA's target pragma with MOE_GEMV_NS naming the instance's namespace (one per ISA), so
 // that all of it is that ISA's code (docs/design.md, "ISA levels").
@@ -74,11 +74,12 @@ struct PrefetchCursor {
   }
 };
 
-// A PrefetchCursor that follows the rows (follows_rows): its step without the bookkeeping, which holds scalar
-// registers enough to spill sums (the ymm instance's 6-row walk spilled three). Weights in place, x the read,
-// alternately (moe_bench_few_rows 3 R gemv, "gemv"; 2-core Zen 4, "fast" memory at 45-55 GB/s): zmm 1 row
-// 0.80-1.03 -> 0.87-0.99 (slow), 4 rows 0.63-0.91 -> 0.72-0.88 (fast), 0.79-0.94 -> 0.82-0.98 (slow); held to
-// AVX2, 4 rows 0.52-0.71 -> 0.60-0.78, 6 rows 0.42-0.64 -> 0.54-0.69 (slow).
+// A line every `ld` bytes from `row` (nullptr: none, which its user tests): a PrefetchCursor that follows the
+// rows (follows_rows) or runs along a run of memory (the walks of packed runs), without the bookkeeping,
+// which holds scalar registers enough to spill sums (the ymm instance's 6-row walk spilled three). Weights in
+// place, x the read, alternately (moe_bench_few_rows 3 R gemv, "gemv"; 2-core Zen 4, "fast" memory at 45-55
+// GB/s): zmm 1 row 0.80-1.03 -> 0.87-0.99 (slow), 4 rows 0.63-0.91 -> 0.72-0.88 (fast), 0.79-0.94 ->
+// 0.82-0.98 (slow); held to AVX2, 4 rows 0.52-0.71 -> 0.60-0.78, 6 rows 0.42-0.64 -> 0.54-0.69 (slow).
 struct RowPrefetch {
   const char* row;
   int64_t ld;

@@ -81,7 +81,7 @@ template <int R>
 // Whether a whole tile's weight rows are one run of memory (packed: 32 bytes a row, two a line) walked with
 // no prefetch or one that moves a row's 32 bytes a row along a run: kPackedAheadBytes on (a line a row), or
 // the thread's next chunk where two register blocks share it (a line every other row): Ymm::walk_run's case,
-// which prefetches a line every other row.
+// which prefetches a line a step (two rows; one row at 6 rows, each line then asked for twice).
 inline bool rows_in_one_run(const Job& j, const Tile& t) {
   return t.cols == kTileCols && j.ld_bytes == kTileCols * 2 && t.prefetch.runs_along(j.ld_bytes);
 }
@@ -155,16 +155,13 @@ void Ymm::walk_run(const Job& j, const Tile& t) {
   SumVector acc[R][2];
   start_sums(acc, j.first, t.sums, kTileCols);
   const char* w = t.w;
-  const char* ahead = t.prefetch.row;  // nullptr: none
+  RowPrefetch ahead{t.prefetch.row, kRows * kRow};  // a line a step; nullptr: none
   const float* x = j.x;
   const int64_t steps = j.steps, x_stride = j.x_stride;
   __m256 even, odd;
   int64_t k = 0;
   for (; k + kRows <= steps; k += kRows, w += kRows * kRow, x += kRows * x_stride) {
-    if (ahead) {
-      __builtin_prefetch(ahead, 0, 2);  // into L2, as PrefetchCursor
-      ahead += kRows * kRow;
-    }
+    if (ahead.row) ahead.step();
 #pragma GCC unroll 2
     for (int s = 0; s < kRows; ++s) {
       load_row<true>(w + s * kRow, kTileCols, even, odd);

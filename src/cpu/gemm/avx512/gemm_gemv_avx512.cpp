@@ -163,14 +163,13 @@ void Zmm::walk_run(const Job& j, const Tile& t) {
   SumVector acc[R][2];
   start_sums(acc, j.first, t.sums, kTileCols);
   const char* w = t.w;
-  const char* ahead = t.prefetch.row;  // nullptr: none
+  RowPrefetch ahead{t.prefetch.row, kRow};  // a line a step of it; nullptr: none
   const int32_t* x = j.x;
   const int64_t steps = j.steps, x_stride = j.x_stride;
   for (int64_t p = 0; p < steps; ++p, w += 2 * kRow, x += x_stride) {
-    if (ahead) {
-      __builtin_prefetch(ahead, 0, 2);  // into L2, as PrefetchCursor
-      if constexpr (kLines == 2) __builtin_prefetch(ahead + kRow, 0, 2);
-      ahead += kLines * kRow;
+    if (ahead.row) {
+#pragma GCC unroll 2
+      for (int line = 0; line < kLines; ++line) ahead.step();
     }
     multiply_pair<R>(acc, _mm512_loadu_si512(w), _mm512_loadu_si512(w + kRow), x);
   }
