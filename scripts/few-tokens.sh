@@ -4,8 +4,9 @@
 # row reads a probe just before each timed call: its % of the bandwidth peak is against its own moments'
 # memory). One process per model and round, ROUNDS rounds (default 3): the VM's memory moves by 2x within
 # seconds, so one round says little. Prints a line per row: the model, tokens, routing, bound, then for a
-# memory-bound row the % of the bandwidth peak with its GB/s and the probes' GB/s, for a compute-bound one
-# TF/s and the % of the arithmetic peak; a row whose calls met a busy host (steal, switches) adds its
+# memory-bound row the % of the bandwidth peak with its GB/s and the probes' GB/s and the % of the per-expert
+# roofline (pct_of_roofline: uneven groups put some experts past the ridge), for a compute-bound one TF/s
+# and the % of the arithmetic peak; a row whose calls met a busy host (steal, switches) adds its
 # noise_note. The rows themselves go to $OUT_DIR/few-tokens.jsonl (default
 # build/), the CPU named in each (cpu_id: cpuid vendor, family, model).
 # BIN (default build/moe-bench), THREADS (default: the process's), extra moe-bench flags after --.
@@ -37,8 +38,8 @@ for round in $(seq "${ROUNDS:-3}"); do
       awk -v model="$model" -v round="$round" '/^RESULT / {
         for (i = 2; i <= NF; ++i) { eq = index($i, "="); v[substr($i, 1, eq - 1)] = substr($i, eq + 1) }
         if (v["bound"] == "memory")
-          what = sprintf("%5.1f %% of the bandwidth peak (%.1f of %.1f GB/s)", v["pct_of_bw_peak"], v["gbps"],
-                         v["bw_peak_gbps"])
+          what = sprintf("%5.1f %% of the bandwidth peak (%.1f of %.1f GB/s), %5.1f %% of the roofline",
+                         v["pct_of_bw_peak"], v["gbps"], v["bw_peak_gbps"], v["pct_of_roofline"])
         else
           what = sprintf("%.3f TF/s, %.1f %% of the arithmetic peak", v["tflops"], v["pct_of_peak"])
         noise = v["noise_note"] == "quiet" ? "" : "  (" v["noise_note"] ")"

@@ -21,7 +21,7 @@ rows=$out_dir/roofline-$model.jsonl
 rm -f "$rows" "$rows.claims"  # the charts are this run's rows only
 "$bench" sweep --model "$model" --tokens "1-$max_tokens*2" --bench-pass forward --dtype bfloat16 \
   --impl fused_w13 --distribution random --iters "$iters" --warmup 1 --with-peak --out "$rows"
-"$bench" table "$rows" --columns tokens,tflops,pct_of_peak,gbps,pct_of_bw_peak,bound,time_s,gemm_kernels
+"$bench" table "$rows" --columns tokens,tflops,pct_of_peak,gbps,pct_of_bw_peak,pct_of_roofline,bound,time_s,gemm_kernels
 "$bench" plot "$rows" --x tokens --y tflops --logx --logy --ref peak_tflops --ref ceiling_tflops \
   --title "$model MoE layer, bf16 forward: TF/s" -o "$out_dir/roofline-$model-tflops.svg"
 "$bench" plot "$rows" --x tokens --y gbps --logx --logy --ref bw_peak_gbps \

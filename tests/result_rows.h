@@ -26,7 +26,7 @@ inline bench::ResultRow timed_row(const MoeConfig& c, std::vector<double> sample
   m.null_stats.target = c.null_routing.frac;
   Environment env;
   env.git_commit = commit;
-  return bench::make_row(c, KernelConfig{}, bench::Protocol{2, 0, 1, "moe-bench --tokens 64 --topk 1,2"}, m,
+  return bench::make_row(c, KernelConfig{}, bench::Protocol{2, 0, 1, "moe-bench --tokens 64 --topk 1,2", 1, ""}, m,
                          env);
 }
 

@@ -153,6 +153,11 @@ TEST(CpuIsa, RowsCarryTheMemoryRoofline) {
   EXPECT_NEAR(f["pct_of_bw_peak"].get<double>(),
               100 * f["gbps"].get<double>() / f["bw_peak_gbps"].get<double>(), 1e-6);
   EXPECT_EQ(f["bound"], "memory") << f.dump();
+  // One expert whose weights bind it: the per-expert roofline is the bytes at the bandwidth.
+  EXPECT_NEAR(f["roofline_s"].get<double>(),
+              f["bytes_moved"].get<double>() / f["bw_peak_gbps"].get<double>() / 1e9, 1e-12)
+      << f.dump();
+  EXPECT_NEAR(f["pct_of_roofline"].get<double>(), f["pct_of_bw_peak"].get<double>(), 1e-6) << f.dump();
   // Memory binds it: a read probe before each timed call, not the process's first one (run.cpp).
   EXPECT_EQ(f["bw_peak_source"], "each_call") << f.dump();
   // The note points at the peak that binds: pct_of_bw_peak is the number to read here.
@@ -173,6 +178,16 @@ TEST(CpuIsa, RowsCarryTheMemoryRoofline) {
       "--impl fused_w13 --distribution random --dtype float32 --with-peak --format jsonl");
   ASSERT_EQ(many.exit_code, 0) << many.err;
   EXPECT_EQ(row_of(many)["bound"], "compute") << many.out;
+  // Compute binds its one expert: the roofline is the FLOPs at the peak, and the x and out bytes beside.
+  const nlohmann::json m = row_of(many);
+  const double flops = m["tflops"].get<double>() * 1e12 * m["time_s"].get<double>();
+  EXPECT_NEAR(m["roofline_s"].get<double>(),
+              flops / (m["peak_tflops"].get<double>() * 1e12) +
+                  2.0 * 4096 * 256 * 4 / (m["bw_peak_gbps"].get<double>() * 1e9),
+              1e-9 * m["roofline_s"].get<double>())
+      << many.out;
+  EXPECT_NEAR(m["pct_of_roofline"].get<double>(),
+              100 * m["roofline_s"].get<double>() / m["time_s"].get<double>(), 1e-6);
   EXPECT_EQ(row_of(many)["bw_peak_source"], "around_calls") << many.out;
   EXPECT_EQ(row_of(many)["ceiling_note"].get<std::string>().find("memory_bound"), std::string::npos)
       << many.out;

@@ -12,6 +12,7 @@
 #include <regex>
 #include <sstream>
 
+#include "bench/harness/accounting.h"
 #include "bench/harness/options.h"
 #include "bench/harness/report.h"
 #include "bench/probes/ceiling.h"
@@ -81,6 +82,7 @@ TEST(Harness, ResultLineGoldenAndSeedParsable) {
       "time_max_s=0.750000 time_stddev_s=0.250000 ceiling_tflops=0.001000 pct_of_ceiling=0.629146 "
       "ceiling_note=ok peak_tflops=none pct_of_peak=none "
       "bytes_moved=32768 gbps=0.000066 bw_peak_gbps=none bw_peak_source=none pct_of_bw_peak=none bound=none "
+      "roofline_s=none pct_of_roofline=none "
       "saved_activation_bytes=4096 tensor_bytes_live=1048576 tensor_bytes_peak=1572864 timed_allocations=0 "
       "threads=2 noise_note=quiet";
   EXPECT_EQ(line.substr(0, golden.size()), golden);
@@ -170,6 +172,36 @@ TEST(Harness, NoRowReadsAboveTheCeilingWithoutANoteAndNoneWhenUntimed) {
       const ResultRow r = sample_row(ceiling, times);
       EXPECT_TRUE(r["pct_of_ceiling"].get<double>() <= 100 || r["ceiling_note"] != "ok") << r.dump();
     }
+}
+
+// The per-expert roofline (accounting.h roofline_seconds): each expert costs the longer of its weights' bytes
+// at the bandwidth and its rows' FLOPs at the peak, so uneven groups allow more time than the totals do;
+// the sums are compulsory_bytes' and seed_flops'. An expert's weights (3 x 64 x 32 bf16) are 12288 bytes
+// and a row's FLOPs 6 x 64 x 32 = 12288: at 1 GB/s and 2 GFLOP/s the ridge is 2 rows, an expert costs
+// max(1, rows / 2) units of 12288 ns.
+TEST(Harness, PerExpertRooflineChargesEachExpertItsBindingPeak) {
+  MoeConfig c;
+  c.tokens = 8;
+  c.hidden = 64;
+  c.mlp_dim = 32;
+  c.experts = 4;
+  c.topk = 1;
+  const std::vector<int64_t> rows = {0, 1, 1, 6};
+  const double unit = 12288e-9, bw = 1.0, peak = 2e-3;
+  // 0 + 1 + 1 + 3 units and x, out (2 x 8 x 64 bf16); the totals (3 units of bytes, 4 of FLOPs) say 4.
+  EXPECT_NEAR(roofline_seconds(c, rows, bw, peak), 5 * unit + 2048e-9, 1e-15);
+  EXPECT_GT(5 * unit, std::max(compulsory_bytes(c, 3) / 1e9, seed_flops(c, 8) / 2e9));
+  // Either peak alone gives the totals' time back.
+  EXPECT_NEAR(roofline_seconds(c, rows, bw, 1e9), compulsory_bytes(c, 3) / 1e9, 1e-15);
+  EXPECT_NEAR(roofline_seconds(c, rows, 1e12, peak), seed_flops(c, 8) / 2e9, 1e-12);
+  // forward_backward: weights read twice and their gradients written (3 units), FLOPs x3, x, out, dx and
+  // x again: 0 + 3 + 3 + 9 units and 4 x 8 x 64 x 2 bytes.
+  c.bench_pass = BenchPass::forward_backward;
+  EXPECT_NEAR(roofline_seconds(c, rows, bw, peak), 15 * unit + 4096e-9, 1e-15);
+  // A shared expert of width 32 is one more expert of 8 rows (its FLOPs count every token).
+  c.bench_pass = BenchPass::forward;
+  c.shared_expert_dim = 32;
+  EXPECT_NEAR(roofline_seconds(c, rows, bw, peak), 9 * unit + 2048e-9, 1e-15);
 }
 
 TEST(Harness, CeilingIsTimedOnItsOwnTermsOrNotAtAll) {

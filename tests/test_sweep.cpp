@@ -132,7 +132,7 @@ TEST(Sweep, PlanMeansWhatTheSameFlagsMean) {
 
 TEST(Sweep, RunIdIsPinnedAndNamesTheMeasurementNotTheCommand) {
   // A change here changes every stored run_id: bump kRowSchema (run_id.h) with it.
-  const Protocol p{5, 2, 1, "moe-bench"};
+  const Protocol p{5, 2, 1, "moe-bench", 1, ""};
   EXPECT_EQ(run_id(MoeConfig{}, KernelConfig{}, p, "full"), "1f68680a4a2eb49a");
   Protocol other_command = p;
   other_command.command = "elsewhere";

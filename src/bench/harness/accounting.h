@@ -3,7 +3,9 @@
 // combine and remat recompute are not counted.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "moe/config.h"
 
@@ -34,6 +36,44 @@ inline double compulsory_bytes(const MoeConfig& c, int64_t experts_touched) {
   const double activations = 2.0 * double(c.tokens) * double(c.hidden) * e;  // x in, out
   if (c.bench_pass == BenchPass::forward) return weights + activations;
   return 2.0 * weights + (routed_elements + shared_elements) * e + 2.0 * activations;
+}
+
+// The time a machine of two peaks allows a call that takes its experts one after another (the per-expert
+// roofline): each routed expert's weights cost the longer of their bytes at the bandwidth and its rows' FLOPs
+// at the arithmetic peak, the shared expert's likewise, x and out their bytes. An expert with few rows is
+// bound by reading its weights, one with many by multiplying, and a core's caches hold too little of an
+// expert's weights for the memory left idle under one expert's multiplies to serve the next one's reads, so
+// uneven groups allow more time than the totals against the peaks (memory_bound) say. (Threads on
+// different experts at once could beat it where one core reads more than its share of the bandwidth; a
+// 2-core Zen 4 reads 23-26 GB/s on one core, 32-49 on two.) expert_rows: rows (real assignments) per routed
+// expert, as seed_flops counts them (capacity pad: every expert's capacity). Bytes and FLOPs sum to
+// compulsory_bytes and seed_flops.
+inline double roofline_seconds(const MoeConfig& c, const std::vector<int64_t>& expert_rows, double bw_gbps,
+                               double peak_tflops) {
+  const double e = double(dtype_size(c.dtype)), H = double(c.hidden);
+  const bool forward = c.bench_pass == BenchPass::forward;
+  const double flop_passes = forward ? 1.0 : 3.0;
+  // A projection set of width W, read (and in forward_backward read again, its gradient written), weight
+  // elements of weight_bytes each.
+  auto weight_bytes = [&](double W, double bytes_each) {
+    const double elements = 3.0 * H * W;
+    return forward ? elements * bytes_each : 2.0 * elements * bytes_each + elements * e;
+  };
+  auto longer = [&](double bytes, double flops) {
+    return std::max(bytes / (bw_gbps * 1e9), flops * flop_passes / (peak_tflops * 1e12));
+  };
+  const bool pad = c.capacity_active() && c.capacity_policy == CapacityPolicy::pad;
+  const double routed_bytes =
+      weight_bytes(double(c.mlp_dim), c.quant_mode == QuantMode::int8_routed_prequant ? 1.0 : e);
+  double seconds = 0;
+  for (int64_t rows : expert_rows) {
+    const double flop_rows = pad ? double(c.capacity()) : double(rows);
+    seconds += longer(rows > 0 ? routed_bytes : 0.0, 6.0 * H * double(c.mlp_dim) * flop_rows);
+  }
+  const double S = double(c.shared_expert_dim), T = double(c.tokens);
+  seconds += longer(weight_bytes(S, e), 6.0 * T * H * S);
+  const double activations = (forward ? 2.0 : 4.0) * T * H * e;
+  return seconds + activations / (bw_gbps * 1e9);
 }
 
 }  // namespace moe::bench

@@ -56,6 +56,8 @@ static const std::vector<std::string> kTextExtraKeys = {"dtype",
                                                         "bw_peak_source",
                                                         "pct_of_bw_peak",
                                                         "bound",
+                                                        "roofline_s",
+                                                        "pct_of_roofline",
                                                         "saved_activation_bytes",
                                                         "tensor_bytes_live",
                                                         "tensor_bytes_peak",
@@ -201,6 +203,11 @@ void add_memory_roofline(ResultRow& r, const MoeConfig& c, const Measured& m) {
   r["pct_of_bw_peak"] = bw ? ResultRow(100.0 * gbps / *bw) : ResultRow(nullptr);
   const std::optional<bool> memory = memory_bound(c, m);
   r["bound"] = memory ? ResultRow(*memory ? "memory" : "compute") : ResultRow(nullptr);
+  const std::optional<double> peak = m.ceiling.ridge_peak_tflops;
+  const bool roofline = bw && peak && !m.expert_rows.empty();
+  const double roofline_s = roofline ? roofline_seconds(c, m.expert_rows, *bw, *peak) : 0.0;
+  r["roofline_s"] = roofline ? ResultRow(roofline_s) : ResultRow(nullptr);
+  r["pct_of_roofline"] = roofline ? ResultRow(100.0 * roofline_s / m.time.mean) : ResultRow(nullptr);
 }
 
 // The ranks and what moved between them.

@@ -71,6 +71,9 @@ struct Measured {
   WaitChoice wait;  // how its OpenMP threads waited (bench/probes/wait_policy.h): the process's policy
   std::string device_model;     // Backend::device_model(): the CPU or GPU that computed
   int64_t experts_touched = 0;  // routed experts with a row (their weights are read: compulsory_bytes)
+  // Rows (real assignments) per routed expert, for the per-expert roofline (accounting.h roofline_seconds);
+  // empty in a run over several ranks, whose shares of the experts and the machine it does not model.
+  std::vector<int64_t> expert_rows;
 };
 
 // The memory roofline's verdict (accounting.h compulsory_bytes): whether the run's arithmetic intensity

@@ -171,12 +171,18 @@ Protocol protocol_of(const BenchOptions& o) {
 
 namespace {
 
-// Routed experts with at least one assignment (ids >= E are null slots).
-int64_t experts_touched(const Routing& routing) {
-  std::vector<char> touched(size_t(routing.experts), 0);
+// Rows (assignments) per routed expert (ids >= E are null slots).
+std::vector<int64_t> expert_rows(const Routing& routing) {
+  std::vector<int64_t> rows(size_t(routing.experts), 0);
   for (int32_t id : routing.ids)
-    if (id >= 0 && id < routing.experts) touched[size_t(id)] = 1;
-  return std::count(touched.begin(), touched.end(), char(1));
+    if (id >= 0 && id < routing.experts) ++rows[size_t(id)];
+  return rows;
+}
+
+// Routed experts with at least one assignment.
+int64_t experts_touched(const Routing& routing) {
+  const std::vector<int64_t> rows = expert_rows(routing);
+  return std::count_if(rows.begin(), rows.end(), [](int64_t n) { return n > 0; });
 }
 
 // One run's steps over its context and what they hand each other: prepare (the trace directory, the
@@ -422,7 +428,8 @@ class Run {
         c_, o_.kernel, protocol_of(o_),
         {name(mode), t.time, ceiling, block_.saved_activation_bytes(), t.memory, omp_get_max_threads(),
          x_.null_stats, t.noise, t.gemm_kernels, t.parallel, qe.out_rel_err, qe.grad_rel_err,
-         process_wait_policy(), x_.backend.device_model(), experts_touched(x_.host_routing)},
+         process_wait_policy(), x_.backend.device_model(), experts_touched(x_.host_routing),
+         parallel_ ? std::vector<int64_t>{} : expert_rows(x_.host_routing)},
         x_.env);
     if (text_stdout_)
       fmt::print("{}{}{}\n",

@@ -16,14 +16,17 @@ Status find_metric(std::string_view key, Metric& out) {
                                                {"time_s", "time per call (s)", false},
                                                {"pct_of_ceiling", "% of the dense GEMM ceiling", true},
                                                {"gbps", "GB/s moved (compulsory bytes)", true},
-                                               {"pct_of_bw_peak", "% of the memory bandwidth peak", true}};
-  for (const Metric& m : kMetrics)
+                                               {"pct_of_bw_peak", "% of the memory bandwidth peak", true},
+                                               {"pct_of_roofline", "% of the per-expert roofline", true}};
+  std::string keys;
+  for (const Metric& m : kMetrics) {
     if (m.key == key) {
       out = m;
       return Status::ok();
     }
-  return Status::error(
-      fmt::format("invalid metric '{}': expected one of tflops, tokens_per_s, time_s, pct_of_ceiling", key));
+    keys += (keys.empty() ? "" : ", ") + m.key;
+  }
+  return Status::error(fmt::format("invalid metric '{}': expected one of {}", key, keys));
 }
 
 std::string key_label(const std::string& key) {

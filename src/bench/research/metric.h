@@ -22,7 +22,8 @@ struct Metric {
   bool higher_is_better = true;
 };
 
-// tflops, tokens_per_s, time_s, pct_of_ceiling, gbps, pct_of_bw_peak (the rates: constant x 1 / time).
+// tflops, tokens_per_s, time_s, pct_of_ceiling, gbps, pct_of_bw_peak, pct_of_roofline (the rates: constant
+// x 1 / time).
 Status find_metric(std::string_view key, Metric& out);
 // A row key with its unit where it has one ("time per call (s)", "topk (K)"), else the key.
 std::string key_label(const std::string& key);

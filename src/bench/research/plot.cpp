@@ -176,7 +176,7 @@ int plot_main(int argc, char** argv) {
       "moe-bench plot: a chart of a result store (jsonl; STORE:key=value,... selects) through gnuplot"};
   app.add_option("STORE", o.store, "the store (STORE or STORE:key=value,...)")->required();
   app.add_option("--x", o.x, "row key on the x axis (e.g. topk, tokens, impl)")->required();
-  app.add_option("--y", o.y, "tflops|tokens_per_s|time_s|pct_of_ceiling|gbps|pct_of_bw_peak")
+  app.add_option("--y", o.y, "tflops|tokens_per_s|time_s|pct_of_ceiling|gbps|pct_of_bw_peak|pct_of_roofline")
       ->capture_default_str();
   app.add_option("--series", o.series, "row key: one line per value (e.g. impl, dtype)");
   app.add_option("-o,--output", o.output, "chart file: .png or .svg")->required();
