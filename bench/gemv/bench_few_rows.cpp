@@ -2,13 +2,14 @@
 // issue 40), every variant that takes the call with its own kernel, against a sequential read of the same
 // weights timed in the same process (the bandwidth a GEMM that reads each weight byte once could reach).
 // Shapes: Qwen3-30B-A3B's and OLMoE-1B-7B's expert projections (up: Kd = H, N = 2M; down: Kd = M, N = H),
-// 64 experts (200-512 MiB of bf16 weights, far past the caches), 1 to 64 rows an expert (gemv's range).
+// 64 experts (200-512 MiB of bf16 weights, far past the caches), 1 to 64 rows an expert (gemv's range); fewer
+// experts (2-4: 12-32 MiB) leave the weights in the last-level cache, where the arithmetic alone counts.
 // Candidates run interleaved round by round and the best round is kept (the 2-core box is shared: contention
 // only ever slows a call down, and its memory bandwidth moves by 2x from minute to minute, so only the ratio
 // to the read of the same round's process means anything). "gemv kept" is gemv on weights it packed once in
 // its tile order (a forward run's). Prints per call: ms, GB/s of weights, x the read, TF/s.
 //
-//   moe_bench_few_rows [rounds=5] [rows=all|1-64] [variants=all|gemv,avx2,...]
+//   moe_bench_few_rows [rounds=5] [rows=all|1-64] [variants=all|gemv,avx2,...] [experts=64]
 // rows all: 1, 2, 4, 8, 16, 32, 48 and 64; variants: those named (gemv also runs "gemv kept") and the read.
 #include <omp.h>
 
@@ -26,7 +27,6 @@
 namespace moe {
 namespace {
 
-constexpr int64_t kExperts = 64;
 constexpr int64_t kRowCounts[] = {1, 2, 4, 8, 16, 32, 48, 64};
 
 struct Projection {
@@ -86,19 +86,19 @@ bool variant_list(const std::string& list, const char* tool, const char* usage,
   return true;
 }
 
-void bench_projection(const Projection& p, const Buffer<bf16_t>& w, int64_t rows, int rounds,
+void bench_projection(const Projection& p, const Buffer<bf16_t>& w, int64_t experts, int64_t rows, int rounds,
                       const std::vector<std::string>& only) {
-  const int64_t total = kExperts * rows;
+  const int64_t total = experts * rows;
   Buffer<bf16_t> lhs(size_t(total * p.Kd)), out(size_t(total * p.N));  // (rows, Kd), (rows, N)
   fill(lhs);
-  std::vector<int64_t> offset(size_t(kExperts + 1));
-  for (int64_t e = 0; e <= kExperts; ++e) offset[size_t(e)] = e * rows;
-  const GroupedShape groups{offset.data(), kExperts};
-  const int64_t bytes = kExperts * p.Kd * p.N * 2;
+  std::vector<int64_t> offset(size_t(experts + 1));
+  for (int64_t e = 0; e <= experts; ++e) offset[size_t(e)] = e * rows;
+  const GroupedShape groups{offset.data(), experts};
+  const int64_t bytes = experts * p.Kd * p.N * 2;
   GemmCall call;
   call.in_dtype = call.b_dtype = call.out_dtype = Dtype::bf16;
   call.rows = rows;
-  call.experts = kExperts;
+  call.experts = experts;
   call.Kd = p.Kd;
   call.N = p.N;
   volatile uint64_t sink = 0;
@@ -124,7 +124,7 @@ void bench_projection(const Projection& p, const Buffer<bf16_t>& w, int64_t rows
   }
   bench_rounds::time_rounds(c, rounds);
   std::printf("%s: Kd = %lld, N = %lld, %lld experts x %lld rows, %d threads, best of %d\n", p.name,
-              (long long)p.Kd, (long long)p.N, (long long)kExperts, (long long)rows, omp_get_max_threads(),
+              (long long)p.Kd, (long long)p.N, (long long)experts, (long long)rows, omp_get_max_threads(),
               rounds);
   const double flops = 2.0 * double(total) * double(p.Kd) * double(p.N);
   for (const Candidate& k : c)
@@ -137,10 +137,12 @@ void bench_projection(const Projection& p, const Buffer<bf16_t>& w, int64_t rows
 
 int main(int argc, char** argv) {
   constexpr const char* kTool = "moe_bench_few_rows";
-  constexpr const char* kUsage = "moe_bench_few_rows [rounds] [all|1-64] [all|VARIANT[,VARIANT...]]";
-  int64_t rounds = 0, only_rows = 0;
-  if (!moe::bench_args::at_most(argc, 3, kTool, kUsage) ||
-      !moe::bench_args::count(argc, argv, 1, kTool, "rounds", 1, 1000, 5, rounds))
+  constexpr const char* kUsage =
+      "moe_bench_few_rows [rounds] [all|1-64] [all|VARIANT[,VARIANT...]] [experts]";
+  int64_t rounds = 0, only_rows = 0, experts = 0;
+  if (!moe::bench_args::at_most(argc, 4, kTool, kUsage) ||
+      !moe::bench_args::count(argc, argv, 1, kTool, "rounds", 1, 1000, 5, rounds) ||
+      !moe::bench_args::count(argc, argv, 4, kTool, "experts", 1, 64, 64, experts))
     return 2;
   const std::string rows = argc > 2 ? argv[2] : "all";
   if (rows != "all" && !moe::bench_args::count(argc, argv, 2, kTool, "rows", 1, 64, 0, only_rows)) return 2;
@@ -148,13 +150,13 @@ int main(int argc, char** argv) {
   if (argc > 3 && std::string(argv[3]) != "all" && !moe::variant_list(argv[3], kTool, kUsage, only)) return 2;
   std::printf("gemm: %s\n", moe::gemm_library_version().c_str());
   for (const moe::Projection& p : moe::kProjections) {
-    moe::Buffer<moe::bf16_t> w(size_t(moe::kExperts * p.Kd * p.N));  // (E, Kd, N)
+    moe::Buffer<moe::bf16_t> w(size_t(experts * p.Kd * p.N));  // (E, Kd, N)
     moe::fill(w);
     if (rows != "all") {
-      moe::bench_projection(p, w, only_rows, int(rounds), only);
+      moe::bench_projection(p, w, experts, only_rows, int(rounds), only);
       continue;
     }
-    for (int64_t r : moe::kRowCounts) moe::bench_projection(p, w, r, int(rounds), only);
+    for (int64_t r : moe::kRowCounts) moe::bench_projection(p, w, experts, r, int(rounds), only);
   }
   return 0;
 }
