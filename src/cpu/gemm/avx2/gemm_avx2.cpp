@@ -40,6 +40,7 @@
 
 #include "cpu/gemm/gemm_variants.h"
 #include "cpu/gemm/work_shares.h"
+#include "cpu/gemm/zero_gradient.h"
 #include "moe/cpu_isa.h"
 #include "moe/tensor.h"
 
@@ -772,12 +773,7 @@ void run_tn(const Call& c, int64_t e, int64_t row0, int64_t live, int t, int n, 
   column_slice(c.N, t, n, begin, end);
   const size_t elem = c.bf16_out ? sizeof(bf16_t) : sizeof(float);
   void* out = static_cast<std::byte*>(c.out) + size_t(e * c.Kd * c.N) * elem;
-  if (live == 0) {
-    for (int64_t r = 0; r < c.Kd && end > begin; ++r)
-      std::memset(static_cast<std::byte*>(out) + size_t(r * c.N + begin) * elem, 0,
-                  size_t(end - begin) * elem);
-    return;
-  }
+  if (live == 0) return gemm_detail::stream_zeros(out, size_t(c.Kd * c.N) * elem, t, n);  // slice t's share
   const T* dout = static_cast<const T*>(c.rhs[0]);
   for (int64_t col = begin; col < end; col += c.panel_cols) {
     const int64_t cols = smaller(c.panel_cols, end - col);

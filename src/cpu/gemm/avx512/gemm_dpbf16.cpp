@@ -55,6 +55,7 @@
 
 #include "cpu/gemm/tile_rows.h"
 #include "cpu/gemm/work_shares.h"
+#include "cpu/gemm/zero_gradient.h"
 #include "moe/cpu_isa.h"
 
 // Everything from here to pop_options is AVX-512 BF16 code, whatever the build's -march: every build has
@@ -1120,16 +1121,13 @@ void tn_by_tiles(const GemmThresholds& k, const TnOutputs& outs, Dtype out_dtype
   {
     const int t = omp_get_thread_num(), n = omp_get_num_threads();
     ThreadBuffers& buf = thread_buffers();
-    const auto [c_begin, c_end] = column_slice(N, t, n);
     int64_t live_groups = 0;
     for (int64_t e = 0; e < groups.experts; ++e) {
       const GroupRows g = group_rows(groups, e);
       if (g.live == 0) {
-        // An expert no row reached has a zero gradient.
+        // An expert no row reached has a zero gradient: each thread streams its share.
         for (int q = 0; q < outs.count; ++q)
-          for (int64_t r = 0; r < Kd && c_end > c_begin; ++r)
-            std::memset(at(outs.drhs[q], (e * Kd + r) * N + c_begin, out_dtype), 0,
-                        size_t(c_end - c_begin) * dtype_size(out_dtype));
+          stream_zeros(at(outs.drhs[q], e * Kd * N, out_dtype), size_t(Kd * N) * dtype_size(out_dtype), t, n);
         continue;
       }
       const int64_t slots = step_slots<T>(g.live);

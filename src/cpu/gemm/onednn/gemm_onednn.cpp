@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "cpu/gemm/gemm_variants.h"
+#include "cpu/gemm/zero_gradient.h"
 #include "cpu/ops/vec_math.h"
 #include "moe/cpu_isa.h"
 #include "moe/status.h"
@@ -692,10 +693,12 @@ void grouped_gemm_tn(const GemmThresholds& /*k*/, void* drhs, Dtype out_dtype, c
                      const void* dout, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N,
                      int64_t ld_dout) {
   check_groups(groups, Kd, N);
+  gemm_detail::zero_unreached_gradients(drhs, out_dtype, groups, Kd, N);
   for (int64_t e = 0; e < groups.experts; ++e) {
     const GroupRows g = group_rows(groups, e);
+    if (g.live == 0) continue;
     const int64_t k =
-        groups.zero_padding && g.live > 0
+        groups.zero_padding
             ? std::min(g.rows, (g.live + kTnReductionAlign - 1) / kTnReductionAlign * kTnReductionAlign)
             : g.live;
     const void* b = at(dout, g.row0 * ld_dout, in_dtype);  // (k, N), ld_dout apart
@@ -706,7 +709,6 @@ void grouped_gemm_tn(const GemmThresholds& /*k*/, void* drhs, Dtype out_dtype, c
       b = contiguous_f32(b, k, N, ld_dout);
       ldb = N;
     }
-    // No live row reaches matmul as k == 0, which zeroes the expert's gradient.
     matmul(at(drhs, e * Kd * N, out_dtype), out_dtype, at(lhs, g.row0 * Kd, in_dtype), in_dtype, b, in_dtype,
            Kd, k, N, true, false, {.ldb = ldb});
   }
