@@ -24,18 +24,20 @@ inline double seed_flops(const MoeConfig& c, int64_t real_assignments) {
 // The bytes a call must move at the least (the memory roofline's traffic): the weights of every expert
 // that has a routed row (int8_routed_prequant's routed weights as int8, the others in the run dtype) and
 // the shared expert's, read once per pass that multiplies by them, x read and out written; forward_backward
-// reads the weights twice (forward and the data gradients), writes their gradients (run dtype) and reads
-// x, out and writes dx once more. Intermediates (h, g, the dispatched rows) are not counted: a fused
-// kernel need not write them.
+// reads those weights twice (forward and the data gradients), writes every expert's weight gradient (run
+// dtype; zeros where no row reached the expert: the call's output holds them all) and the shared expert's,
+// and reads x, out and writes dx once more. Intermediates (h, g, the dispatched rows) are not counted: a
+// fused kernel need not write them.
 inline double compulsory_bytes(const MoeConfig& c, int64_t experts_touched) {
-  const double e = double(dtype_size(c.dtype));
-  const double routed_elements = double(experts_touched) * 3.0 * double(c.hidden) * double(c.mlp_dim);
+  const double e = double(dtype_size(c.dtype)), expert_elements = 3.0 * double(c.hidden) * double(c.mlp_dim);
+  const double routed_elements = double(experts_touched) * expert_elements;
   const double shared_elements = 3.0 * double(c.hidden) * double(c.shared_expert_dim);
   const double routed_weight_bytes = c.quant_mode == QuantMode::int8_routed_prequant ? 1.0 : e;
   const double weights = routed_elements * routed_weight_bytes + shared_elements * e;
   const double activations = 2.0 * double(c.tokens) * double(c.hidden) * e;  // x in, out
   if (c.bench_pass == BenchPass::forward) return weights + activations;
-  return 2.0 * weights + (routed_elements + shared_elements) * e + 2.0 * activations;
+  const double gradients = (double(c.experts) * expert_elements + shared_elements) * e;
+  return 2.0 * weights + gradients + 2.0 * activations;
 }
 
 // The time a machine of two peaks allows a call that takes its experts one after another (the per-expert
@@ -53,22 +55,22 @@ inline double roofline_seconds(const MoeConfig& c, const std::vector<int64_t>& e
   const double e = double(dtype_size(c.dtype)), H = double(c.hidden);
   const bool forward = c.bench_pass == BenchPass::forward;
   const double flop_passes = forward ? 1.0 : 3.0;
-  // A projection set of width W, read (and in forward_backward read again, its gradient written), weight
-  // elements of weight_bytes each.
-  auto weight_bytes = [&](double W, double bytes_each) {
-    const double elements = 3.0 * H * W;
-    return forward ? elements * bytes_each : 2.0 * elements * bytes_each + elements * e;
+  // A projection set of width W that rows reach (`read`; else only its zero gradient is written), read (in
+  // forward_backward read again and its gradient written), weight elements of bytes_each.
+  auto weight_bytes = [&](double W, double bytes_each, bool read = true) {
+    const double elements = 3.0 * H * W, reads = read ? elements * bytes_each : 0.0;
+    return forward ? reads : 2.0 * reads + elements * e;
   };
   auto longer = [&](double bytes, double flops) {
     return std::max(bytes / (bw_gbps * 1e9), flops * flop_passes / (peak_tflops * 1e12));
   };
   const bool pad = c.capacity_active() && c.capacity_policy == CapacityPolicy::pad;
-  const double routed_bytes =
-      weight_bytes(double(c.mlp_dim), c.quant_mode == QuantMode::int8_routed_prequant ? 1.0 : e);
+  const double routed_each = c.quant_mode == QuantMode::int8_routed_prequant ? 1.0 : e;
   double seconds = 0;
   for (int64_t rows : expert_rows) {
     const double flop_rows = pad ? double(c.capacity()) : double(rows);
-    seconds += longer(rows > 0 ? routed_bytes : 0.0, 6.0 * H * double(c.mlp_dim) * flop_rows);
+    seconds += longer(weight_bytes(double(c.mlp_dim), routed_each, rows > 0),
+                      6.0 * H * double(c.mlp_dim) * flop_rows);
   }
   const double S = double(c.shared_expert_dim), T = double(c.tokens);
   seconds += longer(weight_bytes(S, e), 6.0 * T * H * S);
