@@ -1,5 +1,6 @@
-// The gemv variant's instances (cpu/gemm/gemm_gemv.cpp): out (rows, N) = lhs (rows, Kd) @ rhs[e] over each
-// group's live rows (at most kGemvMaxRows), bf16 inputs, float32 or bf16 output (out_bf16).
+// The gemv variant's instances (cpu/gemm/gemm_gemv.cpp): nn, out (rows, N) = lhs (rows, Kd) @ rhs[e] over
+// each group's live rows (at most kGemvMaxRows), and nt, out (rows, Kd) = dout (rows, N) @ rhs[e]^T (at most
+// kGemvNtMaxRows; two parts or accumulate: a float32 out), bf16 inputs, float32 or bf16 output (out_bf16).
 #pragma once
 
 #include <cstdint>
@@ -8,8 +9,10 @@
 #include "moe/grouped.h"
 
 namespace moe {
-// The largest group the variant takes (its supports()).
+// The largest group the variant takes (its supports()): nn's, and nt's (its live rows' dout is read once a
+// pair of weight rows, from L1, so the loads match the multiplies: few rows only).
 inline constexpr int64_t kGemvMaxRows = 64;
+inline constexpr int64_t kGemvNtMaxRows = 16;
 }  // namespace moe
 
 // packed: rhs in tile order, or nullptr (read in place); a walk over it of packed_ahead_rows live rows or
@@ -20,10 +23,14 @@ namespace moe::cpu::isa_avx512_bf16::gemv {
 inline constexpr int64_t kTileColsOfInstance = 32;
 void nn(void* out, bool out_bf16, const bf16_t* lhs, ExpertWeights rhs, const uint8_t* packed,
         int64_t packed_ahead_rows, GroupedShape groups, int64_t Kd, int64_t N);
+void nt(void* out, bool out_bf16, const bf16_t* dout, ExpertWeights rhs, GroupedShape groups, int64_t Kd,
+        int64_t N, bool accumulate);
 }  // namespace moe::cpu::isa_avx512_bf16::gemv
 
 namespace moe::cpu::isa_avx2::gemv {
 inline constexpr int64_t kTileColsOfInstance = 16;
 void nn(void* out, bool out_bf16, const bf16_t* lhs, ExpertWeights rhs, const uint8_t* packed,
         int64_t packed_ahead_rows, GroupedShape groups, int64_t Kd, int64_t N);
+void nt(void* out, bool out_bf16, const bf16_t* dout, ExpertWeights rhs, GroupedShape groups, int64_t Kd,
+        int64_t N, bool accumulate);
 }  // namespace moe::cpu::isa_avx2::gemv

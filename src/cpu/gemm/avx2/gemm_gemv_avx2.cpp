@@ -25,6 +25,7 @@
 #include "cpu/ops/vec_math.h"
 #define MOE_GEMV_NS moe::cpu::isa_avx2::gemv
 #include "cpu/gemm/gemm_gemv_kernel.h"
+#include "cpu/gemm/gemm_gemv_nt_kernel.h"
 
 namespace moe::cpu::isa_avx2::gemv {
 namespace {
@@ -175,9 +176,68 @@ void Ymm::walk_run(const Job& j, const Tile& t) {
   end_sums<R>(acc, j, t);
 }
 
+// nt's ymm layer (cpu/gemm/gemm_gemv_nt_kernel.h): two weight rows x 4 dout rows a step of 16 columns, each
+// widened to float32 as even and odd columns (load_row) and multiplied by the dout row's alike (16
+// accumulators: even and odd sums of 8 (row, weight row) pairs; 4 weight vectors, 2 dout vectors).
+struct YmmNt {
+  static constexpr int kNtBlockRows = 4;
+  template <int R>
+  static void dot_rows(const NtJob& j);
+};
+
+inline float sum_lanes(__m256 v) {
+  const __m128 half = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 pairs = _mm_add_ps(half, _mm_movehl_ps(half, half));
+  return _mm_cvtss_f32(_mm_add_ss(pairs, _mm_shuffle_ps(pairs, pairs, 1)));
+}
+
+template <int R>
+void YmmNt::dot_rows(const NtJob& j) {
+  const int64_t ahead = 2 * nt_ahead(j);  // bytes
+  for (int64_t k = 0; k < j.rows; k += 2) {
+    const bool pair = k + 1 < j.rows;
+    SumVector acc[R][2];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = SumVector{};
+    for (int p = 0; p < j.parts; ++p) {
+      const char* w0 = reinterpret_cast<const char*>(j.w[p] + k * j.part_cols);
+      const char* w1 = w0 + j.part_cols * 2;
+      const char* d = reinterpret_cast<const char*>(j.dout + p * j.part_cols);
+      for (int64_t n = 0; n < j.part_cols; n += kTileCols) {
+        const int64_t cols = std::min(kTileCols, j.part_cols - n);
+        const bool full = cols == kTileCols;
+        __builtin_prefetch(w0 + ahead + 2 * n, 0, 2);  // into L2 (nt_ahead), a line every other step
+        __builtin_prefetch(w1 + ahead + 2 * n, 0, 2);
+        __m256 a_even, a_odd, b_even = _mm256_setzero_ps(), b_odd = _mm256_setzero_ps();
+        full ? load_row<true>(w0 + 2 * n, cols, a_even, a_odd)
+             : load_row<false>(w0 + 2 * n, cols, a_even, a_odd);
+        if (pair)
+          full ? load_row<true>(w1 + 2 * n, cols, b_even, b_odd)
+               : load_row<false>(w1 + 2 * n, cols, b_even, b_odd);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+          __m256 x_even, x_odd;
+          const char* x = d + 2 * (r * j.N + n);
+          full ? load_row<true>(x, cols, x_even, x_odd) : load_row<false>(x, cols, x_even, x_odd);
+          acc[r][0] =
+              SumVector(_mm256_fmadd_ps(a_even, x_even, _mm256_fmadd_ps(a_odd, x_odd, __m256(acc[r][0]))));
+          acc[r][1] =
+              SumVector(_mm256_fmadd_ps(b_even, x_even, _mm256_fmadd_ps(b_odd, x_odd, __m256(acc[r][1]))));
+        }
+      }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      store_dot(j, r, k, sum_lanes(__m256(acc[r][0])));
+      if (pair) store_dot(j, r, k + 1, sum_lanes(__m256(acc[r][1])));
+    }
+  }
+}
+
 }  // namespace
 
 MOE_DEFINE_GEMV_NN(Ymm)
+MOE_DEFINE_GEMV_NT(YmmNt)
 
 }  // namespace moe::cpu::isa_avx2::gemv
 

@@ -26,6 +26,7 @@
 
 #define MOE_GEMV_NS moe::cpu::isa_avx512_bf16::gemv
 #include "cpu/gemm/gemm_gemv_kernel.h"
+#include "cpu/gemm/gemm_gemv_nt_kernel.h"
 
 namespace moe::cpu::isa_avx512_bf16::gemv {
 namespace {
@@ -177,9 +178,52 @@ void Zmm::walk_run(const Job& j, const Tile& t) {
   end_sums<R>(acc, j, t, __mmask32(0xffffffffu));
 }
 
+// nt's zmm layer (cpu/gemm/gemm_gemv_nt_kernel.h): two weight rows x 8 dout rows of pair sums a step of 32
+// columns (16 accumulators, 2 weight vectors, 1 dout vector), vdpbf16ps on the bf16 pairs as they lie.
+struct ZmmNt {
+  static constexpr int kNtBlockRows = 8;
+  template <int R>
+  static void dot_rows(const NtJob& j);
+};
+
+template <int R>
+void ZmmNt::dot_rows(const NtJob& j) {
+  const int64_t ahead = nt_ahead(j);
+  for (int64_t k = 0; k < j.rows; k += 2) {
+    const bool pair = k + 1 < j.rows;
+    SumVector acc[R][2];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = SumVector{};
+    for (int p = 0; p < j.parts; ++p) {
+      const bf16_t* w0 = j.w[p] + k * j.part_cols;
+      const bf16_t* d = j.dout + p * j.part_cols;
+      for (int64_t n = 0; n < j.part_cols; n += 32) {
+        const __mmask32 cols = first_cols(j.part_cols - n);
+        __builtin_prefetch(w0 + ahead + n, 0, 2);  // into L2 (nt_ahead)
+        __builtin_prefetch(w0 + ahead + j.part_cols + n, 0, 2);
+        const __m512bh a = __m512bh(_mm512_maskz_loadu_epi16(cols, w0 + n));
+        const __m512bh b =
+            __m512bh(pair ? _mm512_maskz_loadu_epi16(cols, w0 + j.part_cols + n) : _mm512_setzero_si512());
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          const __m512bh x = __m512bh(_mm512_maskz_loadu_epi16(cols, d + r * j.N + n));
+          acc[r][0] = SumVector(_mm512_dpbf16_ps(__m512(acc[r][0]), a, x));
+          acc[r][1] = SumVector(_mm512_dpbf16_ps(__m512(acc[r][1]), b, x));
+        }
+      }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      store_dot(j, r, k, _mm512_reduce_add_ps(__m512(acc[r][0])));
+      if (pair) store_dot(j, r, k + 1, _mm512_reduce_add_ps(__m512(acc[r][1])));
+    }
+  }
+}
+
 }  // namespace
 
 MOE_DEFINE_GEMV_NN(Zmm)
+MOE_DEFINE_GEMV_NT(ZmmNt)
 
 }  // namespace moe::cpu::isa_avx512_bf16::gemv
 
