@@ -13,6 +13,7 @@ namespace moe {
 // pair of weight rows, from L1, so the loads match the multiplies: few rows only).
 inline constexpr int64_t kGemvMaxRows = 64;
 inline constexpr int64_t kGemvNtMaxRows = 16;
+inline constexpr int64_t kGemvTnMaxRows = 16;
 }  // namespace moe
 
 // packed: rhs in tile order, or nullptr (read in place); a walk over it of packed_ahead_rows live rows or
@@ -25,6 +26,8 @@ void nn(void* out, bool out_bf16, const bf16_t* lhs, ExpertWeights rhs, const ui
         int64_t packed_ahead_rows, GroupedShape groups, int64_t Kd, int64_t N);
 void nt(void* out, bool out_bf16, const bf16_t* dout, ExpertWeights rhs, GroupedShape groups, int64_t Kd,
         int64_t N, bool accumulate);
+void tn(void* drhs, bool out_bf16, const bf16_t* lhs, const bf16_t* dout, GroupedShape groups, int64_t Kd,
+        int64_t N, int64_t ld_dout);
 }  // namespace moe::cpu::isa_avx512_bf16::gemv
 
 namespace moe::cpu::isa_avx2::gemv {
@@ -33,4 +36,6 @@ void nn(void* out, bool out_bf16, const bf16_t* lhs, ExpertWeights rhs, const ui
         int64_t packed_ahead_rows, GroupedShape groups, int64_t Kd, int64_t N);
 void nt(void* out, bool out_bf16, const bf16_t* dout, ExpertWeights rhs, GroupedShape groups, int64_t Kd,
         int64_t N, bool accumulate);
+void tn(void* drhs, bool out_bf16, const bf16_t* lhs, const bf16_t* dout, GroupedShape groups, int64_t Kd,
+        int64_t N, int64_t ld_dout);
 }  // namespace moe::cpu::isa_avx2::gemv

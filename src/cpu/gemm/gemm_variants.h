@@ -103,8 +103,8 @@ void grouped_gemm_tn_pair(const GemmThresholds& k, void* drhs_first, void* drhs_
 }  // namespace moe::cpu::isa_avx512_bf16::dpbf16
 #endif
 MOE_DECLARE_GEMM_VARIANT(portable)
-// gemv (src/cpu/gemm/gemm_gemv.cpp): bf16 nn and nn_swiglu of groups of at most 64 rows and nt of at most
-// 16, weights read where they lie; in every build, run where isa_level() reaches avx2 (zmm instance from
+// gemv (src/cpu/gemm/gemm_gemv.cpp): bf16 nn and nn_swiglu of groups of at most 64 rows and nt and tn of at
+// most 16, weights read where they lie; in every build, run where isa_level() reaches avx2 (zmm instance from
 // avx512_bf16).
 MOE_DECLARE_GEMM_VARIANT_CAPABILITIES(gemv)
 MOE_DECLARE_GEMM_NN_SWIGLU(gemv)
@@ -113,6 +113,8 @@ void grouped_gemm_nn(const GemmThresholds& k, void* out, Dtype out_dtype, const 
                      Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N);
 void grouped_gemm_nt(const GemmThresholds& k, void* out, Dtype out_dtype, const void* dout, ExpertWeights rhs,
                      Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N, bool accumulate);
+void grouped_gemm_tn(const GemmThresholds& k, void* drhs, Dtype out_dtype, const void* lhs, const void* dout,
+                     Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout);
 }  // namespace moe::gemv
 // The grouped forms and a fused nn_swiglu (amx, avx2).
 #define MOE_DECLARE_GEMM_FORMS_WITH_NN_SWIGLU(ns) \

@@ -26,6 +26,7 @@
 #define MOE_GEMV_NS moe::cpu::isa_avx2::gemv
 #include "cpu/gemm/gemm_gemv_kernel.h"
 #include "cpu/gemm/gemm_gemv_nt_kernel.h"
+#include "cpu/gemm/gemm_gemv_tn_kernel.h"
 
 namespace moe::cpu::isa_avx2::gemv {
 namespace {
@@ -234,10 +235,87 @@ void YmmNt::dot_rows(const NtJob& j) {
   }
 }
 
+// tn's ymm layer (cpu/gemm/gemm_gemv_tn_kernel.h): the group's lhs and dout staged as float32, 2 gradient
+// rows x 32 columns a tile (8 accumulators, 4 dout vectors, 1 broadcast), rounded once (bf16) and written
+// a line a row.
+struct YmmTn {
+  using Staged = float;
+  static constexpr int64_t kTnCols = 32;
+  static int64_t staged_size(int64_t live, int64_t Kd, int64_t N) { return live * (Kd + N); }
+  // lhs (Kd, live) then dout (live, N).
+  static void stage(const bf16_t* lhs, const bf16_t* dout, int64_t ld_dout, int64_t live, int64_t Kd,
+                    int64_t N, float* staged) {
+    for (int64_t r = 0; r < live; ++r) {
+      for (int64_t k = 0; k < Kd; ++k) staged[k * live + r] = widen(lhs[r * Kd + k]);
+      for (int64_t n = 0; n < N; ++n) staged[Kd * live + r * N + n] = widen(dout[r * ld_dout + n]);
+    }
+  }
+  template <int K>
+  static void rows(const TnJob<float>& j, int64_t k);
+  static void run(const TnJob<float>& j) {
+    int64_t k = j.k0;
+    for (; k + 2 <= j.k1; k += 2) rows<2>(j, k);
+    for (; k < j.k1; ++k) rows<1>(j, k);
+  }
+};
+
+// A row's 32 columns (the first `cols`) from row, streamed where they are whole aligned lines.
+inline void store_grad(char* o, bool bf16, const float* row, int64_t cols) {
+  const bool whole = cols == YmmTn::kTnCols;
+  if (bf16) {
+    alignas(32) bf16_t narrow[YmmTn::kTnCols];
+    f32_to_bf16_row(narrow, row, cols);
+    if (!whole || reinterpret_cast<uintptr_t>(o) % 32 != 0)
+      return (void)std::memcpy(o, narrow, size_t(cols) * 2);
+    for (int v = 0; v < 2; ++v)
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(o) + v,
+                          _mm256_load_si256(reinterpret_cast<const __m256i*>(narrow) + v));
+    return;
+  }
+  if (!whole || reinterpret_cast<uintptr_t>(o) % 32 != 0) return (void)std::memcpy(o, row, size_t(cols) * 4);
+  for (int v = 0; v < 4; ++v)
+    _mm256_stream_ps(reinterpret_cast<float*>(o) + 8 * v, _mm256_load_ps(row + 8 * v));
+}
+
+template <int K>
+void YmmTn::rows(const TnJob<float>& j, int64_t k) {
+  const float* x = j.staged + k * j.live;
+  const float* d = j.staged + j.Kd * j.live;
+  const int64_t elem = j.out_bf16 ? 2 : 4;
+  for (int64_t n = 0; n < j.N; n += kTnCols) {
+    const int64_t cols = std::min(kTnCols, j.N - n);
+    SumVector acc[K][4];
+#pragma GCC unroll 2
+    for (int r = 0; r < K; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v) acc[r][v] = SumVector{};
+    for (int64_t r = 0; r < j.live; ++r) {
+      alignas(32) float tail[kTnCols] = {};
+      const float* dr = d + r * j.N + n;
+      if (cols < kTnCols) dr = static_cast<const float*>(std::memcpy(tail, dr, size_t(cols) * 4));
+#pragma GCC unroll 2
+      for (int kk = 0; kk < K; ++kk) {
+        const __m256 a = _mm256_set1_ps(x[kk * j.live + r]);
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; ++v)
+          acc[kk][v] = SumVector(_mm256_fmadd_ps(_mm256_loadu_ps(dr + 8 * v), a, __m256(acc[kk][v])));
+      }
+    }
+#pragma GCC unroll 2
+    for (int kk = 0; kk < K; ++kk) {
+      alignas(32) float row[kTnCols];
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v) _mm256_store_ps(row + 8 * v, __m256(acc[kk][v]));
+      store_grad(j.out + ((k - j.k0 + kk) * j.N + n) * elem, j.out_bf16, row, cols);
+    }
+  }
+}
+
 }  // namespace
 
 MOE_DEFINE_GEMV_NN(Ymm)
 MOE_DEFINE_GEMV_NT(YmmNt)
+MOE_DEFINE_GEMV_TN(YmmTn)
 
 }  // namespace moe::cpu::isa_avx2::gemv
 

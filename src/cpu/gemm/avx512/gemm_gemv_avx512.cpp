@@ -27,6 +27,7 @@
 #define MOE_GEMV_NS moe::cpu::isa_avx512_bf16::gemv
 #include "cpu/gemm/gemm_gemv_kernel.h"
 #include "cpu/gemm/gemm_gemv_nt_kernel.h"
+#include "cpu/gemm/gemm_gemv_tn_kernel.h"
 
 namespace moe::cpu::isa_avx512_bf16::gemv {
 namespace {
@@ -220,10 +221,90 @@ void ZmmNt::dot_rows(const NtJob& j) {
   }
 }
 
+// tn's zmm layer (cpu/gemm/gemm_gemv_tn_kernel.h): the group's rows in pairs, lhs as dwords of a pair's two
+// values at a weight row (broadcast) and dout as dwords of a pair's two values at a column, so that vdpbf16ps
+// sums a pair's two products a column; 4 gradient rows x 32 columns a tile (8 accumulators, 2 dout vectors,
+// 1 broadcast), rounded once (bf16) and written a line a row.
+struct ZmmTn {
+  using Staged = int32_t;
+  static constexpr int64_t kTnCols = 32;
+  static int64_t pairs(int64_t live) { return (live + 1) / 2; }
+  static int64_t staged_size(int64_t live, int64_t Kd, int64_t N) { return pairs(live) * (Kd + N); }
+  // lhs pairs (Kd, pairs) then dout pairs (pairs, N); an odd last row pairs with zeros.
+  static void stage(const bf16_t* lhs, const bf16_t* dout, int64_t ld_dout, int64_t live, int64_t Kd,
+                    int64_t N, int32_t* staged) {
+    const int64_t P = pairs(live);
+    for (int64_t p = 0; p < P; ++p) {
+      const bool two = 2 * p + 1 < live;
+      for (int64_t k = 0; k < Kd; ++k)
+        staged[k * P + p] =
+            int32_t(uint32_t(lhs[2 * p * Kd + k]) | (two ? uint32_t(lhs[(2 * p + 1) * Kd + k]) << 16 : 0u));
+      int32_t* d = staged + Kd * P + p * N;
+      for (int64_t n = 0; n < N; ++n)
+        d[n] = int32_t(uint32_t(dout[2 * p * ld_dout + n]) |
+                       (two ? uint32_t(dout[(2 * p + 1) * ld_dout + n]) << 16 : 0u));
+    }
+  }
+  template <int K>
+  static void rows(const TnJob<int32_t>& j, int64_t k);
+  static void run(const TnJob<int32_t>& j) {
+    int64_t k = j.k0;
+    for (; k + 4 <= j.k1; k += 4) rows<4>(j, k);
+    for (; k < j.k1; ++k) rows<1>(j, k);
+  }
+};
+
+// A row's 32 columns from n (the first `cols`), streamed where they are a whole aligned line.
+inline void store_grad_bf16(bf16_t* o, __m512 lo, __m512 hi, __mmask32 cols) {
+  const __m512i v = __m512i(_mm512_cvtne2ps_pbh(hi, lo));
+  if (cols == __mmask32(0xffffffffu) && reinterpret_cast<uintptr_t>(o) % 64 == 0)
+    return _mm512_stream_si512(reinterpret_cast<__m512i*>(o), v);
+  _mm512_mask_storeu_epi16(o, cols, v);
+}
+inline void store_grad_f32(float* o, __m512 v, __mmask16 cols) {
+  if (cols == __mmask16(0xffff) && reinterpret_cast<uintptr_t>(o) % 64 == 0) return _mm512_stream_ps(o, v);
+  _mm512_mask_storeu_ps(o, cols, v);
+}
+
+template <int K>
+void ZmmTn::rows(const TnJob<int32_t>& j, int64_t k) {
+  const int64_t P = pairs(j.live);
+  const int32_t* x = j.staged + k * P;
+  const int32_t* d = j.staged + j.Kd * P;
+  for (int64_t n = 0; n < j.N; n += kTnCols) {
+    const __mmask32 cols = first_cols(j.N - n);
+    const __mmask16 lo = __mmask16(cols & 0xffffu), hi = __mmask16(cols >> 16);
+    SumVector acc[K][2];
+#pragma GCC unroll 4
+    for (int r = 0; r < K; ++r) acc[r][0] = acc[r][1] = SumVector{};
+    for (int64_t p = 0; p < P; ++p) {
+      const __m512bh d0 = __m512bh(_mm512_maskz_loadu_epi32(lo, d + p * j.N + n));
+      const __m512bh d1 = __m512bh(_mm512_maskz_loadu_epi32(hi, d + p * j.N + n + 16));
+#pragma GCC unroll 4
+      for (int r = 0; r < K; ++r) {
+        const __m512bh a = __m512bh(_mm512_set1_epi32(x[r * P + p]));
+        acc[r][0] = SumVector(_mm512_dpbf16_ps(__m512(acc[r][0]), d0, a));
+        acc[r][1] = SumVector(_mm512_dpbf16_ps(__m512(acc[r][1]), d1, a));
+      }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < K; ++r) {
+      const int64_t at = (k - j.k0 + r) * j.N + n;
+      if (j.out_bf16) {
+        store_grad_bf16(reinterpret_cast<bf16_t*>(j.out) + at, __m512(acc[r][0]), __m512(acc[r][1]), cols);
+      } else {
+        store_grad_f32(reinterpret_cast<float*>(j.out) + at, __m512(acc[r][0]), lo);
+        store_grad_f32(reinterpret_cast<float*>(j.out) + at + 16, __m512(acc[r][1]), hi);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 MOE_DEFINE_GEMV_NN(Zmm)
 MOE_DEFINE_GEMV_NT(ZmmNt)
+MOE_DEFINE_GEMV_TN(ZmmTn)
 
 }  // namespace moe::cpu::isa_avx512_bf16::gemv
 
