@@ -206,6 +206,33 @@ TEST(Harness, PerExpertRooflineChargesEachExpertItsBindingPeak) {
   EXPECT_NEAR(roofline_seconds(c, rows, bw, peak), 9 * unit + 2048e-9, 1e-15);
 }
 
+// A memory-bound row that moved its bytes faster than the read probe reads says so in its ceiling_note; one
+// under the probe does not.
+TEST(Harness, AMemoryBoundRowPastTheReadProbeSaysSo) {
+  MoeConfig c;
+  c.tokens = 128;
+  c.hidden = 64;
+  c.mlp_dim = 32;
+  c.experts = 4;
+  c.topk = 2;
+  Measured m;
+  m.time = summarize({0.5});
+  m.ceiling.tflops = 1.0;
+  m.ceiling.ridge_peak_tflops = 1.0;  // ridge 1e8 FLOP/B at the bandwidths below: memory-bound
+  m.null_stats.real_assignments = 256;
+  m.experts_touched = 4;
+  m.expert_rows = {64, 64, 64, 64};
+  for (double bw : {1e-5, 1e-3}) {
+    m.ceiling.bw_peak_gbps = bw;
+    const ResultRow r = make_row(c, KernelConfig{}, Protocol{}, m, Environment{});
+    ASSERT_EQ(r["bound"], "memory") << r.dump();
+    const bool above = r["pct_of_bw_peak"].get<double>() > 100;
+    EXPECT_EQ(above, bw == 1e-5) << r.dump();
+    EXPECT_EQ(r["ceiling_note"].get<std::string>().find("+above_bw_peak") != std::string::npos, above)
+        << r.dump();
+  }
+}
+
 TEST(Harness, CeilingIsTimedOnItsOwnTermsOrNotAtAll) {
   MoeConfig tiny;
   tiny.tokens = 33, tiny.hidden = 16, tiny.mlp_dim = 12, tiny.topk = 2;

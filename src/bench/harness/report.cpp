@@ -203,6 +203,9 @@ void add_memory_roofline(ResultRow& r, const MoeConfig& c, const Measured& m) {
   r["pct_of_bw_peak"] = bw ? ResultRow(100.0 * gbps / *bw) : ResultRow(nullptr);
   const std::optional<bool> memory = memory_bound(c, m);
   r["bound"] = memory ? ResultRow(*memory ? "memory" : "compute") : ResultRow(nullptr);
+  // Past the read probe where memory binds: say so beside the ceiling's verdict (ceiling.h).
+  if (bw && memory.value_or(false) && gbps > *bw)
+    r["ceiling_note"] = r["ceiling_note"].get<std::string>() + "+above_bw_peak";
   const std::optional<double> peak = m.ceiling.ridge_peak_tflops;
   const bool roofline = bw && peak && !m.expert_rows.empty();
   const double roofline_s = roofline ? roofline_seconds(c, m.expert_rows, *bw, *peak) : 0.0;

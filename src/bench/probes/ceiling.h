@@ -82,7 +82,10 @@ class CeilingCache {
 // from a well-timed run: the block's GEMMs beat one dense GEMM of the ceiling's shape, e.g. per-expert
 // GEMMs that fit in cache); "+float32_arithmetic" follows when the ceiling multiplied float32 because the
 // machine has no arithmetic in the run's dtype, and "+memory_bound" when the memory roofline says bandwidth
-// binds the run (its number to read is then pct_of_bw_peak, not pct_of_ceiling).
+// binds the run (its number to read is then pct_of_bw_peak, not pct_of_ceiling), and then "+above_bw_peak"
+// (the row's, bench/harness/report.cpp) where it moved its bytes faster than the read probe reads: weights
+// the caches kept, or a forward_backward's gradients written with streaming stores (at 1 token most of its
+// bytes are zero gradients), which no probe bounds.
 std::string ceiling_note(const Ceiling& ceiling, double pct_of_ceiling, const TimingStats& run,
                          bool memory_bound = false, double short_run_seconds = 0.2);
 
