@@ -50,13 +50,19 @@ std::map<std::string, std::string> seed_parse(const std::string& line) {
   return kv;
 }
 
-ResultRow sample_row(std::optional<double> ceiling = 0.001, std::vector<double> times = {0.25, 0.5, 0.75}) {
+// H 64, M 32, 4 experts.
+MoeConfig small_layer(int64_t tokens, int64_t topk) {
   MoeConfig c;
-  c.tokens = 128;
+  c.tokens = tokens;
   c.hidden = 64;
   c.mlp_dim = 32;
   c.experts = 4;
-  c.topk = 2;
+  c.topk = topk;
+  return c;
+}
+
+ResultRow sample_row(std::optional<double> ceiling = 0.001, std::vector<double> times = {0.25, 0.5, 0.75}) {
+  const MoeConfig c = small_layer(128, 2);
   TimingStats t = summarize(times);
   NullRoutingStats ns;
   ns.real_assignments = 256;
@@ -180,12 +186,7 @@ TEST(Harness, NoRowReadsAboveTheCeilingWithoutANoteAndNoneWhenUntimed) {
 // and a row's FLOPs 6 x 64 x 32 = 12288: at 1 GB/s and 2 GFLOP/s the ridge is 2 rows, an expert costs
 // max(1, rows / 2) units of 12288 ns.
 TEST(Harness, PerExpertRooflineChargesEachExpertItsBindingPeak) {
-  MoeConfig c;
-  c.tokens = 8;
-  c.hidden = 64;
-  c.mlp_dim = 32;
-  c.experts = 4;
-  c.topk = 1;
+  MoeConfig c = small_layer(8, 1);
   const std::vector<int64_t> rows = {0, 1, 1, 6};
   const double unit = 12288e-9, bw = 1.0, peak = 2e-3;
   // 0 + 1 + 1 + 3 units and x, out (2 x 8 x 64 bf16); the totals (3 units of bytes, 4 of FLOPs) say 4.
@@ -209,12 +210,7 @@ TEST(Harness, PerExpertRooflineChargesEachExpertItsBindingPeak) {
 // A memory-bound row that moved its bytes faster than the read probe reads says so in its ceiling_note; one
 // under the probe does not.
 TEST(Harness, AMemoryBoundRowPastTheReadProbeSaysSo) {
-  MoeConfig c;
-  c.tokens = 128;
-  c.hidden = 64;
-  c.mlp_dim = 32;
-  c.experts = 4;
-  c.topk = 2;
+  const MoeConfig c = small_layer(128, 2);
   Measured m;
   m.time = summarize({0.5});
   m.ceiling.tflops = 1.0;
