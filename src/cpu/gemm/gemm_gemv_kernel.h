@@ -443,6 +443,20 @@ void nn_with(void* out, bool out_bf16, const bf16_t* lhs, ExpertWeights rhs, con
   run_items<L>(c, items, shares, omp_get_thread_num(), max_chunk);
 }
 
+// A run of weight (nt) or gradient (tn) rows [k0, k1) of expert e: the backward forms' items.
+struct RowRun {
+  int64_t e, k0, k1;
+};
+
+// Every expert of `groups` with a live row, its rows [0, Kd) in runs of `rows`.
+inline std::vector<RowRun> row_runs(GroupedShape groups, int64_t Kd, int64_t rows) {
+  std::vector<RowRun> runs;
+  for (int64_t e = 0; e < groups.experts; ++e)
+    if (gemm_detail::group_rows(groups, e).live > 0)
+      for (int64_t k0 = 0; k0 < Kd; k0 += rows) runs.push_back({e, k0, std::min(Kd, k0 + rows)});
+  return runs;
+}
+
 }  // namespace MOE_GEMV_NS
 
 // The instance's nn (cpu/gemm/gemm_gemv.h) on layer L, in the enclosing namespace.

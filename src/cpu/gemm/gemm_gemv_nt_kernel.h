@@ -57,27 +57,19 @@ constexpr std::array<void (*)(const NtJob&), sizeof...(R)> nt_blocks_by_rows(
 template <class L>
 constexpr auto kNtBlocks = nt_blocks_by_rows<L>(std::make_integer_sequence<int, L::kNtBlockRows>());
 
-struct NtItem {
-  int64_t e, k0, k1;
-};
-
 // out (rows, Kd) = dout (rows, N) @ rhs[e]^T over each group's live rows, bf16 inputs; two weight parts
 // are the sums over dout's halves, added (a float32 out). Threads take items by WorkShares.
 template <class L>
 void nt_with(void* out, bool out_bf16, const bf16_t* dout, ExpertWeights rhs, GroupedShape groups, int64_t Kd,
              int64_t N, bool accumulate) {
   const int64_t part_cols = N / rhs.parts();
-  std::vector<NtItem> items;
-  for (int64_t e = 0; e < groups.experts; ++e)
-    if (gemm_detail::group_rows(groups, e).live > 0)
-      for (int64_t k0 = 0; k0 < Kd; k0 += kNtItemRows)
-        items.push_back({e, k0, std::min(Kd, k0 + kNtItemRows)});
+  const std::vector<RowRun> items = row_runs(groups, Kd, kNtItemRows);
   const int threads = omp_get_max_threads();
   gemm_detail::WorkShares shares(int64_t(items.size()), threads);
   const int64_t elem = out_bf16 ? 2 : 4;
 #pragma omp parallel num_threads(threads)
   for (int64_t i = shares.next(omp_get_thread_num()); i >= 0; i = shares.next(omp_get_thread_num())) {
-    const NtItem& it = items[size_t(i)];
+    const RowRun& it = items[size_t(i)];
     const gemm_detail::GroupRows g = gemm_detail::group_rows(groups, it.e);
     for (int64_t r0 = 0; r0 < g.live; r0 += L::kNtBlockRows) {
       const int64_t rows = std::min<int64_t>(L::kNtBlockRows, g.live - r0);

@@ -37,34 +37,24 @@ struct TnScratch {
   const bf16_t* staged_dout = nullptr;
 };
 
-struct TnItem {
-  int64_t e, k0, k1;
-};
-
 // drhs (E, Kd, N) = lhs_e^T @ dout_e per group (live rows at most kGemvTnMaxRows), bf16 inputs, dout's rows
 // ld_dout apart; an expert no row reached gets zeros.
 template <class L>
 void tn_with(void* drhs, bool out_bf16, const bf16_t* lhs, const bf16_t* dout, GroupedShape groups,
              int64_t Kd, int64_t N, int64_t ld_dout) {
   using Staged = typename L::Staged;
-  std::vector<TnItem> items;
-  for (int64_t e = 0; e < groups.experts; ++e)
-    if (gemm_detail::group_rows(groups, e).live > 0)
-      for (int64_t k0 = 0; k0 < Kd; k0 += kTnItemRows)
-        items.push_back({e, k0, std::min(Kd, k0 + kTnItemRows)});
+  const std::vector<RowRun> items = row_runs(groups, Kd, kTnItemRows);
   const int threads = omp_get_max_threads();
   gemm_detail::WorkShares shares(int64_t(items.size()), threads);
   const int64_t elem = out_bf16 ? 2 : 4;
 #pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num(), n = omp_get_num_threads();
-    for (int64_t e = 0; e < groups.experts; ++e)
-      if (gemm_detail::group_rows(groups, e).live == 0)
-        gemm_detail::stream_zeros(static_cast<char*>(drhs) + e * Kd * N * elem, size_t(Kd * N * elem), t, n);
+    gemm_detail::zero_unreached_share(drhs, out_bf16 ? Dtype::bf16 : Dtype::f32, groups, Kd, N, t, n);
     static thread_local TnScratch<L> s;
     s.staged_rows = s.staged_dout = nullptr;  // a new call's rows
     for (int64_t i = shares.next(t); i >= 0; i = shares.next(t)) {
-      const TnItem& it = items[size_t(i)];
+      const RowRun& it = items[size_t(i)];
       const gemm_detail::GroupRows g = gemm_detail::group_rows(groups, it.e);
       const bf16_t* rows = lhs + g.row0 * Kd;
       const bf16_t* d = dout + g.row0 * ld_dout;

@@ -26,15 +26,19 @@ void stream_zeros(void* p, size_t bytes, int share, int shares) {
   _mm_sfence();
 }
 
-void zero_unreached_gradients(void* drhs, Dtype dt, GroupedShape groups, int64_t Kd, int64_t N) {
+void zero_unreached_share(void* drhs, Dtype dt, GroupedShape groups, int64_t Kd, int64_t N, int share,
+                          int shares) {
   const size_t bytes = size_t(Kd * N) * dtype_size(dt);
+  for (int64_t e = 0; e < groups.experts && bytes > 0; ++e)
+    if (group_rows(groups, e).live == 0) stream_zeros(at(drhs, e * Kd * N, dt), bytes, share, shares);
+}
+
+void zero_unreached_gradients(void* drhs, Dtype dt, GroupedShape groups, int64_t Kd, int64_t N) {
   bool any = false;
   for (int64_t e = 0; e < groups.experts && !any; ++e) any = group_rows(groups, e).live == 0;
-  if (!any || bytes == 0) return;
+  if (!any) return;
 #pragma omp parallel
-  for (int64_t e = 0; e < groups.experts; ++e)
-    if (group_rows(groups, e).live == 0)
-      stream_zeros(at(drhs, e * Kd * N, dt), bytes, omp_get_thread_num(), omp_get_num_threads());
+  zero_unreached_share(drhs, dt, groups, Kd, N, omp_get_thread_num(), omp_get_num_threads());
 }
 
 }  // namespace moe::gemm_detail

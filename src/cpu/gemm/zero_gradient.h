@@ -17,8 +17,10 @@ namespace moe::gemm_detail {
 // zeros, streamed; fenced, so the stores are visible to a thread that synchronizes with this one after it.
 void stream_zeros(void* p, size_t bytes, int share = 0, int shares = 1);
 
-// drhs[e] (Kd, N) of every expert of `groups` with no live row as zeros, streamed by the process's threads
-// (for a caller outside a parallel region).
+// drhs[e] (Kd, N) of every expert of `groups` with no live row as zeros, streamed: share `share` of
+// `shares` (a thread's, inside a parallel region), or all of it by the process's threads (outside one).
+void zero_unreached_share(void* drhs, Dtype dt, GroupedShape groups, int64_t Kd, int64_t N, int share,
+                          int shares);
 void zero_unreached_gradients(void* drhs, Dtype dt, GroupedShape groups, int64_t Kd, int64_t N);
 
 }  // namespace moe::gemm_detail
