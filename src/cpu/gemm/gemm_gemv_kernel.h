@@ -269,11 +269,19 @@ int64_t block_rows(int64_t live, int64_t blocks, int64_t b, bool chunk) {
   return (L::kBlockRows + last + (b == blocks - 2)) / 2;
 }
 
+// The lines of an item's weights: its tiles' rows one run of memory (packed), or Kd rows of `segs` lines.
+template <class L>
+int64_t next_item_lines(const Call& c, const Item& it, int64_t segs) {
+  if (!c.packed) return c.Kd * segs;
+  return ((it.cols + L::kTileCols - 1) / L::kTileCols * c.Kd * L::kTileCols * 2 + 63) / 64;
+}
+
 // The lines block b of `blocks` prefetches as it walks weight rows [k0, k0 + depth) of the item's `tiles`
 // tiles (from w0, rows ld_bytes apart). A chunk (chunk: its whole reduction at once) with a next item: that
-// item's lines, each block its share, a line per `blocks` weight rows, so that the next chunk streams in
-// evenly while this one is walked once a block (a first block fetching all of it left DRAM idle while the
-// others ran: 32 rows kept 0.69-0.78 TF/s, spread 0.84-0.87; in place 0.31-0.55 against 0.34-0.70;
+// item's lines, each block an equal share spread over its walk (a line per `blocks` weight rows where a row
+// is a line, per 2 x `blocks` where it is half of one: the ymm layer's packing), so that the next chunk
+// streams in evenly while this one is walked once a block (a first block fetching all of it left DRAM idle
+// while the others ran: 32 rows kept 0.69-0.78 TF/s, spread 0.84-0.87; in place 0.31-0.55 against 0.34-0.70;
 // moe_bench_few_rows 3 32, 2-core Zen 5, alternately in one process). Packed otherwise: kPackedAheadBytes on
 // in the run of memory. Blocks: the lines kBlocksAhead blocks below, where that block is a whole one (a short
 // last block is not worth its own case).
@@ -283,10 +291,11 @@ PrefetchPlan block_prefetch(const Call& c, const Item& it, const Item* next, boo
                             int64_t blocks) {
   const PrefetchPlan none{nullptr, 1, ld_bytes, 0, 0, 1};
   if (chunk && next && (!c.packed || blocks > 1)) {
-    const int64_t rows = depth / L::kStep * L::kStep;  // the weight rows a tile steps through
-    const int64_t share = (rows + blocks - 1) / blocks;
+    const int64_t rows = depth / L::kStep * L::kStep;                // the weight rows a tile steps through
     const int64_t segs = c.packed ? 1 : (next->cols * 2 + 63) / 64;  // lines of a row of the next item's
-    return {item_weights<L>(c, *next), segs, c.packed ? 64 : ld_bytes, b * tiles * share, share, blocks};
+    const int64_t share = (next_item_lines<L>(c, *next, segs) + blocks * tiles - 1) / (blocks * tiles);
+    return {item_weights<L>(c, *next), segs,  c.packed ? 64 : ld_bytes,
+            b * tiles * share,         share, (rows + share - 1) / share};
   }
   if (b > 0) return none;
   if (c.packed)

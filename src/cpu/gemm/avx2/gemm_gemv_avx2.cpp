@@ -80,12 +80,17 @@ template <int R>
   keep_sums(acc, t.sums, kTileCols);
 }
 
-// Whether a whole tile's weight rows are one run of memory (packed: 32 bytes a row, two a line) walked with
-// no prefetch or one that moves a row's 32 bytes a row along a run: kPackedAheadBytes on (a line a row), or
-// the thread's next chunk where two register blocks share it (a line every other row): Ymm::walk_run's case,
-// which prefetches a line a step (two rows; one row at 6 rows, each line then asked for twice).
-inline bool rows_in_one_run(const Job& j, const Tile& t) {
-  return t.cols == kTileCols && j.ld_bytes == kTileCols * 2 && t.prefetch.runs_along(j.ld_bytes);
+// Weight rows a step of Ymm::walk_run where a whole tile's weight rows are one run of memory (packed: 32
+// bytes a row, two a line) and its prefetch none (kRowsNoPrefetch) or along a run of lines: a line every
+// `every` steps `ld` bytes on, 64 * every / ld rows a line (kPackedAheadBytes on: 2; the thread's next chunk
+// shared by n register blocks: 2n); 0 where the tile is walked otherwise.
+constexpr int64_t kRowsNoPrefetch = 2;
+inline int64_t run_rows_a_line(const Job& j, const Tile& t) {
+  if (t.cols != kTileCols || j.ld_bytes != kTileCols * 2) return 0;
+  const PrefetchCursor& p = t.prefetch;
+  if (p.row == nullptr) return kRowsNoPrefetch;
+  if (p.segs != 1 || (64 * p.every) % p.ld != 0) return 0;
+  return 64 * p.every / p.ld;
 }
 
 // The ymm layer (cpu/gemm/gemm_gemv_kernel.h): lhs values staged as float32, one a step.
@@ -102,13 +107,15 @@ struct Ymm {
   }
   template <int R>
   static void tile(const Job& j, const Tile& t) {
-    if (rows_in_one_run(j, t)) return R <= 5 ? walk_run<R, 2>(j, t) : walk_run<R, 1>(j, t);
+    if (const int64_t rows_a_line = run_rows_a_line(j, t))
+      return R <= 5 && rows_a_line % 2 == 0 ? walk_run<R, 2>(j, t, rows_a_line)
+                                            : walk_run<R, 1>(j, t, rows_a_line);
     walk_with_prefetch<Ymm, R>(j, t);
   }
   template <int R, bool kFull, class Prefetch>
   static void walk(const Job& j, const Tile& t, Prefetch prefetch);
   template <int R, int kRows>
-  static void walk_run(const Job& j, const Tile& t);
+  static void walk_run(const Job& j, const Tile& t, int64_t rows_a_line);
 };
 
 // sums[r] += x[r] * a weight row's (even, odd) columns, for R live rows.
@@ -140,37 +147,46 @@ void Ymm::walk(const Job& j, const Tile& t, Prefetch prefetch) {
   end_sums<R>(acc, j, t);
 }
 
-// A tile whose weights are one run of memory, kRows rows a step with one prefetch along the run (a line a
-// step at 2, each line asked for twice at 1): where the memory streams fast the cursor's bookkeeping a row
-// (about half of a few-row step's instructions) set the speed. Up to 5 rows two rows (a line) a step; a full
-// register block (6 rows) one, since two rows' vectors beside its twelve sums spilled (0.09 against 0.13-0.18
-// TF/s), as did three of its sums in walk with the cursor's bookkeeping. The Zen 4 held to AVX2, kept
-// weights, x the read, alternately (moe_bench_few_rows 3 R gemv): memory at 50-58 GB/s, 1 row 0.72-0.88 ->
-// 0.94, 2 rows 0.47-0.61 -> 0.87-0.95, 3 rows 0.55-0.67 -> 0.71-0.82, 4 rows 0.49-0.68 -> 0.65-0.80, 5 rows
-// 0.40-0.55 -> 0.56-0.84; at ~33 GB/s level from 3 rows, 1-2 rows ~5 % lower (0.89-0.96 against 0.95-1.06); 8
-// and 10 rows (two register blocks, 4 + 4 and 6 + 4, sharing the next chunk's prefetch) 0.113-0.173 TF/s
-// against 0.085-0.149; 12 rows (6 + 6; FMA peak 0.22 TF/s) median 0.17 -> 0.20 TF/s (0.108-0.213 ->
-// 0.157-0.214), 6 rows level (0.14-0.21).
+// A tile whose weights are one run of memory, a line prefetched along the run every rows_a_line rows, kRows
+// rows an inner step: where the memory streams fast the cursor's bookkeeping a row (about half of a few-row
+// step's instructions) set the speed. Three register blocks and more (13 rows and up) walked with the cursor
+// and a next chunk's prefetch sized for 64-byte rows (the zmm layer's), which fetched it twice over; right
+// sized and walked so, the real Zen 3 (kept weights, alternately, moe_bench_few_rows 3 R gemv, memory at
+// 18-26 GB/s, FMA peak 0.176 TF/s): 8 rows 0.071-0.099 -> 0.104-0.114 TF/s, 16 rows 0.22-0.33 -> 0.35-0.38 of
+// the read, 32 rows 0.092-0.134 -> 0.123-0.140 TF/s, 6 and 12 rows level. Up to 5 rows two rows (a line) a
+// step; a full register block (6 rows) one, since two rows' vectors beside its twelve sums spilled (0.09
+// against 0.13-0.18 TF/s), as did three of its sums in walk with the cursor's bookkeeping. The Zen 4 held to
+// AVX2, kept weights, x the read, alternately (moe_bench_few_rows 3 R gemv): memory at 50-58 GB/s, 1 row
+// 0.72-0.88 -> 0.94, 2 rows 0.47-0.61 -> 0.87-0.95, 3 rows 0.55-0.67 -> 0.71-0.82, 4 rows 0.49-0.68 ->
+// 0.65-0.80, 5 rows 0.40-0.55 -> 0.56-0.84; at ~33 GB/s level from 3 rows, 1-2 rows ~5 % lower (0.89-0.96
+// against 0.95-1.06); 8 and 10 rows (two register blocks, 4 + 4 and 6 + 4, sharing the next chunk's prefetch)
+// 0.113-0.173 TF/s against 0.085-0.149; 12 rows (6 + 6; FMA peak 0.22 TF/s) median 0.17 -> 0.20 TF/s
+// (0.108-0.213 -> 0.157-0.214), 6 rows level (0.14-0.21).
 template <int R, int kRows>
-void Ymm::walk_run(const Job& j, const Tile& t) {
+void Ymm::walk_run(const Job& j, const Tile& t, int64_t rows_a_line) {
   constexpr int64_t kRow = kTileCols * 2;
   SumVector acc[R][2];
   start_sums(acc, j.first, t.sums, kTileCols);
   const char* w = t.w;
-  RowPrefetch ahead{t.prefetch.row, kRows * kRow};  // a line a step; nullptr: none
+  const char* ahead = t.prefetch.row;  // nullptr: none
   const float* x = j.x;
   const int64_t steps = j.steps, x_stride = j.x_stride;
   __m256 even, odd;
   int64_t k = 0;
-  for (; k + kRows <= steps; k += kRows, w += kRows * kRow, x += kRows * x_stride) {
-    if (ahead.row) ahead.step();
+  for (; k + rows_a_line <= steps; k += rows_a_line) {
+    if (ahead) {
+      __builtin_prefetch(ahead, 0, 2);  // into L2, as PrefetchCursor
+      ahead += 64;
+    }
+    for (int64_t s = 0; s < rows_a_line; s += kRows, w += kRows * kRow, x += kRows * x_stride) {
 #pragma GCC unroll 2
-    for (int s = 0; s < kRows; ++s) {
-      load_row<true>(w + s * kRow, kTileCols, even, odd);
-      multiply_row<R>(acc, even, odd, x + s * x_stride);
+      for (int r = 0; r < kRows; ++r) {
+        load_row<true>(w + r * kRow, kTileCols, even, odd);
+        multiply_row<R>(acc, even, odd, x + r * x_stride);
+      }
     }
   }
-  if (k < steps) {
+  for (; k < steps; ++k, w += kRow, x += x_stride) {
     load_row<true>(w, kTileCols, even, odd);
     multiply_row<R>(acc, even, odd, x);
   }
