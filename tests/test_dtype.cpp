@@ -144,6 +144,32 @@ TEST(Float16, RowConversionsMatchTheScalarOnes) {
   EXPECT_EQ(bad, 0);
 }
 
+// bfloat16's row narrowing (AVX-512 BF16's vcvtneps2bf16, AVX2's integer rounding, the scalar one at the
+// tails) gives moe::f32_to_bf16's bits: ties either way, the largest floats (rounding to inf), infinities,
+// NaNs of each sign, quiet and signalling, and random normal floats; every length mod 16. Subnormal floats
+// are left out: vcvtneps2bf16 flushes them to zero, which no bf16 the kernels store depends on.
+TEST(Bfloat16, RowNarrowingMatchesTheScalarOne) {
+  std::vector<uint32_t> patterns = {0x00000000u, 0x80000000u, 0x3f808000u, 0x3f818000u, 0xbf808000u,
+                                    0x3f807fffu, 0x3f808001u, 0x7f7fffffu, 0xff7fffffu, 0x7f7f8000u,
+                                    0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00001u, 0x7f800001u,
+                                    0xff812345u, 0x7fffffffu, 0x00800000u};
+  std::mt19937_64 gen(testing::test_seed());
+  std::uniform_int_distribution<uint32_t> any_bits;
+  while (patterns.size() < 4099) {
+    const uint32_t b = any_bits(gen);
+    if ((b & 0x7f800000u) != 0) patterns.push_back(b);  // no subnormals
+  }
+  std::vector<float> src(patterns.size());
+  std::memcpy(src.data(), patterns.data(), src.size() * 4);
+  for (int64_t n : {int64_t(1), int64_t(15), int64_t(16), int64_t(17), int64_t(src.size())}) {
+    std::vector<bf16_t> narrow(static_cast<size_t>(n));
+    cpu::f32_to_bf16_row(narrow.data(), src.data(), n);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; ++i) bad += narrow[size_t(i)] != f32_to_bf16(src[size_t(i)]);
+    EXPECT_EQ(bad, 0) << n << " values";
+  }
+}
+
 TEST(Float16, IsARunDtypeNamedAsTheSeedNamesIt) {
   EXPECT_EQ(parse_run_dtype("float16"), Dtype::f16);
   EXPECT_STREQ(dtype_name(Dtype::f16), "float16");

@@ -251,12 +251,15 @@ void YmmNt::dot_rows(const NtJob& j) {
   }
 }
 
-// tn's ymm layer (cpu/gemm/gemm_gemv_tn_kernel.h): the group's lhs and dout staged as float32, 2 gradient
-// rows x 32 columns a tile (8 accumulators, 4 dout vectors, 1 broadcast), rounded once (bf16) and written
-// a line a row.
+// tn's ymm layer (cpu/gemm/gemm_gemv_tn_kernel.h): the group's lhs and dout staged as float32, a gradient
+// row x 64 columns a tile (8 accumulators, the dout rows read by the multiplies, 1 broadcast), rounded once
+// (bf16) and streamed straight from the registers. One row a tile: rows of 4 KiB (N 2048, bf16) streamed two
+// at a time wrote at half the speed of one (9 against 15-18 GB/s on the real Zen 3); 8 sums, not 4: a
+// tile's sums are chains as long as the group has rows, and 4 of them left the multiplies waiting.
 struct YmmTn {
   using Staged = float;
-  static constexpr int64_t kTnCols = 32;
+  static constexpr int64_t kTnCols = 64;
+  static constexpr int kVectors = kTnCols / 8;
   static int64_t staged_size(int64_t live, int64_t Kd, int64_t N) { return live * (Kd + N); }
   // lhs (Kd, live) then dout (live, N).
   static void stage(const bf16_t* lhs, const bf16_t* dout, int64_t ld_dout, int64_t live, int64_t Kd,
@@ -266,64 +269,73 @@ struct YmmTn {
       for (int64_t n = 0; n < N; ++n) staged[Kd * live + r * N + n] = widen(dout[r * ld_dout + n]);
     }
   }
-  template <int K>
-  static void rows(const TnJob<float>& j, int64_t k);
+  static void row(const TnJob<float>& j, int64_t k);
   static void run(const TnJob<float>& j) {
-    int64_t k = j.k0;
-    for (; k + 2 <= j.k1; k += 2) rows<2>(j, k);
-    for (; k < j.k1; ++k) rows<1>(j, k);
+    for (int64_t k = j.k0; k < j.k1; ++k) row(j, k);
   }
 };
 
-// A row's 32 columns (the first `cols`) from row, streamed where they are whole aligned lines.
-inline void store_grad(char* o, bool bf16, const float* row, int64_t cols) {
-  const bool whole = cols == YmmTn::kTnCols;
-  if (bf16) {
-    alignas(32) bf16_t narrow[YmmTn::kTnCols];
-    f32_to_bf16_row(narrow, row, cols);
-    if (!whole || reinterpret_cast<uintptr_t>(o) % 32 != 0)
-      return (void)std::memcpy(o, narrow, size_t(cols) * 2);
-    for (int v = 0; v < 2; ++v)
-      _mm256_stream_si256(reinterpret_cast<__m256i*>(o) + v,
-                          _mm256_load_si256(reinterpret_cast<const __m256i*>(narrow) + v));
+using TnSums = SumVector[YmmTn::kVectors];
+
+// A gradient row's tile (the first `cols` of its 64 columns) from its sums, rounded once (bf16): whole and
+// aligned, streamed straight from the registers; else through a row in memory.
+inline void store_grad(char* o, bool bf16, const TnSums& acc, int64_t cols) {
+  if (cols == YmmTn::kTnCols && reinterpret_cast<uintptr_t>(o) % 32 == 0) {
+    if (bf16) {
+#pragma GCC unroll 4
+      for (int v = 0; v < YmmTn::kVectors / 2; ++v)
+        _mm256_stream_si256(reinterpret_cast<__m256i*>(o) + v,
+                            bf16_of_16(__m256(acc[2 * v]), __m256(acc[2 * v + 1])));
+    } else {
+#pragma GCC unroll 8
+      for (int v = 0; v < YmmTn::kVectors; ++v)
+        _mm256_stream_ps(reinterpret_cast<float*>(o) + 8 * v, __m256(acc[v]));
+    }
     return;
   }
-  if (!whole || reinterpret_cast<uintptr_t>(o) % 32 != 0) return (void)std::memcpy(o, row, size_t(cols) * 4);
-  for (int v = 0; v < 4; ++v)
-    _mm256_stream_ps(reinterpret_cast<float*>(o) + 8 * v, _mm256_load_ps(row + 8 * v));
+  alignas(32) float row[YmmTn::kTnCols];
+#pragma GCC unroll 8
+  for (int v = 0; v < YmmTn::kVectors; ++v) _mm256_store_ps(row + 8 * v, __m256(acc[v]));
+  if (bf16) return f32_to_bf16_row(reinterpret_cast<bf16_t*>(o), row, cols);
+  std::memcpy(o, row, size_t(cols) * 4);
 }
 
-template <int K>
-void YmmTn::rows(const TnJob<float>& j, int64_t k) {
+// acc += x[r] * dout row r's 64 columns from n (a ragged tile's `cols` of them read through a zeroed copy),
+// over the group's live rows (x: the gradient row's lhs values, `live` of them).
+template <bool kFull>
+[[gnu::always_inline]] inline void sum_rows(TnSums& acc, const TnJob<float>& j, const float* x,
+                                            const float* d, int64_t n, int64_t cols) {
+  for (int64_t r = 0; r < j.live; ++r) {
+    const float* dr = d + r * j.N + n;
+    alignas(32) float tail[YmmTn::kTnCols];
+    if constexpr (!kFull) {
+      std::memset(tail, 0, sizeof tail);
+      dr = static_cast<const float*>(std::memcpy(tail, dr, size_t(cols) * 4));
+    }
+    const __m256 a = _mm256_broadcast_ss(x + r);
+#pragma GCC unroll 8
+    for (int v = 0; v < YmmTn::kVectors; ++v)
+      acc[v] = SumVector(_mm256_fmadd_ps(_mm256_loadu_ps(dr + 8 * v), a, __m256(acc[v])));
+  }
+}
+
+// Gradient row k, tile by tile. The 2-row x 32-column tiles before, each rounded a value at a time (scalar)
+// and through memory before its stream, wrote 9 GB/s at 1 row and 4.2-6.6 at 8 (moe_bench_few_rows 3 R gemv
+// 64 tn, the real Zen 3):
+void YmmTn::row(const TnJob<float>& j, int64_t k) {
   const float* x = j.staged + k * j.live;
   const float* d = j.staged + j.Kd * j.live;
-  const int64_t elem = j.out_bf16 ? 2 : 4;
+  char* out = j.out + (k - j.k0) * j.N * (j.out_bf16 ? 2 : 4);
   for (int64_t n = 0; n < j.N; n += kTnCols) {
     const int64_t cols = std::min(kTnCols, j.N - n);
-    SumVector acc[K][4];
-#pragma GCC unroll 2
-    for (int r = 0; r < K; ++r)
-#pragma GCC unroll 4
-      for (int v = 0; v < 4; ++v) acc[r][v] = SumVector{};
-    for (int64_t r = 0; r < j.live; ++r) {
-      alignas(32) float tail[kTnCols] = {};
-      const float* dr = d + r * j.N + n;
-      if (cols < kTnCols) dr = static_cast<const float*>(std::memcpy(tail, dr, size_t(cols) * 4));
-#pragma GCC unroll 2
-      for (int kk = 0; kk < K; ++kk) {
-        const __m256 a = _mm256_set1_ps(x[kk * j.live + r]);
-#pragma GCC unroll 4
-        for (int v = 0; v < 4; ++v)
-          acc[kk][v] = SumVector(_mm256_fmadd_ps(_mm256_loadu_ps(dr + 8 * v), a, __m256(acc[kk][v])));
-      }
-    }
-#pragma GCC unroll 2
-    for (int kk = 0; kk < K; ++kk) {
-      alignas(32) float row[kTnCols];
-#pragma GCC unroll 4
-      for (int v = 0; v < 4; ++v) _mm256_store_ps(row + 8 * v, __m256(acc[kk][v]));
-      store_grad(j.out + ((k - j.k0 + kk) * j.N + n) * elem, j.out_bf16, row, cols);
-    }
+    TnSums acc;
+#pragma GCC unroll 8
+    for (int v = 0; v < kVectors; ++v) acc[v] = SumVector{};
+    if (cols == kTnCols)
+      sum_rows<true>(acc, j, x, d, n, cols);
+    else
+      sum_rows<false>(acc, j, x, d, n, cols);
+    store_grad(out + n * (j.out_bf16 ? 2 : 4), j.out_bf16, acc, cols);
   }
 }
 
