@@ -50,6 +50,10 @@ expect_refusal "$few_rows" 3 4 1
 expect_refusal "$few_rows" 3 4 gemv,nope
 expect_refusal "$few_rows" 3 4 gemv,
 expect_refusal "$few_rows" 3 4 gemv all
+expect_refusal "$few_rows" 3 4 gemv 0
+expect_refusal "$few_rows" 3 4 gemv 65
+expect_refusal "$few_rows" 3 4 gemv 2 nn_swiglu
+expect_refusal "$few_rows" 3 4 gemv 2 nt extra
 AB_DIR=$(mktemp -d)
 export AB_DIR
 expect_refusal "$ab_commits"

@@ -1,20 +1,24 @@
-// The grouped nn at few rows per expert (decode steps, small micro-batches: the memory-bound regime of
+// The grouped GEMMs at few rows per expert (decode steps, small micro-batches: the memory-bound regime of
 // issue 40), every variant that takes the call with its own kernel, against a sequential read of the same
 // weights timed in the same process (the bandwidth a GEMM that reads each weight byte once could reach).
-// Shapes: Qwen3-30B-A3B's and OLMoE-1B-7B's expert projections (up: Kd = H, N = 2M; down: Kd = M, N = H),
-// 64 experts (200-512 MiB of bf16 weights, far past the caches), 1 to 64 rows an expert (gemv's range); fewer
-// experts (2-4: 12-32 MiB) leave the weights in the last-level cache, where the arithmetic alone counts.
-// Candidates run interleaved round by round and the best round is kept (the 2-core box is shared: contention
-// only ever slows a call down, and its memory bandwidth moves by 2x from minute to minute, so only the ratio
-// to the read of the same round's process means anything). "gemv kept" is gemv on weights it packed once in
-// its tile order (a forward run's). Prints per call: ms, GB/s of weights, x the read, TF/s.
+// Forms: nn (the forward: out = lhs @ w, weights read), nt (the backward's data gradient: out = dout @ w^T,
+// weights read), tn (the weight gradient: dw = lhs^T @ dout, every expert's gradient written: the read is
+// then a yardstick, not a bound). Shapes: Qwen3-30B-A3B's and OLMoE-1B-7B's expert projections (up: Kd = H,
+// N = 2M; down: Kd = M, N = H), 64 experts (200-512 MiB of bf16 weights, far past the caches), 1 to 64 rows
+// an expert (gemv's range); fewer experts (2-4: 12-32 MiB) leave the weights in the last-level cache, where
+// the arithmetic alone counts. Candidates run interleaved round by round and the best round is kept (the
+// 2-core box is shared: contention only ever slows a call down, and its memory bandwidth moves by 2x from
+// minute to minute, so only the ratio to the read of the same round's process means anything). "gemv kept"
+// (nn) is gemv on weights it packed once in its tile order (a forward run's). Prints per call: ms, GB/s of
+// weights, x the read, TF/s.
 //
-//   moe_bench_few_rows [rounds=5] [rows=all|1-64] [variants=all|gemv,avx2,...] [experts=64]
+//   moe_bench_few_rows [rounds=5] [rows=all|1-64] [variants=all|gemv,avx2,...] [experts=64] [form=nn|nt|tn]
 // rows all: 1, 2, 4, 8, 16, 32, 48 and 64; variants: those named (gemv also runs "gemv kept") and the read.
 #include <omp.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -86,16 +90,38 @@ bool variant_list(const std::string& list, const char* tool, const char* usage,
   return true;
 }
 
-void bench_projection(const Projection& p, const Buffer<bf16_t>& w, int64_t experts, int64_t rows, int rounds,
-                      const std::vector<std::string>& only) {
+// The form's call of variant `name` on weights (or the weight gradient) w (E, Kd, N), `total` rows of lhs
+// (total, Kd) and dout (total, N) in groups, into out (nn: (total, N); nt: (total, Kd)).
+std::function<void()> form_call(GemmForm form, const std::string& name, const Projection& p,
+                                Buffer<bf16_t>& w, const Buffer<bf16_t>& lhs, const Buffer<bf16_t>& dout,
+                                Buffer<bf16_t>& out, GroupedShape groups) {
+  if (form == GemmForm::nt)
+    return [&, name, groups] {
+      table(name).nt(out.data(), Dtype::bf16, dout.data(), w.data(), Dtype::bf16, groups, p.Kd, p.N);
+    };
+  if (form == GemmForm::tn)
+    return [&, name, groups] {
+      table(name).tn(w.data(), Dtype::bf16, lhs.data(), dout.data(), Dtype::bf16, groups, p.Kd, p.N, p.N);
+    };
+  return [&, name, groups] {
+    table(name).nn(out.data(), Dtype::bf16, lhs.data(), w.data(), Dtype::bf16, groups, p.Kd, p.N);
+  };
+}
+
+void bench_projection(const Projection& p, Buffer<bf16_t>& w, int64_t experts, int64_t rows, int rounds,
+                      const std::vector<std::string>& only, GemmForm form) {
   const int64_t total = experts * rows;
-  Buffer<bf16_t> lhs(size_t(total * p.Kd)), out(size_t(total * p.N));  // (rows, Kd), (rows, N)
+  // lhs (rows, Kd), dout (rows, N), out (rows, max(Kd, N)): nn's (rows, N) or nt's (rows, Kd)
+  Buffer<bf16_t> lhs(size_t(total * p.Kd)), dout(size_t(total * p.N)),
+      out(size_t(total * std::max(p.Kd, p.N)));
   fill(lhs);
+  fill(dout);
   std::vector<int64_t> offset(size_t(experts + 1));
   for (int64_t e = 0; e <= experts; ++e) offset[size_t(e)] = e * rows;
   const GroupedShape groups{offset.data(), experts};
   const int64_t bytes = experts * p.Kd * p.N * 2;
   GemmCall call;
+  call.form = form;
   call.in_dtype = call.b_dtype = call.out_dtype = Dtype::bf16;
   call.rows = rows;
   call.experts = experts;
@@ -105,16 +131,13 @@ void bench_projection(const Projection& p, const Buffer<bf16_t>& w, int64_t expe
   const int threads = omp_get_max_threads();
   std::vector<Candidate> c{{"read", [&] { sink = sink + bench::read_words(w.data(), bytes, threads); }}};
   for (const std::string& name : own_kernels(call))
-    if (chosen(name, only))
-      c.push_back({name, [&, name] {
-                     table(name).nn(out.data(), Dtype::bf16, lhs.data(), w.data(), Dtype::bf16, groups, p.Kd,
-                                    p.N);
-                   }});
+    if (chosen(name, only)) c.push_back({name, form_call(form, name, p, w, lhs, dout, out, groups)});
   // gemv on the weights packed once in its tile order (a forward run's: the first, untimed call packs).
   WeightPacks packs;
   GemmCall kept_call = call;
   kept_call.weights_kept = true;
-  if (chosen("gemv kept", only) && table("gemv").row_for(kept_call).variant->name == std::string("gemv")) {
+  if (form == GemmForm::nn && chosen("gemv kept", only) &&
+      table("gemv").row_for(kept_call).variant->name == std::string("gemv")) {
     const ExpertWeights kept = ExpertWeights(w.data()).kept(&packs);
     auto run = [&, kept] {
       table("gemv").nn(out.data(), Dtype::bf16, lhs.data(), kept, Dtype::bf16, groups, p.Kd, p.N);
@@ -123,9 +146,9 @@ void bench_projection(const Projection& p, const Buffer<bf16_t>& w, int64_t expe
     c.push_back({"gemv kept", run});
   }
   bench_rounds::time_rounds(c, rounds);
-  std::printf("%s: Kd = %lld, N = %lld, %lld experts x %lld rows, %d threads, best of %d\n", p.name,
-              (long long)p.Kd, (long long)p.N, (long long)experts, (long long)rows, omp_get_max_threads(),
-              rounds);
+  std::printf("%s %s: Kd = %lld, N = %lld, %lld experts x %lld rows, %d threads, best of %d\n", name(form),
+              p.name, (long long)p.Kd, (long long)p.N, (long long)experts, (long long)rows,
+              omp_get_max_threads(), rounds);
   const double flops = 2.0 * double(total) * double(p.Kd) * double(p.N);
   for (const Candidate& k : c)
     std::printf("  %-10s %8.2f ms %7.1f GB/s  %4.2fx read  %6.3f TF/s\n", k.name.c_str(), k.best * 1e3,
@@ -138,9 +161,9 @@ void bench_projection(const Projection& p, const Buffer<bf16_t>& w, int64_t expe
 int main(int argc, char** argv) {
   constexpr const char* kTool = "moe_bench_few_rows";
   constexpr const char* kUsage =
-      "moe_bench_few_rows [rounds] [all|1-64] [all|VARIANT[,VARIANT...]] [experts]";
+      "moe_bench_few_rows [rounds] [all|1-64] [all|VARIANT[,VARIANT...]] [experts] [nn|nt|tn]";
   int64_t rounds = 0, only_rows = 0, experts = 0;
-  if (!moe::bench_args::at_most(argc, 4, kTool, kUsage) ||
+  if (!moe::bench_args::at_most(argc, 5, kTool, kUsage) ||
       !moe::bench_args::count(argc, argv, 1, kTool, "rounds", 1, 1000, 5, rounds) ||
       !moe::bench_args::count(argc, argv, 4, kTool, "experts", 1, 64, 64, experts))
     return 2;
@@ -148,15 +171,23 @@ int main(int argc, char** argv) {
   if (rows != "all" && !moe::bench_args::count(argc, argv, 2, kTool, "rows", 1, 64, 0, only_rows)) return 2;
   std::vector<std::string> only;
   if (argc > 3 && std::string(argv[3]) != "all" && !moe::variant_list(argv[3], kTool, kUsage, only)) return 2;
+  const std::string form_arg = argc > 5 ? argv[5] : "nn";
+  const moe::GemmForm form = form_arg == "nt"   ? moe::GemmForm::nt
+                             : form_arg == "tn" ? moe::GemmForm::tn
+                                                : moe::GemmForm::nn;
+  if (form_arg != moe::name(form)) {
+    std::fprintf(stderr, "%s: error: invalid form '%s' (usage: %s)\n", kTool, form_arg.c_str(), kUsage);
+    return 2;
+  }
   std::printf("gemm: %s\n", moe::gemm_library_version().c_str());
   for (const moe::Projection& p : moe::kProjections) {
-    moe::Buffer<moe::bf16_t> w(size_t(experts * p.Kd * p.N));  // (E, Kd, N)
+    moe::Buffer<moe::bf16_t> w(size_t(experts * p.Kd * p.N));  // (E, Kd, N): weights, or tn's gradients
     moe::fill(w);
     if (rows != "all") {
-      moe::bench_projection(p, w, experts, only_rows, int(rounds), only);
+      moe::bench_projection(p, w, experts, only_rows, int(rounds), only, form);
       continue;
     }
-    for (int64_t r : moe::kRowCounts) moe::bench_projection(p, w, experts, r, int(rounds), only);
+    for (int64_t r : moe::kRowCounts) moe::bench_projection(p, w, experts, r, int(rounds), only, form);
   }
   return 0;
 }
