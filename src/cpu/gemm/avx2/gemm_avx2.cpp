@@ -100,6 +100,9 @@ struct ThreadScratch {
 #pragma GCC target("avx2,fma,f16c,bmi,bmi2")
 #include <immintrin.h>
 
+#define MOE_TARGET_AVX2 1
+#include "cpu/ops/vec_math.h"
+
 namespace moe::cpu::isa_avx2 {
 namespace {
 
@@ -141,24 +144,6 @@ inline float load1(const T* p) {
     return *p;
   else
     return widen1(*p);
-}
-
-// 8 floats -> 8 bf16 in the low halves of 32-bit lanes, nearest even; a NaN keeps its sign and top bits
-// with the quiet bit set (as f32_to_bf16).
-inline __m256i round8(__m256 v) {
-  const __m256i bits = _mm256_castps_si256(v);
-  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
-  const __m256i rounded =
-      _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff))), 16);
-  const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(0x40));
-  const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-  return _mm256_blendv_epi8(rounded, quiet, nan);
-}
-
-// 16 floats -> 16 bf16 (lo's 8, then hi's).
-inline __m256i round16(__m256 lo, __m256 hi) {
-  // packus works within 128-bit lanes: (lo0 hi0 lo1 hi1) -> (lo0 lo1 hi0 hi1).
-  return _mm256_permute4x64_epi64(_mm256_packus_epi32(round8(lo), round8(hi)), 0xd8);
 }
 
 // sigmoid(z) of 8 floats: 1 / (1 + exp(-z)), exp as vec_math.h's exp_approx (Cody-Waite reduction, degree-7
@@ -257,15 +242,15 @@ inline void load16(const void* src, bool bf16, int64_t n, __m256& lo, __m256& hi
 }
 inline void store16(void* dst, bool bf16, int64_t n, __m256 lo, __m256 hi) {
   if (!bf16) return store_cols(static_cast<float*>(dst), lo, hi, n);
-  if (n == kTileCols) return _mm256_storeu_si256(static_cast<__m256i*>(dst), round16(lo, hi));
+  if (n == kTileCols) return _mm256_storeu_si256(static_cast<__m256i*>(dst), bf16_of_16(lo, hi));
   alignas(32) bf16_t tmp[kTileCols];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), round16(lo, hi));
+  _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), bf16_of_16(lo, hi));
   std::memcpy(dst, tmp, size_t(n) * sizeof(bf16_t));
 }
 
 // lo and hi as a bf16 output stores them: rounded to bf16 and widened back.
 inline void round_trip16(__m256& lo, __m256& hi) {
-  const __m256i v = round16(lo, hi);
+  const __m256i v = bf16_of_16(lo, hi);
   lo = widen_lanes(_mm256_castsi256_si128(v));
   hi = widen_lanes(_mm256_extracti128_si256(v, 1));
 }
@@ -276,7 +261,7 @@ inline void store8(void* dst, bool bf16, int64_t n, __m256 v) {
   const size_t bytes = size_t(n) * (bf16 ? sizeof(bf16_t) : sizeof(float));
   void* to = n == 8 ? dst : tmp;
   if (bf16)
-    _mm_storeu_si128(static_cast<__m128i*>(to), _mm256_castsi256_si128(round16(v, _mm256_setzero_ps())));
+    _mm_storeu_si128(static_cast<__m128i*>(to), _mm256_castsi256_si128(bf16_of_16(v, _mm256_setzero_ps())));
   else
     _mm256_storeu_ps(static_cast<float*>(to), v);
   if (to == tmp) std::memcpy(dst, tmp, bytes);
@@ -372,7 +357,7 @@ void tile_block(const TileJob& j) {
       swiglu_grad_row(j, r, acc[r][0], acc[r][1]);
     } else if (j.out_bf16) {
       bf16_t* o = static_cast<bf16_t*>(j.out) + r * j.out_ld;
-      const __m256i v = round16(acc[r][0], acc[r][1]);
+      const __m256i v = bf16_of_16(acc[r][0], acc[r][1]);
       if (j.cols == kTileCols) {
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), v);
       } else {
