@@ -24,14 +24,17 @@ void print_peaks(const KernelConfig& kernel) {
   const std::vector<cpu::ArithmeticPeak> peaks = cpu::measure_peaks(threads);
   for (const cpu::ArithmeticPeak& p : peaks)
     fmt::print("{:<16} {:>10.3f}  {}\n", p.name, p.tera_per_s, dtype_name(p.arithmetic));
-  // The memory roofline's peak (bench/probes/bandwidth.h): GB/s, reading and STREAM's triad.
+  // The memory roofline's peaks (bench/probes/bandwidth.h): GB/s, reading, streaming writes and STREAM's
+  // triad.
   const Bandwidth bw = measure_bandwidth(threads);
   // What rows read their bound against from now on (machine_peaks.h).
   MachinePeaks machine(MachinePeaks::path_beside_tuning_file(kernel.tuning_file));
   for (Dtype dt : {Dtype::f32, Dtype::bf16, Dtype::s8})
     machine.remember_arithmetic(threads, dt, cpu::best_peak(peaks, dt));
   machine.remember_read_gbps(threads, bw.read_gbps);
+  machine.remember_write_gbps(threads, bw.write_gbps);
   fmt::print("{:<16} {:>10.1f}  GB/s, streaming reads\n", "memory_read", bw.read_gbps);
+  fmt::print("{:<16} {:>10.1f}  GB/s, streaming (non-temporal) writes\n", "memory_write", bw.write_gbps);
   fmt::print("{:<16} {:>10.1f}  GB/s, triad a = b + s * c (24 bytes an element)\n", "memory_triad",
              bw.triad_gbps);
 }

@@ -53,6 +53,8 @@ static const std::vector<std::string> kTextExtraKeys = {"dtype",
                                                         "bytes_moved",
                                                         "gbps",
                                                         "bw_peak_gbps",
+                                                        "bw_read_peak_gbps",
+                                                        "bw_write_peak_gbps",
                                                         "bw_peak_source",
                                                         "pct_of_bw_peak",
                                                         "bound",
@@ -190,25 +192,30 @@ void add_limits_and_machine(ResultRow& r, const MoeConfig& c, const Measured& m,
   r["wait_policy_reason"] = m.wait.reason;
 }
 
-// The memory roofline: the bytes a call must move, the rate it moved them at, the bandwidth peak and which
-// peak binds (memory_bound).
+// The memory roofline: the bytes a call must move, the rate it moved them at, the bandwidth peak (reads and
+// writes mixed by the call's traffic) and which peak binds (memory_bound).
 void add_memory_roofline(ResultRow& r, const MoeConfig& c, const Measured& m) {
-  const double bytes = compulsory_bytes(c, m.experts_touched);
-  const double gbps = bytes / m.time.mean / 1e9;
-  r["bytes_moved"] = int64_t(bytes);
+  const Traffic traffic = compulsory_traffic(c, m.experts_touched);
+  const double gbps = traffic.bytes() / m.time.mean / 1e9;
+  r["bytes_moved"] = int64_t(traffic.bytes());
   r["gbps"] = gbps;
-  const std::optional<double> bw = m.ceiling.bw_peak_gbps;
+  const std::optional<double> bw = bw_peak_gbps(c, m.ceiling, m.experts_touched);
   r["bw_peak_gbps"] = number_or_null(bw);
+  r["bw_read_peak_gbps"] = number_or_null(m.ceiling.read_peak_gbps);
+  r["bw_write_peak_gbps"] = number_or_null(m.ceiling.write_peak_gbps);
   r["bw_peak_source"] = bw ? ResultRow(m.ceiling.bw_peak_source) : ResultRow(nullptr);
   r["pct_of_bw_peak"] = bw ? ResultRow(100.0 * gbps / *bw) : ResultRow(nullptr);
   const std::optional<bool> memory = memory_bound(c, m);
   r["bound"] = memory ? ResultRow(*memory ? "memory" : "compute") : ResultRow(nullptr);
-  // Past the read probe where memory binds: say so beside the ceiling's verdict (ceiling.h).
+  // Past the probes where memory binds: say so beside the ceiling's verdict (ceiling.h).
   if (bw && memory.value_or(false) && gbps > *bw)
     r["ceiling_note"] = r["ceiling_note"].get<std::string>() + "+above_bw_peak";
   const std::optional<double> peak = m.ceiling.ridge_peak_tflops;
   const bool roofline = bw && peak && !m.expert_rows.empty();
-  const double roofline_s = roofline ? roofline_seconds(c, m.expert_rows, *bw, *peak) : 0.0;
+  const double read = m.ceiling.read_peak_gbps.value_or(0);
+  const double roofline_s =
+      roofline ? roofline_seconds(c, m.expert_rows, read, m.ceiling.write_peak_gbps.value_or(read), *peak)
+               : 0.0;
   r["roofline_s"] = roofline ? ResultRow(roofline_s) : ResultRow(nullptr);
   r["pct_of_roofline"] = roofline ? ResultRow(100.0 * roofline_s / m.time.mean) : ResultRow(nullptr);
 }
@@ -381,9 +388,16 @@ Status append_rows(const std::string& path, OutputFormat format, const std::vect
   return append_lines(path, header, format_rows(format, rows), "results file", row_test(format, header));
 }
 
+std::optional<double> bw_peak_gbps(const MoeConfig& c, const Ceiling& ceiling, int64_t experts_touched) {
+  const std::optional<double> read = ceiling.read_peak_gbps;
+  if (!read) return std::nullopt;
+  return compulsory_traffic(c, experts_touched).mixed_gbps(*read, ceiling.write_peak_gbps.value_or(*read));
+}
+
 std::optional<bool> memory_bound(const MoeConfig& c, const Ceiling& ceiling, int64_t real_assignments,
                                  int64_t experts_touched) {
-  const std::optional<double> bw = ceiling.bw_peak_gbps, peak = ceiling.ridge_peak_tflops;
+  const std::optional<double> bw = bw_peak_gbps(c, ceiling, experts_touched),
+                              peak = ceiling.ridge_peak_tflops;
   if (!bw || !peak) return std::nullopt;
   const double intensity = seed_flops(c, real_assignments) / compulsory_bytes(c, experts_touched);
   return intensity < *peak * 1e12 / (*bw * 1e9);

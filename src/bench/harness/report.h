@@ -76,8 +76,13 @@ struct Measured {
   std::vector<int64_t> expert_rows;
 };
 
+// The bandwidth peak a run's bytes are read against (the row's bw_peak_gbps): the read and write peaks mixed
+// by its traffic (accounting.h Traffic::mixed_gbps), the read peak where no write peak is known; none
+// without a read peak.
+std::optional<double> bw_peak_gbps(const MoeConfig& c, const Ceiling& ceiling, int64_t experts_touched);
+
 // The memory roofline's verdict (accounting.h compulsory_bytes): whether the run's arithmetic intensity
-// (FLOPs / bytes) is below the ridge point (arithmetic peak / bandwidth peak), i.e. bandwidth binds it. None
+// (FLOPs / bytes) is below the ridge point (arithmetic peak / bw_peak_gbps), i.e. bandwidth binds it. None
 // without both peaks: the machine's kept ones (machine_peaks.h), or this process's with --with-peak; none
 // where the ceiling is off or the backend is not cpu.
 std::optional<bool> memory_bound(const MoeConfig& c, const Ceiling& ceiling, int64_t real_assignments,

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <tuple>
 
+#include "bench/harness/accounting.h"
 #include "bench/harness/finite.h"
 #include "bench/harness/quant_error.h"
 #include "bench/harness/rank_stages.h"
@@ -289,7 +290,8 @@ class Run {
     MachineNoise noise;
     std::string gemm_kernels;
     ParallelMeasure parallel;
-    std::optional<double> bw_peak_gbps;  // the read probes around or before the calls (window_read_gbps)
+    // The probes around or before the calls (window_read_gbps, each_call_probes), GB/s.
+    std::optional<double> read_peak_gbps, write_peak_gbps;
     const char* bw_peak_source = nullptr;
   };
 
@@ -306,13 +308,18 @@ class Run {
 
   // Kept with the machine's peaks (the best seen), so a later row without --with-peak reads at least it.
   double remembered(double gbps) const {
-    MachinePeaks(MachinePeaks::path_beside_tuning_file(x_.backend.kernel().tuning_file))
-        .remember_read_gbps(omp_get_max_threads(), gbps);
+    machine_peaks().remember_read_gbps(omp_get_max_threads(), gbps);
     return gbps;
+  }
+  void remembered_write(double gbps) const {
+    machine_peaks().remember_write_gbps(omp_get_max_threads(), gbps);
+  }
+  MachinePeaks machine_peaks() const {
+    return MachinePeaks(MachinePeaks::path_beside_tuning_file(x_.backend.kernel().tuning_file));
   }
 
   // Where the memory roofline binds the run, the window's probes may meet another memory speed than its
-  // calls did (a shared VM's moves within seconds: bandwidth.h ReadProbe), so it probes just before each
+  // calls did (a shared VM's moves within seconds: bandwidth.h MemoryProbe), so it probes just before each
   // timed call instead and compares each call with its own moment: the harmonic mean of the probes is the
   // bandwidth at which the calls would have taken sum(bytes / probe), and pct_of_bw_peak that sum over their
   // time. The probe also leaves each call's weights out of the caches, as a layer's step in a model meets
@@ -321,6 +328,13 @@ class Run {
     if (!probes_own_memory()) return false;
     return memory_bound(c_, x_.ceiling, x_.null_stats.real_assignments, experts_touched(x_.host_routing))
         .value_or(false);
+  }
+
+  // Whether writes are a tenth or more of the run's traffic (a forward_backward's gradients): then the probe
+  // before each call writes as well as reads.
+  bool probes_writes() const {
+    const Traffic traffic = compulsory_traffic(c_, experts_touched(x_.host_routing));
+    return traffic.written >= 0.1 * traffic.bytes();
   }
 
   static double harmonic_mean(const std::vector<double>& values) {
@@ -350,9 +364,10 @@ class Run {
       timed = false;
       if (++calls == 1) measured_by_first_call = kernel_measurements(x_.backend);
     };
-    std::optional<ReadProbe> probe;
+    std::optional<MemoryProbe> probe;
     if (probes_each_call()) probe.emplace(omp_get_max_threads(), bytes_beside_calls());
-    std::vector<double> call_probes;  // GB/s, a probe before each timed call
+    const bool probe_writes = probe && probes_writes();
+    std::vector<double> call_probes, call_write_probes;  // GB/s, a probe before each timed call
     const std::optional<double> read_before = probe ? std::nullopt : window_read_gbps();
     const NoiseProbe noise_probe;
     const auto calls_start = std::chrono::steady_clock::now();
@@ -361,6 +376,7 @@ class Run {
         [&] {
           timed = true;
           if (probe) call_probes.push_back(probe->read_gbps(kPassesBesideCalls));
+          if (probe_writes) call_write_probes.push_back(probe->write_gbps(kPassesBesideCalls));
           if (parallel_) keep_first_error(outcome_.output_status, x_.comm.barrier());
         });
     const MemoryUse during = memory.use();  // before the ranks' times and bytes are gathered
@@ -369,11 +385,15 @@ class Run {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - calls_start).count(),
         omp_get_max_threads(), available_cores());
     if (probe) {
-      t.bw_peak_gbps = harmonic_mean(call_probes);
+      t.read_peak_gbps = harmonic_mean(call_probes);
       t.bw_peak_source = "each_call";
       remembered(*std::max_element(call_probes.begin(), call_probes.end()));
+      if (probe_writes) {
+        t.write_peak_gbps = harmonic_mean(call_write_probes);
+        remembered_write(*std::max_element(call_write_probes.begin(), call_write_probes.end()));
+      }
     } else if (read_before) {
-      t.bw_peak_gbps = std::max(*read_before, *window_read_gbps());
+      t.read_peak_gbps = std::max(*read_before, *window_read_gbps());
       t.bw_peak_source = "around_calls";
     }
     MOE_CHECK(kernel_measurements(x_.backend) == measured_by_first_call,
@@ -420,10 +440,11 @@ class Run {
     QuantError qe;
     if (!read_results(mode, qe)) return false;
     Ceiling ceiling = x_.ceiling;
-    if (t.bw_peak_gbps) {
-      ceiling.bw_peak_gbps = t.bw_peak_gbps;
+    if (t.read_peak_gbps) {
+      ceiling.read_peak_gbps = t.read_peak_gbps;
       ceiling.bw_peak_source = t.bw_peak_source;
     }
+    if (t.write_peak_gbps) ceiling.write_peak_gbps = t.write_peak_gbps;
     ResultRow row = make_row(
         c_, o_.kernel, protocol_of(o_),
         {name(mode), t.time, ceiling, block_.saved_activation_bytes(), t.memory, omp_get_max_threads(),

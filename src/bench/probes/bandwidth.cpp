@@ -1,9 +1,11 @@
 #include "bench/probes/bandwidth.h"
 
+#include <emmintrin.h>
 #include <omp.h>
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -56,7 +58,35 @@ double best_read_gbps(const double* a, int64_t n, int threads, int repeats) {
   return best;
 }
 
+// The best of `repeats` streaming write passes over a[0, n), each writing 2.0 (the value measure_bandwidth's
+// triad reads there).
+double best_write_gbps(double* a, int64_t n, int threads, int repeats) {
+  double best = 0;
+  for (int r = 0; r < repeats; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    write_words(a, n * int64_t(sizeof(double)), threads, std::bit_cast<uint64_t>(2.0));
+    best = std::max(best, double(n) * sizeof(double) / seconds_since(start) / 1e9);
+  }
+  return best;
+}
+
 }  // namespace
+
+void write_words(void* p, int64_t bytes, int threads, uint64_t value) {
+  auto* words = static_cast<uint64_t*>(p);
+  const int64_t n = bytes / 8;
+  const __m128i pair = _mm_set1_epi64x(int64_t(value));
+#pragma omp parallel num_threads(threads)
+  {
+    const int64_t t = omp_get_thread_num(), team = omp_get_num_threads();
+    const int64_t begin = n * t / team / 2 * 2;
+    const int64_t end = t + 1 == team ? n : n * (t + 1) / team / 2 * 2;
+    int64_t i = begin;
+    for (; i + 2 <= end; i += 2) _mm_stream_si128(reinterpret_cast<__m128i*>(words + i), pair);
+    for (; i < end; ++i) words[i] = value;
+    _mm_sfence();  // the streamed lines reach memory before the pass's time is taken
+  }
+}
 
 uint64_t read_words(const void* p, int64_t bytes, int threads) {
   constexpr int64_t kChains = 16;
@@ -79,28 +109,32 @@ uint64_t read_words(const void* p, int64_t bytes, int threads) {
 }
 
 double measure_read_gbps(int threads, double bytes, int repeats) {
-  return ReadProbe(threads, bytes).read_gbps(repeats);
+  return MemoryProbe(threads, bytes).read_gbps(repeats);
 }
 
 double bytes_beside_calls() {
   return 4.0 * double(last_level_cache_bytes());
 }
 
-struct ReadProbe::Array : HugeArray {
+struct MemoryProbe::Array : HugeArray {
   using HugeArray::HugeArray;
 };
 
-ReadProbe::ReadProbe(int threads, double bytes)
+MemoryProbe::MemoryProbe(int threads, double bytes)
     : threads_(threads), elements_(elements(bytes)), array_(std::make_unique<Array>(elements_)) {
   double* a = array_->data.get();  // first touched by the reading threads
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t i = 0; i < elements_; ++i) a[i] = 1.0;
 }
 
-ReadProbe::~ReadProbe() = default;
+MemoryProbe::~MemoryProbe() = default;
 
-double ReadProbe::read_gbps(int repeats) const {
+double MemoryProbe::read_gbps(int repeats) const {
   return best_read_gbps(array_->data.get(), elements_, threads_, repeats);
+}
+
+double MemoryProbe::write_gbps(int repeats) const {
+  return best_write_gbps(array_->data.get(), elements_, threads_, repeats);
 }
 
 Bandwidth measure_bandwidth(int threads, double bytes_per_array) {
@@ -117,6 +151,7 @@ Bandwidth measure_bandwidth(int threads, double bytes_per_array) {
   }
   Bandwidth bw;
   bw.read_gbps = best_read_gbps(pa, n, threads, kRepeats);
+  bw.write_gbps = best_write_gbps(pb, n, threads, kRepeats);
   const double s = 3.0;
   for (int r = 0; r < kRepeats; ++r) {
     const auto start = std::chrono::steady_clock::now();

@@ -4,6 +4,10 @@
 // threads that later read them (so a NUMA machine places them near), each kernel timed several times and
 // the best kept (contention only slows a pass).
 //   read:  sum += a[i]               8 bytes an element
+//   write: a[i] = v                  8 bytes an element, streaming (non-temporal) stores, as the gradients a
+//                                    forward_backward writes are streamed (cpu/gemm/zero_gradient.h): they
+//                                    skip the write-allocate read and ran 34-40 GB/s where reads ran 22-26
+//                                    (2-core Zen 3), so a run that writes much is bounded by both peaks
 //   triad: a[i] = b[i] + s * c[i]    24 bytes an element (the write-allocate read is not counted, as in
 //   STREAM)
 #pragma once
@@ -16,6 +20,7 @@ namespace moe::bench {
 
 struct Bandwidth {
   double read_gbps = 0;
+  double write_gbps = 0;
   double triad_gbps = 0;
 };
 
@@ -27,6 +32,10 @@ struct Bandwidth {
 // its weights' read with (bench/gemv/bench_few_rows.cpp).
 uint64_t read_words(const void* p, int64_t bytes, int threads);
 
+// Writes `value` to every 64-bit word of [p, p + bytes) (p 16-byte aligned) by `threads` threads, each a
+// contiguous part, with streaming stores (SSE2: every x86-64 CPU), fenced: the probes' write kernel.
+void write_words(void* p, int64_t bytes, int threads, uint64_t value);
+
 // Takes about a second; `bytes_per_array` defaults to 256 MiB.
 Bandwidth measure_bandwidth(int threads, double bytes_per_array = 256.0 * 1024 * 1024);
 
@@ -35,18 +44,21 @@ Bandwidth measure_bandwidth(int threads, double bytes_per_array = 256.0 * 1024 *
 // move between ~19 and ~28 GB/s (2-core Zen 4).
 double measure_read_gbps(int threads, double bytes = 256.0 * 1024 * 1024, int repeats = 10);
 
-// A read probe over its own buffer, first touched by the reading threads; read_gbps() is the best of
-// `repeats` passes over it. Beside each timed call of a memory-bound run (bench/harness/run.cpp) it is
-// bytes_beside_calls() long and read four times (a pass moves by +-10 % from the one before), ~15 ms at 35
-// GB/s: a shared VM's memory moves between ~33 and ~60 GB/s within seconds (2-core Zen 4; Zen 5 ~50 / ~85),
-// so probes around the calls may meet another speed than the calls did, and one row's % of the bandwidth peak
-// read 49-125 % from run to run (Qwen3-30B-A3B, 64 tokens, runs routing; with these probes 79-95 %). Its
-// passes leave the caches holding the buffer's end, not the weights of the call before.
-class ReadProbe {
+// A memory probe over its own buffer, first touched by the probing threads; read_gbps() (write_gbps()) is
+// the best of `repeats` read (streaming write) passes over it. Beside each timed call of a memory-bound run
+// (bench/harness/run.cpp) it is bytes_beside_calls() long and read four times (a pass moves by +-10 % from
+// the one before), ~15 ms at 35 GB/s: a shared VM's memory moves between ~33 and ~60 GB/s within seconds
+// (2-core Zen 4; Zen 5 ~50 / ~85), so probes around the calls may meet another speed than the calls did, and
+// one row's % of the bandwidth peak read 49-125 % from run to run (Qwen3-30B-A3B, 64 tokens, runs routing;
+// with these probes 79-95 %). Its passes leave the caches holding the buffer's end, not the weights of the
+// call before. A run that writes much (a forward_backward's gradients) probes writes beside each call as
+// well.
+class MemoryProbe {
  public:
-  ReadProbe(int threads, double bytes);
-  ~ReadProbe();
+  MemoryProbe(int threads, double bytes);
+  ~MemoryProbe();
   double read_gbps(int repeats) const;
+  double write_gbps(int repeats) const;
 
  private:
   struct Array;

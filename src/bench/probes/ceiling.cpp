@@ -103,7 +103,8 @@ Ceiling CeilingCache::get(CeilingMode mode, Backend& backend, const MoeConfig& c
   const int threads = omp_get_max_threads();
   MachinePeaks& machine = machine_peaks(backend.kernel().tuning_file);
   if (!with_peak) {
-    ceiling.bw_peak_gbps = machine.read_gbps(threads);
+    ceiling.read_peak_gbps = machine.read_gbps(threads);
+    ceiling.write_peak_gbps = machine.write_gbps(threads);
     ceiling.ridge_peak_tflops = machine.arithmetic_tflops(threads, arithmetic);
     return ceiling;
   }
@@ -119,10 +120,12 @@ Ceiling CeilingCache::get(CeilingMode mode, Backend& backend, const MoeConfig& c
   ceiling.peak_tflops = ceiling.ridge_peak_tflops = it->second;
   auto bw = bandwidths_.find(threads);
   if (bw == bandwidths_.end()) {
-    bw = bandwidths_.emplace(threads, measure_bandwidth(threads).read_gbps).first;
-    machine.remember_read_gbps(threads, bw->second);
+    bw = bandwidths_.emplace(threads, measure_bandwidth(threads)).first;
+    machine.remember_read_gbps(threads, bw->second.read_gbps);
+    machine.remember_write_gbps(threads, bw->second.write_gbps);
   }
-  ceiling.bw_peak_gbps = bw->second;
+  ceiling.read_peak_gbps = bw->second.read_gbps;
+  ceiling.write_peak_gbps = bw->second.write_gbps;
   ceiling.bw_peak_source = "process";
   return ceiling;
 }

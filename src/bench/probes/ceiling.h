@@ -17,6 +17,7 @@
 #include <string_view>
 
 #include "bench/harness/timing.h"
+#include "bench/probes/bandwidth.h"
 #include "bench/probes/machine_peaks.h"
 #include "moe/backend.h"
 #include "moe/config.h"
@@ -39,15 +40,17 @@ struct Ceiling {
   // (cpu/gemm/peak.h) with the run's threads, where a run asks for it (--with-peak) on the cpu backend; the
   // int8 peak (TOP/s) for the routed int8 quant modes.
   std::optional<double> peak_tflops;
-  // The memory roofline's peaks, for every cpu run whose ceiling is not off: streaming reads with the run's
-  // threads (bandwidth.h), GB/s, and the arithmetic peak the run's bound is read against (peak_tflops
+  // The memory roofline's peaks, for every cpu run whose ceiling is not off: streaming reads and streaming
+  // writes with the run's threads (bandwidth.h), GB/s (a row's bw_peak_gbps mixes them by its traffic:
+  // accounting.h Traffic::mixed_gbps), and the arithmetic peak the run's bound is read against (peak_tflops
   // where --with-peak measured it, else the machine's kept one: machine_peaks.h).
-  std::optional<double> bw_peak_gbps;
+  std::optional<double> read_peak_gbps, write_peak_gbps;
   std::optional<double> ridge_peak_tflops;
-  // Where bw_peak_gbps comes from (the row's bw_peak_source): "kept" (the machine's best so far), "process"
-  // (--with-peak's probe at this process's start), and, set by the run (bench/harness/run.cpp),
-  // "around_calls" (the better of read probes just before and after its calls) or "each_call" (a memory-bound
-  // run's: the harmonic mean of a probe just before each timed call).
+  // Where the bandwidth peaks come from (the row's bw_peak_source): "kept" (the machine's best so far),
+  // "process" (--with-peak's probe at this process's start), and, set by the run (bench/harness/run.cpp),
+  // "around_calls" (reads: the better of probes just before and after its calls) or "each_call" (a
+  // memory-bound run's: the harmonic mean of a probe just before each timed call; writes probed so too
+  // where they are much of its traffic, else the process's).
   const char* bw_peak_source = "kept";
 };
 
@@ -71,7 +74,7 @@ class CeilingCache {
   std::map<std::string, Ceiling> by_key_;
   MachinePeaks& machine_peaks(const std::string& tuning_file);
   std::map<std::string, std::optional<double>> peaks_;  // --with-peak's, by threads and arithmetic
-  std::map<int, double> bandwidths_;                    // --with-peak's, by threads
+  std::map<int, Bandwidth> bandwidths_;                 // --with-peak's, by threads
   std::map<std::string, MachinePeaks> machines_;        // by cache file
   int measurements_ = 0;
 };

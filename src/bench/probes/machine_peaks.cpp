@@ -44,11 +44,19 @@ std::string MachinePeaks::key(const std::string& what) const {
 }
 
 double MachinePeaks::read_gbps(int threads) {
-  const std::string what = fmt::format("threads={} read_gbps", threads);
+  return kept_bandwidth(threads, fmt::format("threads={} read_gbps", threads));
+}
+
+double MachinePeaks::write_gbps(int threads) {
+  return kept_bandwidth(threads, fmt::format("threads={} write_gbps", threads));
+}
+
+double MachinePeaks::kept_bandwidth(int threads, const std::string& what) {
   if (auto v = cached(what); v && *v) return **v;
-  const double gbps = measure_bandwidth(threads).read_gbps;
-  keep(what, gbps);
-  return gbps;
+  const Bandwidth bw = measure_bandwidth(threads);
+  remember_read_gbps(threads, bw.read_gbps);
+  remember_write_gbps(threads, bw.write_gbps);
+  return **cached(what);
 }
 
 std::optional<double> MachinePeaks::arithmetic_tflops(int threads, Dtype arithmetic) {
@@ -61,6 +69,10 @@ std::optional<double> MachinePeaks::arithmetic_tflops(int threads, Dtype arithme
 
 void MachinePeaks::remember_read_gbps(int threads, double gbps) {
   keep(fmt::format("threads={} read_gbps", threads), gbps);
+}
+
+void MachinePeaks::remember_write_gbps(int threads, double gbps) {
+  keep(fmt::format("threads={} write_gbps", threads), gbps);
 }
 
 void MachinePeaks::remember_arithmetic(int threads, Dtype arithmetic, std::optional<double> tflops) {
