@@ -4,10 +4,13 @@
 // threads that later read them (so a NUMA machine places them near), each kernel timed several times and
 // the best kept (contention only slows a pass).
 //   read:  sum += a[i]               8 bytes an element
-//   write: a[i] = v                  8 bytes an element, streaming (non-temporal) stores, as the gradients a
-//                                    forward_backward writes are streamed (cpu/gemm/zero_gradient.h): they
-//                                    skip the write-allocate read and ran 34-40 GB/s where reads ran 22-26
-//                                    (2-core Zen 3), so a run that writes much is bounded by both peaks
+//   write: a[i] = 0                  8 bytes an element, streaming (non-temporal) stores, as a forward_backward
+//                                    streams its gradients (cpu/gemm/zero_gradient.h): they skip the
+//                                    write-allocate read and ran 34-40 GB/s where reads ran 22-26 (2-core
+//                                    Zen 3), so a run that writes much is bounded by both peaks. Zeros: at
+//                                    few tokens most gradient bytes are (experts no row reached), and a
+//                                    machine may write them faster than other values (that Zen 3's VM: 30-40
+//                                    against 19-22 GB/s, alternately in one process), so the peak bounds them
 //   triad: a[i] = b[i] + s * c[i]    24 bytes an element (the write-allocate read is not counted, as in
 //   STREAM)
 #pragma once
