@@ -290,7 +290,7 @@ class Run {
     MachineNoise noise;
     std::string gemm_kernels;
     ParallelMeasure parallel;
-    // The probes around or before the calls (window_read_gbps, each_call_probes), GB/s.
+    // GB/s: the read probes around the calls (window_read_gbps) or the probes before each (probes_each_call).
     std::optional<double> read_peak_gbps, write_peak_gbps;
     const char* bw_peak_source = nullptr;
   };
