@@ -53,7 +53,7 @@ TEST(Bandwidth, WriteWordsWritesEveryWordOfItsRangeOnAnyThreadCount) {
 
 TEST(Bandwidth, AProbeReadsAndWritesAtFinitePositiveRates) {
   const MemoryProbe probe(2, 8.0 * 1024 * 1024);
-  for (double gbps : {probe.read_gbps(2), probe.write_gbps(2)}) {
+  for (double gbps : {probe.read_gbps(2), probe.write_gbps(2, false), probe.write_gbps(2, true)}) {
     EXPECT_TRUE(std::isfinite(gbps));
     EXPECT_GT(gbps, 0.0);
   }

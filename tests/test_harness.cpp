@@ -88,6 +88,7 @@ TEST(Harness, ResultLineGoldenAndSeedParsable) {
       "time_max_s=0.750000 time_stddev_s=0.250000 ceiling_tflops=0.001000 pct_of_ceiling=0.629146 "
       "ceiling_note=ok peak_tflops=none pct_of_peak=none "
       "bytes_moved=32768 gbps=0.000066 bw_peak_gbps=none bw_read_peak_gbps=none bw_write_peak_gbps=none "
+      "bw_zero_write_peak_gbps=none "
       "bw_peak_source=none pct_of_bw_peak=none bound=none "
       "roofline_s=none pct_of_roofline=none "
       "saved_activation_bytes=4096 tensor_bytes_live=1048576 tensor_bytes_peak=1572864 timed_allocations=0 "
@@ -182,43 +183,49 @@ TEST(Harness, NoRowReadsAboveTheCeilingWithoutANoteAndNoneWhenUntimed) {
 }
 
 // The per-expert roofline (accounting.h roofline_seconds): each expert costs the longer of its weights' bytes
-// at the bandwidths (reads at the read peak, gradients written at the write peak) and its rows' FLOPs at the
-// peak, so uneven groups allow more time than the totals do; the sums are compulsory_traffic's and
-// seed_flops'. An expert's weights (3 x 64 x 32 bf16) are 12288 bytes
+// at the bandwidths (reads at the read peak, gradients written at the write peak, zero gradients at the
+// zero-write peak) and its rows' FLOPs at the peak, so uneven groups allow more time than the totals do; the
+// sums are compulsory_traffic's and seed_flops'. An expert's weights (3 x 64 x 32 bf16) are 12288 bytes
 // and a row's FLOPs 6 x 64 x 32 = 12288: at 1 GB/s and 2 GFLOP/s the ridge is 2 rows, an expert costs
 // max(1, rows / 2) units of 12288 ns.
 TEST(Harness, PerExpertRooflineChargesEachExpertItsBindingPeak) {
   MoeConfig c = small_layer(8, 1);
   const std::vector<int64_t> rows = {0, 1, 1, 6};
   const double unit = 12288e-9, bw = 1.0, peak = 2e-3;
+  const BandwidthPeaks one{bw, bw, bw}, fast{1e12, 1e12, 1e12};
   // 0 + 1 + 1 + 3 units and x, out (2 x 8 x 64 bf16); the totals (3 units of bytes, 4 of FLOPs) say 4.
-  EXPECT_NEAR(roofline_seconds(c, rows, bw, bw, peak), 5 * unit + 2048e-9, 1e-15);
+  EXPECT_NEAR(roofline_seconds(c, rows, one, peak), 5 * unit + 2048e-9, 1e-15);
   EXPECT_GT(5 * unit, std::max(compulsory_bytes(c, 3) / 1e9, seed_flops(c, 8) / 2e9));
   // Either peak alone gives the totals' time back.
-  EXPECT_NEAR(roofline_seconds(c, rows, bw, bw, 1e9), compulsory_bytes(c, 3) / 1e9, 1e-15);
-  EXPECT_NEAR(roofline_seconds(c, rows, 1e12, 1e12, peak), seed_flops(c, 8) / 2e9, 1e-12);
+  EXPECT_NEAR(roofline_seconds(c, rows, one, 1e9), compulsory_bytes(c, 3) / 1e9, 1e-15);
+  EXPECT_NEAR(roofline_seconds(c, rows, fast, peak), seed_flops(c, 8) / 2e9, 1e-12);
   // Forward writes only out (8 x 64 bf16).
   EXPECT_EQ(compulsory_traffic(c, 3).read, 3 * 12288.0 + 1024);
   EXPECT_EQ(compulsory_traffic(c, 3).written, 1024.0);
+  EXPECT_EQ(compulsory_traffic(c, 3).zeros, 0.0);
   // forward_backward: weights read twice and their gradients written (3 units; the expert no row reached
   // its zero gradient, 1), FLOPs x3, x, out, dx and x again: 1 + 3 + 3 + 9 units and 4 x 8 x 64 x 2 bytes.
   c.bench_pass = BenchPass::forward_backward;
-  EXPECT_NEAR(roofline_seconds(c, rows, bw, bw, peak), 16 * unit + 4096e-9, 1e-15);
-  EXPECT_NEAR(roofline_seconds(c, rows, bw, bw, 1e9), compulsory_bytes(c, 3) / 1e9, 1e-15);
+  EXPECT_NEAR(roofline_seconds(c, rows, one, peak), 16 * unit + 4096e-9, 1e-15);
+  EXPECT_NEAR(roofline_seconds(c, rows, one, 1e9), compulsory_bytes(c, 3) / 1e9, 1e-15);
   EXPECT_EQ(compulsory_bytes(c, 3), (2 * 3 + 4) * 12288.0 + 4096);
-  // Read: the touched weights twice, x and dout; written: every expert's gradient, out and dx.
-  EXPECT_EQ(compulsory_traffic(c, 3).read, 2 * 3 * 12288.0 + 2048);
-  EXPECT_EQ(compulsory_traffic(c, 3).written, 4 * 12288.0 + 2048);
+  // Read: the touched weights twice, x and dout; written: the touched experts' gradients, out and dx; zeros:
+  // the gradient of the expert no row reached.
+  const Traffic fb = compulsory_traffic(c, 3);
+  EXPECT_EQ(fb.read, 2 * 3 * 12288.0 + 2048);
+  EXPECT_EQ(fb.written, 3 * 12288.0 + 2048);
+  EXPECT_EQ(fb.zeros, 12288.0);
   // Writes at 2 GB/s: a gradient costs half a unit, an expert 0.5 + 2 + 2 units of bytes against 0 / 1.5 /
   // 1.5 / 9 of FLOPs (0.5 + 2.5 + 2.5 + 9), the activations 2048 bytes read and 2048 written at half the
-  // time.
-  EXPECT_NEAR(roofline_seconds(c, rows, bw, 2 * bw, peak), 14.5 * unit + 3072e-9, 1e-15);
-  EXPECT_NEAR(roofline_seconds(c, rows, bw, 2 * bw, 1e9), compulsory_traffic(c, 3).seconds(bw, 2 * bw),
-              1e-15);
+  // time; zeros at 4 GB/s: the first expert a quarter of a unit.
+  EXPECT_NEAR(roofline_seconds(c, rows, {bw, 2 * bw, 2 * bw}, peak), 14.5 * unit + 3072e-9, 1e-15);
+  EXPECT_NEAR(roofline_seconds(c, rows, {bw, 2 * bw, 4 * bw}, peak), 14.25 * unit + 3072e-9, 1e-15);
+  const BandwidthPeaks mixed{bw, 2 * bw, 4 * bw};
+  EXPECT_NEAR(roofline_seconds(c, rows, mixed, 1e9), fb.seconds(mixed), 1e-15);
   // A shared expert of width 32 is one more expert of 8 rows (its FLOPs count every token).
   c.bench_pass = BenchPass::forward;
   c.shared_expert_dim = 32;
-  EXPECT_NEAR(roofline_seconds(c, rows, bw, bw, peak), 9 * unit + 2048e-9, 1e-15);
+  EXPECT_NEAR(roofline_seconds(c, rows, one, peak), 9 * unit + 2048e-9, 1e-15);
 }
 
 // A memory-bound row that moved its bytes faster than the probes allow says so in its ceiling_note; one
@@ -244,9 +251,9 @@ TEST(Harness, AMemoryBoundRowPastTheProbesSaysSo) {
 }
 
 // A forward_backward writes its gradients (streamed: bench/probes/bandwidth.h): its row's bandwidth peak is
-// the read and write peaks mixed by its traffic, so bytes written at the write peak read 100 % of it, not
-// the write peak's share over the read peak; a forward writes little and reads against ~the read peak.
-// Without a write peak the read peak stands alone.
+// the read, write and zero-write peaks mixed by its traffic, so bytes moved at those peaks read 100 % of it;
+// a forward writes little and reads against ~the read peak. A missing zero-write peak is the write peak,
+// a missing write peak the read peak.
 TEST(Harness, ARowsBandwidthPeakMixesReadsAndWritesByItsTraffic) {
   MoeConfig c = small_layer(8, 1);
   c.bench_pass = BenchPass::forward_backward;
@@ -254,24 +261,30 @@ TEST(Harness, ARowsBandwidthPeakMixesReadsAndWritesByItsTraffic) {
   m.time = summarize({0.5});
   m.ceiling.read_peak_gbps = 20.0;
   m.ceiling.write_peak_gbps = 40.0;
+  m.ceiling.zero_write_peak_gbps = 80.0;
   m.experts_touched = 3;
   const Traffic traffic = compulsory_traffic(c, 3);
   const ResultRow fb = make_row(c, KernelConfig{}, Protocol{}, m, Environment{});
-  const double mixed = traffic.bytes() / (traffic.read / 20e9 + traffic.written / 40e9) / 1e9;
+  const double mixed =
+      traffic.bytes() / (traffic.read / 20e9 + traffic.written / 40e9 + traffic.zeros / 80e9) / 1e9;
   EXPECT_NEAR(fb["bw_peak_gbps"].get<double>(), mixed, 1e-9) << fb.dump();
   EXPECT_GT(mixed, 20.0);
-  EXPECT_LT(mixed, 40.0);
+  EXPECT_LT(mixed, 80.0);
   EXPECT_EQ(fb["bw_read_peak_gbps"], 20.0);
   EXPECT_EQ(fb["bw_write_peak_gbps"], 40.0);
+  EXPECT_EQ(fb["bw_zero_write_peak_gbps"], 80.0);
   EXPECT_NEAR(fb["pct_of_bw_peak"].get<double>(), 100 * fb["gbps"].get<double>() / mixed, 1e-9);
   // The call that moved these bytes in the time the peaks allow reads 100 %.
-  m.time = summarize({traffic.seconds(20.0, 40.0)});
+  m.time = summarize({traffic.seconds({20.0, 40.0, 80.0})});
   EXPECT_NEAR(make_row(c, KernelConfig{}, Protocol{}, m, Environment{})["pct_of_bw_peak"].get<double>(),
               100.0, 1e-9);
+  m.ceiling.zero_write_peak_gbps.reset();
+  EXPECT_NEAR(make_row(c, KernelConfig{}, Protocol{}, m, Environment{})["bw_peak_gbps"].get<double>(),
+              traffic.mixed_gbps({20.0, 40.0, 40.0}), 1e-9);
   c.bench_pass = BenchPass::forward;
   const Traffic fwd = compulsory_traffic(c, 3);
   EXPECT_NEAR(make_row(c, KernelConfig{}, Protocol{}, m, Environment{})["bw_peak_gbps"].get<double>(),
-              fwd.mixed_gbps(20.0, 40.0), 1e-9);
+              fwd.mixed_gbps({20.0, 40.0, 40.0}), 1e-9);
   m.ceiling.write_peak_gbps.reset();
   const ResultRow read_only = make_row(c, KernelConfig{}, Protocol{}, m, Environment{});
   EXPECT_EQ(read_only["bw_peak_gbps"], 20.0);

@@ -33,8 +33,10 @@ void print_peaks(const KernelConfig& kernel) {
     machine.remember_arithmetic(threads, dt, cpu::best_peak(peaks, dt));
   machine.remember_read_gbps(threads, bw.read_gbps);
   machine.remember_write_gbps(threads, bw.write_gbps);
+  machine.remember_zero_write_gbps(threads, bw.zero_write_gbps);
   fmt::print("{:<16} {:>10.1f}  GB/s, streaming reads\n", "memory_read", bw.read_gbps);
   fmt::print("{:<16} {:>10.1f}  GB/s, streaming (non-temporal) writes\n", "memory_write", bw.write_gbps);
+  fmt::print("{:<16} {:>10.1f}  GB/s, streaming writes of zeros\n", "memory_write_0", bw.zero_write_gbps);
   fmt::print("{:<16} {:>10.1f}  GB/s, triad a = b + s * c (24 bytes an element)\n", "memory_triad",
              bw.triad_gbps);
 }

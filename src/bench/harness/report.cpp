@@ -55,6 +55,7 @@ static const std::vector<std::string> kTextExtraKeys = {"dtype",
                                                         "bw_peak_gbps",
                                                         "bw_read_peak_gbps",
                                                         "bw_write_peak_gbps",
+                                                        "bw_zero_write_peak_gbps",
                                                         "bw_peak_source",
                                                         "pct_of_bw_peak",
                                                         "bound",
@@ -203,6 +204,7 @@ void add_memory_roofline(ResultRow& r, const MoeConfig& c, const Measured& m) {
   r["bw_peak_gbps"] = number_or_null(bw);
   r["bw_read_peak_gbps"] = number_or_null(m.ceiling.read_peak_gbps);
   r["bw_write_peak_gbps"] = number_or_null(m.ceiling.write_peak_gbps);
+  r["bw_zero_write_peak_gbps"] = number_or_null(m.ceiling.zero_write_peak_gbps);
   r["bw_peak_source"] = bw ? ResultRow(m.ceiling.bw_peak_source) : ResultRow(nullptr);
   r["pct_of_bw_peak"] = bw ? ResultRow(100.0 * gbps / *bw) : ResultRow(nullptr);
   const std::optional<bool> memory = memory_bound(c, m);
@@ -212,10 +214,8 @@ void add_memory_roofline(ResultRow& r, const MoeConfig& c, const Measured& m) {
     r["ceiling_note"] = r["ceiling_note"].get<std::string>() + "+above_bw_peak";
   const std::optional<double> peak = m.ceiling.ridge_peak_tflops;
   const bool roofline = bw && peak && !m.expert_rows.empty();
-  const double read = m.ceiling.read_peak_gbps.value_or(0);
   const double roofline_s =
-      roofline ? roofline_seconds(c, m.expert_rows, read, m.ceiling.write_peak_gbps.value_or(read), *peak)
-               : 0.0;
+      roofline ? roofline_seconds(c, m.expert_rows, *bandwidth_peaks(m.ceiling), *peak) : 0.0;
   r["roofline_s"] = roofline ? ResultRow(roofline_s) : ResultRow(nullptr);
   r["pct_of_roofline"] = roofline ? ResultRow(100.0 * roofline_s / m.time.mean) : ResultRow(nullptr);
 }
@@ -388,10 +388,17 @@ Status append_rows(const std::string& path, OutputFormat format, const std::vect
   return append_lines(path, header, format_rows(format, rows), "results file", row_test(format, header));
 }
 
-std::optional<double> bw_peak_gbps(const MoeConfig& c, const Ceiling& ceiling, int64_t experts_touched) {
+std::optional<BandwidthPeaks> bandwidth_peaks(const Ceiling& ceiling) {
   const std::optional<double> read = ceiling.read_peak_gbps;
   if (!read) return std::nullopt;
-  return compulsory_traffic(c, experts_touched).mixed_gbps(*read, ceiling.write_peak_gbps.value_or(*read));
+  const double write = ceiling.write_peak_gbps.value_or(*read);
+  return BandwidthPeaks{*read, write, ceiling.zero_write_peak_gbps.value_or(write)};
+}
+
+std::optional<double> bw_peak_gbps(const MoeConfig& c, const Ceiling& ceiling, int64_t experts_touched) {
+  const std::optional<BandwidthPeaks> bw = bandwidth_peaks(ceiling);
+  if (!bw) return std::nullopt;
+  return compulsory_traffic(c, experts_touched).mixed_gbps(*bw);
 }
 
 std::optional<bool> memory_bound(const MoeConfig& c, const Ceiling& ceiling, int64_t real_assignments,

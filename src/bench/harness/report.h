@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/harness/accounting.h"
 #include "bench/harness/run_id.h"
 #include "bench/harness/timing.h"
 #include "bench/probes/ceiling.h"
@@ -76,9 +77,12 @@ struct Measured {
   std::vector<int64_t> expert_rows;
 };
 
-// The bandwidth peak a run's bytes are read against (the row's bw_peak_gbps): the read and write peaks mixed
-// by its traffic (accounting.h Traffic::mixed_gbps), the read peak where no write peak is known; none
-// without a read peak.
+// The ceiling's bandwidth peaks: a write peak missing reads as the read peak, a zero-write peak missing as
+// the write peak; none without a read peak.
+std::optional<BandwidthPeaks> bandwidth_peaks(const Ceiling& ceiling);
+
+// The bandwidth peak a run's bytes are read against (the row's bw_peak_gbps): the peaks mixed by its traffic
+// (accounting.h Traffic::mixed_gbps); none without a read peak.
 std::optional<double> bw_peak_gbps(const MoeConfig& c, const Ceiling& ceiling, int64_t experts_touched);
 
 // The memory roofline's verdict (accounting.h compulsory_bytes): whether the run's arithmetic intensity

@@ -291,7 +291,7 @@ class Run {
     std::string gemm_kernels;
     ParallelMeasure parallel;
     // GB/s: the read probes around the calls (window_read_gbps) or the probes before each (probes_each_call).
-    std::optional<double> read_peak_gbps, write_peak_gbps;
+    std::optional<double> read_peak_gbps, write_peak_gbps, zero_write_peak_gbps;
     const char* bw_peak_source = nullptr;
   };
 
@@ -311,7 +311,8 @@ class Run {
     machine_peaks().remember_read_gbps(omp_get_max_threads(), gbps);
     return gbps;
   }
-  void remembered_write(double gbps) const {
+  void remembered_write(double gbps, bool zeros) const {
+    if (zeros) return machine_peaks().remember_zero_write_gbps(omp_get_max_threads(), gbps);
     machine_peaks().remember_write_gbps(omp_get_max_threads(), gbps);
   }
   MachinePeaks machine_peaks() const {
@@ -330,11 +331,18 @@ class Run {
         .value_or(false);
   }
 
-  // Whether writes are a tenth or more of the run's traffic (a forward_backward's gradients): then the probe
-  // before each call writes as well as reads.
-  bool probes_writes() const {
+  // Whether writes of values (zeros) are a tenth or more of the run's traffic (a forward_backward's
+  // gradients): then the probe before each call writes them as well as reads.
+  bool probes_writes(bool zeros) const {
     const Traffic traffic = compulsory_traffic(c_, experts_touched(x_.host_routing));
-    return traffic.written >= 0.1 * traffic.bytes();
+    return (zeros ? traffic.zeros : traffic.written) >= 0.1 * traffic.bytes();
+  }
+
+  // The harmonic mean of the probes before the calls, the best of them kept for the machine.
+  std::optional<double> probed(const std::vector<double>& gbps, bool zeros) const {
+    if (gbps.empty()) return std::nullopt;
+    remembered_write(*std::max_element(gbps.begin(), gbps.end()), zeros);
+    return harmonic_mean(gbps);
   }
 
   static double harmonic_mean(const std::vector<double>& values) {
@@ -366,8 +374,8 @@ class Run {
     };
     std::optional<MemoryProbe> probe;
     if (probes_each_call()) probe.emplace(omp_get_max_threads(), bytes_beside_calls());
-    const bool probe_writes = probe && probes_writes();
-    std::vector<double> call_probes, call_write_probes;  // GB/s, a probe before each timed call
+    const bool probe_values = probe && probes_writes(false), probe_zeros = probe && probes_writes(true);
+    std::vector<double> call_probes, value_probes, zero_probes;  // GB/s, a probe before each timed call
     const std::optional<double> read_before = probe ? std::nullopt : window_read_gbps();
     const NoiseProbe noise_probe;
     const auto calls_start = std::chrono::steady_clock::now();
@@ -376,7 +384,8 @@ class Run {
         [&] {
           timed = true;
           if (probe) call_probes.push_back(probe->read_gbps(kPassesBesideCalls));
-          if (probe_writes) call_write_probes.push_back(probe->write_gbps(kPassesBesideCalls));
+          if (probe_values) value_probes.push_back(probe->write_gbps(kPassesBesideCalls, false));
+          if (probe_zeros) zero_probes.push_back(probe->write_gbps(kPassesBesideCalls, true));
           if (parallel_) keep_first_error(outcome_.output_status, x_.comm.barrier());
         });
     const MemoryUse during = memory.use();  // before the ranks' times and bytes are gathered
@@ -388,10 +397,8 @@ class Run {
       t.read_peak_gbps = harmonic_mean(call_probes);
       t.bw_peak_source = "each_call";
       remembered(*std::max_element(call_probes.begin(), call_probes.end()));
-      if (probe_writes) {
-        t.write_peak_gbps = harmonic_mean(call_write_probes);
-        remembered_write(*std::max_element(call_write_probes.begin(), call_write_probes.end()));
-      }
+      t.write_peak_gbps = probed(value_probes, false);
+      t.zero_write_peak_gbps = probed(zero_probes, true);
     } else if (read_before) {
       t.read_peak_gbps = std::max(*read_before, *window_read_gbps());
       t.bw_peak_source = "around_calls";
@@ -445,6 +452,7 @@ class Run {
       ceiling.bw_peak_source = t.bw_peak_source;
     }
     if (t.write_peak_gbps) ceiling.write_peak_gbps = t.write_peak_gbps;
+    if (t.zero_write_peak_gbps) ceiling.zero_write_peak_gbps = t.zero_write_peak_gbps;
     ResultRow row = make_row(
         c_, o_.kernel, protocol_of(o_),
         {name(mode), t.time, ceiling, block_.saved_activation_bytes(), t.memory, omp_get_max_threads(),

@@ -4,13 +4,14 @@
 // threads that later read them (so a NUMA machine places them near), each kernel timed several times and
 // the best kept (contention only slows a pass).
 //   read:  sum += a[i]               8 bytes an element
-//   write: a[i] = 0                  8 bytes an element, streaming (non-temporal) stores, as a forward_backward
+//   write: a[i] = v                  8 bytes an element, streaming (non-temporal) stores, as a
+//   forward_backward
 //                                    streams its gradients (cpu/gemm/zero_gradient.h): they skip the
-//                                    write-allocate read and ran 34-40 GB/s where reads ran 22-26 (2-core
-//                                    Zen 3), so a run that writes much is bounded by both peaks. Zeros: at
-//                                    few tokens most gradient bytes are (experts no row reached), and a
-//                                    machine may write them faster than other values (that Zen 3's VM: 30-40
-//                                    against 19-22 GB/s, alternately in one process), so the peak bounds them
+//                                    write-allocate read, so a run that writes much is bounded by reads and
+//                                    writes apart. Twice: values (2.0) and zeros, which a machine may write
+//                                    faster (a 2-core Zen 3 VM: zeros 30-40 GB/s, other values 19-22,
+//                                    alternately in one process; reads 20-28), and at few tokens most of
+//                                    the gradient bytes are zeros (experts no row reached)
 //   triad: a[i] = b[i] + s * c[i]    24 bytes an element (the write-allocate read is not counted, as in
 //   STREAM)
 #pragma once
@@ -23,7 +24,8 @@ namespace moe::bench {
 
 struct Bandwidth {
   double read_gbps = 0;
-  double write_gbps = 0;
+  double write_gbps = 0;       // values
+  double zero_write_gbps = 0;  // zeros
   double triad_gbps = 0;
 };
 
@@ -48,20 +50,20 @@ Bandwidth measure_bandwidth(int threads, double bytes_per_array = 256.0 * 1024 *
 double measure_read_gbps(int threads, double bytes = 256.0 * 1024 * 1024, int repeats = 10);
 
 // A memory probe over its own buffer, first touched by the probing threads; read_gbps() (write_gbps()) is
-// the best of `repeats` read (streaming write) passes over it. Beside each timed call of a memory-bound run
-// (bench/harness/run.cpp) it is bytes_beside_calls() long and read four times (a pass moves by +-10 % from
-// the one before), ~15 ms at 35 GB/s: a shared VM's memory moves between ~33 and ~60 GB/s within seconds
-// (2-core Zen 4; Zen 5 ~50 / ~85), so probes around the calls may meet another speed than the calls did, and
-// one row's % of the bandwidth peak read 49-125 % from run to run (Qwen3-30B-A3B, 64 tokens, runs routing;
-// with these probes 79-95 %). Its passes leave the caches holding the buffer's end, not the weights of the
-// call before. A run that writes much (a forward_backward's gradients) probes writes beside each call as
-// well.
+// the best of `repeats` read (streaming write: of zeros or of values) passes over it. Beside each timed call
+// of a memory-bound run (bench/harness/run.cpp) it is bytes_beside_calls() long and read four times (a pass
+// moves by +-10 % from the one before), ~15 ms at 35 GB/s: a shared VM's memory moves between ~33 and ~60
+// GB/s within seconds (2-core Zen 4; Zen 5 ~50 / ~85), so probes around the calls may meet another speed than
+// the calls did, and one row's % of the bandwidth peak read 49-125 % from run to run (Qwen3-30B-A3B, 64
+// tokens, runs routing; with these probes 79-95 %). Its passes leave the caches holding the buffer's end, not
+// the weights of the call before. A run that writes much (a forward_backward's gradients) probes writes
+// beside each call as well.
 class MemoryProbe {
  public:
   MemoryProbe(int threads, double bytes);
   ~MemoryProbe();
   double read_gbps(int repeats) const;
-  double write_gbps(int repeats) const;
+  double write_gbps(int repeats, bool zeros) const;
 
  private:
   struct Array;

@@ -105,6 +105,7 @@ Ceiling CeilingCache::get(CeilingMode mode, Backend& backend, const MoeConfig& c
   if (!with_peak) {
     ceiling.read_peak_gbps = machine.read_gbps(threads);
     ceiling.write_peak_gbps = machine.write_gbps(threads);
+    ceiling.zero_write_peak_gbps = machine.zero_write_gbps(threads);
     ceiling.ridge_peak_tflops = machine.arithmetic_tflops(threads, arithmetic);
     return ceiling;
   }
@@ -123,9 +124,11 @@ Ceiling CeilingCache::get(CeilingMode mode, Backend& backend, const MoeConfig& c
     bw = bandwidths_.emplace(threads, measure_bandwidth(threads)).first;
     machine.remember_read_gbps(threads, bw->second.read_gbps);
     machine.remember_write_gbps(threads, bw->second.write_gbps);
+    machine.remember_zero_write_gbps(threads, bw->second.zero_write_gbps);
   }
   ceiling.read_peak_gbps = bw->second.read_gbps;
   ceiling.write_peak_gbps = bw->second.write_gbps;
+  ceiling.zero_write_peak_gbps = bw->second.zero_write_gbps;
   ceiling.bw_peak_source = "process";
   return ceiling;
 }

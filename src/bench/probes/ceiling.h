@@ -41,16 +41,16 @@ struct Ceiling {
   // int8 peak (TOP/s) for the routed int8 quant modes.
   std::optional<double> peak_tflops;
   // The memory roofline's peaks, for every cpu run whose ceiling is not off: streaming reads and streaming
-  // writes with the run's threads (bandwidth.h), GB/s (a row's bw_peak_gbps mixes them by its traffic:
-  // accounting.h Traffic::mixed_gbps), and the arithmetic peak the run's bound is read against (peak_tflops
-  // where --with-peak measured it, else the machine's kept one: machine_peaks.h).
-  std::optional<double> read_peak_gbps, write_peak_gbps;
+  // writes of values and of zeros with the run's threads (bandwidth.h), GB/s (a row's bw_peak_gbps mixes
+  // them by its traffic: accounting.h Traffic::mixed_gbps), and the arithmetic peak the run's bound is read
+  // against (peak_tflops where --with-peak measured it, else the machine's kept one: machine_peaks.h).
+  std::optional<double> read_peak_gbps, write_peak_gbps, zero_write_peak_gbps;
   std::optional<double> ridge_peak_tflops;
   // Where the bandwidth peaks come from (the row's bw_peak_source): "kept" (the machine's best so far),
   // "process" (--with-peak's probe at this process's start), and, set by the run (bench/harness/run.cpp),
   // "around_calls" (reads: the better of probes just before and after its calls) or "each_call" (a
-  // memory-bound run's: the harmonic mean of a probe just before each timed call; writes probed so too
-  // where they are much of its traffic, else the process's).
+  // memory-bound run's: the harmonic mean of a probe just before each timed call; writes of values and of
+  // zeros probed so too where each is much of its traffic, else the process's).
   const char* bw_peak_source = "kept";
 };
 

@@ -51,11 +51,16 @@ double MachinePeaks::write_gbps(int threads) {
   return kept_bandwidth(threads, fmt::format("threads={} write_gbps", threads));
 }
 
+double MachinePeaks::zero_write_gbps(int threads) {
+  return kept_bandwidth(threads, fmt::format("threads={} zero_write_gbps", threads));
+}
+
 double MachinePeaks::kept_bandwidth(int threads, const std::string& what) {
   if (auto v = cached(what); v && *v) return **v;
   const Bandwidth bw = measure_bandwidth(threads);
   remember_read_gbps(threads, bw.read_gbps);
   remember_write_gbps(threads, bw.write_gbps);
+  remember_zero_write_gbps(threads, bw.zero_write_gbps);
   return **cached(what);
 }
 
@@ -73,6 +78,10 @@ void MachinePeaks::remember_read_gbps(int threads, double gbps) {
 
 void MachinePeaks::remember_write_gbps(int threads, double gbps) {
   keep(fmt::format("threads={} write_gbps", threads), gbps);
+}
+
+void MachinePeaks::remember_zero_write_gbps(int threads, double gbps) {
+  keep(fmt::format("threads={} zero_write_gbps", threads), gbps);
 }
 
 void MachinePeaks::remember_arithmetic(int threads, Dtype arithmetic, std::optional<double> tflops) {

@@ -24,14 +24,16 @@ class MachinePeaks {
   // "" for --tuning-file none or where no cache directory is known.
   static std::string path_beside_tuning_file(const std::string& tuning_file);
 
-  // GB/s reading (streaming writes) with `threads` threads; either missing measures both.
+  // GB/s reading (streaming writes of values, of zeros) with `threads` threads; any missing measures all.
   double read_gbps(int threads);
   double write_gbps(int threads);
+  double zero_write_gbps(int threads);
   // TF/s (TOP/s for s8) multiplying `arithmetic` with `threads` threads; nullopt where no ISA here does.
   std::optional<double> arithmetic_tflops(int threads, Dtype arithmetic);
   // Keeps a fresh measurement (--peak): for this process and in the file.
   void remember_read_gbps(int threads, double gbps);
   void remember_write_gbps(int threads, double gbps);
+  void remember_zero_write_gbps(int threads, double gbps);
   void remember_arithmetic(int threads, Dtype arithmetic, std::optional<double> tflops);
 
  private:
