@@ -166,17 +166,27 @@ void add_seed_keys(ResultRow& r, const MoeConfig& c, const Measured& m, double t
   r["time_stddev_s"] = t.stddev;
 }
 
-std::optional<bool> memory_bound(const MoeConfig& c, const Measured& m) {
-  return memory_bound(c, m.ceiling, m.null_stats.real_assignments, m.experts_touched);
+// What a row's numbers are read against: the seed's FLOPs, the bytes the call must move, and the memory
+// roofline's verdict on them.
+struct Demand {
+  double flops;
+  Traffic traffic;
+  std::optional<bool> memory_bound;
+};
+
+Demand demand_of(const MoeConfig& c, const Measured& m) {
+  const double flops = seed_flops(c, m.null_stats.real_assignments);
+  const Traffic traffic = compulsory_traffic(c, m.experts_touched);
+  return {flops, traffic, memory_bound(traffic, flops, m.ceiling)};
 }
 
 // What the run is measured against (the dense ceiling, the ISA peak), its memory, and the machine's state.
-void add_limits_and_machine(ResultRow& r, const MoeConfig& c, const Measured& m, double tflops) {
+void add_limits_and_machine(ResultRow& r, const Demand& d, const Measured& m, double tflops) {
   const std::optional<double>& ceiling = m.ceiling.tflops;
   const double pct = ceiling ? 100.0 * tflops / *ceiling : 0.0;
   r["ceiling_tflops"] = number_or_null(ceiling);
   r["pct_of_ceiling"] = ceiling ? ResultRow(pct) : ResultRow(nullptr);
-  r["ceiling_note"] = ceiling_note(m.ceiling, pct, m.time, memory_bound(c, m).value_or(false));
+  r["ceiling_note"] = ceiling_note(m.ceiling, pct, m.time, d.memory_bound.value_or(false));
   r["saved_activation_bytes"] = m.saved_activation_bytes;
   r["tensor_bytes_live"] = m.memory.live_bytes;
   r["tensor_bytes_peak"] = m.memory.peak_bytes;
@@ -195,19 +205,18 @@ void add_limits_and_machine(ResultRow& r, const MoeConfig& c, const Measured& m,
 
 // The memory roofline: the bytes a call must move, the rate it moved them at, the bandwidth peak (reads and
 // writes mixed by the call's traffic) and which peak binds (memory_bound).
-void add_memory_roofline(ResultRow& r, const MoeConfig& c, const Measured& m) {
-  const Traffic traffic = compulsory_traffic(c, m.experts_touched);
-  const double gbps = traffic.bytes() / m.time.mean / 1e9;
-  r["bytes_moved"] = int64_t(traffic.bytes());
+void add_memory_roofline(ResultRow& r, const MoeConfig& c, const Demand& d, const Measured& m) {
+  const double gbps = d.traffic.bytes() / m.time.mean / 1e9;
+  r["bytes_moved"] = int64_t(d.traffic.bytes());
   r["gbps"] = gbps;
-  const std::optional<double> bw = bw_peak_gbps(c, m.ceiling, m.experts_touched);
+  const std::optional<double> bw = bw_peak_gbps(d.traffic, m.ceiling);
   r["bw_peak_gbps"] = number_or_null(bw);
   r["bw_read_peak_gbps"] = number_or_null(m.ceiling.read_peak_gbps);
   r["bw_write_peak_gbps"] = number_or_null(m.ceiling.write_peak_gbps);
   r["bw_zero_write_peak_gbps"] = number_or_null(m.ceiling.zero_write_peak_gbps);
   r["bw_peak_source"] = bw ? ResultRow(m.ceiling.bw_peak_source) : ResultRow(nullptr);
   r["pct_of_bw_peak"] = bw ? ResultRow(100.0 * gbps / *bw) : ResultRow(nullptr);
-  const std::optional<bool> memory = memory_bound(c, m);
+  const std::optional<bool>& memory = d.memory_bound;
   r["bound"] = memory ? ResultRow(*memory ? "memory" : "compute") : ResultRow(nullptr);
   // Past the probes where memory binds: say so beside the ceiling's verdict (ceiling.h).
   if (bw && memory.value_or(false) && gbps > *bw)
@@ -293,11 +302,12 @@ void add_config_and_protocol(ResultRow& r, const MoeConfig& c, const KernelConfi
 
 ResultRow make_row(const MoeConfig& c, const KernelConfig& k, const Protocol& p, const Measured& m,
                    const Environment& env) {
-  const double tflops = seed_flops(c, m.null_stats.real_assignments) / m.time.mean / 1e12;
+  const Demand d = demand_of(c, m);
+  const double tflops = d.flops / m.time.mean / 1e12;
   ResultRow r;
   add_seed_keys(r, c, m, tflops);
-  add_limits_and_machine(r, c, m, tflops);
-  add_memory_roofline(r, c, m);
+  add_limits_and_machine(r, d, m, tflops);
+  add_memory_roofline(r, c, d, m);
   add_parallel(r, c, m.parallel, tflops);
   add_kernels_and_quant(r, c, k, m);
   add_config_and_protocol(r, c, k, p, m, env);
@@ -395,18 +405,16 @@ std::optional<BandwidthPeaks> bandwidth_peaks(const Ceiling& ceiling) {
   return BandwidthPeaks{*read, write, ceiling.zero_write_peak_gbps.value_or(write)};
 }
 
-std::optional<double> bw_peak_gbps(const MoeConfig& c, const Ceiling& ceiling, int64_t experts_touched) {
+std::optional<double> bw_peak_gbps(const Traffic& traffic, const Ceiling& ceiling) {
   const std::optional<BandwidthPeaks> bw = bandwidth_peaks(ceiling);
   if (!bw) return std::nullopt;
-  return compulsory_traffic(c, experts_touched).mixed_gbps(*bw);
+  return traffic.mixed_gbps(*bw);
 }
 
-std::optional<bool> memory_bound(const MoeConfig& c, const Ceiling& ceiling, int64_t real_assignments,
-                                 int64_t experts_touched) {
-  const std::optional<double> bw = bw_peak_gbps(c, ceiling, experts_touched),
-                              peak = ceiling.ridge_peak_tflops;
+std::optional<bool> memory_bound(const Traffic& traffic, double flops, const Ceiling& ceiling) {
+  const std::optional<double> bw = bw_peak_gbps(traffic, ceiling), peak = ceiling.ridge_peak_tflops;
   if (!bw || !peak) return std::nullopt;
-  const double intensity = seed_flops(c, real_assignments) / compulsory_bytes(c, experts_touched);
+  const double intensity = flops / traffic.bytes();
   return intensity < *peak * 1e12 / (*bw * 1e9);
 }
 

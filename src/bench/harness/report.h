@@ -83,14 +83,14 @@ std::optional<BandwidthPeaks> bandwidth_peaks(const Ceiling& ceiling);
 
 // The bandwidth peak a run's bytes are read against (the row's bw_peak_gbps): the peaks mixed by its traffic
 // (accounting.h Traffic::mixed_gbps); none without a read peak.
-std::optional<double> bw_peak_gbps(const MoeConfig& c, const Ceiling& ceiling, int64_t experts_touched);
+std::optional<double> bw_peak_gbps(const Traffic& traffic, const Ceiling& ceiling);
 
-// The memory roofline's verdict (accounting.h compulsory_bytes): whether the run's arithmetic intensity
-// (FLOPs / bytes) is below the ridge point (arithmetic peak / bw_peak_gbps), i.e. bandwidth binds it. None
-// without both peaks: the machine's kept ones (machine_peaks.h), or this process's with --with-peak; none
-// where the ceiling is off or the backend is not cpu.
-std::optional<bool> memory_bound(const MoeConfig& c, const Ceiling& ceiling, int64_t real_assignments,
-                                 int64_t experts_touched);
+// The memory roofline's verdict on a call of `flops` (accounting.h seed_flops) moving `traffic`
+// (compulsory_traffic): whether its arithmetic intensity (FLOPs / bytes) is below the ridge point (arithmetic
+// peak / bw_peak_gbps), i.e. bandwidth binds it. None without both peaks: the machine's kept ones
+// (machine_peaks.h), or this process's with --with-peak; none where the ceiling is off or the backend is not
+// cpu.
+std::optional<bool> memory_bound(const Traffic& traffic, double flops, const Ceiling& ceiling);
 
 // One row of a run: the seed's RESULT keys in its order, then ours (dtype, the five time statistics,
 // ceiling_tflops, pct_of_ceiling, ceiling_note (ceiling.h), saved_activation_bytes, tensor_bytes_live,

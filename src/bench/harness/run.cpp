@@ -203,7 +203,8 @@ class Run {
         rc_(rank_config(c_, block_.layout())),
         routing_(to_memory(rank_routing(x.host_routing, block_.layout()), x.backend.memory())),
         out_(x.backend.empty(c_.dtype, {rc_.tokens, c_.hidden})),
-        stats_lines_(routing_lines(c_, x.host_routing, x.null_stats)) {
+        stats_lines_(routing_lines(c_, x.host_routing, x.null_stats)),
+        machine_peaks_(MachinePeaks::path_beside_tuning_file(x.backend.kernel().tuning_file)) {
     if (c_.bench_pass == BenchPass::forward_backward) grads_ = make_grads(rc_, x.backend.memory());
   }
 
@@ -298,7 +299,7 @@ class Run {
   // A single-process cpu run with --with-peak compares itself with the memory of its own minute: the best
   // read probe just before its first call and just after its timed calls (the process's first probe may be
   // minutes older, and a shared machine's memory moves by 1.5-2x from minute to minute). None otherwise.
-  std::optional<double> window_read_gbps() const {
+  std::optional<double> window_read_gbps() {
     if (!probes_own_memory()) return std::nullopt;
     return remembered(measure_read_gbps(omp_get_max_threads()));
   }
@@ -307,16 +308,13 @@ class Run {
   bool probes_own_memory() const { return o_.with_peak && x_.ceiling.peak_tflops && !parallel_; }
 
   // Kept with the machine's peaks (the best seen), so a later row without --with-peak reads at least it.
-  double remembered(double gbps) const {
-    machine_peaks().remember_read_gbps(omp_get_max_threads(), gbps);
+  double remembered(double gbps) {
+    machine_peaks_.remember_read_gbps(omp_get_max_threads(), gbps);
     return gbps;
   }
-  void remembered_write(double gbps, bool zeros) const {
-    if (zeros) return machine_peaks().remember_zero_write_gbps(omp_get_max_threads(), gbps);
-    machine_peaks().remember_write_gbps(omp_get_max_threads(), gbps);
-  }
-  MachinePeaks machine_peaks() const {
-    return MachinePeaks(MachinePeaks::path_beside_tuning_file(x_.backend.kernel().tuning_file));
+  void remembered_write(double gbps, bool zeros) {
+    if (zeros) return machine_peaks_.remember_zero_write_gbps(omp_get_max_threads(), gbps);
+    machine_peaks_.remember_write_gbps(omp_get_max_threads(), gbps);
   }
 
   // Where the memory roofline binds the run, the window's probes may meet another memory speed than its
@@ -327,19 +325,22 @@ class Run {
   // them (the other layers' weights pass between).
   bool probes_each_call() const {
     if (!probes_own_memory()) return false;
-    return memory_bound(c_, x_.ceiling, x_.null_stats.real_assignments, experts_touched(x_.host_routing))
+    return memory_bound(traffic(), seed_flops(c_, x_.null_stats.real_assignments), x_.ceiling)
         .value_or(false);
   }
+
+  // The bytes each call must move (accounting.h).
+  Traffic traffic() const { return compulsory_traffic(c_, experts_touched(x_.host_routing)); }
 
   // Whether writes of values (zeros) are a tenth or more of the run's traffic (a forward_backward's
   // gradients): then the probe before each call writes them as well as reads.
   bool probes_writes(bool zeros) const {
-    const Traffic traffic = compulsory_traffic(c_, experts_touched(x_.host_routing));
-    return (zeros ? traffic.zeros : traffic.written) >= 0.1 * traffic.bytes();
+    const Traffic t = traffic();
+    return (zeros ? t.zeros : t.written) >= 0.1 * t.bytes();
   }
 
   // The harmonic mean of the probes before the calls, the best of them kept for the machine.
-  std::optional<double> probed(const std::vector<double>& gbps, bool zeros) const {
+  std::optional<double> probed(const std::vector<double>& gbps, bool zeros) {
     if (gbps.empty()) return std::nullopt;
     remembered_write(*std::max_element(gbps.begin(), gbps.end()), zeros);
     return harmonic_mean(gbps);
@@ -549,6 +550,7 @@ class Run {
   Tensor out_;
   std::optional<MoeGrads> grads_;
   const std::string stats_lines_;
+  MachinePeaks machine_peaks_;  // the peaks kept beside the tuning file, which the run's probes raise
   RunOutcome outcome_;
   std::string trace_run_;
   std::vector<TraceEvent> events_;
