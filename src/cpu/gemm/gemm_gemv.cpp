@@ -13,12 +13,12 @@
 // values. Sums wait in a per-thread float32 scratch between blocks; each line a block reads prefetches the
 // line two blocks below it into L2, so the DRAM stream runs ahead of the arithmetic. From the layer's
 // kChunkRows rows (zmm: 5), where the arithmetic counts, an item is instead a chunk of a few column tiles
-// (at most 512 KiB of weights, 256 KiB where its rows take several register blocks) walked over its whole
-// reduction at once, a register block of rows at a time, sums in registers, while the lines of the thread's
-// next item are prefetched into L2 row by row, each register block its share (gemm_gemv_kernel.h). From 33
-// rows the arithmetic sets the speed; there the chunks still beat dpbf16's packed panels on streamed
-// weights (64 rows kept: 0.83-0.93 against 0.78-0.85 TF/s, moe_bench_few_rows 3 64, 2-core Zen 5), while
-// from ~96 rows they run level and at 128 dpbf16 leads.
+// (at most 512 KiB of weights, 256 KiB where its rows take several register blocks, less on a small L2:
+// gemv_cpu) walked over its whole reduction at once, a register block of rows at a time, sums in registers,
+// while the lines of the thread's next item are prefetched into L2 row by row, each register block its share
+// (gemm_gemv_kernel.h). From 33 rows the arithmetic sets the speed; there the chunks still beat dpbf16's
+// packed panels on streamed weights (64 rows kept: 0.83-0.93 against 0.78-0.85 TF/s, moe_bench_few_rows 3
+// 64, 2-core Zen 5), while from ~96 rows they run level and at 128 dpbf16 leads.
 // Weights kept across calls (ExpertWeights::packs: a forward run's) are packed once, on the first call, in
 // tile order (gemm_gemv.h): an item's tiles are then one run of memory, walked tile by tile over the whole
 // reduction with the lines 8 KiB ahead prefetched into L2. In place, a tile's rows lie a weight row apart
@@ -49,6 +49,7 @@
 
 #include "cpu/gemm/gemm.h"
 #include "cpu/gemm/gemm_variants.h"
+#include "cpu/gemm/tuning.h"
 #include "cpu/ops/swiglu.h"
 #include "moe/cpu_isa.h"
 
@@ -103,6 +104,19 @@ int64_t packed_ahead_rows(bool zmm) {
   return !zmm || (cpu.vendor == "AuthenticAMD" && cpu.family == 26) ? 1 : 5;
 }
 
+// A chunk's weights wait in L2 for the item before them while the thread's next chunk arrives beside them:
+// at most 512 KiB, and 256 KiB where several register blocks share the chunk (each walks it once), so that
+// the two fill half of a 1 MiB L2, not all of it (at Kd 2048, 32 rows kept, level with 512 KiB or up to 6 %
+// faster: moe_bench_few_rows 3 32, 2-core Zen 5); on a smaller L2, a half and a quarter of it. The Zen 3's
+// 512 KiB L2 (ymm, kept weights, alternately, moe_bench_few_rows 3 12 gemv, 64 experts; FMA peak ~0.18): in
+// an hour the machine was busy, 12 rows (6 + 6) 0.134-0.178 TF/s with 256 KiB chunks against 0.156-0.184 with
+// 128 KiB, 8 rows level; in a quiet one both 0.18-0.19.
+GemvCpu gemv_cpu(bool zmm) {
+  constexpr int64_t kKiB = 1024;
+  static const int64_t l2 = int64_t(core_l2_cache_bytes());  // read once: sysfs files, not a call's work
+  return {packed_ahead_rows(zmm), std::min(512 * kKiB, l2 / 2), std::min(256 * kKiB, l2 / 4)};
+}
+
 }  // namespace
 
 void grouped_gemm_nn(const GemmThresholds& /*k*/, void* out, Dtype out_dtype, const void* lhs,
@@ -114,8 +128,8 @@ void grouped_gemm_nn(const GemmThresholds& /*k*/, void* out, Dtype out_dtype, co
   const int64_t tile_cols =
       zmm ? cpu::isa_avx512_bf16::gemv::kTileColsOfInstance : cpu::isa_avx2::gemv::kTileColsOfInstance;
   const uint8_t* packed = rhs.packs && N > 0 ? tiles_of(rhs, groups.experts, Kd, N, tile_cols) : nullptr;
-  nn(out, out_dtype == Dtype::bf16, static_cast<const bf16_t*>(lhs), rhs, packed, packed_ahead_rows(zmm),
-     groups, Kd, N);
+  nn(out, out_dtype == Dtype::bf16, static_cast<const bf16_t*>(lhs), rhs, packed, gemv_cpu(zmm), groups, Kd,
+     N);
   zero_padding_rows(out, out_dtype, groups, N);
 }
 

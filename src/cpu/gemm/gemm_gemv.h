@@ -14,16 +14,24 @@ namespace moe {
 inline constexpr int64_t kGemvMaxRows = 64;
 inline constexpr int64_t kGemvNtMaxRows = 16;
 inline constexpr int64_t kGemvTnMaxRows = 16;
+
+// What nn's walks take from the CPU they run on (gemm_gemv.cpp measures why): from how many live rows a walk
+// over packed weights prefetches ahead, and the most weights a chunk holds while the thread's next one
+// arrives beside it in L2, walked by one register block or shared by several.
+struct GemvCpu {
+  int64_t packed_ahead_rows;
+  int64_t chunk_bytes, shared_chunk_bytes;
+};
 }  // namespace moe
 
-// packed: rhs in tile order, or nullptr (read in place); a walk over it of packed_ahead_rows live rows or
-// more prefetches ahead. Tile order, what gemv keeps of weights kept across calls (ExpertWeights::packs): per
-// expert and part, column tiles of the instance's kTileColsOfInstance columns, a tile's Kd rows contiguous,
-// (E, parts, part tiles, Kd, kTileColsOfInstance) bf16, the last tile's columns past the part zero.
+// packed: rhs in tile order, or nullptr (read in place). Tile order, what gemv keeps of weights kept across
+// calls (ExpertWeights::packs): per expert and part, column tiles of the instance's kTileColsOfInstance
+// columns, a tile's Kd rows contiguous, (E, parts, part tiles, Kd, kTileColsOfInstance) bf16, the last tile's
+// columns past the part zero.
 namespace moe::cpu::isa_avx512_bf16::gemv {
 inline constexpr int64_t kTileColsOfInstance = 32;
 void nn(void* out, bool out_bf16, const bf16_t* lhs, ExpertWeights rhs, const uint8_t* packed,
-        int64_t packed_ahead_rows, GroupedShape groups, int64_t Kd, int64_t N);
+        const GemvCpu& cpu, GroupedShape groups, int64_t Kd, int64_t N);
 void nt(void* out, bool out_bf16, const bf16_t* dout, ExpertWeights rhs, GroupedShape groups, int64_t Kd,
         int64_t N, bool accumulate);
 void tn(void* drhs, bool out_bf16, const bf16_t* lhs, const bf16_t* dout, GroupedShape groups, int64_t Kd,
@@ -33,7 +41,7 @@ void tn(void* drhs, bool out_bf16, const bf16_t* lhs, const bf16_t* dout, Groupe
 namespace moe::cpu::isa_avx2::gemv {
 inline constexpr int64_t kTileColsOfInstance = 16;
 void nn(void* out, bool out_bf16, const bf16_t* lhs, ExpertWeights rhs, const uint8_t* packed,
-        int64_t packed_ahead_rows, GroupedShape groups, int64_t Kd, int64_t N);
+        const GemvCpu& cpu, GroupedShape groups, int64_t Kd, int64_t N);
 void nt(void* out, bool out_bf16, const bf16_t* dout, ExpertWeights rhs, GroupedShape groups, int64_t Kd,
         int64_t N, bool accumulate);
 void tn(void* drhs, bool out_bf16, const bf16_t* lhs, const bf16_t* dout, GroupedShape groups, int64_t Kd,

@@ -36,17 +36,12 @@ constexpr int64_t kMaxDepth = 32;
 // How far ahead a block's reads prefetch, in blocks: two blocks measured 0.77-0.86 of the read at 8 rows
 // against 0.71-0.78 at one (moe_bench_few_rows 3 8, 2-core Zen 4), level or better at 1 and 4 rows.
 constexpr int64_t kBlocksAhead = 2;
-// A chunk's weights at most (it waits in L2 for the item before it), in whole tiles, at most kChunkTiles;
-// kSharedChunkBytes where its rows take several register blocks, which walk it once each while the next
-// chunk arrives beside it: the two then fill half of a 1 MiB L2, not all of it (at Kd 2048, 32 rows kept,
-// level with 512 KiB or up to 6 % faster: moe_bench_few_rows 3 32, 2-core Zen 5).
-constexpr int64_t kChunkBytes = int64_t(512) << 10;
-constexpr int64_t kSharedChunkBytes = int64_t(256) << 10;
+// A chunk's tiles at most (its weights at most GemvCpu's chunk bytes: gemm_gemv.cpp).
 constexpr int64_t kChunkTiles = 4;
 // How far ahead of its reads a walk over packed weights (one run of memory) prefetches into L2, from the
-// call's packed_ahead_rows live rows (gemm_gemv.cpp says why per CPU). 8 rows on a 2-core Zen 4 (memory at
-// ~52 / ~32 GB/s; x the read): 0.78 / 0.97 without, 0.98 / 0.98 at 8 KiB, 1.00 / 0.92 at 16 KiB; Zen 5, 1-4
-// rows: 16 KiB 0.88-1.03, 4 KiB 0.91-1.04, 8 KiB 0.95-1.10.
+// call's GemvCpu::packed_ahead_rows live rows (gemm_gemv.cpp says why per CPU). 8 rows on a 2-core Zen 4
+// (memory at ~52 / ~32 GB/s; x the read): 0.78 / 0.97 without, 0.98 / 0.98 at 8 KiB, 1.00 / 0.92 at 16 KiB;
+// Zen 5, 1-4 rows: 16 KiB 0.88-1.03, 4 KiB 0.91-1.04, 8 KiB 0.95-1.10.
 constexpr int64_t kPackedAheadBytes = int64_t(8) << 10;
 
 // A run of weight lines to prefetch, row by row: `segs` lines of a row, then the next row `ld` bytes on; a
@@ -214,8 +209,8 @@ struct Call {
   ExpertWeights rhs;  // parts of (E, Kd, N / parts)
   int64_t Kd, N;
   // rhs in tile order (cpu/gemm/gemm_gemv.h), or nullptr: read in place.
-  const uint8_t* packed;      // (E, parts, part tiles, Kd, kTileCols)
-  int64_t packed_ahead_rows;  // a walk over packed weights of this many live rows or more prefetches ahead
+  const uint8_t* packed;  // (E, parts, part tiles, Kd, kTileCols)
+  GemvCpu cpu;
 };
 
 // A part's column tiles.
@@ -299,7 +294,8 @@ PrefetchPlan block_prefetch(const Call& c, const Item& it, const Item* next, boo
   }
   if (b > 0) return none;
   if (c.packed)
-    return it.live >= c.packed_ahead_rows ? PrefetchPlan{w0 + kPackedAheadBytes, 1, ld_bytes, 0, 0, 1} : none;
+    return it.live >= c.cpu.packed_ahead_rows ? PrefetchPlan{w0 + kPackedAheadBytes, 1, ld_bytes, 0, 0, 1}
+                                              : none;
   if (chunk || k0 + (kBlocksAhead + 1) * depth > c.Kd) return none;
   return {w0 + (k0 + kBlocksAhead * depth) * ld_bytes, 1, ld_bytes, 0, 0, 1};
 }
@@ -373,13 +369,15 @@ Scratch<L>& thread_scratch() {
 }
 
 // The columns of an item of a part `part_cols` wide for `live` rows: a chunk walked at once (`whole`: at most
-// kChunkBytes of weights, or kSharedChunkBytes, whole tiles), or whole rows (at most kMaxChunkCols) unless
-// `items` whole parts leave a thread of `threads` without two, whole column tiles either way.
+// the CPU's chunk bytes of weights, or its shared chunk bytes where the rows take several register blocks,
+// whole tiles), or whole rows (at most kMaxChunkCols) unless `items` whole parts leave a thread of `threads`
+// without two, whole column tiles either way.
 template <class L>
-int64_t chunk_cols(int64_t part_cols, int64_t Kd, int64_t live, bool whole, int64_t items, int threads) {
+int64_t chunk_cols(const Call& c, int64_t live, bool whole, int64_t items, int threads) {
+  const int64_t Kd = c.Kd, part_cols = c.N / c.rhs.parts();
   const int64_t tiles = (part_cols + L::kTileCols - 1) / L::kTileCols;
   if (whole) {
-    const int64_t most = register_blocks<L>(live) > 1 ? kSharedChunkBytes : kChunkBytes;
+    const int64_t most = register_blocks<L>(live) > 1 ? c.cpu.shared_chunk_bytes : c.cpu.chunk_bytes;
     int64_t chunk_tiles = kChunkTiles;
     while (chunk_tiles > 1 && chunk_tiles * L::kTileCols * 2 * Kd > most) chunk_tiles /= 2;
     return std::min(chunk_tiles, tiles) * L::kTileCols;
@@ -427,8 +425,8 @@ void run_items(const Call& c, const std::vector<Item>& items, gemm_detail::WorkS
 // out (rows, N) = lhs (rows, Kd) @ rhs[e] over each group's live rows (at most kMaxRows), bf16 inputs.
 template <class L>
 void nn_with(void* out, bool out_bf16, const bf16_t* lhs, ExpertWeights rhs, const uint8_t* packed,
-             int64_t packed_ahead_rows, GroupedShape groups, int64_t Kd, int64_t N) {
-  const Call c{out, out_bf16, lhs, rhs, Kd, N, packed, packed_ahead_rows};
+             const GemvCpu& cpu, GroupedShape groups, int64_t Kd, int64_t N) {
+  const Call c{out, out_bf16, lhs, rhs, Kd, N, packed, cpu};
   const int64_t part_cols = N / rhs.parts();
   int64_t live_experts = 0;
   for (int64_t e = 0; e < groups.experts; ++e) live_experts += gemm_detail::group_rows(groups, e).live > 0;
@@ -441,7 +439,7 @@ void nn_with(void* out, bool out_bf16, const bf16_t* lhs, ExpertWeights rhs, con
     if (g.live == 0) continue;
     MOE_CHECK(g.live <= kMaxRows, "a gemv group above its rows");
     const int64_t chunk =
-        chunk_cols<L>(part_cols, Kd, g.live, walks_whole<L>(c, g.live), live_experts * rhs.parts(), threads);
+        chunk_cols<L>(c, g.live, walks_whole<L>(c, g.live), live_experts * rhs.parts(), threads);
     max_chunk = std::max(max_chunk, chunk);
     for (int part = 0; part < rhs.parts(); ++part)
       for (int64_t col = 0; col < part_cols; col += chunk)
@@ -471,6 +469,6 @@ inline std::vector<RowRun> row_runs(GroupedShape groups, int64_t Kd, int64_t row
 // The instance's nn (cpu/gemm/gemm_gemv.h) on layer L, in the enclosing namespace.
 #define MOE_DEFINE_GEMV_NN(L)                                                                    \
   void nn(void* out, bool out_bf16, const bf16_t* lhs, ExpertWeights rhs, const uint8_t* packed, \
-          int64_t packed_ahead_rows, GroupedShape groups, int64_t Kd, int64_t N) {               \
-    nn_with<L>(out, out_bf16, lhs, rhs, packed, packed_ahead_rows, groups, Kd, N);               \
+          const GemvCpu& cpu, GroupedShape groups, int64_t Kd, int64_t N) {                      \
+    nn_with<L>(out, out_bf16, lhs, rhs, packed, cpu, groups, Kd, N);                             \
   }

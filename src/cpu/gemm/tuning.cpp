@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "cpu/gemm/gemm.h"
@@ -60,17 +61,46 @@ bool times_all(const std::set<std::string>& timed, const std::vector<std::string
 
 }  // namespace
 
+namespace {
+
+// The first word of a sysfs file, "" where it cannot be read.
+std::string sysfs_word(const std::string& path) {
+  std::ifstream file(path);
+  std::string word;
+  file >> word;
+  return word;
+}
+
+// cpu 0's data or unified cache of `level` as sysfs describes it (cache/indexN: level, type, size), 0 where
+// it says nothing.
+size_t sysfs_cache_bytes(int level) {
+  for (int index = 0; index < 8; ++index) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/";
+    const std::string found = sysfs_word(dir + "level");
+    if (found.empty()) return 0;
+    if (found != std::to_string(level) || sysfs_word(dir + "type") == "Instruction") continue;
+    unsigned long kib = 0;
+    return std::sscanf(sysfs_word(dir + "size").c_str(), "%luK", &kib) == 1 ? size_t(kib) * 1024 : 0;
+  }
+  return 0;
+}
+
+}  // namespace
+
 size_t last_level_cache_bytes() {
   constexpr size_t kMiB = size_t(1) << 20;
-  size_t bytes = 0;
-  if (std::FILE* f = std::fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r")) {
-    unsigned long kib = 0;
-    if (std::fscanf(f, "%luK", &kib) == 1) bytes = size_t(kib) * 1024;
-    std::fclose(f);
-  }
+  size_t bytes = sysfs_cache_bytes(3);
   if (bytes == 0) bytes = size_t(std::max<long>(0, sysconf(_SC_LEVEL3_CACHE_SIZE)));
   if (bytes == 0) bytes = 32 * kMiB;
   return std::clamp(bytes, 16 * kMiB, 256 * kMiB);
+}
+
+size_t core_l2_cache_bytes() {
+  constexpr size_t kKiB = 1024;
+  size_t bytes = sysfs_cache_bytes(2);
+  if (bytes == 0) bytes = size_t(std::max<long>(0, sysconf(_SC_LEVEL2_CACHE_SIZE)));
+  if (bytes == 0) bytes = 1024 * kKiB;
+  return std::clamp(bytes, 256 * kKiB, 8192 * kKiB);
 }
 
 CacheEvictor::CacheEvictor() : words_(2 * last_level_cache_bytes() / sizeof(uint64_t)) {

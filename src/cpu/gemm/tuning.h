@@ -71,6 +71,8 @@ std::optional<size_t> preferred_candidate(const GemmCall& call, const std::vecto
 // The last-level cache a thread of cpu 0 shares (sysfs; glibc's sysconf reports the host's total in some VMs:
 // 320 MiB on a 2-core guest whose L3 is 32 MiB), within [16, 256] MiB; 32 MiB where neither says.
 size_t last_level_cache_bytes();
+// The L2 cache of cpu 0 (sysfs, else sysconf), within [256 KiB, 8 MiB]; 1 MiB where neither says.
+size_t core_l2_cache_bytes();
 
 class CacheEvictor {
  public:
