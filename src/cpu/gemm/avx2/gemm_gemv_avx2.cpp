@@ -268,23 +268,41 @@ void YmmNt::dot_rows(const NtJob& j) {
 // row x 64 columns a tile (8 accumulators, the dout rows read by the multiplies, 1 broadcast), rounded once
 // (bf16) and streamed straight from the registers. One row a tile: rows of 4 KiB (N 2048, bf16) streamed two
 // at a time wrote at half the speed of one (9 against 15-18 GB/s on the real Zen 3); 8 sums, not 4: a
-// tile's sums are chains as long as the group has rows, and 4 of them left the multiplies waiting.
+// tile's sums are chains as long as the group has rows, and 4 of them left the multiplies waiting; 32
+// columns a tile in three partial sums (12 chains) ran slower (8 rows 0.057-0.070 against 0.087-0.098 TF/s,
+// 1 row 0.017 against 0.022). An item's gradient rows are walked a block of columns at a time (run).
 struct YmmTn {
   using Staged = float;
   static constexpr int64_t kTnCols = 64;
   static constexpr int kVectors = kTnCols / 8;
-  static int64_t staged_size(int64_t live, int64_t Kd, int64_t N) { return live * (Kd + N); }
-  // lhs (Kd, live) then dout (live, N).
+  // Staged dout rows' distance: a line more than a row, so that they do not all fall in one L1 set (rows of
+  // 2048 float32 are 8 KiB apart, and a tile's 8-16 rows' lines then thrashed an 8-way set).
+  static int64_t dout_ld(int64_t N) { return N + 16; }
+  static int64_t staged_size(int64_t live, int64_t Kd, int64_t N) { return live * (Kd + dout_ld(N)); }
+  // lhs (Kd, live) then dout (live, dout_ld(N)).
   static void stage(const bf16_t* lhs, const bf16_t* dout, int64_t ld_dout, int64_t live, int64_t Kd,
                     int64_t N, float* staged) {
     for (int64_t r = 0; r < live; ++r) {
       for (int64_t k = 0; k < Kd; ++k) staged[k * live + r] = widen(lhs[r * Kd + k]);
-      for (int64_t n = 0; n < N; ++n) staged[Kd * live + r * N + n] = widen(dout[r * ld_dout + n]);
+      for (int64_t n = 0; n < N; ++n) staged[Kd * live + r * dout_ld(N) + n] = widen(dout[r * ld_dout + n]);
     }
   }
-  static void row(const TnJob<float>& j, int64_t k);
+  static void row(const TnJob<float>& j, int64_t k, int64_t n0, int64_t n1);
+  // The item's gradient rows over a block of columns at a time: the block's dout rows then stay in L1 while
+  // every gradient row of the item reads them (whole rows of dout, 64 KiB at 8 rows x 2048 columns, came
+  // from L2 for each gradient row: 32 bytes a FMA, more than L2 serves). With dout_ld's padding, the real
+  // Zen 3 (moe_bench_few_rows 3 R gemv 64 tn, alternately): 8 rows 0.080-0.091 -> 0.087-0.097 TF/s, 16 rows
+  // 0.043-0.079 -> 0.061-0.097, 4 rows level; the blocks alone or the padding alone: level.
   static void run(const TnJob<float>& j) {
-    for (int64_t k = j.k0; k < j.k1; ++k) row(j, k);
+    const int64_t cols = block_cols(j.live, j.N);
+    for (int64_t n0 = 0; n0 < j.N; n0 += cols)
+      for (int64_t k = j.k0; k < j.k1; ++k) row(j, k, n0, std::min(j.N, n0 + cols));
+  }
+  // Columns a block: its dout rows at most kL1Bytes, whole tiles.
+  static constexpr int64_t kL1Bytes = int64_t(16) << 10;
+  static int64_t block_cols(int64_t live, int64_t N) {
+    const int64_t tiles = std::max<int64_t>(1, kL1Bytes / (live * kTnCols * 4));
+    return std::min(N, tiles * kTnCols);
   }
 };
 
@@ -319,7 +337,7 @@ template <bool kFull>
 [[gnu::always_inline]] inline void sum_rows(TnSums& acc, const TnJob<float>& j, const float* x,
                                             const float* d, int64_t n, int64_t cols) {
   for (int64_t r = 0; r < j.live; ++r) {
-    const float* dr = d + r * j.N + n;
+    const float* dr = d + r * YmmTn::dout_ld(j.N) + n;
     alignas(32) float tail[YmmTn::kTnCols];
     if constexpr (!kFull) {
       std::memset(tail, 0, sizeof tail);
@@ -332,15 +350,16 @@ template <bool kFull>
   }
 }
 
-// Gradient row k, tile by tile. The 2-row x 32-column tiles before, each rounded a value at a time (scalar)
-// and through memory before its stream, wrote 9 GB/s at 1 row and 4.2-6.6 at 8 (moe_bench_few_rows 3 R gemv
-// 64 tn, the real Zen 3; it streams 34-40 GB/s), these 21-24 at 1 row, 16-17 at 4 and 8-9 at 8.
-void YmmTn::row(const TnJob<float>& j, int64_t k) {
+// Gradient row k over columns [n0, n1), tile by tile. The 2-row x 32-column tiles before, each rounded a
+// value at a time (scalar) and through memory before its stream, wrote 9 GB/s at 1 row and 4.2-6.6 at 8
+// (moe_bench_few_rows 3 R gemv 64 tn, the real Zen 3; it streams 34-40 GB/s), these 21-24 at 1 row, 16-17 at
+// 4 and 8-9 at 8.
+void YmmTn::row(const TnJob<float>& j, int64_t k, int64_t n0, int64_t n1) {
   const float* x = j.staged + k * j.live;
   const float* d = j.staged + j.Kd * j.live;
   char* out = j.out + (k - j.k0) * j.N * (j.out_bf16 ? 2 : 4);
-  for (int64_t n = 0; n < j.N; n += kTnCols) {
-    const int64_t cols = std::min(kTnCols, j.N - n);
+  for (int64_t n = n0; n < n1; n += kTnCols) {
+    const int64_t cols = std::min(kTnCols, n1 - n);
     TnSums acc;
 #pragma GCC unroll 8
     for (int v = 0; v < kVectors; ++v) acc[v] = SumVector{};
