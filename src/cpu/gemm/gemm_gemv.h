@@ -9,10 +9,12 @@
 #include "moe/grouped.h"
 
 namespace moe {
-// The largest group the variant takes (its supports()): nn's, and nt's (its live rows' dout is read once a
-// pair of weight rows, from L1, so the loads match the multiplies: few rows only).
+// The largest group the variant takes (its supports()): nn's, nt's (its live rows' dout is read once a pair
+// of weight rows: few rows only; on the real Zen 3 the ymm nt beat avx2's at 24 and 32 rows, 0.096-0.133
+// against 0.095-0.117 TF/s, and lost from 48, 0.123-0.135 against 0.132-0.146: moe_bench_few_rows 2 R
+// gemv,avx2,onednn 64 nt) and tn's (avx2's led from 16 rows there: 0.085-0.108 against 0.063-0.097).
 inline constexpr int64_t kGemvMaxRows = 64;
-inline constexpr int64_t kGemvNtMaxRows = 16;
+inline constexpr int64_t kGemvNtMaxRows = 32;
 inline constexpr int64_t kGemvTnMaxRows = 16;
 
 // What nn's walks take from the CPU they run on (gemm_gemv.cpp measures why): from how many live rows a walk
