@@ -158,7 +158,7 @@ TEST_P(EveryGemmVariant, KeptWeightsGiveTheBitsOfWeightsReadInPlace) {
           EXPECT_EQ(std::memcmp(in_place.raw(), kept.raw(), kept.bytes()), 0)
               << "nn into " << dtype_name(out_dt) << ", " << threads << " threads";
         }
-        if (N % 2 != 0) continue;
+        if (N % 2 != 0) return;
         Tensor h = nan_filled(Dtype::bf16, {g.rows(), N}), h_kept = h.to(Dtype::bf16);  // (rows, 2M)
         Tensor out = nan_filled(Dtype::bf16, {g.rows(), N / 2}), out_kept = out.to(Dtype::bf16);
         table.nn_swiglu(h.raw(), out.raw(), Dtype::bf16, lhs.raw(), rhs.view(), Dtype::bf16, g.shape(), c.Kd,
@@ -172,47 +172,95 @@ TEST_P(EveryGemmVariant, KeptWeightsGiveTheBitsOfWeightsReadInPlace) {
   omp_set_num_threads(threads_before);
 }
 
-// GroupedShape::padding_kept: the caller keeps the outputs' padding rows zeros (a forward run's row buffers),
-// so nn and nn_swiglu write the live rows alone and leave the others as they are (the table's GroupSplit runs
-// a call's few-row and many-row groups as two calls into one output on that). Into outputs whose live rows
-// hold NaN and padding rows 3 (float16: 0, whose widened forms may write the padding's zeros), the live rows
-// are the call's without it, bit for bit, and the padding rows are left.
-TEST_P(EveryGemmVariant, PaddingKeptWritesTheLiveRowsAlone) {
-  MOE_TABLE_OR_SKIP(GetParam());
-  Inputs inputs(testing::test_seed());
+// A padding_kept check's outputs: rows of `width`, NaN in the live rows and `left` in the padding rows (3;
+// float16 0, whose widened forms may write the padding's zeros).
+class KeptPadding {
+ public:
+  KeptPadding(const Groups& g, Dtype dt) : g_(g), dt_(dt), left_(dt == Dtype::f16 ? 0.0 : 3.0) {}
+  GroupedShape kept() const {
+    GroupedShape shape = g_.shape();
+    shape.padding_kept = true;
+    return shape;
+  }
+  Tensor output(int64_t width) const { return left_in_padding(nan_filled(dt_, {g_.rows(), width}), width); }
+  // `got`, written with padding_kept, is `want`, written without it, with the padding rows left.
+  void expect_same(Tensor want, const Tensor& got, int64_t width, const char* what) const {
+    want = left_in_padding(std::move(want), width);
+    EXPECT_EQ(std::memcmp(want.raw(), got.raw(), want.bytes()), 0) << what;
+  }
+
+ private:
+  Tensor left_in_padding(Tensor t, int64_t width) const {
+    for (int64_t e = 0; e < g_.experts(); ++e)
+      for (int64_t i = g_.live_end(e) * width; i < g_.offset[size_t(e + 1)] * width; ++i) t.set(i, left_);
+    return t;
+  }
+  const Groups& g_;
+  Dtype dt_;
+  double left_;
+};
+
+// fn(case, dtype, groups, padding) over the group cases, padded, in every dtype.
+template <typename Fn>
+void for_each_kept_padding_case(Fn&& fn) {
   for (const GroupCase& c : kGroupCases)
     for (Dtype dt : {Dtype::f32, Dtype::bf16, Dtype::f16}) {
       SCOPED_TRACE(std::string(c.name) + " " + dtype_name(dt));
       const Groups g(c.sizes, /*with_padding=*/true);
-      GroupedShape kept = g.shape();
-      kept.padding_kept = true;
-      const Weights rhs = random_weights(inputs, dt, 1, g.experts(), c.Kd, c.N);
-      const int64_t N = rhs.cols();
-      const Tensor lhs = inputs.random(dt, {g.rows(), c.Kd});  // (rows, Kd)
-      const double left = dt == Dtype::f16 ? 0.0 : 3.0;
-      auto with_padding_left = [&](Tensor t, int64_t width) {  // t's padding rows set to `left`
-        for (int64_t e = 0; e < g.experts(); ++e)
-          for (int64_t i = g.live_end(e) * width; i < g.offset[size_t(e + 1)] * width; ++i) t.set(i, left);
-        return t;
-      };
-      Tensor want = nan_filled(dt, {g.rows(), N}), got = with_padding_left(nan_filled(dt, {g.rows(), N}), N);
-      table.nn(want.raw(), dt, lhs.raw(), rhs.view(), dt, g.shape(), c.Kd, N);
-      table.nn(got.raw(), dt, lhs.raw(), rhs.view(), dt, kept, c.Kd, N);
-      want = with_padding_left(want, N);
-      EXPECT_EQ(std::memcmp(want.raw(), got.raw(), want.bytes()), 0) << "nn";
-      if (N % 2 != 0) continue;
-      Tensor h_want = nan_filled(dt, {g.rows(), N}),
-             h_got = with_padding_left(h_want.to(dt), N);  // (rows, 2M)
-      Tensor g_want = nan_filled(dt, {g.rows(), N / 2}), g_got = with_padding_left(g_want.to(dt), N / 2);
-      table.nn_swiglu(h_want.raw(), g_want.raw(), dt, lhs.raw(), rhs.view(), dt, g.shape(), c.Kd, N / 2,
-                      nullptr, true);
-      table.nn_swiglu(h_got.raw(), g_got.raw(), dt, lhs.raw(), rhs.view(), dt, kept, c.Kd, N / 2, nullptr,
-                      true);
-      h_want = with_padding_left(h_want, N);
-      g_want = with_padding_left(g_want, N / 2);
-      EXPECT_EQ(std::memcmp(h_want.raw(), h_got.raw(), h_want.bytes()), 0) << "nn_swiglu h";
-      EXPECT_EQ(std::memcmp(g_want.raw(), g_got.raw(), g_want.bytes()), 0) << "nn_swiglu g";
+      fn(c, dt, g, KeptPadding(g, dt));
     }
+}
+
+// GroupedShape::padding_kept: the caller keeps the outputs' padding rows zeros (a forward run's row buffers),
+// so nn and nn_swiglu write the live rows alone and leave the others as they are (the table's GroupSplit runs
+// a call's few-row and many-row groups as two calls into one output on that): the live rows are the call's
+// without it, bit for bit, and the padding rows are left.
+TEST_P(EveryGemmVariant, PaddingKeptWritesTheLiveRowsAlone) {
+  MOE_TABLE_OR_SKIP(GetParam());
+  Inputs inputs(testing::test_seed());
+  for_each_kept_padding_case([&](const GroupCase& c, Dtype dt, const Groups& g, const KeptPadding& padding) {
+    const GroupedShape kept = padding.kept();
+    const Weights rhs = random_weights(inputs, dt, 1, g.experts(), c.Kd, c.N);
+    const int64_t N = rhs.cols();
+    const Tensor lhs = inputs.random(dt, {g.rows(), c.Kd});  // (rows, Kd)
+    Tensor want = nan_filled(dt, {g.rows(), N}), got = padding.output(N);
+    table.nn(want.raw(), dt, lhs.raw(), rhs.view(), dt, g.shape(), c.Kd, N);
+    table.nn(got.raw(), dt, lhs.raw(), rhs.view(), dt, kept, c.Kd, N);
+    padding.expect_same(want, got, N, "nn");
+    if (N % 2 != 0) return;
+    Tensor h_want = nan_filled(dt, {g.rows(), N}), h_got = padding.output(N);  // (rows, 2M)
+    Tensor g_want = nan_filled(dt, {g.rows(), N / 2}), g_got = padding.output(N / 2);
+    table.nn_swiglu(h_want.raw(), g_want.raw(), dt, lhs.raw(), rhs.view(), dt, g.shape(), c.Kd, N / 2,
+                    nullptr, true);
+    table.nn_swiglu(h_got.raw(), g_got.raw(), dt, lhs.raw(), rhs.view(), dt, kept, c.Kd, N / 2, nullptr,
+                    true);
+    padding.expect_same(h_want, h_got, N, "nn_swiglu h");
+    padding.expect_same(g_want, g_got, N / 2, "nn_swiglu g");
+  });
+}
+
+// padding_kept for the backward forms: nt and nt_swiglu_grad write dx's and dh's live rows alone too (dg is
+// scratch), so the table splits their calls as it does nn's.
+TEST_P(EveryGemmVariant, PaddingKeptBackwardWritesTheLiveRowsAlone) {
+  MOE_TABLE_OR_SKIP(GetParam());
+  Inputs inputs(testing::test_seed());
+  for_each_kept_padding_case([&](const GroupCase& c, Dtype dt, const Groups& g, const KeptPadding& padding) {
+    const GroupedShape kept = padding.kept();
+    const int64_t M = c.Kd, N = c.N;
+    const Weights rhs = random_weights(inputs, dt, 1, g.experts(), M, N);  // (E, M, N)
+    const Tensor dout = inputs.random(dt, {g.rows(), N});                  // (rows, N)
+    Tensor want = nan_filled(dt, {g.rows(), M}), got = padding.output(M);  // (rows, M)
+    table.nt(want.raw(), dt, dout.raw(), rhs.view(), dt, g.shape(), M, N, false);
+    table.nt(got.raw(), dt, dout.raw(), rhs.view(), dt, kept, M, N, false);
+    padding.expect_same(want, got, M, "nt");
+    const Tensor h = inputs.random(dt, {g.rows(), 2 * M});  // (rows, 2M) [gate | up]
+    Tensor dh_want = nan_filled(dt, {g.rows(), 2 * M}), dh_got = padding.output(2 * M);
+    Tensor dg = nan_filled(dt, {g.rows(), M});  // (rows, M) scratch
+    table.nt_swiglu_grad(dh_want.raw(), dg.raw(), dout.raw(), rhs.view(), h.raw(), dt, g.shape(), M, N,
+                         nullptr);
+    table.nt_swiglu_grad(dh_got.raw(), dg.raw(), dout.raw(), rhs.view(), h.raw(), dt, kept, M, N, nullptr);
+    padding.expect_same(dh_want, dh_got, 2 * M, "nt_swiglu_grad dh");
+  });
 }
 
 // The cached primitives and reused scratch must not leak state from one call into the next.

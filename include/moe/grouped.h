@@ -14,8 +14,10 @@ namespace moe {
 // zero_padding: the caller guarantees that the padding rows of every operand hold zeros, so a form
 // may include some of them in its sums when that is faster (tn rounds its reduction up to 16 rows).
 // padding_kept: the caller keeps the padding rows of the outputs holding zeros across calls (a forward run's
-// row buffers: cpu/ops/kept_zero_padding.h), so nn and nn_swiglu need not write them and SwiGLU passes skip
-// them (at 64-row tiles and a few rows an expert, the padding is most of every row buffer).
+// row buffers: cpu/ops/kept_zero_padding.h), so nn, nn_swiglu, nt and nt_swiglu_grad do not write them and
+// SwiGLU passes skip them (at 64-row tiles and a few rows an expert, the padding is most of every row
+// buffer); the GEMM table's split of a call into few-row and many-row groups relies on it
+// (cpu/gemm/kernel_table.cpp).
 struct GroupedShape {
   const int64_t* group_offset;         // (E+1)
   int64_t experts;                     // E

@@ -99,7 +99,7 @@ void grouped_gemm_nt(const GemmThresholds&, void* out, Dtype out_dtype, const vo
         for (int64_t j = 0; j < N; ++j) sum += load(dout, in_dtype, r * N + j) * w[size_t(k * N + j)];
         store(out, out_dtype, r * Kd + k, sum);
       }
-    zero_rows(out, out_dtype, g.row0 + g.live, g.row0 + g.rows, Kd);
+    if (!groups.padding_kept) zero_rows(out, out_dtype, g.row0 + g.live, g.row0 + g.rows, Kd);
   }
 }
 
@@ -117,7 +117,7 @@ void grouped_gemm_nt_swiglu_grad(const GemmThresholds& k, void* dh, void* dg, co
         store(dh, dtype, r * 2 * M + j, d * up * ref::silu_grad(gate));
         store(dh, dtype, r * 2 * M + M + j, d * ref::silu(gate));
       }
-    zero_rows(dh, dtype, g.row0 + g.live, g.row0 + g.rows, 2 * M);
+    if (!groups.padding_kept) zero_rows(dh, dtype, g.row0 + g.live, g.row0 + g.rows, 2 * M);
   }
 }
 

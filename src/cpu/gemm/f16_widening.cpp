@@ -144,6 +144,7 @@ void nt(GemmKernels& k, void* out, Dtype out_dtype, const void* dout, ExpertWeig
   const Wide d(dout, in_dtype, R * N);                        // dout (R, N)
   const WideWeights w(rhs, in_dtype, groups.experts, Kd, N);  // rhs (E, Kd, N)
   WideOut o(out, out_dtype, R * Kd);                          // out (R, Kd); accumulating ones are float32
+  if (out_dtype == Dtype::f16) groups.padding_kept = false;  // as nn: finish() rounds the scratch's every row
   k.nt(o.get(), o.dtype(), d.get(), w.get(), d.dtype(), groups, Kd, N, accumulate);
   o.finish();
 }

@@ -42,23 +42,26 @@ int variant_index(const GemmVariant* v) {
   return int(v - gemm_variants().data());
 }
 
-// A grouped nn's groups of at most kGemvMaxRows live rows and its larger ones, as two calls where it has
-// both: with hot experts (the seed's `runs` routing, real models' skew) one large group would take every
-// expert's few rows to the large groups' kernel, which reads few-row groups' weights at 0.4-0.6 of a
-// sequential read (dpbf16; gemv 0.9-1.0). In each part the other part's groups have no live rows, and both
-// keep the padding, so neither writes the other's rows.
+// A grouped nn's or nt's groups of at most the gemv variant's rows (kGemvMaxRows, kGemvNtMaxRows) and its
+// larger ones, as two calls where it has both: with hot experts (the seed's `runs` routing, real models'
+// skew) one large group would take every expert's few rows to the large groups' kernel, which reads few-row
+// groups' weights at 0.4-0.6 of a sequential read (dpbf16, avx2; gemv 0.9-1.0). In each part the other
+// part's groups have no live rows, and both keep the padding, so neither writes the other's rows. (tn's
+// kernels write every expert's gradient, zeros where no row reached it, so its parts would clear each
+// other's.)
 class GroupSplit {
  public:
-  // Whether `groups` has both kinds (then few() and many() are its parts).
-  bool split(GroupedShape groups) {
+  // Whether `groups` has both groups of at most `most_few` live rows and larger ones (then few() and many()
+  // are its parts).
+  bool split(GroupedShape groups, int64_t most_few) {
     groups_ = groups;
     few_.assign(size_t(groups.experts), 0);
     many_.assign(size_t(groups.experts), 0);
     bool has_few = false, has_many = false;
     for (int64_t e = 0; e < groups.experts; ++e) {
       const int64_t live = gemm_detail::group_rows(groups, e).live;
-      (live > kGemvMaxRows ? many_ : few_)[size_t(e)] = live;
-      (live > kGemvMaxRows ? has_many : has_few) |= live > 0;
+      (live > most_few ? many_ : few_)[size_t(e)] = live;
+      (live > most_few ? has_many : has_few) |= live > 0;
     }
     return has_few && has_many;
   }
@@ -316,7 +319,7 @@ void GemmKernels::nn(void* out, Dtype out_dtype, const void* lhs, ExpertWeights 
   MOE_CHECK(N % rhs.parts() == 0, "grouped nn: two weight parts split N in halves");
   if (f16_widening::any_f16({in_dtype, out_dtype}))
     return f16_widening::nn(*this, out, out_dtype, lhs, rhs, in_dtype, groups, Kd, N);
-  if (GroupSplit parts; parts.split(groups)) {
+  if (GroupSplit parts; parts.split(groups, kGemvMaxRows)) {
     gemm_detail::zero_padding_rows(out, out_dtype, groups, N);
     nn(out, out_dtype, lhs, rhs, in_dtype, parts.few(), Kd, N);
     nn(out, out_dtype, lhs, rhs, in_dtype, parts.many(), Kd, N);
@@ -337,7 +340,7 @@ void GemmKernels::nn_swiglu(void* h, void* g, Dtype out_dtype, const void* lhs, 
   if (f16_widening::any_f16({in_dtype, out_dtype}))
     return f16_widening::nn_swiglu(*this, h, g, out_dtype, lhs, rhs, in_dtype, groups, Kd, M, row_weight,
                                    keep_h);
-  if (GroupSplit parts; parts.split(groups)) {
+  if (GroupSplit parts; parts.split(groups, kGemvMaxRows)) {
     gemm_detail::zero_padding_rows(h, out_dtype, groups, 2 * M);
     gemm_detail::zero_padding_rows(g, out_dtype, groups, M);
     nn_swiglu(h, g, out_dtype, lhs, rhs, in_dtype, parts.few(), Kd, M, row_weight, keep_h);
@@ -360,6 +363,12 @@ void GemmKernels::nt(void* out, Dtype out_dtype, const void* dout, ExpertWeights
             "grouped nt sums weight parts and accumulates in a float32 out only");
   if (f16_widening::any_f16({in_dtype, out_dtype}))
     return f16_widening::nt(*this, out, out_dtype, dout, rhs, in_dtype, groups, Kd, N, accumulate);
+  if (GroupSplit parts; parts.split(groups, kGemvNtMaxRows)) {
+    gemm_detail::zero_padding_rows(out, out_dtype, groups, Kd);
+    nt(out, out_dtype, dout, rhs, in_dtype, parts.few(), Kd, N, accumulate);
+    nt(out, out_dtype, dout, rhs, in_dtype, parts.many(), Kd, N, accumulate);
+    return;
+  }
   GemmCall call = grouped_call(GemmForm::nt, in_dtype, out_dtype, groups, Kd, N, rhs.parts());
   call.accumulate = accumulate;
   auto run = [&](const GemmRow& r) {
@@ -375,6 +384,12 @@ void GemmKernels::nt_swiglu_grad(void* dh, void* dg, const void* dout, ExpertWei
   MOE_CHECK(rhs.parts() == 1, "grouped nt_swiglu_grad: the down projection's weights are one tensor");
   if (dtype == Dtype::f16)
     return f16_widening::nt_swiglu_grad(*this, dh, dg, dout, rhs, h, dtype, groups, M, N, row_weight);
+  if (GroupSplit parts; parts.split(groups, kGemvNtMaxRows)) {
+    gemm_detail::zero_padding_rows(dh, dtype, groups, 2 * M);  // dg is scratch
+    nt_swiglu_grad(dh, dg, dout, rhs, h, dtype, parts.few(), M, N, row_weight);
+    nt_swiglu_grad(dh, dg, dout, rhs, h, dtype, parts.many(), M, N, row_weight);
+    return;
+  }
   const GemmCall call = grouped_call(GemmForm::nt_swiglu_grad, dtype, dtype, groups, M, N, 1);
   auto run = [&](const GemmRow& r) {
     std::get<GemmNtSwigluGradFn>(r.fn)(kernel_.thresholds, dh, dg, dout, rhs, h, dtype, groups, M, N,
