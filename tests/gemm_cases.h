@@ -132,11 +132,13 @@ struct GroupCase {
 // 12 + 7 + 6) and "odd_sizes_with_empty" 63 (zmm 12 x 4 + 8 + 7), both with two next chunks prefetched a
 // share a block; "adjacent_chunks" groups of 5 live rows and
 // more side by side, walked in chunks over the whole reduction, so a thread's next chunk is another
-// expert's (its rows staged afresh, its weights the ones prefetched).
+// expert's (its rows staged afresh, its weights the ones prefetched); "one_or_two_rows_wide" groups of 1 and
+// 2 rows whose packed chunks of whole tiles the ymm layer walks 4 and 2 at a time, over an odd reduction.
 inline const GroupCase kGroupCases[] = {
     {"odd_sizes_with_empty", {3, 0, 17, 1, 63, 65}, 17, 63},
     {"all_rows_in_one_group", {0, 0, 37, 0}, 65, 3},
     {"groups_of_one_row", {1, 1, 1, 1, 1}, 63, 17},
+    {"one_or_two_rows_wide", {1, 2, 0, 1}, 41, 200},  // whole tiles walked side by side (gemv ymm)
     {"zero_rows", {0, 0, 0}, 17, 65},
     {"one_expert_kd_1", {65}, 1, 63},
     {"large_group", {520, 7}, 65, 33},

@@ -158,7 +158,7 @@ TEST_P(EveryGemmVariant, KeptWeightsGiveTheBitsOfWeightsReadInPlace) {
           EXPECT_EQ(std::memcmp(in_place.raw(), kept.raw(), kept.bytes()), 0)
               << "nn into " << dtype_name(out_dt) << ", " << threads << " threads";
         }
-        if (N % 2 != 0) return;
+        if (N % 2 != 0) continue;                                                       // no SwiGLU halves
         Tensor h = nan_filled(Dtype::bf16, {g.rows(), N}), h_kept = h.to(Dtype::bf16);  // (rows, 2M)
         Tensor out = nan_filled(Dtype::bf16, {g.rows(), N / 2}), out_kept = out.to(Dtype::bf16);
         table.nn_swiglu(h.raw(), out.raw(), Dtype::bf16, lhs.raw(), rhs.view(), Dtype::bf16, g.shape(), c.Kd,

@@ -8,7 +8,9 @@
 //   stage(lhs, Kd, live, k0, depth, x): weight rows [k0, k0 + depth) of each live row into x (step s of row r
 //   at x[s * live + r]; an odd last pair's second element zero),
 //   tile<R>(job, tile): one column tile of a block for R live rows, prefetching the lines of the tile's
-//   PrefetchCursor (a step per weight row it reads; a plain RowPrefetch where those lie a fixed distance on).
+//   PrefetchCursor (a step per weight row it reads; a plain RowPrefetch where those lie a fixed distance on),
+//   kTilesAtOnce<R> and, where that is over 1, tile_group<R>(job, tiles): that many tiles walked side by side
+//   where the layer can (then true, else false and nothing done),
 // and define their instance's nn with MOE_DEFINE_GEMV_NN(L).
 // Include after the ISA's target pragma with MOE_GEMV_NS naming the instance's namespace (one per ISA), so
 // that all of it is that ISA's code (docs/design.md, "ISA levels").
@@ -177,14 +179,23 @@ void walk_with_prefetch(const BlockJob<typename L::Staged>& j, const Tile& t) {
   L::template walk<R, true>(j, t, t.prefetch);
 }
 
-// A block over every column tile of an item, for R live rows.
+// A block over every column tile of an item, for R live rows: L::kTilesAtOnce<R> at a time where the layer
+// walks them so (L::tile_group), else one by one.
 template <class L, int R>
 void run_block(const BlockJob<typename L::Staged>& j) {
   const int64_t elem = j.out_bf16 ? 2 : 4;
-  for (int64_t t = 0; t < j.tiles; ++t)
-    L::template tile<R>(
-        j, {j.w + t * j.tile_bytes, t + 1 < j.tiles ? L::kTileCols : j.tail_cols, j.sums + t * j.sums_tile,
-            j.out + t * L::kTileCols * elem, tile_prefetch(j.prefetch, t, t * j.tile_bytes)});
+  auto tile = [&](int64_t t) -> Tile {
+    return {j.w + t * j.tile_bytes, t + 1 < j.tiles ? L::kTileCols : j.tail_cols, j.sums + t * j.sums_tile,
+            j.out + t * L::kTileCols * elem, tile_prefetch(j.prefetch, t, t * j.tile_bytes)};
+  };
+  int64_t t = 0;
+  if constexpr (constexpr int64_t G = L::template kTilesAtOnce<R>; G > 1)
+    for (; t + G <= j.tiles; t += G) {
+      std::array<Tile, G> group;
+      for (int64_t i = 0; i < G; ++i) group[size_t(i)] = tile(t + i);
+      if (!L::template tile_group<R>(j, group)) break;
+    }
+  for (; t < j.tiles; ++t) L::template tile<R>(j, tile(t));
 }
 
 template <class L, int... R>

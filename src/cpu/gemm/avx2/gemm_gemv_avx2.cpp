@@ -112,10 +112,23 @@ struct Ymm {
                                             : walk_run<R, 1>(j, t, rows_a_line);
     walk_with_prefetch<Ymm, R>(j, t);
   }
+  // Whole packed tiles walked side by side: 4 at 1 row, 2 at 2 (walk_runs says why).
+  template <int R>
+  static constexpr int64_t kTilesAtOnce = R <= 2 ? 4 / R : 1;
+  template <int R>
+  static bool tile_group(const Job& j, const std::array<Tile, kTilesAtOnce<R>>& g) {
+    const int64_t rows_a_line = run_rows_a_line(j, g[0]);
+    for (const Tile& t : g)
+      if (rows_a_line == 0 || run_rows_a_line(j, t) != rows_a_line) return false;
+    walk_runs<R>(j, g, rows_a_line);
+    return true;
+  }
   template <int R, bool kFull, class Prefetch>
   static void walk(const Job& j, const Tile& t, Prefetch prefetch);
   template <int R, int kRows>
   static void walk_run(const Job& j, const Tile& t, int64_t rows_a_line);
+  template <int R>
+  static void walk_runs(const Job& j, const std::array<Tile, kTilesAtOnce<R>>& g, int64_t rows_a_line);
 };
 
 // sums[r] += x[r] * a weight row's (even, odd) columns, for R live rows.
@@ -191,6 +204,57 @@ void Ymm::walk_run(const Job& j, const Tile& t, int64_t rows_a_line) {
     multiply_row<R>(acc, even, odd, x);
   }
   end_sums<R>(acc, j, t);
+}
+
+// kTilesAtOnce<R> tiles whose weights are runs of memory (walk_run's case), walked side by side, each tile's
+// rows in order (the sums' order is walk_run's). At 1-2 rows a tile's 2R sums take an FMA each a weight row:
+// one tile's chains alone, an FMA's latency a row, held a core near 32 bytes per 4 cycles, about what this
+// CPU's memory streams. The real Zen 3 (kept weights, x a sequential read, alternately): 64 experts
+// (moe_bench_few_rows 3 R gemv 64) 1 row 0.86-0.91 -> 0.92-0.99, 2 rows 0.85-0.92 -> 0.90-0.97; in the block,
+// % of the bandwidth peak (moe-bench --model M --tokens T --with-peak): Qwen3-30B-A3B T 1 74-77 -> 81-84 (4
+// tiles: 81-83), T 8 77-79 -> 84-87 (86-89), OLMoE T 1 76-81 -> 80-85 (81-89). 4 tiles at 2 rows (16 sums)
+// ran level with 2; 2 tiles at 3 rows (12 sums and the rest) spilled: 0.56 against 0.77 of the read.
+template <int R>
+void Ymm::walk_runs(const Job& j, const std::array<Tile, kTilesAtOnce<R>>& g, int64_t rows_a_line) {
+  constexpr int64_t kRow = kTileCols * 2, G = kTilesAtOnce<R>;
+  SumVector acc[G][R][2];
+  const char* ahead[G];
+#pragma GCC unroll 8
+  for (int64_t i = 0; i < G; ++i) {
+    start_sums(acc[i], j.first, g[size_t(i)].sums, kTileCols);
+    ahead[i] = g[size_t(i)].prefetch.row;
+  }
+  const char* w = g[0].w;
+  const int64_t apart = g[1].w - g[0].w;
+  const float* x = j.x;
+  const int64_t steps = j.steps, x_stride = j.x_stride;
+  __m256 even, odd;
+  int64_t k = 0;
+  for (; k + rows_a_line <= steps; k += rows_a_line) {
+    if (ahead[0]) {
+#pragma GCC unroll 8
+      for (int64_t i = 0; i < G; ++i) {
+        __builtin_prefetch(ahead[i], 0, 2);  // into L2, as PrefetchCursor
+        ahead[i] += 64;
+      }
+    }
+    for (int64_t s = 0; s < rows_a_line; ++s, w += kRow, x += x_stride) {
+#pragma GCC unroll 8
+      for (int64_t i = 0; i < G; ++i) {
+        load_row<true>(w + i * apart, kTileCols, even, odd);
+        multiply_row<R>(acc[i], even, odd, x);
+      }
+    }
+  }
+  for (; k < steps; ++k, w += kRow, x += x_stride) {
+#pragma GCC unroll 8
+    for (int64_t i = 0; i < G; ++i) {
+      load_row<true>(w + i * apart, kTileCols, even, odd);
+      multiply_row<R>(acc[i], even, odd, x);
+    }
+  }
+#pragma GCC unroll 8
+  for (int64_t i = 0; i < G; ++i) end_sums<R>(acc[i], j, g[size_t(i)]);
 }
 
 // nt's ymm layer (cpu/gemm/gemm_gemv_nt_kernel.h): two weight rows x 4 dout rows a step of 16 columns, each
