@@ -100,6 +100,10 @@ struct Ymm {
   // a chunk's prefetch mis-sized for 32-byte tiles: 0.08-0.11 TF/s at 8 rows against 0.08-0.14 in blocks).
   static constexpr int64_t kChunkRows = kMaxRows + 1;
   static constexpr int64_t kTileCols = gemv::kTileCols, kStep = 1;
+  // In place at 1-2 rows, weight rows 4 KiB apart (N 2048), 8 weight rows a block -> 4: 1 row 0.65-0.68 ->
+  // 0.74-0.79 of the read, 2 rows level (0.60-0.66); 6 rows a block: 0.71-0.75 at 1 row; at 4 rows 4 was
+  // level or worse (the real Zen 3, moe_bench_few_rows 3 R gemv 64, "gemv", alternately).
+  static constexpr int64_t kAliasedDepth = 4;
   using Staged = float;
   static void stage(const bf16_t* lhs, int64_t Kd, int64_t live, int64_t k0, int64_t depth, float* x) {
     for (int64_t r = 0; r < live; ++r)
