@@ -9,8 +9,8 @@
 //   at x[s * live + r]; an odd last pair's second element zero),
 //   tile<R>(job, tile): one column tile of a block for R live rows, prefetching the lines of the tile's
 //   PrefetchCursor (a step per weight row it reads; a plain RowPrefetch where those lie a fixed distance on),
-//   kAliasedDepth (block_depth), kTilesAtOnce<R> and, where that is over 1, tile_group<R>(job, tiles): that
-//   many tiles walked side by side where the layer can (then true, else false and nothing done),
+//   kTilesAtOnce<R> and, where that is over 1, tile_group<R>(job, tiles): that many tiles walked side by side
+//   where the layer can (then true, else false and nothing done),
 // and define their instance's nn with MOE_DEFINE_GEMV_NN(L).
 // Include after the ISA's target pragma with MOE_GEMV_NS naming the instance's namespace (one per ISA), so
 // that all of it is that ISA's code (docs/design.md, "ISA levels").
@@ -90,11 +90,8 @@ struct RowPrefetch {
 // DRAM streams open, more rows spend less on the sums' trips to scratch, which counts more the more rows the
 // group has. Measured on 2-core Zen 4 (64 experts x 2048 x 1536 bf16, against a sequential read of the same
 // weights in the same process): 1-4 rows 0.89-0.90 of the read at 8 weight rows (0.85 at 16, 0.75 at 32);
-// 8 rows 0.77 at 16 (0.70 at 8); 12 rows 0.69 at 32 (0.63 at 16). At 1-2 rows whose weight rows lie a
-// multiple of 4 KiB apart (a block's lines of a tile all in one L1 set), L::kAliasedDepth.
-template <class L>
-int64_t block_depth(int64_t live, int64_t ld_bytes) {
-  if (live <= 2 && ld_bytes % 4096 == 0) return L::kAliasedDepth;
+// 8 rows 0.77 at 16 (0.70 at 8); 12 rows 0.69 at 32 (0.63 at 16).
+inline int64_t block_depth(int64_t live) {
   return live <= 4 ? 8 : live <= 8 ? 16 : kMaxDepth;
 }
 
@@ -325,7 +322,7 @@ void run_item(const Call& c, const Item& it, const Item* next, float* sums, type
   const char* w0 = item_weights<L>(c, it);
   const int64_t out_col = it.part * part_cols + it.col0, elem = c.out_bf16 ? 2 : 4;
   const bool chunk = walks_whole<L>(c, it.live);
-  const int64_t block = chunk ? c.Kd : block_depth<L>(it.live, ld_bytes);
+  const int64_t block = chunk ? c.Kd : block_depth(it.live);
   const int64_t tiles = (it.cols + L::kTileCols - 1) / L::kTileCols;
   const int64_t blocks = register_blocks<L>(it.live);
   for (int64_t k0 = 0; k0 < c.Kd; k0 += block) {

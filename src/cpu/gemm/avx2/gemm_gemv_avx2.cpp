@@ -100,10 +100,6 @@ struct Ymm {
   // a chunk's prefetch mis-sized for 32-byte tiles: 0.08-0.11 TF/s at 8 rows against 0.08-0.14 in blocks).
   static constexpr int64_t kChunkRows = kMaxRows + 1;
   static constexpr int64_t kTileCols = gemv::kTileCols, kStep = 1;
-  // In place at 1-2 rows, weight rows 4 KiB apart (N 2048), 8 weight rows a block -> 4: 1 row 0.65-0.68 ->
-  // 0.74-0.79 of the read, 2 rows level (0.60-0.66); 6 rows a block: 0.71-0.75 at 1 row; at 4 rows 4 was
-  // level or worse (the real Zen 3, moe_bench_few_rows 3 R gemv 64, "gemv", alternately).
-  static constexpr int64_t kAliasedDepth = 4;
   using Staged = float;
   static void stage(const bf16_t* lhs, int64_t Kd, int64_t live, int64_t k0, int64_t depth, float* x) {
     for (int64_t r = 0; r < live; ++r)
@@ -116,17 +112,25 @@ struct Ymm {
                                             : walk_run<R, 1>(j, t, rows_a_line);
     walk_with_prefetch<Ymm, R>(j, t);
   }
-  // Whole packed tiles walked side by side: 4 at 1 row, 2 at 2 (walk_runs says why).
+  // Whole tiles walked side by side, 4 at 1 row, 2 at 2: packed (walk_runs says why) or in place (walk_rows).
   template <int R>
   static constexpr int64_t kTilesAtOnce = R <= 2 ? 4 / R : 1;
   template <int R>
   static bool tile_group(const Job& j, const std::array<Tile, kTilesAtOnce<R>>& g) {
+    if (j.ld_bytes != kTileCols * 2) {
+      for (const Tile& t : g)
+        if (t.cols != kTileCols || (t.prefetch.row && !t.prefetch.follows_rows(j.ld_bytes))) return false;
+      walk_rows<R>(j, g);
+      return true;
+    }
     const int64_t rows_a_line = run_rows_a_line(j, g[0]);
     for (const Tile& t : g)
       if (rows_a_line == 0 || run_rows_a_line(j, t) != rows_a_line) return false;
     walk_runs<R>(j, g, rows_a_line);
     return true;
   }
+  template <int R>
+  static void walk_rows(const Job& j, const std::array<Tile, kTilesAtOnce<R>>& g);
   template <int R, bool kFull, class Prefetch>
   static void walk(const Job& j, const Tile& t, Prefetch prefetch);
   template <int R, int kRows>
@@ -255,6 +259,41 @@ void Ymm::walk_runs(const Job& j, const std::array<Tile, kTilesAtOnce<R>>& g, in
     for (int64_t i = 0; i < G; ++i) {
       load_row<true>(w + i * apart, kTileCols, even, odd);
       multiply_row<R>(acc[i], even, odd, x);
+    }
+  }
+#pragma GCC unroll 8
+  for (int64_t i = 0; i < G; ++i) end_sums<R>(acc[i], j, g[size_t(i)]);
+}
+
+// kTilesAtOnce<R> adjacent whole tiles of a block of weight rows in place (a row's 128 or 64 bytes a step),
+// the block two below prefetched as each tile's own walk does, a line once. A tile alone took 2R FMA chains
+// through 32 bytes a row (walk_runs) and, where rows lie 4 KiB apart, every row's lines in one L1 set. The
+// real Zen 3 (64 experts, x a sequential read, moe_bench_few_rows 3 R gemv 64, "gemv", alternately): rows 4
+// KiB apart (Qwen3's down, OLMoE's up and down) 1 row 0.65-0.75 -> 0.87-0.91, 2 rows 0.60-0.66 -> 0.80-0.89;
+// Qwen3's up (3 KiB rows) 1 row 0.92-0.94 -> 0.88-0.90 (2 tiles: 0.92-0.95, but 0.86-0.89 on the others),
+// 2 rows 0.83-0.88 -> 0.92-0.94. Blocks of 4 weight rows where rows lie 4 KiB apart (one tile: 0.74-0.79 at
+// 1 row) ran level or worse beside it.
+template <int R>
+void Ymm::walk_rows(const Job& j, const std::array<Tile, kTilesAtOnce<R>>& g) {
+  constexpr int64_t G = kTilesAtOnce<R>, kBytes = G * kTileCols * 2;
+  SumVector acc[G][R][2];
+#pragma GCC unroll 8
+  for (int64_t i = 0; i < G; ++i) start_sums(acc[i], j.first, g[size_t(i)].sums, kTileCols);
+  const char* w = g[0].w;
+  const char* ahead = g[0].prefetch.row;  // nullptr: none
+  const float* x = j.x;
+  const int64_t steps = j.steps, x_stride = j.x_stride, ld = j.ld_bytes;
+  __m256 even, odd;
+  for (int64_t k = 0; k < steps; ++k, w += ld, x += x_stride) {
+#pragma GCC unroll 8
+    for (int64_t i = 0; i < G; ++i) {
+      load_row<true>(w + i * kTileCols * 2, kTileCols, even, odd);
+      multiply_row<R>(acc[i], even, odd, x);
+    }
+    if (ahead) {
+      for (int64_t o = 0; o < kBytes; o += 64) __builtin_prefetch(ahead + o, 0, 2);
+      __builtin_prefetch(ahead + kBytes - 1, 0, 2);
+      ahead += ld;
     }
   }
 #pragma GCC unroll 8

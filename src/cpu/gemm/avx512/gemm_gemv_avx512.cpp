@@ -109,7 +109,6 @@ struct Zmm {
   static constexpr int kBlockRows = 12;
   template <int R>
   static constexpr int64_t kTilesAtOnce = 1;  // its 1-row walks read 0.9-1.1 of a sequential read as they are
-  static constexpr int64_t kAliasedDepth = 8;  // as any row stride: shallower blocks not measured here
   // Chunks from 5 rows: moe_bench_few_rows 3 8 ran 0.87-0.94 of the read against 0.74-0.80 in blocks, 16 rows
   // 0.35-0.37 TF/s against 0.27-0.28 (2-core Zen 4, memory at ~35 GB/s); a probe of both walks at 4 rows
   // ran level, at 1 row the chunks 10 % slower.
