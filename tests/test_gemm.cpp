@@ -426,6 +426,29 @@ TEST_P(EveryGemmVariant, TheTableNamesTheRowThatRan) {
   }
 }
 
+// A tn whose experts have both at most kGemvTnMaxRows live rows and more runs as calls over runs of
+// consecutive experts of one kind (the table's ExpertRuns): gemv's row takes the few-row runs, the next row
+// the others, each writing its own experts' gradients (zeros where no row reached one), as the reference's.
+TEST(GemmTable, TnRunsFewRowAndManyRowExpertsApart) {
+  if (const std::string why = unavailable_here("gemv"); !why.empty()) GTEST_SKIP() << "gemv: " << why;
+  GemmKernels table(variant_config("gemv"), nullptr);
+  Inputs inputs(testing::test_seed());
+  const Groups g({3, 0, kGemvTnMaxRows + 9, 1, 0, 2}, false);
+  const int64_t Kd = 24, N = 40;
+  const Tensor lhs = inputs.random(Dtype::bf16, {g.rows(), Kd});  // (rows, Kd)
+  const Tensor dout = inputs.random(Dtype::bf16, {g.rows(), N});  // (rows, N)
+  Tensor drhs = nan_filled(Dtype::f32, {g.experts(), Kd, N});     // (E, Kd, N)
+  (void)table.take_choices();
+  table.tn(drhs.raw(), Dtype::f32, lhs.raw(), dout.raw(), Dtype::bf16, g.shape(), Kd, N, N);
+  const std::string ran = table.take_choices();
+  EXPECT_EQ(ran.rfind("tn:gemv+", 0), 0u) << ran;
+  const Tensor lhs_abs = abs_of(lhs), dout_abs = abs_of(dout);
+  expect_close(drhs, reference(drhs.numel(), [&](double* o, bool abs) {
+                 ref_gemm::grouped_gemm_tn(kDefaults, o, Dtype::f64, (abs ? lhs_abs : lhs).raw(),
+                                           (abs ? dout_abs : dout).raw(), Dtype::bf16, g.shape(), Kd, N, N);
+               }));
+}
+
 // The thresholds are the config's: dpbf16's largest group moves with dpbf16_max_group_rows.
 TEST(GemmTable, ThresholdsComeFromTheKernelConfig) {
   if (const std::string why = unavailable_here("dpbf16"); !why.empty()) GTEST_SKIP() << "dpbf16: " << why;

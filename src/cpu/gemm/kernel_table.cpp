@@ -48,7 +48,7 @@ int variant_index(const GemmVariant* v) {
 // groups' weights at 0.4-0.6 of a sequential read (dpbf16, avx2; gemv 0.9-1.0). In each part the other
 // part's groups have no live rows, and both keep the padding, so neither writes the other's rows. (tn's
 // kernels write every expert's gradient, zeros where no row reached it, so its parts would clear each
-// other's.)
+// other's: ExpertRuns splits its experts instead.)
 class GroupSplit {
  public:
   // Whether `groups` has both groups of at most `most_few` live rows and larger ones (then few() and many()
@@ -78,6 +78,41 @@ class GroupSplit {
   }
   GroupedShape groups_{};
   std::vector<int64_t> few_, many_;  // live rows per expert
+};
+
+// A grouped tn's experts as runs of consecutive experts whose groups have all at most kGemvTnMaxRows live
+// rows or all more (an expert without live rows in the run it falls in), each run a call of its own on its
+// slice of the gradient, where it has both kinds and at most kMaxRuns runs (each a call: a parallel region,
+// the variant's plan), else one run of every expert: so hot experts do not take every few-row expert's
+// gradient to the large-group kernel. A run's calls are classed as the whole call's experts (their count
+// varies with the routing; the class's measured choice should not).
+class ExpertRuns {
+ public:
+  static constexpr size_t kMaxRuns = 16;
+  ExpertRuns(GroupedShape groups, int64_t most_few) : groups_(groups) {
+    int kind = -1;  // the current run's: 0 few rows, 1 more; -1 none yet
+    for (int64_t e = 0; e < groups.experts; ++e) {
+      const int64_t live = gemm_detail::group_rows(groups, e).live;
+      if (live == 0 || int(live > most_few) == kind) continue;
+      starts_.push_back(kind < 0 ? 0 : e);
+      kind = int(live > most_few);
+    }
+    if (starts_.size() < 2 || starts_.size() > kMaxRuns) starts_ = {0};
+    starts_.push_back(groups.experts);
+  }
+  size_t runs() const { return starts_.size() - 1; }
+  int64_t first(size_t i) const { return starts_[i]; }
+  GroupedShape groups(size_t i) const {
+    GroupedShape g = groups_;
+    g.group_offset += starts_[i];
+    g.experts = starts_[i + 1] - starts_[i];
+    if (g.live_rows) g.live_rows += starts_[i];
+    return g;
+  }
+
+ private:
+  GroupedShape groups_;
+  std::vector<int64_t> starts_;  // run i: experts [starts_[i], starts_[i + 1])
 };
 
 // Seconds of one call of `fn`.
@@ -403,12 +438,17 @@ void GemmKernels::tn(void* drhs, Dtype out_dtype, const void* lhs, const void* d
   MOE_CHECK(ld_dout >= N, "grouped tn: dout's row stride must cover its N columns");
   if (f16_widening::any_f16({in_dtype, out_dtype}))
     return f16_widening::tn(*this, drhs, out_dtype, lhs, dout, in_dtype, groups, Kd, N, ld_dout);
-  const GemmCall call = grouped_call(GemmForm::tn, in_dtype, out_dtype, groups, Kd, N, 1);
-  auto run = [&](const GemmRow& r) {
-    std::get<GemmTnFn>(r.fn)(kernel_.thresholds, drhs, out_dtype, lhs, dout, in_dtype, groups, Kd, N,
-                             ld_dout);
-  };
-  run_chosen(call, run);
+  const ExpertRuns runs(groups, kGemvTnMaxRows);
+  for (size_t i = 0; i < runs.runs(); ++i) {
+    const GroupedShape run_groups = runs.groups(i);
+    void* run_drhs = gemm_detail::at(drhs, runs.first(i) * Kd * N, out_dtype);  // (run's E, Kd, N)
+    GemmCall call = grouped_call(GemmForm::tn, in_dtype, out_dtype, run_groups, Kd, N, 1);
+    call.experts = groups.experts;
+    run_chosen(call, [&](const GemmRow& r) {
+      std::get<GemmTnFn>(r.fn)(kernel_.thresholds, run_drhs, out_dtype, lhs, dout, in_dtype, run_groups, Kd,
+                               N, ld_dout);
+    });
+  }
 }
 
 void GemmKernels::tn_pair(void* drhs_first, void* drhs_second, Dtype out_dtype, const void* lhs,
@@ -418,12 +458,19 @@ void GemmKernels::tn_pair(void* drhs_first, void* drhs_second, Dtype out_dtype, 
   if (f16_widening::any_f16({in_dtype, out_dtype}))
     return f16_widening::tn_pair(*this, drhs_first, drhs_second, out_dtype, lhs, dout_first, dout_second,
                                  in_dtype, groups, Kd, N, ld_dout);
-  const GemmCall call = grouped_call(GemmForm::tn_pair, in_dtype, out_dtype, groups, Kd, N, 1);
-  auto run = [&](const GemmRow& r) {
-    std::get<GemmTnPairFn>(r.fn)(kernel_.thresholds, drhs_first, drhs_second, out_dtype, lhs, dout_first,
-                                 dout_second, in_dtype, groups, Kd, N, ld_dout);
-  };
-  run_chosen(call, run);
+  const ExpertRuns runs(groups, kGemvTnMaxRows);
+  for (size_t i = 0; i < runs.runs(); ++i) {
+    const GroupedShape run_groups = runs.groups(i);
+    const int64_t skip = runs.first(i) * Kd * N;
+    void* first = gemm_detail::at(drhs_first, skip, out_dtype);    // (run's E, Kd, N)
+    void* second = gemm_detail::at(drhs_second, skip, out_dtype);  // (run's E, Kd, N)
+    GemmCall call = grouped_call(GemmForm::tn_pair, in_dtype, out_dtype, run_groups, Kd, N, 1);
+    call.experts = groups.experts;
+    run_chosen(call, [&](const GemmRow& r) {
+      std::get<GemmTnPairFn>(r.fn)(kernel_.thresholds, first, second, out_dtype, lhs, dout_first, dout_second,
+                                   in_dtype, run_groups, Kd, N, ld_dout);
+    });
+  }
 }
 
 void GemmKernels::dense(void* out, Dtype out_dtype, const void* a, Dtype a_dtype, const void* b,
