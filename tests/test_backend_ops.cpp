@@ -374,6 +374,57 @@ class OpsOnBackend : public ::testing::TestWithParam<std::string> {
       EXPECT_TRUE(close(names[o], *got[o], want[o], counts[o], tol, rounds ? &slack[o] : nullptr));
   }
 
+  // ForwardRunsKeepPaddingZerosAcrossLayouts' case c: one dispatch and expert op over layouts A, B, A.
+  void check_padding_across_layouts(const Case& c) {
+    Case other = c;
+    other.cfg.seed += 1000;
+    other.routing = make_routing(other.cfg);
+    const int64_t H = c.cfg.hidden, M = c.cfg.mlp_dim, E = c.cfg.experts;
+    const Dtype dt = c.cfg.dtype;
+    const DispatchPlan plans[] = {ref_plan(c), ref_plan(other)};
+    const Tensor x = random_host(dt, {c.cfg.tokens, H}, seed_ + 40);
+    const FfnWeights w{be().to_device(random_host(dt, {E, H, M}, seed_ + 41)),
+                       be().to_device(random_host(dt, {E, H, M}, seed_ + 42)),
+                       be().to_device(random_host(dt, {E, M, H}, seed_ + 43)), Tensor()};
+    const bool backward = c.cfg.bench_pass == BenchPass::forward_backward;
+    auto dispatch = be().make_dispatch(context(c, be()));
+    auto op = be().make_expert_ffn(context(c, be()));
+    Tensor x_rows = poisoned(be(), dt, {plans[0].max_rows, H}),
+           y = poisoned(be(), dt, {plans[0].max_rows, H});
+    // y, then with a backward dx_rows and the weight gradients, of `ffn` on rows x_in.
+    auto run = [&](ExpertFfnOp& ffn, Tensor& y_out, const Tensor& x_in, const DispatchPlan& plan,
+                   const Tensor& dy_rows) {
+      ffn.forward(y_out, x_in, w, plan);
+      if (!backward) return std::vector<Tensor>{};
+      Tensor dx = poisoned(be(), Dtype::f32, {plan.max_rows, H});
+      FfnWeightGrads dw{poisoned(be(), dt, {E, H, M}), poisoned(be(), dt, {E, H, M}),
+                        poisoned(be(), dt, {E, M, H})};
+      ffn.backward(dx, dw, dy_rows, x_in, w, plan);
+      return std::vector<Tensor>{dx.to_host(), dw.dw1.to_host(), dw.dw3.to_host(), dw.dw2.to_host()};
+    };
+    for (int step : {0, 1, 0}) {
+      const DispatchPlan& plan = plans[step];
+      const DispatchPlan be_plan = to_memory(plan, be().memory());
+      const int64_t rows = plan_stats(plan).rows;
+      Tensor want_x(dt, {plan.max_rows, H});
+      ref().make_dispatch(context(c, ref()))->forward(want_x, x, plan);
+      dispatch->forward(x_rows, be().to_device(x), be_plan);
+      EXPECT_TRUE(close("x_rows", x_rows, want_x, rows * H, 0.0)) << "step " << step;
+      const Tensor dy_rows = be().to_device(random_host(dt, {plan.max_rows, H}, seed_ + 44 + uint64_t(step)));
+      const std::vector<Tensor> got = run(*op, y, x_rows, be_plan, dy_rows);
+      Tensor fresh = poisoned(be(), dt, {plan.max_rows, H});
+      const std::vector<Tensor> want =
+          run(*be().make_expert_ffn(context(c, be())), fresh, be().to_device(want_x), be_plan, dy_rows);
+      EXPECT_EQ(std::memcmp(y.to_host().raw(), fresh.to_host().raw(), size_t(rows * H) * dtype_size(dt)), 0)
+          << "step " << step;
+      const int64_t dx_bytes = rows * H * 4;  // float32 rows
+      for (size_t o = 0; o < got.size(); ++o)
+        EXPECT_EQ(
+            std::memcmp(got[o].raw(), want[o].raw(), size_t(o == 0 ? dx_bytes : int64_t(got[o].bytes()))), 0)
+            << "step " << step << ", backward output " << o;
+    }
+  }
+
   uint64_t seed_ = 0;
   std::vector<Case> cases_;
   StageTracer tracer_;
@@ -455,45 +506,20 @@ TEST_P(OpsOnBackend, ExpertFfnForwardTakesNewWeights) {
 }
 
 // A forward run's dispatch and expert op keep their row buffers' padding rows zeros across calls
-// (cpu/ops/kept_zero_padding.h) and write only the live rows: over layouts A, B, A into the same x_rows and
-// y_rows, every row (padding too) is the reference dispatch's and a fresh op's on a fresh buffer, bit for
-// bit (rows live in one layout and padding in the next must be zeroed).
+// (cpu/ops/kept_zero_padding.h) and write only the live rows, as a forward_backward's expert op does without
+// remat: over layouts A, B, A into the same x_rows and y_rows, every row (padding too) is the reference
+// dispatch's and a fresh op's on a fresh buffer, bit for bit (rows live in one layout and padding in the next
+// must be zeroed), and so are the backward's dx_rows and weight gradients.
 TEST_P(OpsOnBackend, ForwardRunsKeepPaddingZerosAcrossLayouts) {
-  for (Case c : cases_) {
-    if (c.cfg.impl == Impl::ref_dp) continue;
-    c.cfg.bench_pass = BenchPass::forward;
-    c.cfg.remat_mode = RematMode::none;
-    if (!supported(OpKind::expert_ffn, c) || !supported(OpKind::dispatch, c)) continue;
-    SCOPED_TRACE(c.label);
-    Case other = c;
-    other.cfg.seed += 1000;
-    other.routing = make_routing(other.cfg);
-    const int64_t H = c.cfg.hidden, M = c.cfg.mlp_dim, E = c.cfg.experts;
-    const Dtype dt = c.cfg.dtype;
-    const DispatchPlan plans[] = {ref_plan(c), ref_plan(other)};
-    const Tensor x = random_host(dt, {c.cfg.tokens, H}, seed_ + 40);
-    const FfnWeights w{be().to_device(random_host(dt, {E, H, M}, seed_ + 41)),
-                       be().to_device(random_host(dt, {E, H, M}, seed_ + 42)),
-                       be().to_device(random_host(dt, {E, M, H}, seed_ + 43)), Tensor()};
-    auto dispatch = be().make_dispatch(context(c, be()));
-    auto op = be().make_expert_ffn(context(c, be()));
-    Tensor x_rows = poisoned(be(), dt, {plans[0].max_rows, H}),
-           y = poisoned(be(), dt, {plans[0].max_rows, H});
-    for (int step : {0, 1, 0}) {
-      const DispatchPlan& plan = plans[step];
-      const DispatchPlan be_plan = to_memory(plan, be().memory());
-      const int64_t rows = plan_stats(plan).rows;
-      Tensor want_x(dt, {plan.max_rows, H});
-      ref().make_dispatch(context(c, ref()))->forward(want_x, x, plan);
-      dispatch->forward(x_rows, be().to_device(x), be_plan);
-      EXPECT_TRUE(close("x_rows", x_rows, want_x, rows * H, 0.0)) << "step " << step;
-      op->forward(y, x_rows, w, be_plan);
-      Tensor fresh = poisoned(be(), dt, {plan.max_rows, H});
-      be().make_expert_ffn(context(c, be()))->forward(fresh, be().to_device(want_x), w, be_plan);
-      EXPECT_EQ(std::memcmp(y.to_host().raw(), fresh.to_host().raw(), size_t(rows * H) * dtype_size(dt)), 0)
-          << "step " << step;
+  for (const BenchPass pass : {BenchPass::forward, BenchPass::forward_backward})
+    for (Case c : cases_) {
+      if (c.cfg.impl == Impl::ref_dp) continue;
+      c.cfg.bench_pass = pass;
+      c.cfg.remat_mode = RematMode::none;
+      if (!supported(OpKind::expert_ffn, c) || !supported(OpKind::dispatch, c)) continue;
+      SCOPED_TRACE(c.label + (pass == BenchPass::forward ? " forward" : " forward_backward"));
+      check_padding_across_layouts(c);
     }
-  }
   skip_if_nothing_ran();
 }
 

@@ -24,6 +24,7 @@ class FloatExpertFfn final : public ExpertFfnOp {
         remat_(ctx.cfg.recomputes_expert_mlp()),
         backward_reads_forward_h_(ctx.cfg.bench_pass == BenchPass::forward_backward && !remat_),
         forward_run_(ctx.cfg.bench_pass == BenchPass::forward),
+        padding_kept_(forward_run_ || !remat_),
         H_(ctx.cfg.hidden),
         M_(ctx.cfg.mlp_dim),
         E_(ctx.cfg.experts),
@@ -36,7 +37,7 @@ class FloatExpertFfn final : public ExpertFfnOp {
     const HostPlan p = host_view(plan);
     Tensor& h = remat_ ? act_.dh : act_.h;
     Tensor& g = remat_ ? act_.dg : act_.g;
-    if (forward_run_) {
+    if (padding_kept_) {
       const size_t es = dtype_size(dt_);
       if (traits_.fuse_w13) {
         h_padding_[0].zero_stale(h, 0, size_t(2 * M_) * es, p);
@@ -46,14 +47,14 @@ class FloatExpertFfn final : public ExpertFfnOp {
       }
       g_padding_.zero_stale(g, 0, size_t(M_) * es, p);
     }
-    compute_up(h, g, x_rows, w, p, backward_reads_forward_h_, forward_run_);
+    compute_up(h, g, x_rows, w, p, backward_reads_forward_h_, padding_kept_);
   }
 
   void down(Tensor& y_rows, const FfnWeights& w, const DispatchPlan& plan) override {
     const HostPlan p = host_view(plan);
-    if (forward_run_) y_padding_.zero_stale(y_rows, 0, size_t(H_) * dtype_size(dt_), p);
+    if (padding_kept_) y_padding_.zero_stale(y_rows, 0, size_t(H_) * dtype_size(dt_), p);
     gemm_.nn(y_rows.raw(), dt_, (remat_ ? act_.dg : act_.g).raw(), kept(w.w2, down_packs_), dt_,
-             {p.group_offset, E_, p.group_live, /*zero_padding=*/true, forward_run_}, M_, H_);
+             {p.group_offset, E_, p.group_live, /*zero_padding=*/true, padding_kept_}, M_, H_);
   }
 
   void backward(Tensor& dx_rows, FfnWeightGrads& dw, const Tensor& dy_rows, const Tensor& x_rows,
@@ -149,6 +150,12 @@ class FloatExpertFfn final : public ExpertFfnOp {
   // A forward run: the weights' packings are kept across calls, and h, g and y_rows are written by this op
   // alone, so their padding rows keep their zeros across calls.
   bool forward_run_;
+  // h's, g's and y's padding rows keep their zeros across calls: only up and down write them, but where the
+  // backward recomputes the up projection into its gradient scratch (expert_mlp remat), which it overwrites.
+  // forward_backward's few-token forward rewrote them every call: Qwen3-30B-A3B at 8 tokens on the Zen 3, up
+  // 17.9-19.0 -> 15.0 ms, down 6.6-7.1 -> 5.7 (a forward run on the same weights read in place: 10.1-11.5 and
+  // 5.0-5.8); the whole call 75.6-75.8 -> 78.6-78.7 % of the bandwidth peak, OLMoE's 75.4-76.4 -> 78.5-79.0.
+  bool padding_kept_;
   int64_t H_, M_, E_, max_rows_;
   KeptWeightPacks up_packs_[2], down_packs_;              // [w13 or w1, w3], w2
   KeptZeroPadding h_padding_[2], g_padding_, y_padding_;  // h: fused rows, or gate and up planes

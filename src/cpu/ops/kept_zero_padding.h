@@ -1,10 +1,10 @@
-// A forward run's row buffer whose padding rows (row_assignment -1: the gmm layout's tile rounding, capacity
-// drops) keep holding zeros across calls. A call writes zeros only where its padding rows may hold other
-// values (rows live in the buffer's previous layout, or never written), not into every padding row again:
-// at 64-row tiles and a few rows an expert the padding is most of each buffer (Qwen3-30B-A3B at 64 tokens:
-// 7552 of 8064 rows, ~100 MB of zeros a forward against 1.2 GB of weights; at 1 token the zeros cost a
-// quarter of the call). The op that writes the buffer owns one and calls its GEMMs with
-// GroupedShape::padding_kept, so they write the live rows only.
+// A row buffer (a forward run's; h, g and y_rows of a forward_backward without remat) whose padding rows
+// (row_assignment -1: the gmm layout's tile rounding, capacity drops) keep holding zeros across calls. A call
+// writes zeros only where its padding rows may hold other values (rows live in the buffer's previous layout,
+// or never written), not into every padding row again: at 64-row tiles and a few rows an expert the padding
+// is most of each buffer (Qwen3-30B-A3B at 64 tokens: 7552 of 8064 rows, ~100 MB of zeros a forward
+// against 1.2 GB of weights; at 1 token the zeros cost a quarter of the call). The op that writes the buffer
+// owns one and calls its GEMMs with GroupedShape::padding_kept, so they write the live rows only.
 #pragma once
 
 #include <cstddef>
