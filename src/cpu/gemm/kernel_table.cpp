@@ -109,6 +109,12 @@ class ExpertRuns {
     if (g.live_rows) g.live_rows += starts_[i];
     return g;
   }
+  // Run i's call, classed as the whole call's.
+  GemmCall call(size_t i, GemmForm form, Dtype in, Dtype out, int64_t Kd, int64_t N) const {
+    GemmCall c = grouped_call(form, in, out, groups(i), Kd, N, 1);
+    c.experts = groups_.experts;
+    return c;
+  }
 
  private:
   GroupedShape groups_;
@@ -442,9 +448,7 @@ void GemmKernels::tn(void* drhs, Dtype out_dtype, const void* lhs, const void* d
   for (size_t i = 0; i < runs.runs(); ++i) {
     const GroupedShape run_groups = runs.groups(i);
     void* run_drhs = gemm_detail::at(drhs, runs.first(i) * Kd * N, out_dtype);  // (run's E, Kd, N)
-    GemmCall call = grouped_call(GemmForm::tn, in_dtype, out_dtype, run_groups, Kd, N, 1);
-    call.experts = groups.experts;
-    run_chosen(call, [&](const GemmRow& r) {
+    run_chosen(runs.call(i, GemmForm::tn, in_dtype, out_dtype, Kd, N), [&](const GemmRow& r) {
       std::get<GemmTnFn>(r.fn)(kernel_.thresholds, run_drhs, out_dtype, lhs, dout, in_dtype, run_groups, Kd,
                                N, ld_dout);
     });
@@ -464,9 +468,7 @@ void GemmKernels::tn_pair(void* drhs_first, void* drhs_second, Dtype out_dtype, 
     const int64_t skip = runs.first(i) * Kd * N;
     void* first = gemm_detail::at(drhs_first, skip, out_dtype);    // (run's E, Kd, N)
     void* second = gemm_detail::at(drhs_second, skip, out_dtype);  // (run's E, Kd, N)
-    GemmCall call = grouped_call(GemmForm::tn_pair, in_dtype, out_dtype, run_groups, Kd, N, 1);
-    call.experts = groups.experts;
-    run_chosen(call, [&](const GemmRow& r) {
+    run_chosen(runs.call(i, GemmForm::tn_pair, in_dtype, out_dtype, Kd, N), [&](const GemmRow& r) {
       std::get<GemmTnPairFn>(r.fn)(kernel_.thresholds, first, second, out_dtype, lhs, dout_first, dout_second,
                                    in_dtype, run_groups, Kd, N, ld_dout);
     });

@@ -214,6 +214,18 @@ void Ymm::walk_run(const Job& j, const Tile& t, int64_t rows_a_line) {
   end_sums<R>(acc, j, t);
 }
 
+// acc[i] += x's R values . weight row i of G tiles side by side (tile i's row at w + i * apart).
+template <int R, int64_t G>
+[[gnu::always_inline]] inline void multiply_tiles(SumVector (&acc)[G][R][2], const char* w, int64_t apart,
+                                                  const float* x) {
+  __m256 even, odd;
+#pragma GCC unroll 8
+  for (int64_t i = 0; i < G; ++i) {
+    load_row<true>(w + i * apart, kTileCols, even, odd);
+    multiply_row<R>(acc[i], even, odd, x);
+  }
+}
+
 // kTilesAtOnce<R> tiles whose weights are runs of memory (walk_run's case), walked side by side, each tile's
 // rows in order (the sums' order is walk_run's). At 1-2 rows a tile's 2R sums take an FMA each a weight row:
 // one tile's chains alone, an FMA's latency a row, held a core near 32 bytes per 4 cycles, about what this
@@ -236,7 +248,6 @@ void Ymm::walk_runs(const Job& j, const std::array<Tile, kTilesAtOnce<R>>& g, in
   const int64_t apart = g[1].w - g[0].w;
   const float* x = j.x;
   const int64_t steps = j.steps, x_stride = j.x_stride;
-  __m256 even, odd;
   int64_t k = 0;
   for (; k + rows_a_line <= steps; k += rows_a_line) {
     if (ahead[0]) {
@@ -246,21 +257,9 @@ void Ymm::walk_runs(const Job& j, const std::array<Tile, kTilesAtOnce<R>>& g, in
         ahead[i] += 64;
       }
     }
-    for (int64_t s = 0; s < rows_a_line; ++s, w += kRow, x += x_stride) {
-#pragma GCC unroll 8
-      for (int64_t i = 0; i < G; ++i) {
-        load_row<true>(w + i * apart, kTileCols, even, odd);
-        multiply_row<R>(acc[i], even, odd, x);
-      }
-    }
+    for (int64_t s = 0; s < rows_a_line; ++s, w += kRow, x += x_stride) multiply_tiles<R>(acc, w, apart, x);
   }
-  for (; k < steps; ++k, w += kRow, x += x_stride) {
-#pragma GCC unroll 8
-    for (int64_t i = 0; i < G; ++i) {
-      load_row<true>(w + i * apart, kTileCols, even, odd);
-      multiply_row<R>(acc[i], even, odd, x);
-    }
-  }
+  for (; k < steps; ++k, w += kRow, x += x_stride) multiply_tiles<R>(acc, w, apart, x);
 #pragma GCC unroll 8
   for (int64_t i = 0; i < G; ++i) end_sums<R>(acc[i], j, g[size_t(i)]);
 }
@@ -283,13 +282,8 @@ void Ymm::walk_rows(const Job& j, const std::array<Tile, kTilesAtOnce<R>>& g) {
   const char* ahead = g[0].prefetch.row;  // nullptr: none
   const float* x = j.x;
   const int64_t steps = j.steps, x_stride = j.x_stride, ld = j.ld_bytes;
-  __m256 even, odd;
   for (int64_t k = 0; k < steps; ++k, w += ld, x += x_stride) {
-#pragma GCC unroll 8
-    for (int64_t i = 0; i < G; ++i) {
-      load_row<true>(w + i * kTileCols * 2, kTileCols, even, odd);
-      multiply_row<R>(acc[i], even, odd, x);
-    }
+    multiply_tiles<R>(acc, w, kTileCols * 2, x);
     if (ahead) {
       for (int64_t o = 0; o < kBytes; o += 64) __builtin_prefetch(ahead + o, 0, 2);
       __builtin_prefetch(ahead + kBytes - 1, 0, 2);
