@@ -123,7 +123,8 @@ struct GroupCase {
 // groups of 384 rows or more ("large_group", "wide_slices", "streamed_output"; "column_slices" is
 // below): "deep_kd_large_group" has two panels along its reduction there. The gemv variant takes groups of
 // at most 64 rows, 12 (zmm) or 6 (ymm, the AVX2-held pass) to a register block of 32 or 16 columns (the last
-// two sharing their rows where the last would have under half: 16 rows as 8 + 8), walking
+// two sharing their rows where the last would starve the pipes: zmm 16 rows as 8 + 8, ymm 7 as 5 + 2 and 9 as
+// 5 + 4, in "one_small_group", "few_rows" and "adjacent_chunks"), walking
 // the reduction in blocks of 8 (groups of 1-4 rows), 16 (5-8) or 32 weight rows (9-32), in items of a weight
 // part's whole rows, split in column chunks where the items are too few for two a thread: "few_rows" has
 // groups of each depth, a second register block (16 rows), an odd reduction over several blocks (the block

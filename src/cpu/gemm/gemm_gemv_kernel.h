@@ -11,6 +11,8 @@
 //   PrefetchCursor (a step per weight row it reads; a plain RowPrefetch where those lie a fixed distance on),
 //   kTilesAtOnce<R> and, where that is over 1, tile_group<R>(job, tiles): that many tiles walked side by side
 //   where the layer can (then true, else false and nothing done),
+//   chunk_last_rows(last, blocks): a chunk's last register block's rows where blocks of kBlockRows would
+//   leave it `last` (the block before takes the rest of the two's),
 // and define their instance's nn with MOE_DEFINE_GEMV_NN(L).
 // Include after the ISA's target pragma with MOE_GEMV_NS naming the instance's namespace (one per ISA), so
 // that all of it is that ISA's code (docs/design.md, "ISA levels").
@@ -258,11 +260,9 @@ bool walks_whole(const Call& c, int64_t live) {
 }
 
 // Register blocks of an item's `live` rows, and block b's rows: L::kBlockRows each but, in a chunk
-// (`chunk`), where that leaves a last block under half of them, which keeps too few sums in flight to fill
-// the multiply pipes: there the last two share their rows. 16 rows as 8 + 8 ran 0.67-0.71 TF/s against
-// 12 + 4's 0.61-0.64, and 32 rows as 12 + 12 + 8 0.84-0.87 against 11 + 11 + 10's 0.78-0.86
-// (moe_bench_few_rows 3 16 and 32, 2-core Zen 5). Blocks of a few weight rows (the ymm layer in place) keep
-// kBlockRows: 8 rows as 6 + 2 ran 0.15-0.20 TF/s, as 4 + 4 0.14-0.17 (the same Zen 5 held to AVX2).
+// (`chunk`), where that leaves a last block with too few sums in flight to fill the multiply pipes: there the
+// last two share their rows as the layer's chunk_last_rows says. Blocks of a few weight rows (the ymm layer
+// in place) keep kBlockRows: 8 rows as 6 + 2 ran 0.15-0.20 TF/s, as 4 + 4 0.14-0.17 (a Zen 5 held to AVX2).
 template <class L>
 int64_t register_blocks(int64_t live) {
   return (live + L::kBlockRows - 1) / L::kBlockRows;
@@ -270,9 +270,9 @@ int64_t register_blocks(int64_t live) {
 template <class L>
 int64_t block_rows(int64_t live, int64_t blocks, int64_t b, bool chunk) {
   const int64_t last = live - (blocks - 1) * L::kBlockRows;  // the last block's rows, blocks of kBlockRows
-  if (!chunk || blocks == 1 || 2 * last >= L::kBlockRows || b < blocks - 2)
-    return b + 1 < blocks ? L::kBlockRows : last;
-  return (L::kBlockRows + last + (b == blocks - 2)) / 2;
+  if (b + 1 < blocks - 1) return L::kBlockRows;
+  const int64_t shared_last = chunk && blocks > 1 ? L::chunk_last_rows(last, blocks) : last;
+  return b + 1 == blocks ? shared_last : L::kBlockRows + last - shared_last;
 }
 
 // The lines of an item's weights: its tiles' rows one run of memory (packed), or Kd rows of `segs` lines.

@@ -96,6 +96,17 @@ inline int64_t run_rows_a_line(const Job& j, const Tile& t) {
 // The ymm layer (cpu/gemm/gemm_gemv_kernel.h): lhs values staged as float32, one a step.
 struct Ymm {
   static constexpr int kBlockRows = 6;
+  // A chunk's last block: 2 rows walk 2 tiles side by side (8 FMA chains) and 4-6 rows have 8-12 chains,
+  // but 3 rows have 6 (the FMA latency, not the pipes, sets their pace) and 1 row in a chunk of under 4
+  // tiles 2; so a last row joins the block before's last (6 + 1 as 5 + 2) and 6 + 3 go as 5 + 4. The real Zen
+  // 3 (kept weights, moe_bench_few_rows 1 R gemv 64, TF/s of the four shapes, alternately; FMA peak
+  // ~0.19): 7 rows 0.151-0.157 (4 + 3) -> 0.160-0.172 (5 + 2; 6 + 1: 0.134-0.158), 8 rows 0.163-0.170 (4 +
+  // 4) -> 0.173-0.178 (6 + 2), 9 rows 0.156-0.169 (6 + 3) -> 0.165-0.176 (5 + 4), 13 rows 0.167-0.170 (6 +
+  // 4 + 3) -> 0.173-0.178, 14 rows 0.173-0.176 (6 + 4 + 4) -> 0.175-0.184 (6 + 6 + 2), 19 rows 0.170-0.177 ->
+  // 0.178-0.185; 15 rows as 6 + 6 + 3 0.170-0.180, as 6 + 5 + 4 0.169-0.180.
+  static constexpr int64_t chunk_last_rows(int64_t last, int64_t blocks) {
+    return last == 1 ? 2 : last == 3 && blocks == 2 ? 4 : last;
+  }
   // Blocks only: chunks on this layer are not measured yet (the one try, held to AVX2 on the Zen 4, ran with
   // a chunk's prefetch mis-sized for 32-byte tiles: 0.08-0.11 TF/s at 8 rows against 0.08-0.14 in blocks).
   static constexpr int64_t kChunkRows = kMaxRows + 1;

@@ -107,6 +107,13 @@ inline int run_lines_a_step(const Job& j, const Tile& t) {
 // pair vectors, 1 broadcast of 32 registers), bf16 pairs staged as dwords.
 struct Zmm {
   static constexpr int kBlockRows = 12;
+  // A last block under half of kBlockRows keeps too few sums in flight: the last two share their rows. 16
+  // rows as 8 + 8 ran 0.67-0.71 TF/s against 12 + 4's 0.61-0.64, and 32 rows as 12 + 12 + 8 0.84-0.87 against
+  // 11
+  // + 11 + 10's 0.78-0.86 (moe_bench_few_rows 3 16 and 32, 2-core Zen 5).
+  static constexpr int64_t chunk_last_rows(int64_t last, int64_t /*blocks*/) {
+    return 2 * last >= kBlockRows ? last : (kBlockRows + last) / 2;
+  }
   template <int R>
   static constexpr int64_t kTilesAtOnce = 1;  // its 1-row walks read 0.9-1.1 of a sequential read as they are
   // Chunks from 5 rows: moe_bench_few_rows 3 8 ran 0.87-0.94 of the read against 0.74-0.80 in blocks, 16 rows
