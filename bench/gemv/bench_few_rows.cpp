@@ -9,11 +9,13 @@
 // the arithmetic alone counts. Candidates run interleaved round by round and the best round is kept (the
 // 2-core box is shared: contention only ever slows a call down, and its memory bandwidth moves by 2x from
 // minute to minute, so only the ratio to the read of the same round's process means anything). "gemv kept"
-// (nn) is gemv on weights it packed once in its tile order (a forward run's). Prints per call: ms, GB/s of
+// (nn) is gemv on weights it packed once in its tile order (a forward run's), "gemv parts" gemv on the
+// weights as two parts of N / 2 columns each (forward_backward's up, [w1 | w3]). Prints per call: ms, GB/s of
 // weights, x the read, TF/s.
 //
 //   moe_bench_few_rows [rounds=5] [rows=all|1-64] [variants=all|gemv,avx2,...] [experts=64] [form=nn|nt|tn]
-// rows all: 1, 2, 4, 8, 16, 32, 48 and 64; variants: those named (gemv also runs "gemv kept") and the read.
+// rows all: 1, 2, 4, 8, 16, 32, 48 and 64; variants: those named (gemv also runs "gemv kept" and "gemv
+// parts") and the read.
 #include <omp.h>
 
 #include <algorithm>
@@ -68,7 +70,7 @@ std::vector<std::string> own_kernels(const GemmCall& call) {
 bool chosen(const std::string& name, const std::vector<std::string>& only) {
   if (only.empty() || name == "read") return true;
   for (const std::string& v : only)
-    if (name == v || name == v + " kept") return true;
+    if (name == v || name == v + " kept" || name == v + " parts") return true;
   return false;
 }
 
@@ -144,6 +146,15 @@ void bench_projection(const Projection& p, Buffer<bf16_t>& w, int64_t experts, i
     };
     run();
     c.push_back({"gemv kept", run});
+  }
+  // gemv on two weight parts [w1 | w3] read where they lie (forward_backward's up: the seed builds w13 inside
+  // the differentiated call, which the block skips): the same bytes as (E, Kd, N / 2) twice.
+  if (form == GemmForm::nn && p.N % 2 == 0 && chosen("gemv parts", only)) {
+    const ExpertWeights parts(w.data(), w.data() + experts * p.Kd * p.N / 2);
+    c.push_back({"gemv parts", [&, parts] {
+                   table("gemv").nn(out.data(), Dtype::bf16, lhs.data(), parts, Dtype::bf16, groups, p.Kd,
+                                    p.N);
+                 }});
   }
   bench_rounds::time_rounds(c, rounds);
   std::printf("%s %s: Kd = %lld, N = %lld, %lld experts x %lld rows, %d threads, best of %d\n", name(form),

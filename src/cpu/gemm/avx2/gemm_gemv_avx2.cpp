@@ -283,6 +283,19 @@ void Ymm::walk_runs(const Job& j, const std::array<Tile, kTilesAtOnce<R>>& g, in
 // Qwen3's up (3 KiB rows) 1 row 0.92-0.94 -> 0.88-0.90 (2 tiles: 0.92-0.95, but 0.86-0.89 on the others),
 // 2 rows 0.83-0.88 -> 0.92-0.94. Blocks of 4 weight rows where rows lie 4 KiB apart (one tile: 0.74-0.79 at
 // 1 row) ran level or worse beside it.
+// Whether walk_rows prefetches the block below in address order, each group of G tiles its share of the
+// block's run of memory (the item's tiles whole weight rows, so the block is one run), not its own tiles'
+// lines row by row: at 2 rows, or rows of at most 2 KiB. The real Zen 3 (moe_bench_few_rows 3 R gemv 64, x a
+// sequential read, alternately): 2 rows 0.70 -> 0.91 on Qwen3's up in two parts [w1 | w3]
+// (forward_backward's: rows of 1.5 KiB) and 0.81-0.87 -> 0.89-0.95 on rows of 3-4 KiB; 1 row 0.64-0.67 ->
+// 0.82-0.83 on Qwen3's parts, 0.72-0.79 -> 0.73-0.83 on 2 KiB rows, but 0.86-0.90 -> 0.80-0.82 on rows of 3-4
+// KiB.
+inline bool prefetches_in_order(const Job& j, int R, int64_t G) {
+  constexpr int64_t kShortRowBytes = 2048;
+  return j.tiles * kTileCols * 2 == j.ld_bytes && j.tiles % G == 0 &&
+         (R >= 2 || j.ld_bytes <= kShortRowBytes);
+}
+
 template <int R>
 void Ymm::walk_rows(const Job& j, const std::array<Tile, kTilesAtOnce<R>>& g) {
   constexpr int64_t G = kTilesAtOnce<R>, kBytes = G * kTileCols * 2;
@@ -293,12 +306,17 @@ void Ymm::walk_rows(const Job& j, const std::array<Tile, kTilesAtOnce<R>>& g) {
   const char* ahead = g[0].prefetch.row;  // nullptr: none
   const float* x = j.x;
   const int64_t steps = j.steps, x_stride = j.x_stride, ld = j.ld_bytes;
+  int64_t ahead_step = ld;  // a row's tiles of the block below, or (in address order) the next kBytes
+  if (ahead && prefetches_in_order(j, R, G)) {
+    ahead = j.prefetch.base + (g[0].w - j.w) * steps;  // the group's share of that block's run
+    ahead_step = kBytes;
+  }
   for (int64_t k = 0; k < steps; ++k, w += ld, x += x_stride) {
     multiply_tiles<R>(acc, w, kTileCols * 2, x);
     if (ahead) {
       for (int64_t o = 0; o < kBytes; o += 64) __builtin_prefetch(ahead + o, 0, 2);
       __builtin_prefetch(ahead + kBytes - 1, 0, 2);
-      ahead += ld;
+      ahead += ahead_step;
     }
   }
 #pragma GCC unroll 8
