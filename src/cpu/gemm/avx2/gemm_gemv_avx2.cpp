@@ -93,6 +93,26 @@ inline int64_t run_rows_a_line(const Job& j, const Tile& t) {
   return 64 * p.every / p.ld;
 }
 
+// Whether a block in place prefetches the block two below in address order, each tile (or group of G tiles
+// walked side by side) its share of that block's run of memory (share_below; the item's tiles are whole
+// weight rows, so the block is one run), not its own lines row by row: from 2 rows, or at 1 row on rows of
+// at most 2 KiB. The real Zen 3 (moe_bench_few_rows 3 R gemv 64, x a sequential read, alternately): 2 rows
+// 0.70 -> 0.91 on Qwen3's up in two parts [w1 | w3] (forward_backward's: rows of 1.5 KiB) and 0.81-0.87 ->
+// 0.89-0.95 on rows of 3-4 KiB; 1 row 0.64-0.67 -> 0.82-0.83 on Qwen3's parts, 0.72-0.79 -> 0.73-0.83 on 2
+// KiB rows, but 0.86-0.90 -> 0.80-0.82 on rows of 3-4 KiB; 3-6 rows (one tile at a time), ms: rows of 4 KiB
+// 15-18 % faster (3 rows 10.5-10.8 -> 8.5-8.8 on Qwen3's down, 27.8-28.4 -> 23.0-23.1 on OLMoE's up; 6 rows
+// 12.2-12.3 -> 10.5), Qwen3's up (3 KiB) level.
+inline bool prefetches_in_order(const Job& j, int R, int64_t G) {
+  constexpr int64_t kShortRowBytes = 2048;
+  return j.tiles * kTileCols * 2 == j.ld_bytes && j.tiles % G == 0 &&
+         (R >= 2 || j.ld_bytes <= kShortRowBytes);
+}
+// Where the tile (or group) at weight w's share of the block two below starts (prefetches_in_order): the
+// block's run split in the order of the tiles, steps x 32 bytes a tile.
+inline const char* share_below(const Job& j, const char* w) {
+  return j.prefetch.base + (w - j.w) * j.steps;
+}
+
 // The ymm layer (cpu/gemm/gemm_gemv_kernel.h): lhs values staged as float32, one a step.
 struct Ymm {
   static constexpr int kBlockRows = 6;
@@ -121,6 +141,8 @@ struct Ymm {
     if (const int64_t rows_a_line = run_rows_a_line(j, t))
       return R <= 5 && rows_a_line % 2 == 0 ? walk_run<R, 2>(j, t, rows_a_line)
                                             : walk_run<R, 1>(j, t, rows_a_line);
+    if (R >= 3 && t.prefetch.follows_rows(j.ld_bytes) && prefetches_in_order(j, R, 1))
+      return walk<R, true>(j, t, RowPrefetch{share_below(j, t.w), kTileCols * 2});
     walk_with_prefetch<Ymm, R>(j, t);
   }
   // Whole tiles walked side by side, 4 at 1 row, 2 at 2: packed (walk_runs says why) or in place (walk_rows).
@@ -276,26 +298,14 @@ void Ymm::walk_runs(const Job& j, const std::array<Tile, kTilesAtOnce<R>>& g, in
 }
 
 // kTilesAtOnce<R> adjacent whole tiles of a block of weight rows in place (a row's 128 or 64 bytes a step),
-// the block two below prefetched as each tile's own walk does, a line once. A tile alone took 2R FMA chains
+// the block two below prefetched as each tile's own walk does (or in address order: prefetches_in_order), a
+// line once. A tile alone took 2R FMA chains
 // through 32 bytes a row (walk_runs) and, where rows lie 4 KiB apart, every row's lines in one L1 set. The
 // real Zen 3 (64 experts, x a sequential read, moe_bench_few_rows 3 R gemv 64, "gemv", alternately): rows 4
 // KiB apart (Qwen3's down, OLMoE's up and down) 1 row 0.65-0.75 -> 0.87-0.91, 2 rows 0.60-0.66 -> 0.80-0.89;
 // Qwen3's up (3 KiB rows) 1 row 0.92-0.94 -> 0.88-0.90 (2 tiles: 0.92-0.95, but 0.86-0.89 on the others),
 // 2 rows 0.83-0.88 -> 0.92-0.94. Blocks of 4 weight rows where rows lie 4 KiB apart (one tile: 0.74-0.79 at
 // 1 row) ran level or worse beside it.
-// Whether walk_rows prefetches the block below in address order, each group of G tiles its share of the
-// block's run of memory (the item's tiles whole weight rows, so the block is one run), not its own tiles'
-// lines row by row: at 2 rows, or rows of at most 2 KiB. The real Zen 3 (moe_bench_few_rows 3 R gemv 64, x a
-// sequential read, alternately): 2 rows 0.70 -> 0.91 on Qwen3's up in two parts [w1 | w3]
-// (forward_backward's: rows of 1.5 KiB) and 0.81-0.87 -> 0.89-0.95 on rows of 3-4 KiB; 1 row 0.64-0.67 ->
-// 0.82-0.83 on Qwen3's parts, 0.72-0.79 -> 0.73-0.83 on 2 KiB rows, but 0.86-0.90 -> 0.80-0.82 on rows of 3-4
-// KiB.
-inline bool prefetches_in_order(const Job& j, int R, int64_t G) {
-  constexpr int64_t kShortRowBytes = 2048;
-  return j.tiles * kTileCols * 2 == j.ld_bytes && j.tiles % G == 0 &&
-         (R >= 2 || j.ld_bytes <= kShortRowBytes);
-}
-
 template <int R>
 void Ymm::walk_rows(const Job& j, const std::array<Tile, kTilesAtOnce<R>>& g) {
   constexpr int64_t G = kTilesAtOnce<R>, kBytes = G * kTileCols * 2;
@@ -308,7 +318,7 @@ void Ymm::walk_rows(const Job& j, const std::array<Tile, kTilesAtOnce<R>>& g) {
   const int64_t steps = j.steps, x_stride = j.x_stride, ld = j.ld_bytes;
   int64_t ahead_step = ld;  // a row's tiles of the block below, or (in address order) the next kBytes
   if (ahead && prefetches_in_order(j, R, G)) {
-    ahead = j.prefetch.base + (g[0].w - j.w) * steps;  // the group's share of that block's run
+    ahead = share_below(j, g[0].w);
     ahead_step = kBytes;
   }
   for (int64_t k = 0; k < steps; ++k, w += ld, x += x_stride) {
