@@ -170,6 +170,40 @@ TEST(Bfloat16, RowNarrowingMatchesTheScalarOne) {
   }
 }
 
+#if defined(MOE_VEC_AVX2)
+// The AVX2 rounding's parts a kernel may use apart (the gemv ymm tn's tile): bf16_of_16<true> (no NaN blend)
+// gives moe::f32_to_bf16's bits for every float that is not a NaN, and any_nan finds a NaN of any payload
+// in any lane of any of the vectors (the payloads whose carry would reach the exponent or the sign too).
+TEST(Bfloat16, AnyNanGuardsTheRoundingWithoutItsNanBlend) {
+  const uint32_t nans[] = {0x7fc00000u, 0xffc00001u, 0x7f800001u, 0xff812345u, 0x7fffffffu, 0x7f80ffffu};
+  std::mt19937_64 gen(testing::test_seed());
+  std::uniform_int_distribution<uint32_t> any_bits;
+  for (int round = 0; round < 256; ++round) {
+    uint32_t bits[16];
+    for (uint32_t& b : bits) {
+      do b = any_bits(gen);
+      while ((b & 0x7f800000u) == 0 || ((b & 0x7f800000u) == 0x7f800000u && (b & 0x7fffffu) != 0));
+    }
+    if (round % 2 == 1) bits[round % 16] = round % 4 == 1 ? 0x7f800000u : 0xff800000u;  // infinities
+    float values[16];
+    std::memcpy(values, bits, sizeof values);
+    __m256 v[2] = {_mm256_loadu_ps(values), _mm256_loadu_ps(values + 8)};
+    ASSERT_FALSE(cpu::any_nan<1>(v)) << "round " << round;
+    alignas(32) bf16_t narrow[16];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(narrow), cpu::bf16_of_16<true>(v[0], v[1]));
+    for (int i = 0; i < 16; ++i)
+      ASSERT_EQ(narrow[i], f32_to_bf16(values[i])) << "round " << round << ", " << i;
+    const uint32_t nan = nans[size_t(round) % std::size(nans)];
+    float nan_value;
+    std::memcpy(&nan_value, &nan, 4);
+    values[round % 16] = nan_value;
+    v[0] = _mm256_loadu_ps(values);
+    v[1] = _mm256_loadu_ps(values + 8);
+    EXPECT_TRUE(cpu::any_nan<1>(v)) << "a NaN " << std::hex << nan << " in lane " << std::dec << round % 16;
+  }
+}
+#endif
+
 TEST(Float16, IsARunDtypeNamedAsTheSeedNamesIt) {
   EXPECT_EQ(parse_run_dtype("float16"), Dtype::f16);
   EXPECT_STREQ(dtype_name(Dtype::f16), "float16");

@@ -120,6 +120,49 @@ TEST_P(EveryGemmVariant, TnMatchesReferenceAndZeroesEmptyExperts) {
       [&](auto&&... args) { table.tn(args...); }, [&](auto&&... args) { table.tn_pair(args...); });
 }
 
+// A NaN and an infinity in tn's inputs reach the gradient as the float64 reference gives them: NaN where it
+// is NaN (a NaN lhs value, an infinity times a zero), the same infinity where it is one, the rest within the
+// tolerance. A variant's rounding may check a tile for NaN once (gemv ymm: any_nan) instead of each value:
+// groups of 1-4 rows, 128 columns (whole tiles of 64). (NaNs made from bf16 values never carry into the
+// exponent when rounded without the check: test_dtype's AnyNanGuardsTheRoundingWithoutItsNanBlend tests the
+// check itself on every payload.)
+TEST_P(EveryGemmVariant, TnKeepsNaNAndInfinity) {
+  MOE_TABLE_OR_SKIP(GetParam());
+  Inputs inputs(testing::test_seed());
+  const Groups g({1, 4, 0, 3}, false);
+  const int64_t Kd = 5, N = 128;
+  for (Dtype out_dt : {Dtype::bf16, Dtype::f32}) {
+    SCOPED_TRACE(trace(Dtype::bf16, out_dt));
+    Tensor lhs = inputs.random(Dtype::bf16, {g.rows(), Kd});       // (rows, Kd)
+    Tensor dout = inputs.random(Dtype::bf16, {g.rows(), N});       // (rows, N)
+    lhs.set(0 * Kd + 1, std::numeric_limits<float>::quiet_NaN());  // expert 0's gradient row 1
+    lhs.set(2 * Kd + 3, std::numeric_limits<float>::infinity());   // expert 1's gradient row 3
+    dout.set(2 * N + 7, 0.0);                                      // ... and there inf x 0 = NaN at column 7
+    lhs.set(6 * Kd + 0, -std::numeric_limits<float>::infinity());  // expert 3's gradient row 0
+    Tensor drhs = nan_filled(out_dt, {g.experts(), Kd, N});        // (E, Kd, N)
+    table.tn(drhs.raw(), out_dt, lhs.raw(), dout.raw(), Dtype::bf16, g.shape(), Kd, N, N);
+    const Expected want = reference(drhs.numel(), [&](double* o, bool abs) {
+      ref_gemm::grouped_gemm_tn(kDefaults, o, Dtype::f64, (abs ? abs_of(lhs) : lhs).raw(),
+                                (abs ? abs_of(dout) : dout).raw(), Dtype::bf16, g.shape(), Kd, N, N);
+    });
+    int64_t nans = 0, infinities = 0, bad = 0;
+    for (int64_t i = 0; i < drhs.numel(); ++i) {
+      const double w = want.value[size_t(i)], got = drhs.get(i);
+      nans += std::isnan(w);
+      infinities += std::isinf(w);
+      const bool ok = std::isnan(w)   ? std::isnan(got)
+                      : std::isinf(w) ? got == w
+                                      : std::fabs(got - w) <= 1e-5 * want.scale[size_t(i)] +
+                                                                  stored_rounding(out_dt) * std::fabs(w) +
+                                                                  stored_floor(out_dt);
+      if (!ok && ++bad <= 5) ADD_FAILURE() << "element " << i << ": got " << got << ", want " << w;
+    }
+    EXPECT_EQ(bad, 0);
+    EXPECT_EQ(nans, N + 1) << "the case: a NaN row and one inf x 0";
+    EXPECT_EQ(infinities, 2 * N - 1) << "the case: two rows of infinities";
+  }
+}
+
 // Weights kept across calls (a forward run's, ExpertWeights::packs), each call's packs fresh: the first call
 // with them packs (gemv: in tile order) and reads that packing.
 TEST_P(EveryGemmVariant, NnOnKeptWeightsMatchesReference) {

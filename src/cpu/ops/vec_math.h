@@ -133,19 +133,36 @@ inline void bf16_to_f32_row(float* dst, const bf16_t* src, int64_t n) {
 #if defined(MOE_VEC_AVX2)
 // Eight floats as bf16 in the low halves of their dwords, exactly as moe::f32_to_bf16 makes them: rounded to
 // nearest even, a NaN a quiet NaN of its sign and high bits.
+// bf16_words for eight floats none of which is NaN (a NaN's carry could reach its exponent or sign).
+inline __m256i bf16_words_not_nan(__m256 v) {
+  const __m256i bits = _mm256_castps_si256(v);
+  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  return _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7fff)), odd), 16);
+}
 inline __m256i bf16_words(__m256 v) {
-  const __m256i bits = _mm256_castps_si256(v), high = _mm256_srli_epi32(bits, 16);
-  const __m256i odd = _mm256_and_si256(high, _mm256_set1_epi32(1));
-  const __m256i rounded =
-      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7fff)), odd), 16);
+  const __m256i high = _mm256_srli_epi32(_mm256_castps_si256(v), 16);
   const __m256i quiet = _mm256_or_si256(high, _mm256_set1_epi32(0x40));
-  return _mm256_blendv_epi8(rounded, quiet, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+  return _mm256_blendv_epi8(bf16_words_not_nan(v), quiet,
+                            _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
 }
 
-// Sixteen floats (lo: the first eight) as bf16 in order.
+// Sixteen floats (lo: the first eight) as bf16 in order; kNotNan: none of them is NaN (the caller checked,
+// e.g. with any_nan: a check for many vectors costs less than bf16_words' NaN blend for each).
+template <bool kNotNan = false>
 inline __m256i bf16_of_16(__m256 lo, __m256 hi) {
+  const __m256i a = kNotNan ? bf16_words_not_nan(lo) : bf16_words(lo);
+  const __m256i b = kNotNan ? bf16_words_not_nan(hi) : bf16_words(hi);
   // packus works lane by lane: lo0-3 hi0-3 | lo4-7 hi4-7, put back in order by 64-bit quarters.
-  return _mm256_permute4x64_epi64(_mm256_packus_epi32(bf16_words(lo), bf16_words(hi)), 0xd8);
+  return _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xd8);
+}
+
+// Whether any of 2n vectors holds a NaN: an unordered compare tests two vectors at once.
+template <int kPairs>
+inline bool any_nan(const __m256 (&v)[2 * kPairs]) {
+  __m256 unordered = _mm256_cmp_ps(v[0], v[1], _CMP_UNORD_Q);
+  for (int i = 1; i < kPairs; ++i)
+    unordered = _mm256_or_ps(unordered, _mm256_cmp_ps(v[2 * i], v[2 * i + 1], _CMP_UNORD_Q));
+  return _mm256_movemask_ps(unordered) != 0;
 }
 #endif
 
