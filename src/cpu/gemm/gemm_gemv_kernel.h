@@ -117,9 +117,10 @@ struct BlockJob {
   PrefetchPlan prefetch;
   int64_t tiles;  // column tiles, the last one's live columns tail_cols
   int64_t tail_cols;
-  const Staged* x;  // lhs: step s of row r at x[s * x_stride + r]
-  int64_t x_stride;
-  float* sums;  // partial sums: tile t's row r at sums + t * sums_tile + r * kTileCols
+  const Staged* x;   // lhs: step s of row r at x[s * x_stride + r]
+  int64_t x_stride;  // the block's rows (stage_blocks)
+  int64_t live;      // the item's rows, in all its register blocks
+  float* sums;       // partial sums: tile t's row r at sums + t * sums_tile + r * kTileCols
   int64_t sums_tile;
   bool first, last;  // the reduction's first block (sums start at zero) / last (store the output)
   char* out;         // last: tile t's row r at out + (t * kTileCols + r * out_ld) elements
@@ -360,6 +361,7 @@ void run_item(const Call& c, const Item& it, const Item* next, float* sums, type
           it.cols - (tiles - 1) * L::kTileCols,
           x + r0 * steps,
           rows,
+          it.live,
           sums + r0 * L::kTileCols,
           tile_sums<L>(it.live),
           k0 == 0,

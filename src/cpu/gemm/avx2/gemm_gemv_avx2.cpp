@@ -162,7 +162,7 @@ struct Ymm {
   template <int R>
   static bool tile_group(const Job& j, const std::array<Tile, kTilesAtOnce<R>>& g) {
     if (j.ld_bytes != kTileCols * 2) {
-      if (R == 3 && j.x_stride != 3) return false;  // a 3-row block beside others: walk_rows says why
+      if (R == 3 && j.live != 3) return false;  // a 3-row block beside others: walk_rows says why
       for (const Tile& t : g)
         if (t.cols != kTileCols || (t.prefetch.row && !t.prefetch.follows_rows(j.ld_bytes))) return false;
       walk_rows<R>(j, g);
