@@ -147,8 +147,7 @@ class FloatExpertFfn final : public ExpertFfnOp {
   ImplTraits traits_;
   bool remat_;
   bool backward_reads_forward_h_;
-  // A forward run: the weights' packings are kept across calls, and h, g and y_rows are written by this op
-  // alone, so their padding rows keep their zeros across calls.
+  // A forward run: the weights hold their values across calls, so their packings are kept.
   bool forward_run_;
   // h's, g's and y's padding rows keep their zeros across calls: only up and down write them, but where the
   // backward recomputes the up projection into its gradient scratch (expert_mlp remat), which it overwrites.

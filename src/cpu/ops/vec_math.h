@@ -131,14 +131,14 @@ inline void bf16_to_f32_row(float* dst, const bf16_t* src, int64_t n) {
 }
 
 #if defined(MOE_VEC_AVX2)
-// Eight floats as bf16 in the low halves of their dwords, exactly as moe::f32_to_bf16 makes them: rounded to
-// nearest even, a NaN a quiet NaN of its sign and high bits.
 // bf16_words for eight floats none of which is NaN (a NaN's carry could reach its exponent or sign).
 inline __m256i bf16_words_not_nan(__m256 v) {
   const __m256i bits = _mm256_castps_si256(v);
   const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
   return _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7fff)), odd), 16);
 }
+// Eight floats as bf16 in the low halves of their dwords, exactly as moe::f32_to_bf16 makes them: rounded to
+// nearest even, a NaN a quiet NaN of its sign and high bits.
 inline __m256i bf16_words(__m256 v) {
   const __m256i high = _mm256_srli_epi32(_mm256_castps_si256(v), 16);
   const __m256i quiet = _mm256_or_si256(high, _mm256_set1_epi32(0x40));

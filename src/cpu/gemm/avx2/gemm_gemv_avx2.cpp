@@ -55,14 +55,6 @@ template <bool kFull>
   odd = _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32(int(0xffff0000u))));
 }
 
-// load_row's even and odd columns of a whole tile's row, the odd ones by two shifts instead of the mask: no
-// register for the mask's constant, where a walk's sums take all but three (walk_rows at 3 rows).
-[[gnu::always_inline]] inline void widen_row_by_shifts(const char* p, __m256& even, __m256& odd) {
-  const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  even = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
-  odd = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_srli_epi32(w, 16), 16));
-}
-
 template <int R>
 [[gnu::always_inline]] inline void store_output(const SumVector (&acc)[R][2], const Job& j, const Tile& t) {
 #pragma GCC unroll 8
@@ -168,8 +160,8 @@ struct Ymm {
       walk_rows<R>(j, g);
       return true;
     }
-    const int64_t rows_a_line = run_rows_a_line(j, g[0]);
     if (R == 3) return false;  // packed, 2 tiles at 3 rows read 0.69-0.77 of the read against one's 0.88-0.95
+    const int64_t rows_a_line = run_rows_a_line(j, g[0]);
     for (const Tile& t : g)
       if (rows_a_line == 0 || run_rows_a_line(j, t) != rows_a_line) return false;
     walk_runs<R>(j, g, rows_a_line);
@@ -267,15 +259,8 @@ template <int R, int64_t G>
   __m256 even, odd;
 #pragma GCC unroll 8
   for (int64_t i = 0; i < G; ++i) {
-    if constexpr (R * 2 * G + 3 > 16) {  // sums, the two vectors and a broadcast fill the 16 registers
-      widen_row_by_shifts(w + i * apart, even, odd);
-      const float* xi = x;
-      asm("" : "+r"(xi));  // broadcast x again for each tile: kept from the tile before, they spilled sums
-      multiply_row<R>(acc[i], even, odd, xi);
-    } else {
-      load_row<true>(w + i * apart, kTileCols, even, odd);
-      multiply_row<R>(acc[i], even, odd, x);
-    }
+    load_row<true>(w + i * apart, kTileCols, even, odd);
+    multiply_row<R>(acc[i], even, odd, x);
   }
 }
 
@@ -325,11 +310,12 @@ void Ymm::walk_runs(const Job& j, const std::array<Tile, kTilesAtOnce<R>>& g, in
 // KiB apart (Qwen3's down, OLMoE's up and down) 1 row 0.65-0.75 -> 0.87-0.91, 2 rows 0.60-0.66 -> 0.80-0.89;
 // Qwen3's up (3 KiB rows) 1 row 0.92-0.94 -> 0.88-0.90 (2 tiles: 0.92-0.95, but 0.86-0.89 on the others),
 // 2 rows 0.83-0.88 -> 0.92-0.94. Blocks of 4 weight rows where rows lie 4 KiB apart (one tile: 0.74-0.79 at
-// 1 row) ran level or worse beside it. At 3 rows, 2 tiles (12 sums, each tile's weights widened by shifts
-// and x broadcast again: widen_row_by_shifts), where the group has those 3 rows alone (moe_bench_few_rows 3 3
-// gemv 64, the Zen 3, alternately): 0.070-0.076 -> 0.079-0.085 TF/s, in two parts 0.066-0.073 ->
-// 0.074-0.083; as the 3-row block beside a 6-row one (9 rows, bound by the FMA pipes, which the shifts share)
-// 0.125-0.132 -> 0.111-0.117 on Qwen3's up, so such a block walks a tile at a time.
+// 1 row) ran level or worse beside it. At 3 rows, 2 tiles (12 sums, 2 weight vectors, a broadcast and the
+// mask: all 16 registers), where the group has those 3 rows alone (moe_bench_few_rows 3 3 gemv 64, the Zen 3,
+// alternately): 0.070-0.076 -> 0.079-0.085 TF/s, in two parts 0.066-0.073 -> 0.074-0.083. A 3-row block
+// beside a 6-row one (9 rows, bound by the FMA pipes) walks a tile at a time: 2 tiles there, in a try whose
+// odd columns were widened by two shifts (no mask) and x broadcast again a tile, ran 0.111-0.117 TF/s against
+// 0.125-0.132 on Qwen3's up (this walk itself not measured there: the machine too noisy since).
 template <int R>
 void Ymm::walk_rows(const Job& j, const std::array<Tile, kTilesAtOnce<R>>& g) {
   constexpr int64_t G = kTilesAtOnce<R>, kBytes = G * kTileCols * 2;

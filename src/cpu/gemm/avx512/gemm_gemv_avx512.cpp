@@ -107,10 +107,9 @@ inline int run_lines_a_step(const Job& j, const Tile& t) {
 // pair vectors, 1 broadcast of 32 registers), bf16 pairs staged as dwords.
 struct Zmm {
   static constexpr int kBlockRows = 12;
-  // A last block under half of kBlockRows keeps too few sums in flight: the last two share their rows. 16
-  // rows as 8 + 8 ran 0.67-0.71 TF/s against 12 + 4's 0.61-0.64, and 32 rows as 12 + 12 + 8 0.84-0.87 against
-  // 11
-  // + 11 + 10's 0.78-0.86 (moe_bench_few_rows 3 16 and 32, 2-core Zen 5).
+  // A last block under half of kBlockRows keeps too few sums in flight: the last two share their rows.
+  // moe_bench_few_rows 3 16 and 32, 2-core Zen 5: 16 rows as 8 + 8 0.67-0.71 TF/s, as 12 + 4 0.61-0.64; 32
+  // rows as 12 + 12 + 8 0.84-0.87, as 11 + 11 + 10 0.78-0.86.
   static constexpr int64_t chunk_last_rows(int64_t last, int64_t /*blocks*/) {
     return 2 * last >= kBlockRows ? last : (kBlockRows + last) / 2;
   }
