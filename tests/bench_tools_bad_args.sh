@@ -45,7 +45,7 @@ expect_refusal "$passes" 5 16384 1024 7
 expect_refusal "$few_rows" x
 expect_refusal "$few_rows" 3 0
 expect_refusal "$few_rows" 3 rows
-expect_refusal "$few_rows" 3 128
+expect_refusal "$few_rows" 3 257
 expect_refusal "$few_rows" 3 4 1
 expect_refusal "$few_rows" 3 4 gemv,nope
 expect_refusal "$few_rows" 3 4 gemv,

@@ -122,7 +122,8 @@ struct GroupCase {
 // groups per thread, the last ragged, and an odd group. dpbf16's float32 nn_swiglu runs only on
 // groups of 384 rows or more ("large_group", "wide_slices", "streamed_output"; "column_slices" is
 // below): "deep_kd_large_group" has two panels along its reduction there. The gemv variant takes groups of
-// at most 64 rows, 12 (zmm) or 6 (ymm, the AVX2-held pass) to a register block of 32 or 16 columns (the last
+// at most 64 rows on zmm, 128 on ymm ("rows_past_64": 128 as 21 blocks and 2 rows, 97 as 15 and 5 + 2 in a
+// chunk, 70 as 11 and 4, a 2-row group beside; above 64 the zmm pass runs them elsewhere), 12 (zmm) or 6 (ymm, the AVX2-held pass) to a register block of 32 or 16 columns (the last
 // two sharing their rows where the last would starve the pipes: zmm 16 rows as 8 + 8, ymm 7 as 5 + 2 and 9 as
 // 5 + 4, in "one_small_group", "few_rows" and "adjacent_chunks"), walking
 // the reduction in blocks of 8 (groups of 1-4 rows), 16 (5-8) or 32 weight rows (9-32), in items of a weight
@@ -159,6 +160,7 @@ inline const GroupCase kGroupCases[] = {
     {"few_rows", {16, 1, 0, 9, 3, 8}, 131, 602},
     {"one_small_group", {0, 7, 0}, 45, 333},
     {"adjacent_chunks", {9, 12, 8, 15}, 77, 200},
+    {"rows_past_64", {128, 0, 97, 70, 2}, 45, 70},
 };
 
 // with_padding: each group's last third of rows (rounded down) is layout padding, which nn and nt

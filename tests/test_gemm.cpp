@@ -430,8 +430,8 @@ TEST_P(EveryGemmVariant, DenseAllTransposesAndDtypeMixesMatchReference) {
 
 // --gemm-variant V runs V's row wherever V's supports() takes the call, the table's next row elsewhere, and
 // take_choices() says which per form: nothing is delegated behind a row's back.
-// A call whose groups have both at most kGemvMaxRows live rows and more runs as two (the table's GroupSplit):
-// each part's row is the one its largest group picks, and take_choices() names both.
+// A call whose groups have both at most gemv_max_rows() live rows and more runs as two (the table's
+// GroupSplit): each part's row is the one its largest group picks, and take_choices() names both.
 TEST_P(EveryGemmVariant, TheTableNamesTheRowThatRan) {
   MOE_TABLE_OR_SKIP(GetParam());
   Inputs inputs(testing::test_seed());
@@ -439,7 +439,10 @@ TEST_P(EveryGemmVariant, TheTableNamesTheRowThatRan) {
   for (const GroupCase& c : kGroupCases) {
     const Groups g(c.sizes, false);
     int64_t few = 0, many = 0;  // the largest group of each part
-    for (int64_t s : c.sizes) (s > kGemvMaxRows ? many : few) = std::max(s > kGemvMaxRows ? many : few, s);
+    for (int64_t s : c.sizes) {
+      int64_t& part = s > gemv_max_rows() ? many : few;
+      part = std::max(part, s);
+    }
     const std::vector<int64_t> parts =
         few > 0 && many > 0 ? std::vector<int64_t>{few, many} : std::vector<int64_t>{std::max(few, many)};
     for (Dtype dt : kDtypes) {

@@ -4,18 +4,18 @@
 // Forms: nn (the forward: out = lhs @ w, weights read), nt (the backward's data gradient: out = dout @ w^T,
 // weights read), tn (the weight gradient: dw = lhs^T @ dout, every expert's gradient written: the read is
 // then a yardstick, not a bound). Shapes: Qwen3-30B-A3B's and OLMoE-1B-7B's expert projections (up: Kd = H,
-// N = 2M; down: Kd = M, N = H), 64 experts (200-512 MiB of bf16 weights, far past the caches), 1 to 64 rows
-// an expert (gemv's range); fewer experts (2-4: 12-32 MiB) leave the weights in the last-level cache, where
-// the arithmetic alone counts. Candidates run interleaved round by round and the best round is kept (the
-// 2-core box is shared: contention only ever slows a call down, and its memory bandwidth moves by 2x from
-// minute to minute, so only the ratio to the read of the same round's process means anything). "gemv kept"
-// (nn) is gemv on weights it packed once in its tile order (a forward run's), "gemv parts" gemv on the
-// weights as two parts of N / 2 columns each (forward_backward's up, [w1 | w3]). Prints per call: ms, GB/s of
-// weights, x the read, TF/s.
+// N = 2M; down: Kd = M, N = H), 64 experts (200-512 MiB of bf16 weights, far past the caches), 1 to 256 rows
+// an expert (gemv's range, 64 or 128, and past it); fewer experts (2-4: 12-32 MiB) leave the weights in the
+// last-level cache, where the arithmetic alone counts. Candidates run interleaved round by round and the best
+// round is kept (the 2-core box is shared: contention only ever slows a call down, and its memory bandwidth
+// moves by 2x from minute to minute, so only the ratio to the read of the same round's process means
+// anything). "gemv kept" (nn) is gemv on weights it packed once in its tile order (a forward run's), "gemv
+// parts" gemv on the weights as two parts of N / 2 columns each (forward_backward's up, [w1 | w3]). Prints
+// per call: ms, GB/s of weights, x the read, TF/s.
 //
-//   moe_bench_few_rows [rounds=5] [rows=all|1-64] [variants=all|gemv,avx2,...] [experts=64] [form=nn|nt|tn]
-// rows all: 1, 2, 4, 8, 16, 32, 48 and 64; variants: those named (gemv also runs "gemv kept" and "gemv
-// parts") and the read.
+//   moe_bench_few_rows [rounds=5] [rows=all|1-256] [variants=all|gemv,avx2,...] [experts=64] [form=nn|nt|tn]
+// rows all: 1, 2, 4, 8, 16, 32, 48, 64, 96 and 128; variants: those named (gemv also runs "gemv kept" and
+// "gemv parts") and the read.
 #include <omp.h>
 
 #include <algorithm>
@@ -33,7 +33,7 @@
 namespace moe {
 namespace {
 
-constexpr int64_t kRowCounts[] = {1, 2, 4, 8, 16, 32, 48, 64};
+constexpr int64_t kRowCounts[] = {1, 2, 4, 8, 16, 32, 48, 64, 96, 128};
 
 struct Projection {
   const char* name;
@@ -138,8 +138,9 @@ void bench_projection(const Projection& p, Buffer<bf16_t>& w, int64_t experts, i
   WeightPacks packs;
   GemmCall kept_call = call;
   kept_call.weights_kept = true;
-  if (form == GemmForm::nn && chosen("gemv kept", only) &&
-      table("gemv").row_for(kept_call).variant->name == std::string("gemv")) {
+  const bool gemv_runs_nn =
+      form == GemmForm::nn && table("gemv").row_for(kept_call).variant->name == std::string("gemv");
+  if (gemv_runs_nn && chosen("gemv kept", only)) {
     const ExpertWeights kept = ExpertWeights(w.data()).kept(&packs);
     auto run = [&, kept] {
       table("gemv").nn(out.data(), Dtype::bf16, lhs.data(), kept, Dtype::bf16, groups, p.Kd, p.N);
@@ -149,7 +150,7 @@ void bench_projection(const Projection& p, Buffer<bf16_t>& w, int64_t experts, i
   }
   // gemv on two weight parts [w1 | w3] read where they lie (forward_backward's up: the seed builds w13 inside
   // the differentiated call, which the block skips): the same bytes as (E, Kd, N / 2) twice.
-  if (form == GemmForm::nn && p.N % 2 == 0 && chosen("gemv parts", only)) {
+  if (gemv_runs_nn && p.N % 2 == 0 && chosen("gemv parts", only)) {
     const ExpertWeights parts(w.data(), w.data() + experts * p.Kd * p.N / 2);
     c.push_back({"gemv parts", [&, parts] {
                    table("gemv").nn(out.data(), Dtype::bf16, lhs.data(), parts, Dtype::bf16, groups, p.Kd,
@@ -172,14 +173,14 @@ void bench_projection(const Projection& p, Buffer<bf16_t>& w, int64_t experts, i
 int main(int argc, char** argv) {
   constexpr const char* kTool = "moe_bench_few_rows";
   constexpr const char* kUsage =
-      "moe_bench_few_rows [rounds] [all|1-64] [all|VARIANT[,VARIANT...]] [experts] [nn|nt|tn]";
+      "moe_bench_few_rows [rounds] [all|1-256] [all|VARIANT[,VARIANT...]] [experts] [nn|nt|tn]";
   int64_t rounds = 0, only_rows = 0, experts = 0;
   if (!moe::bench_args::at_most(argc, 5, kTool, kUsage) ||
       !moe::bench_args::count(argc, argv, 1, kTool, "rounds", 1, 1000, 5, rounds) ||
       !moe::bench_args::count(argc, argv, 4, kTool, "experts", 1, 64, 64, experts))
     return 2;
   const std::string rows = argc > 2 ? argv[2] : "all";
-  if (rows != "all" && !moe::bench_args::count(argc, argv, 2, kTool, "rows", 1, 64, 0, only_rows)) return 2;
+  if (rows != "all" && !moe::bench_args::count(argc, argv, 2, kTool, "rows", 1, 256, 0, only_rows)) return 2;
   std::vector<std::string> only;
   if (argc > 3 && std::string(argv[3]) != "all" && !moe::variant_list(argv[3], kTool, kUsage, only)) return 2;
   const std::string form_arg = argc > 5 ? argv[5] : "nn";

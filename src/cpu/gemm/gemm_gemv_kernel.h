@@ -32,7 +32,7 @@
 
 namespace MOE_GEMV_NS {
 
-constexpr int64_t kMaxRows = kGemvMaxRows;
+constexpr int64_t kMaxRows = kMaxRowsOfInstance;
 // An item's columns: a weight part's whole rows, so an item's blocks are contiguous runs of memory, unless
 // that leaves a thread without two items or a row is wider than this.
 constexpr int64_t kMaxChunkCols = 2048;
