@@ -25,7 +25,7 @@
 namespace moe {
 namespace {
 
-// A grouped float32 nn of groups of 40 and 33 rows (one call: both on one side of gemv's gemv_max_rows(), so the
+// A grouped float32 nn of groups of 40 and 33 rows (one call: both on one side of gemv's kGemvMaxRows, so the
 // table splits none; above kFewRows, so measured back to back), with fresh inputs.
 struct NnCase {
   std::vector<int64_t> offset{0, 40, 40, 73};  // (E+1)

@@ -138,9 +138,10 @@ void bench_projection(const Projection& p, Buffer<bf16_t>& w, int64_t experts, i
   WeightPacks packs;
   GemmCall kept_call = call;
   kept_call.weights_kept = true;
-  const bool gemv_runs_nn =
-      form == GemmForm::nn && table("gemv").row_for(kept_call).variant->name == std::string("gemv");
-  if (gemv_runs_nn && chosen("gemv kept", only)) {
+  auto gemv_runs = [&](const GemmCall& nn) {
+    return form == GemmForm::nn && table("gemv").row_for(nn).variant->name == std::string("gemv");
+  };
+  if (gemv_runs(kept_call) && chosen("gemv kept", only)) {
     const ExpertWeights kept = ExpertWeights(w.data()).kept(&packs);
     auto run = [&, kept] {
       table("gemv").nn(out.data(), Dtype::bf16, lhs.data(), kept, Dtype::bf16, groups, p.Kd, p.N);
@@ -150,7 +151,7 @@ void bench_projection(const Projection& p, Buffer<bf16_t>& w, int64_t experts, i
   }
   // gemv on two weight parts [w1 | w3] read where they lie (forward_backward's up: the seed builds w13 inside
   // the differentiated call, which the block skips): the same bytes as (E, Kd, N / 2) twice.
-  if (gemv_runs_nn && p.N % 2 == 0 && chosen("gemv parts", only)) {
+  if (gemv_runs(call) && p.N % 2 == 0 && chosen("gemv parts", only)) {
     const ExpertWeights parts(w.data(), w.data() + experts * p.Kd * p.N / 2);
     c.push_back({"gemv parts", [&, parts] {
                    table("gemv").nn(out.data(), Dtype::bf16, lhs.data(), parts, Dtype::bf16, groups, p.Kd,

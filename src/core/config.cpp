@@ -158,9 +158,9 @@ double MoeConfig::estimated_bytes() const {
   // copies for the call (cpu/gemm/f16_widening.h): at most the widest weight (w13 or its gradient) and rows.
   double widening = dtype == Dtype::f16 && device == "cpu" ? (2 * E * H * M + rows * (H + 2 * M)) * 4 : 0;
   // A bf16 forward on the cpu: gemv keeps the routed weights packed in its tile order for the run (their
-  // values hold across a forward run's calls) once any expert has at most gemv_max_rows() rows (64, 128 on
-  // AVX2 CPUs), which a skewed routing gives at any token count (the kernel table runs those experts apart:
-  // GroupSplit).
+  // values hold across a forward run's calls) once any expert has at most gemv_max_rows(true) rows (64, 128
+  // on AVX2 CPUs), which a skewed routing gives at any token count (the kernel table runs those experts
+  // apart: GroupSplit).
   const bool gemv_tiles = dtype == Dtype::bf16 && device == "cpu" && bench_pass == BenchPass::forward &&
                           quant_mode == QuantMode::none;
   double tiles = gemv_tiles ? 3 * E * H * M * es : 0;

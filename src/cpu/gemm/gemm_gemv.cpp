@@ -1,9 +1,9 @@
-// The `gemv` variant: cpu/gemm/gemm.h's nn and nn_swiglu for groups of 1-64 rows, 1-128 on the ymm instance
-// (gemv_max_rows; decode steps, small micro-batches, EP ranks with few rows per expert), where the block is
-// bound by reading expert weights, not by multiplying them. It reads each weight byte once in a call: where
-// it lies, with no packing pass (dpbf16 packs each panel into its tile layout and reads it back, and at a few
-// rows that traffic, not the arithmetic, sets the speed: 0.4-0.6 of a sequential read of the same weights,
-// against 0.9 here at 1-4 rows), or from a packing made once for weights kept across calls.
+// The `gemv` variant: cpu/gemm/gemm.h's nn and nn_swiglu for groups of 1-64 rows, 1-128 on kept weights on
+// the ymm instance (gemv_max_rows; decode steps, small micro-batches, EP ranks with few rows per expert),
+// where the block is bound by reading expert weights, not by multiplying them. It reads each weight byte once
+// in a call: where it lies, with no packing pass (dpbf16 packs each panel into its tile layout and reads it
+// back, and at a few rows that traffic, not the arithmetic, sets the speed: 0.4-0.6 of a sequential read of
+// the same weights, against 0.9 here at 1-4 rows), or from a packing made once for weights kept across calls.
 //
 // Work: items of (expert, weight part, its whole rows or a column chunk of them where the items are too few
 // for two a thread), in contiguous runs a thread, so a thread streams an expert's weights in address order; a
@@ -18,14 +18,14 @@
 // while the lines of the thread's next item are prefetched into L2 row by row, each register block its share
 // (gemm_gemv_kernel.h). From 33 rows the arithmetic sets the speed; there the chunks still beat dpbf16's
 // packed panels on streamed weights (64 rows kept: 0.83-0.93 against 0.78-0.85 TF/s, moe_bench_few_rows 3
-// 64, 2-core Zen 5), while from ~96 rows they run level and at 128 dpbf16 leads; the ymm instance beats
-// avx2's 6 x 16 GEMM to 128 rows (gemm_gemv.h). Weights kept across calls (ExpertWeights::packs: a forward
-// run's) are packed once, on the first call, in tile order (gemm_gemv.h): an item's tiles are then one run of
-// memory, walked tile by tile over the whole reduction with the lines 8 KiB ahead prefetched into L2. In
-// place, a tile's rows lie a weight row apart and the chunks ran 0.61-0.81 of a sequential read at 8 rows;
-// packed, 0.86-0.96 (moe_bench_few_rows 3 8, 2-core Zen 4). Instances: zmm (avx512/gemm_gemv_avx512.cpp:
-// vdpbf16ps on bf16 pairs) where isa_level() reaches avx512_bf16, else ymm (avx2/gemm_gemv_avx2.cpp: bf16
-// widened to float32, vfmadd231ps).
+// 64, 2-core Zen 5), while from ~96 rows they run level and at 128 dpbf16 leads; the ymm instance on
+// kept weights beats avx2's 6 x 16 GEMM to 128 rows (gemm_gemv.h). Weights kept across calls
+// (ExpertWeights::packs: a forward run's) are packed once, on the first call, in tile order (gemm_gemv.h): an
+// item's tiles are then one run of memory, walked tile by tile over the whole reduction with the lines 8 KiB
+// ahead prefetched into L2. In place, a tile's rows lie a weight row apart and the chunks ran 0.61-0.81 of a
+// sequential read at 8 rows; packed, 0.86-0.96 (moe_bench_few_rows 3 8, 2-core Zen 4). Instances: zmm
+// (avx512/gemm_gemv_avx512.cpp: vdpbf16ps on bf16 pairs) where isa_level() reaches avx512_bf16, else ymm
+// (avx2/gemm_gemv_avx2.cpp: bf16 widened to float32, vfmadd231ps).
 //
 // nt (groups of at most kGemvNtMaxRows): out's elements are dot products of a weight row and a dout row, both
 // contiguous along N, so an item (64 weight rows of an expert) walks them where they lie, two at a time
@@ -182,8 +182,8 @@ std::string gemm_library_version() {
 }  // namespace moe::gemv
 
 namespace moe {
-int64_t gemv_max_rows() {
-  return isa_level() >= IsaLevel::avx512_bf16 ? kGemvZmmMaxRows : kGemvYmmMaxRows;
+int64_t gemv_max_rows(bool weights_kept) {
+  return weights_kept && isa_level() < IsaLevel::avx512_bf16 ? kGemvYmmKeptMaxRows : kGemvMaxRows;
 }
 }  // namespace moe
 
@@ -197,7 +197,7 @@ std::string supports(const GemmCall& call, const GemmThresholds& /*k*/) {
   if (call.in_dtype != Dtype::bf16) return "bfloat16 inputs only";
   if (call.out_dtype != Dtype::bf16 && call.out_dtype != Dtype::f32)
     return "a float32 or bfloat16 output only";
-  const int64_t most = nt ? kGemvNtMaxRows : tn ? kGemvTnMaxRows : gemv_max_rows();
+  const int64_t most = nt ? kGemvNtMaxRows : tn ? kGemvTnMaxRows : gemv_max_rows(call.weights_kept);
   if (call.rows > most)
     return "a group of " + std::to_string(call.rows) + " rows, above its " + std::to_string(most);
   if (!nt && !tn && call.Kd == 0) return "an empty reduction";

@@ -42,8 +42,8 @@ int variant_index(const GemmVariant* v) {
   return int(v - gemm_variants().data());
 }
 
-// A grouped nn's or nt's groups of at most the gemv variant's rows (gemv_max_rows(), kGemvNtMaxRows) and its
-// larger ones, as two calls where it has both: with hot experts (the seed's `runs` routing, real models'
+// A grouped nn's or nt's groups of at most the gemv variant's rows (gemv_max_rows(kept), kGemvNtMaxRows) and
+// its larger ones, as two calls where it has both: with hot experts (the seed's `runs` routing, real models'
 // skew) one large group would take every expert's few rows to the large groups' kernel, which reads few-row
 // groups' weights at 0.4-0.6 of a sequential read (dpbf16, avx2; gemv 0.9-1.0). In each part the other
 // part's groups have no live rows, and both keep the padding, so neither writes the other's rows. (tn's
@@ -360,7 +360,7 @@ void GemmKernels::nn(void* out, Dtype out_dtype, const void* lhs, ExpertWeights 
   MOE_CHECK(N % rhs.parts() == 0, "grouped nn: two weight parts split N in halves");
   if (f16_widening::any_f16({in_dtype, out_dtype}))
     return f16_widening::nn(*this, out, out_dtype, lhs, rhs, in_dtype, groups, Kd, N);
-  if (GroupSplit parts; parts.split(groups, gemv_max_rows())) {
+  if (GroupSplit parts; parts.split(groups, gemv_max_rows(rhs.packs != nullptr))) {
     gemm_detail::zero_padding_rows(out, out_dtype, groups, N);
     nn(out, out_dtype, lhs, rhs, in_dtype, parts.few(), Kd, N);
     nn(out, out_dtype, lhs, rhs, in_dtype, parts.many(), Kd, N);
@@ -381,7 +381,7 @@ void GemmKernels::nn_swiglu(void* h, void* g, Dtype out_dtype, const void* lhs, 
   if (f16_widening::any_f16({in_dtype, out_dtype}))
     return f16_widening::nn_swiglu(*this, h, g, out_dtype, lhs, rhs, in_dtype, groups, Kd, M, row_weight,
                                    keep_h);
-  if (GroupSplit parts; parts.split(groups, gemv_max_rows())) {
+  if (GroupSplit parts; parts.split(groups, gemv_max_rows(rhs.packs != nullptr))) {
     gemm_detail::zero_padding_rows(h, out_dtype, groups, 2 * M);
     gemm_detail::zero_padding_rows(g, out_dtype, groups, M);
     nn_swiglu(h, g, out_dtype, lhs, rhs, in_dtype, parts.few(), Kd, M, row_weight, keep_h);
