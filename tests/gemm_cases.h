@@ -122,12 +122,12 @@ struct GroupCase {
 // groups per thread, the last ragged, and an odd group. dpbf16's float32 nn_swiglu runs only on
 // groups of 384 rows or more ("large_group", "wide_slices", "streamed_output"; "column_slices" is
 // below): "deep_kd_large_group" has two panels along its reduction there. The gemv variant takes groups of
-// at most 64 rows on zmm, 128 on ymm ("rows_past_64": 128 as 21 blocks and 2 rows, 97 as 15 and 5 + 2 in a
-// chunk, 70 as 11 and 4, a 2-row group beside; above 64 the zmm pass runs them elsewhere), 12 (zmm) or 6 (ymm, the AVX2-held pass) to a register block of 32 or 16 columns (the last
-// two sharing their rows where the last would starve the pipes: zmm 16 rows as 8 + 8, ymm 7 as 5 + 2 and 9 as
-// 5 + 4, in "one_small_group", "few_rows" and "adjacent_chunks"), walking
-// the reduction in blocks of 8 (groups of 1-4 rows), 16 (5-8) or 32 weight rows (9-32), in items of a weight
-// part's whole rows, split in column chunks where the items are too few for two a thread: "few_rows" has
+// at most 64 rows, 128 on kept weights on ymm ("rows_past_64": 128 as 21 blocks and 2 rows, 97 as 15 and
+// 5 + 2 in a chunk, 70 as 11 and 4, a 2-row group beside; other kernels run them elsewhere), 12 (zmm) or 6
+// (ymm, the AVX2-held pass) to a register block of 32 or 16 columns (the last two sharing their rows where
+// the last would starve the pipes: zmm 16 rows as 8 + 8, ymm 7 as 5 + 2 and 9 as 5 + 4, in "one_small_group",
+// "few_rows" and "adjacent_chunks"), walking the reduction in blocks of 8 (groups of 1-4 rows), 16 (5-8) or
+// 32 weight rows (9-32), in items of a weight part's whole rows, split in column chunks where the items are too few for two a thread: "few_rows" has
 // groups of each depth, a second register block (16 rows), an odd reduction over several blocks (the block
 // after next prefetched, then a short one), a ragged tile (301 columns a part, two parts) and an empty
 // expert; "one_small_group" one live expert whose 333 columns are split in chunks (the last ragged);

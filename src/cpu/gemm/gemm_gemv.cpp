@@ -179,16 +179,6 @@ std::string gemm_library_version() {
                                               : "moe-bench row-streaming kernel (AVX2 FMA, ymm)";
 }
 
-}  // namespace moe::gemv
-
-namespace moe {
-int64_t gemv_max_rows(bool weights_kept) {
-  return weights_kept && isa_level() < IsaLevel::avx512_bf16 ? kGemvYmmKeptMaxRows : kGemvMaxRows;
-}
-}  // namespace moe
-
-namespace moe::gemv {
-
 std::string supports(const GemmCall& call, const GemmThresholds& /*k*/) {
   const bool nt = call.form == GemmForm::nt || call.form == GemmForm::nt_swiglu_grad;
   const bool tn = call.form == GemmForm::tn || call.form == GemmForm::tn_pair;
@@ -222,3 +212,9 @@ bool auto_candidate() {
 }
 
 }  // namespace moe::gemv
+
+namespace moe {
+int64_t gemv_max_rows(bool weights_kept) {
+  return weights_kept && isa_level() < IsaLevel::avx512_bf16 ? kGemvYmmKeptMaxRows : kGemvMaxRows;
+}
+}  // namespace moe

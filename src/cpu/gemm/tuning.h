@@ -57,8 +57,8 @@ constexpr double kColdMargin = 1.25;
 size_t pick_candidate(const std::vector<double>& times, std::optional<size_t> preferred);
 
 struct GemmCall;
-// Few rows an expert: a call whose time is reading weights (gemv takes up to gemv_max_rows(), where from 33
-// rows the arithmetic counts as much).
+// Few rows an expert: a call whose time is reading weights (gemv takes up to gemv_max_rows(kept), where from
+// 33 rows the arithmetic counts as much).
 constexpr int64_t kFewRows = 32;
 // Whether auto measures a call with its operands out of the caches (CacheEvictor): a grouped call of at most
 // kFewRows rows an expert, whose time is reading weights, which a block's call meets in memory (other GEMMs
