@@ -103,40 +103,38 @@ struct GroupCase {
   int64_t Kd, N;
 };
 
-// Odd sizes everywhere. The oneDNN build switches kernel or layout at M = 512 rows (f32 gemm:jit,
-// per-call packing of plain weights) and M = 4096 (packing transposed weights): 520 and 4100 rows
-// cross those thresholds in nn/nt, Kd = 520 does in tn (M = Kd there). In bands of rows (bf16 nn
-// below 1536, nt from 192 to 4096; f32 below 512) nn and nt split the output columns between
-// threads in slices of 64: "column_slices" and "wide_slices" have outputs of 130 and 200 columns, so
-// that two threads get a full and a ragged slice, below and above 1024 rows. The dpbf16 variant packs
-// weights in panels of 1024 reduction elements x 256 columns (nn) or 128 (nt, nn_swiglu): "deep_kd"
-// needs two panels along nn's reduction and "deep_n" along nt's in each of its two weight parts
-// (N / 2 = 1031, odd); both have several along the columns (deep_kd: 300 a thread on two threads),
-// so partial sums carry between panels (in scratch).
-// Outputs of 2 MiB or more go out with non-temporal stores in dpbf16: "streamed_output" crosses that
-// in nn and nn_swiglu (rows 4120 bytes apart, so some start on a 64-byte line and most do not),
-// "streamed_wgrad" in tn, "streamed_dgrad" in nt's float32 output. "rows_4k_apart": tn's dout rows a
-// multiple of 4 KiB apart (unpadded, ld = N = 2048), as the reference shape's, and groups of 1 and 2 rows
-// whose weight rows the ymm gemv walks in place 4 and 2 tiles at once. dpbf16's tn packs dout
-// on the way in groups of tiles of 512 KiB: "tn_tile_groups" (1030 rows: 66 KiB a tile) has 2-5
-// groups per thread, the last ragged, and an odd group. dpbf16's float32 nn_swiglu runs only on
-// groups of 384 rows or more ("large_group", "wide_slices", "streamed_output"; "column_slices" is
-// below): "deep_kd_large_group" has two panels along its reduction there. The gemv variant takes groups of
-// at most 64 rows, 128 on kept weights on ymm ("rows_past_64": 128 as 21 blocks and 2 rows, 97 as 15 and
-// 5 + 2 in a chunk, 70 as 11 and 4, a 2-row group beside; other kernels run them elsewhere), 12 (zmm) or 6
-// (ymm, the AVX2-held pass) to a register block of 32 or 16 columns (the last two sharing their rows where
-// the last would starve the pipes: zmm 16 rows as 8 + 8, ymm 7 as 5 + 2 and 9 as 5 + 4, in "one_small_group",
+// Odd sizes everywhere. The oneDNN build switches kernel or layout at M = 512 rows (f32 gemm:jit, per-call
+// packing of plain weights) and M = 4096 (packing transposed weights): 520 and 4100 rows cross those
+// thresholds in nn/nt, Kd = 520 does in tn (M = Kd there). In bands of rows (bf16 nn below 1536, nt from 192
+// to 4096; f32 below 512) nn and nt split the output columns between threads in slices of 64: "column_slices"
+// and "wide_slices" have outputs of 130 and 200 columns, so that two threads get a full and a ragged slice,
+// below and above 1024 rows. The dpbf16 variant packs weights in panels of 1024 reduction elements x 256
+// columns (nn) or 128 (nt, nn_swiglu): "deep_kd" needs two panels along nn's reduction and "deep_n" along
+// nt's in each of its two weight parts (N / 2 = 1031, odd); both have several along the columns (deep_kd: 300
+// a thread on two threads), so partial sums carry between panels (in scratch). Outputs of 2 MiB or more go
+// out with non-temporal stores in dpbf16: "streamed_output" crosses that in nn and nn_swiglu (rows 4120 bytes
+// apart, so some start on a 64-byte line and most do not), "streamed_wgrad" in tn, "streamed_dgrad" in nt's
+// float32 output. "rows_4k_apart": tn's dout rows a multiple of 4 KiB apart (unpadded, ld = N = 2048), as the
+// reference shape's, and groups of 1 and 2 rows whose weight rows the ymm gemv walks in place 4 and 2 tiles
+// at once. dpbf16's tn packs dout on the way in groups of tiles of 512 KiB: "tn_tile_groups" (1030 rows: 66
+// KiB a tile) has 2-5 groups per thread, the last ragged, and an odd group. dpbf16's float32 nn_swiglu runs
+// only on groups of 384 rows or more ("large_group", "wide_slices", "streamed_output"; "column_slices" is
+// below): "deep_kd_large_group" has two panels along its reduction there. The gemv variant takes groups of at
+// most 64 rows, 128 on kept weights on ymm ("rows_past_64": 128 as 21 blocks and 2 rows, 97 as 15 and 5 + 2
+// in a chunk, 70 as 11 and 4, a 2-row group beside; other kernels run them elsewhere), 12 (zmm) or 6 (ymm,
+// the AVX2-held pass) to a register block of 32 or 16 columns (the last two sharing their rows where the last
+// would starve the pipes: zmm 16 rows as 8 + 8, ymm 7 as 5 + 2 and 9 as 5 + 4, in "one_small_group",
 // "few_rows" and "adjacent_chunks"), walking the reduction in blocks of 8 (groups of 1-4 rows), 16 (5-8) or
-// 32 weight rows (9-32), in items of a weight part's whole rows, split in column chunks where the items are too few for two a thread: "few_rows" has
-// groups of each depth, a second register block (16 rows), an odd reduction over several blocks (the block
-// after next prefetched, then a short one), a ragged tile (301 columns a part, two parts) and an empty
-// expert; "one_small_group" one live expert whose 333 columns are split in chunks (the last ragged);
-// "wide_kd" a group of 30 rows (three or five register blocks); "all_rows_in_one_group" 37 rows (zmm 12 +
-// 12 + 7 + 6) and "odd_sizes_with_empty" 63 (zmm 12 x 4 + 8 + 7), both with two next chunks prefetched a
-// share a block; "adjacent_chunks" groups of 5 live rows and
-// more side by side, walked in chunks over the whole reduction, so a thread's next chunk is another
-// expert's (its rows staged afresh, its weights the ones prefetched); "one_or_two_rows_wide" groups of 1 and
-// 2 rows whose packed chunks of whole tiles the ymm layer walks 4 and 2 at a time, over an odd reduction.
+// 32 weight rows (9-32), in items of a weight part's whole rows, split in column chunks where the items are
+// too few for two a thread: "few_rows" has groups of each depth, a second register block (16 rows), an odd
+// reduction over several blocks (the block after next prefetched, then a short one), a ragged tile (301
+// columns a part, two parts) and an empty expert; "one_small_group" one live expert whose 333 columns are
+// split in chunks (the last ragged); "wide_kd" a group of 30 rows (three or five register blocks);
+// "all_rows_in_one_group" 37 rows (zmm 12 + 12 + 7 + 6) and "odd_sizes_with_empty" 63 (zmm 12 x 4 + 8 + 7),
+// both with two next chunks prefetched a share a block; "adjacent_chunks" groups of 5 live rows and more side
+// by side, walked in chunks over the whole reduction, so a thread's next chunk is another expert's (its rows
+// staged afresh, its weights the ones prefetched); "one_or_two_rows_wide" groups of 1 and 2 rows whose packed
+// chunks of whole tiles the ymm layer walks 4 and 2 at a time, over an odd reduction.
 inline const GroupCase kGroupCases[] = {
     {"odd_sizes_with_empty", {3, 0, 17, 1, 63, 65}, 17, 63},
     {"all_rows_in_one_group", {0, 0, 37, 0}, 65, 3},
