@@ -8,10 +8,11 @@
 // Work: items of (expert, weight part, its whole rows or a column chunk of them where the items are too few
 // for two a thread), in contiguous runs a thread, so a thread streams an expert's weights in address order; a
 // thread done with its run takes the back half of the largest run left (work_shares.h).
-// An item walks its reduction in blocks of a few weight rows (block_depth: fewer the fewer the rows); within
-// a block, a register tile of columns at a time, the weight rows are multiplied by each live row's staged
-// values. Sums wait in a per-thread float32 scratch between blocks; each line a block reads prefetches the
-// line two blocks below it into L2, so the DRAM stream runs ahead of the arithmetic. From the layer's
+// An item walks its reduction in blocks of a few weight rows (the layer's block_depth: 8-32, fewer the fewer
+// the rows); within a block, a register tile of columns at a time, the weight rows are multiplied by each
+// live row's staged values. Sums wait in a per-thread float32 scratch between blocks; each line a block reads
+// prefetches a line one or two blocks below it (blocks_ahead) into L2, so the DRAM stream runs ahead of the
+// arithmetic. From the layer's
 // kChunkRows rows (zmm: 5), where the arithmetic counts, an item is instead a chunk of a few column tiles
 // (at most 512 KiB of weights, 256 KiB where its rows take several register blocks, less on a small L2:
 // gemv_cpu) walked over its whole reduction at once, a register block of rows at a time, sums in registers,

@@ -11,6 +11,9 @@
 //   PrefetchCursor (a step per weight row it reads; a plain RowPrefetch where those lie a fixed distance on),
 //   kTilesAtOnce<R> and, where that is over 1, tile_group<R>(job, tiles): that many tiles walked side by side
 //   where the layer can (then true, else false and nothing done),
+//   block_depth(live): weight rows a block of `live` rows walks (at most kMaxDepth) before its sums go to
+//   scratch (in place, under kChunkRows rows), and blocks_ahead(depth) how many blocks below it the lines
+//   it prefetches into L2 lie,
 //   chunk_last_rows(last, blocks): a chunk's last register block's rows where blocks of kBlockRows would
 //   leave it `last` (the block before takes the rest of the two's),
 // and define their instance's nn with MOE_DEFINE_GEMV_NN(L).
@@ -37,9 +40,6 @@ constexpr int64_t kMaxRows = kMaxRowsOfInstance;
 // that leaves a thread without two items or a row is wider than this.
 constexpr int64_t kMaxChunkCols = 2048;
 constexpr int64_t kMaxDepth = 32;
-// How far ahead a block's reads prefetch, in blocks: two blocks measured 0.77-0.86 of the read at 8 rows
-// against 0.71-0.78 at one (moe_bench_few_rows 3 8, 2-core Zen 4), level or better at 1 and 4 rows.
-constexpr int64_t kBlocksAhead = 2;
 // A chunk's tiles at most (its weights at most GemvCpu's chunk bytes: gemm_gemv.cpp).
 constexpr int64_t kChunkTiles = 4;
 // How far ahead of its reads a walk over packed weights (one run of memory) prefetches into L2, from the
@@ -67,7 +67,7 @@ struct PrefetchCursor {
   // the same lines itself, a line every 64 / bytes steps.
   bool runs_along(int64_t bytes) const { return row == nullptr || (segs == 1 && ld == bytes * every); }
   // Whether it prefetches a line a weight row at a fixed distance from the rows a walk reads (`row_bytes`
-  // apart): RowPrefetch's case (the in-place blocks', kBlocksAhead blocks below).
+  // apart): RowPrefetch's case (the in-place blocks', L::blocks_ahead blocks below).
   bool follows_rows(int64_t row_bytes) const {
     return row != nullptr && segs == 1 && every == 1 && ld == row_bytes;
   }
@@ -87,15 +87,6 @@ struct RowPrefetch {
     row += ld;
   }
 };
-
-// Weight rows a block walks (column tile by column tile) before its sums go to scratch: few rows keep few
-// DRAM streams open, more rows spend less on the sums' trips to scratch, which counts more the more rows the
-// group has. Measured on 2-core Zen 4 (64 experts x 2048 x 1536 bf16, against a sequential read of the same
-// weights in the same process): 1-4 rows 0.89-0.90 of the read at 8 weight rows (0.85 at 16, 0.75 at 32);
-// 8 rows 0.77 at 16 (0.70 at 8); 12 rows 0.69 at 32 (0.63 at 16).
-inline int64_t block_depth(int64_t live) {
-  return live <= 4 ? 8 : live <= 8 ? 16 : kMaxDepth;
-}
 
 // The lines a block prefetches into L2 as it reads weight rows, a line per `every` rows of each tile (nullptr
 // base: none). tile_lines 0: tile t its own column of lines from base + its offset in the item, a row `ld`
@@ -290,8 +281,8 @@ int64_t next_item_lines(const Call& c, const Item& it, int64_t segs) {
 // streams in evenly while this one is walked once a block (a first block fetching all of it left DRAM idle
 // while the others ran: 32 rows kept 0.69-0.78 TF/s, spread 0.84-0.87; in place 0.31-0.55 against 0.34-0.70;
 // moe_bench_few_rows 3 32, 2-core Zen 5, alternately in one process). Packed otherwise: kPackedAheadBytes on
-// in the run of memory. Blocks: the lines kBlocksAhead blocks below, where that block is a whole one (a short
-// last block is not worth its own case).
+// in the run of memory. Blocks: the lines L::blocks_ahead(depth) blocks below, where that block is a whole
+// one (a short last block is not worth its own case).
 template <class L>
 PrefetchPlan block_prefetch(const Call& c, const Item& it, const Item* next, bool chunk, const char* w0,
                             int64_t k0, int64_t depth, int64_t ld_bytes, int64_t tiles, int64_t b,
@@ -308,8 +299,9 @@ PrefetchPlan block_prefetch(const Call& c, const Item& it, const Item* next, boo
   if (c.packed)
     return it.live >= c.cpu.packed_ahead_rows ? PrefetchPlan{w0 + kPackedAheadBytes, 1, ld_bytes, 0, 0, 1}
                                               : none;
-  if (chunk || k0 + (kBlocksAhead + 1) * depth > c.Kd) return none;
-  return {w0 + (k0 + kBlocksAhead * depth) * ld_bytes, 1, ld_bytes, 0, 0, 1};
+  const int64_t ahead = L::blocks_ahead(depth);
+  if (chunk || k0 + (ahead + 1) * depth > c.Kd) return none;
+  return {w0 + (k0 + ahead * depth) * ld_bytes, 1, ld_bytes, 0, 0, 1};
 }
 
 // Weight rows [k0, k0 + depth) of `live` rows into x register block by register block (block_rows): a
@@ -341,7 +333,7 @@ void run_item(const Call& c, const Item& it, const Item* next, float* sums, type
   const char* w0 = item_weights<L>(c, it);
   const int64_t out_col = it.part * part_cols + it.col0, elem = c.out_bf16 ? 2 : 4;
   const bool chunk = walks_whole<L>(c, it.live);
-  const int64_t block = chunk ? c.Kd : block_depth(it.live);
+  const int64_t block = chunk ? c.Kd : L::block_depth(it.live);
   const int64_t tiles = (it.cols + L::kTileCols - 1) / L::kTileCols;
   const int64_t blocks = register_blocks<L>(it.live);
   for (int64_t k0 = 0; k0 < c.Kd; k0 += block) {

@@ -93,21 +93,21 @@ inline int64_t run_rows_a_line(const Job& j, const Tile& t) {
   return 64 * p.every / p.ld;
 }
 
-// Whether a block in place prefetches the block two below in address order, each tile (or group of G tiles
-// walked side by side) its share of that block's run of memory (share_below; the item's tiles are whole
-// weight rows, so the block is one run), not its own lines row by row: from 2 rows, or at 1 row on rows of
-// at most 2 KiB. The real Zen 3 (moe_bench_few_rows 3 R gemv 64, x a sequential read, alternately): 2 rows
-// 0.70 -> 0.91 on Qwen3's up in two parts [w1 | w3] (forward_backward's: rows of 1.5 KiB) and 0.81-0.87 ->
-// 0.89-0.95 on rows of 3-4 KiB; 1 row 0.64-0.67 -> 0.82-0.83 on Qwen3's parts, 0.72-0.79 -> 0.73-0.83 on 2
-// KiB rows, but 0.86-0.90 -> 0.80-0.82 on rows of 3-4 KiB; 3-6 rows (one tile at a time), ms: rows of 4 KiB
-// 15-18 % faster (3 rows 10.5-10.8 -> 8.5-8.8 on Qwen3's down, 27.8-28.4 -> 23.0-23.1 on OLMoE's up; 6 rows
-// 12.2-12.3 -> 10.5), Qwen3's up (3 KiB) level.
+// Whether a block in place prefetches the block it reads ahead (Ymm::blocks_ahead) in address order, each
+// tile (or group of G tiles walked side by side) its share of that block's run of memory (share_below; the
+// item's tiles are whole weight rows, so the block is one run), not its own lines row by row: from 2 rows, or
+// at 1 row on rows of at most 2 KiB. The real Zen 3 (moe_bench_few_rows 3 R gemv 64, x a sequential read,
+// alternately): 2 rows 0.70 -> 0.91 on Qwen3's up in two parts [w1 | w3] (forward_backward's: rows of 1.5
+// KiB) and 0.81-0.87 -> 0.89-0.95 on rows of 3-4 KiB; 1 row 0.64-0.67 -> 0.82-0.83 on Qwen3's parts,
+// 0.72-0.79 -> 0.73-0.83 on 2 KiB rows, but 0.86-0.90 -> 0.80-0.82 on rows of 3-4 KiB; 3-6 rows (one tile at
+// a time), ms: rows of 4 KiB 15-18 % faster (3 rows 10.5-10.8 -> 8.5-8.8 on Qwen3's down, 27.8-28.4
+// -> 23.0-23.1 on OLMoE's up; 6 rows 12.2-12.3 -> 10.5), Qwen3's up (3 KiB) level.
 inline bool prefetches_in_order(const Job& j, int R, int64_t G) {
   constexpr int64_t kShortRowBytes = 2048;
   return j.tiles * kTileCols * 2 == j.ld_bytes && j.tiles % G == 0 &&
          (R >= 2 || j.ld_bytes <= kShortRowBytes);
 }
-// Where the tile (or group) at weight w's share of the block two below starts (prefetches_in_order): the
+// Where the tile (or group) at weight w's share of the block ahead starts (prefetches_in_order): the
 // block's run split in the order of the tiles, steps x 32 bytes a tile.
 inline const char* share_below(const Job& j, const char* w) {
   return j.prefetch.base + (w - j.w) * j.steps;
@@ -130,6 +130,16 @@ struct Ymm {
   // Blocks only: chunks on this layer are not measured yet (the one try, held to AVX2 on the Zen 4, ran with
   // a chunk's prefetch mis-sized for 32-byte tiles: 0.08-0.11 TF/s at 8 rows against 0.08-0.14 in blocks).
   static constexpr int64_t kChunkRows = kMaxRows + 1;
+  // In place, 4 rows and more walk 32 weight rows a block (the zmm layer's 8 at 1-4 rows and 16 at 5-8), the
+  // lines of the block below prefetched (two below at 8): a tile's sums (one tile of 32-byte rows a walk)
+  // then go to scratch a quarter as often. The real Zen 3 (64 experts, in place, x a sequential read, medians
+  // of 4 rounds alternately, moe_bench_few_rows 2 R gemv 64; "parts": [w1 | w3], forward_backward's up):
+  // 4 rows 0.55-0.71 -> 0.70-0.80, in parts 0.59-0.71 -> 0.79-0.86; 6 rows 0.48-0.68 -> 0.67-0.77, in parts
+  // 0.49-0.67 -> 0.60-0.80; 8 rows 0.074-0.084 -> 0.103-0.111 TF/s on Qwen3's shapes (OLMoE's 0.9-1.3x);
+  // 5 rows 0.97-1.2x; 12 and 32 rows (already 32 deep; one block ahead instead of two) 0.94-1.3x. 1-3 rows
+  // stay at 8: 32 read 0.55-0.59 against 0.81-0.85 at 1 row, 0.73-0.81 against 0.88-0.91 at 2.
+  static constexpr int64_t block_depth(int64_t live) { return live <= 3 ? 8 : kMaxDepth; }
+  static constexpr int64_t blocks_ahead(int64_t depth) { return depth >= kMaxDepth ? 1 : 2; }
   static constexpr int64_t kTileCols = gemv::kTileCols, kStep = 1;
   using Staged = float;
   static void stage(const bf16_t* lhs, int64_t Kd, int64_t live, int64_t k0, int64_t depth, float* x) {
@@ -303,19 +313,19 @@ void Ymm::walk_runs(const Job& j, const std::array<Tile, kTilesAtOnce<R>>& g, in
 }
 
 // kTilesAtOnce<R> adjacent whole tiles of a block of weight rows in place (a row's 128 or 64 bytes a step),
-// the block two below prefetched as each tile's own walk does (or in address order: prefetches_in_order), a
-// line once. A tile alone took 2R FMA chains
-// through 32 bytes a row (walk_runs) and, where rows lie 4 KiB apart, every row's lines in one L1 set. The
-// real Zen 3 (64 experts, x a sequential read, moe_bench_few_rows 3 R gemv 64, "gemv", alternately): rows 4
-// KiB apart (Qwen3's down, OLMoE's up and down) 1 row 0.65-0.75 -> 0.87-0.91, 2 rows 0.60-0.66 -> 0.80-0.89;
-// Qwen3's up (3 KiB rows) 1 row 0.92-0.94 -> 0.88-0.90 (2 tiles: 0.92-0.95, but 0.86-0.89 on the others),
-// 2 rows 0.83-0.88 -> 0.92-0.94. Blocks of 4 weight rows where rows lie 4 KiB apart (one tile: 0.74-0.79 at
-// 1 row) ran level or worse beside it. At 3 rows, 2 tiles (12 sums, 2 weight vectors, a broadcast and the
-// mask: all 16 registers), where the group has those 3 rows alone (moe_bench_few_rows 3 3 gemv 64, the Zen 3,
-// alternately): 0.070-0.076 -> 0.079-0.085 TF/s, in two parts 0.066-0.073 -> 0.074-0.083. A 3-row block
-// beside a 6-row one (9 rows, bound by the FMA pipes) walks a tile at a time: 2 tiles there, in a try whose
-// odd columns were widened by two shifts (no mask) and x broadcast again a tile, ran 0.111-0.117 TF/s against
-// 0.125-0.132 on Qwen3's up (this walk itself not measured there: the machine too noisy since).
+// the block ahead (two below) prefetched as each tile's own walk does (or in address order:
+// prefetches_in_order), a line once. A tile alone took 2R FMA chains through 32 bytes a row (walk_runs) and,
+// where rows lie 4 KiB apart, every row's lines in one L1 set. The real Zen 3 (64 experts, x a sequential
+// read, moe_bench_few_rows 3 R gemv 64, "gemv", alternately): rows 4 KiB apart (Qwen3's down, OLMoE's up and
+// down) 1 row 0.65-0.75 -> 0.87-0.91, 2 rows 0.60-0.66 -> 0.80-0.89; Qwen3's up (3 KiB rows) 1 row 0.92-0.94
+// -> 0.88-0.90 (2 tiles: 0.92-0.95, but 0.86-0.89 on the others), 2 rows 0.83-0.88 -> 0.92-0.94. Blocks of 4
+// weight rows where rows lie 4 KiB apart (one tile: 0.74-0.79 at 1 row) ran level or worse beside it. At 3
+// rows, 2 tiles (12 sums, 2 weight vectors, a broadcast and the mask: all 16 registers), where the group has
+// those 3 rows alone (moe_bench_few_rows 3 3 gemv 64, the Zen 3, alternately): 0.070-0.076 -> 0.079-0.085
+// TF/s, in two parts 0.066-0.073 -> 0.074-0.083. A 3-row block beside a 6-row one (9 rows, bound by the FMA
+// pipes) walks a tile at a time: 2 tiles there, in a try whose odd columns were widened by two shifts (no
+// mask) and x broadcast again a tile, ran 0.111-0.117 TF/s against 0.125-0.132 on Qwen3's up (this walk
+// itself not measured there: the machine too noisy since).
 template <int R>
 void Ymm::walk_rows(const Job& j, const std::array<Tile, kTilesAtOnce<R>>& g) {
   constexpr int64_t G = kTilesAtOnce<R>, kBytes = G * kTileCols * 2;

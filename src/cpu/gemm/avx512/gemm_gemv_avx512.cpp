@@ -119,6 +119,14 @@ struct Zmm {
   // 0.35-0.37 TF/s against 0.27-0.28 (2-core Zen 4, memory at ~35 GB/s); a probe of both walks at 4 rows
   // ran level, at 1 row the chunks 10 % slower.
   static constexpr int64_t kChunkRows = 5;
+  // Few rows keep few DRAM streams open, more rows spend less on the sums' trips to scratch, which counts
+  // more the more rows the group has. 2-core Zen 4 (64 experts x 2048 x 1536 bf16, x a sequential read of the
+  // same weights in the same process): 1-4 rows 0.89-0.90 at 8 weight rows (0.85 at 16, 0.75 at 32); 8 rows
+  // 0.77 at 16 (0.70 at 8); 12 rows 0.69 at 32 (0.63 at 16), before the chunks took 5 rows and more.
+  static constexpr int64_t block_depth(int64_t live) { return live <= 4 ? 8 : live <= 8 ? 16 : kMaxDepth; }
+  // Two blocks measured 0.77-0.86 of the read at 8 rows against 0.71-0.78 at one (moe_bench_few_rows 3 8,
+  // 2-core Zen 4), level or better at 1 and 4 rows.
+  static constexpr int64_t blocks_ahead(int64_t /*depth*/) { return 2; }
   static constexpr int64_t kTileCols = gemv::kTileCols, kStep = 2;
   using Staged = int32_t;
   // An odd last element pairs with a zero.
