@@ -12,21 +12,20 @@
 // the rows); within a block, a register tile of columns at a time, the weight rows are multiplied by each
 // live row's staged values. Sums wait in a per-thread float32 scratch between blocks; each line a block reads
 // prefetches a line one or two blocks below it (blocks_ahead) into L2, so the DRAM stream runs ahead of the
-// arithmetic. From the layer's
-// kChunkRows rows (zmm: 5), where the arithmetic counts, an item is instead a chunk of a few column tiles
-// (at most 512 KiB of weights, 256 KiB where its rows take several register blocks, less on a small L2:
-// gemv_cpu) walked over its whole reduction at once, a register block of rows at a time, sums in registers,
-// while the lines of the thread's next item are prefetched into L2 row by row, each register block its share
-// (gemm_gemv_kernel.h). From 33 rows the arithmetic sets the speed; there the chunks still beat dpbf16's
-// packed panels on streamed weights (64 rows kept: 0.83-0.93 against 0.78-0.85 TF/s, moe_bench_few_rows 3
-// 64, 2-core Zen 5), while from ~96 rows they run level and at 128 dpbf16 leads; the ymm instance on
-// kept weights beats avx2's 6 x 16 GEMM to 128 rows (gemm_gemv.h). Weights kept across calls
-// (ExpertWeights::packs: a forward run's) are packed once, on the first call, in tile order (gemm_gemv.h): an
-// item's tiles are then one run of memory, walked tile by tile over the whole reduction with the lines 8 KiB
-// ahead prefetched into L2. In place, a tile's rows lie a weight row apart and the chunks ran 0.61-0.81 of a
-// sequential read at 8 rows; packed, 0.86-0.96 (moe_bench_few_rows 3 8, 2-core Zen 4). Instances: zmm
-// (avx512/gemm_gemv_avx512.cpp: vdpbf16ps on bf16 pairs) where isa_level() reaches avx512_bf16, else ymm
-// (avx2/gemm_gemv_avx2.cpp: bf16 widened to float32, vfmadd231ps).
+// arithmetic. From the layer's kChunkRows rows (zmm: 5), where the arithmetic counts, an item is instead a
+// chunk of a few column tiles (at most 512 KiB of weights, 256 KiB where its rows take several register
+// blocks, less on a small L2: gemv_cpu) walked over its whole reduction at once, a register block of rows at
+// a time, sums in registers, while the lines of the thread's next item are prefetched into L2 row by row,
+// each register block its share (gemm_gemv_kernel.h). From 33 rows the arithmetic sets the speed; there the
+// chunks still beat dpbf16's packed panels on streamed weights (64 rows kept: 0.83-0.93 against 0.78-0.85
+// TF/s, moe_bench_few_rows 3 64, 2-core Zen 5), while from ~96 rows they run level and at 128 dpbf16 leads;
+// the ymm instance on kept weights beats avx2's 6 x 16 GEMM to 128 rows (gemm_gemv.h). Weights kept across
+// calls (ExpertWeights::packs: a forward run's) are packed once, on the first call, in tile order
+// (gemm_gemv.h): an item's tiles are then one run of memory, walked tile by tile over the whole reduction
+// with the lines 8 KiB ahead prefetched into L2. In place, a tile's rows lie a weight row apart and the
+// chunks ran 0.61-0.81 of a sequential read at 8 rows; packed, 0.86-0.96 (moe_bench_few_rows 3 8, 2-core Zen
+// 4). Instances: zmm (avx512/gemm_gemv_avx512.cpp: vdpbf16ps on bf16 pairs) where isa_level() reaches
+// avx512_bf16, else ymm (avx2/gemm_gemv_avx2.cpp: bf16 widened to float32, vfmadd231ps).
 //
 // nt (groups of at most kGemvNtMaxRows): out's elements are dot products of a weight row and a dout row, both
 // contiguous along N, so an item (64 weight rows of an expert) walks them where they lie, two at a time
@@ -93,6 +92,11 @@ const uint8_t* tiles_of(ExpertWeights rhs, int64_t E, int64_t Kd, int64_t N, int
   return dst;
 }
 
+// Whether this CPU runs the zmm instance (else the ymm one).
+bool zmm_instance() {
+  return isa_level() >= IsaLevel::avx512_bf16;
+}
+
 // From how many live rows a walk over packed weights prefetches ahead into L2 (kPackedAheadBytes), where
 // the hardware's prefetchers do not keep up alone: the one setting measured to differ between CPUs of one
 // ISA level. Zen 5 (AMD family 26), from 1 row: 1-4 rows read 0.95-1.15 of a sequential read with it against
@@ -125,7 +129,7 @@ void grouped_gemm_nn(const GemmThresholds& /*k*/, void* out, Dtype out_dtype, co
                      ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N) {
   check_groups(groups, Kd, N);
   MOE_CHECK(in_dtype == Dtype::bf16, "gemv takes bf16 inputs");
-  const bool zmm = isa_level() >= IsaLevel::avx512_bf16;
+  const bool zmm = zmm_instance();
   const auto nn = zmm ? &cpu::isa_avx512_bf16::gemv::nn : &cpu::isa_avx2::gemv::nn;
   const int64_t tile_cols =
       zmm ? cpu::isa_avx512_bf16::gemv::kTileColsOfInstance : cpu::isa_avx2::gemv::kTileColsOfInstance;
@@ -151,8 +155,7 @@ void grouped_gemm_nt(const GemmThresholds& /*k*/, void* out, Dtype out_dtype, co
                      bool accumulate) {
   check_groups(groups, Kd, N);
   MOE_CHECK(in_dtype == Dtype::bf16, "gemv takes bf16 inputs");
-  const auto nt =
-      isa_level() >= IsaLevel::avx512_bf16 ? &cpu::isa_avx512_bf16::gemv::nt : &cpu::isa_avx2::gemv::nt;
+  const auto nt = zmm_instance() ? &cpu::isa_avx512_bf16::gemv::nt : &cpu::isa_avx2::gemv::nt;
   if (N > 0)
     nt(out, out_dtype == Dtype::bf16, static_cast<const bf16_t*>(dout), rhs, groups, Kd, N, accumulate);
   if (N == 0 && !accumulate)  // an empty reduction: zero sums
@@ -169,15 +172,14 @@ void grouped_gemm_tn(const GemmThresholds& /*k*/, void* drhs, Dtype out_dtype, c
   check_groups(groups, Kd, N);
   MOE_CHECK(in_dtype == Dtype::bf16, "gemv takes bf16 inputs");
   if (Kd == 0 || N == 0) return;
-  const auto tn =
-      isa_level() >= IsaLevel::avx512_bf16 ? &cpu::isa_avx512_bf16::gemv::tn : &cpu::isa_avx2::gemv::tn;
+  const auto tn = zmm_instance() ? &cpu::isa_avx512_bf16::gemv::tn : &cpu::isa_avx2::gemv::tn;
   tn(drhs, out_dtype == Dtype::bf16, static_cast<const bf16_t*>(lhs), static_cast<const bf16_t*>(dout),
      groups, Kd, N, ld_dout);
 }
 
 std::string gemm_library_version() {
-  return isa_level() >= IsaLevel::avx512_bf16 ? "moe-bench row-streaming kernel (vdpbf16ps, zmm)"
-                                              : "moe-bench row-streaming kernel (AVX2 FMA, ymm)";
+  return zmm_instance() ? "moe-bench row-streaming kernel (vdpbf16ps, zmm)"
+                        : "moe-bench row-streaming kernel (AVX2 FMA, ymm)";
 }
 
 std::string supports(const GemmCall& call, const GemmThresholds& /*k*/) {
@@ -201,7 +203,7 @@ std::string unavailable() {
 
 // The zmm instance multiplies bf16 (vdpbf16ps); the ymm one widens it to float32.
 bool bf16_arithmetic() {
-  return isa_level() >= IsaLevel::avx512_bf16;
+  return zmm_instance();
 }
 
 bool same_sums_on_any_thread_count() {
@@ -216,6 +218,9 @@ bool auto_candidate() {
 
 namespace moe {
 int64_t gemv_max_rows(bool weights_kept) {
-  return weights_kept && isa_level() < IsaLevel::avx512_bf16 ? kGemvYmmKeptMaxRows : kGemvMaxRows;
+  // In place, every instance stops at kGemvMaxRows; kept, at its own rows.
+  if (!weights_kept) return kGemvMaxRows;
+  return gemv::zmm_instance() ? cpu::isa_avx512_bf16::gemv::kMaxRowsOfInstance
+                              : cpu::isa_avx2::gemv::kMaxRowsOfInstance;
 }
 }  // namespace moe
