@@ -126,8 +126,9 @@ inline __m256 widen8(const bf16_t* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
 }
 
+// Qualified: where -march has AVX-512 BF16, vec_math.h's bf16_to_f32(__m256i) would hide the scalar one.
 inline float widen1(bf16_t v) {
-  return bf16_to_f32(v);
+  return moe::bf16_to_f32(v);
 }
 
 // 8 floats of p (float32 or bf16 storage).
