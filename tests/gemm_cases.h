@@ -5,6 +5,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -279,6 +280,51 @@ void check_nn_swiglu(Inputs& inputs, const DtypePairs& dtypes, NnSwiglu&& nn_swi
             << "keep_h = false changed g";
       }
     }
+}
+
+// Kept weights (ExpertWeights::packs: a forward run's) give the bits of the same weights without packs: on
+// the call that packs them and on later calls that read the packing (other rows each time), nn into float32
+// and bfloat16 and nn_swiglu (h and g), on 1, 2, 3 and 7 threads, one weight tensor and two parts. nn(out,
+// out_dtype, lhs, rhs, groups, Kd, N) and nn_swiglu(h, g, lhs, rhs, groups, Kd, M) run the kernel on bf16
+// (nn_swiglu: bf16 out, h kept) and return what ran: a pair of calls that ran different kernels (kept weights
+// take some variants further than in place) is not compared.
+template <typename Nn, typename NnSwiglu>
+void check_kept_weights_give_the_bits(Inputs& inputs, Nn&& nn, NnSwiglu&& nn_swiglu) {
+  const int threads_before = omp_get_max_threads();
+  for (const GroupCase& c : kGroupCases)
+    for (bool padded : {false, true}) {
+      SCOPED_TRACE(std::string(c.name) + (padded ? " padded, two weight parts" : ""));
+      const Groups g(c.sizes, padded);
+      const Weights rhs = random_weights(inputs, Dtype::bf16, padded ? 2 : 1, g.experts(), c.Kd, c.N);
+      const int64_t N = rhs.cols();
+      WeightPacks packs, swiglu_packs;
+      for (int threads : {1, 2, 3, 7}) {
+        omp_set_num_threads(threads);
+        const Tensor lhs = inputs.random(Dtype::bf16, {g.rows(), c.Kd});  // (rows, Kd)
+        // float32 too: a sum's last bits rarely survive rounding to bfloat16.
+        for (Dtype out_dt : {Dtype::f32, Dtype::bf16}) {
+          Tensor plain = nan_filled(out_dt, {g.rows(), N}), kept = plain.to(out_dt);  // (rows, N)
+          const std::string plain_ran = nn(plain.raw(), out_dt, lhs.raw(), rhs.view(), g.shape(), c.Kd, N);
+          if (nn(kept.raw(), out_dt, lhs.raw(), rhs.view().kept(&packs), g.shape(), c.Kd, N) != plain_ran)
+            continue;
+          EXPECT_EQ(std::memcmp(plain.raw(), kept.raw(), kept.bytes()), 0)
+              << "nn into " << dtype_name(out_dt) << ", " << threads << " threads";
+        }
+        if (N % 2 != 0) continue;                                                       // no SwiGLU halves
+        Tensor h = nan_filled(Dtype::bf16, {g.rows(), N}), h_kept = h.to(Dtype::bf16);  // (rows, 2M)
+        Tensor out = nan_filled(Dtype::bf16, {g.rows(), N / 2}), out_kept = out.to(Dtype::bf16);  // (rows, M)
+        const std::string plain_ran =
+            nn_swiglu(h.raw(), out.raw(), lhs.raw(), rhs.view(), g.shape(), c.Kd, N / 2);
+        if (nn_swiglu(h_kept.raw(), out_kept.raw(), lhs.raw(), rhs.view().kept(&swiglu_packs), g.shape(),
+                      c.Kd, N / 2) != plain_ran)
+          continue;
+        EXPECT_EQ(std::memcmp(h.raw(), h_kept.raw(), h.bytes()), 0)
+            << "nn_swiglu's h, " << threads << " threads";
+        EXPECT_EQ(std::memcmp(out.raw(), out_kept.raw(), out.bytes()), 0)
+            << "nn_swiglu's g, " << threads << " threads";
+      }
+    }
+  omp_set_num_threads(threads_before);
 }
 
 // Padded cases with a float32 out read the weights as two parts (dh @ [w1 | w3]^T) and accumulate

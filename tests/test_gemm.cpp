@@ -176,49 +176,23 @@ TEST_P(EveryGemmVariant, NnOnKeptWeightsMatchesReference) {
            });
 }
 
-// A variant that packs kept weights gives the bits it gives reading them in place: on the call that packs
-// and on later calls that read the packing (other rows each time), nn into float32 and bfloat16 and
-// nn_swiglu, on 1, 2, 3 and 7 threads. Where kept weights take the variant further than in place (gemv's ymm
-// instance: groups of 65-128 rows) the two runs are different kernels, compared to the reference alone
-// (NnOnKeptWeightsMatchesReference).
+// A variant that packs kept weights gives the bits it gives reading them in place (gemm_cases.h's check).
+// Where kept weights take the variant further than in place (gemv's ymm instance: groups of 65-128 rows) the
+// two runs are different kernels, compared to the reference alone (NnOnKeptWeightsMatchesReference).
 TEST_P(EveryGemmVariant, KeptWeightsGiveTheBitsOfWeightsReadInPlace) {
   MOE_TABLE_OR_SKIP(GetParam());
   Inputs inputs(testing::test_seed());
-  const int threads_before = omp_get_max_threads();
-  for (const GroupCase& c : kGroupCases)
-    for (bool padded : {false, true}) {
-      SCOPED_TRACE(std::string(c.name) + (padded ? " padded, two weight parts" : ""));
-      const Groups g(c.sizes, padded);
-      const Weights rhs = random_weights(inputs, Dtype::bf16, padded ? 2 : 1, g.experts(), c.Kd, c.N);
-      const int64_t N = rhs.cols();
-      WeightPacks packs, swiglu_packs;
-      for (int threads : {1, 2, 3, 7}) {
-        omp_set_num_threads(threads);
-        const Tensor lhs = inputs.random(Dtype::bf16, {g.rows(), c.Kd});  // (rows, Kd)
-        // float32 too: a sum's last bits rarely survive rounding to bfloat16.
-        for (Dtype out_dt : {Dtype::f32, Dtype::bf16}) {
-          Tensor in_place = nan_filled(out_dt, {g.rows(), N}), kept = in_place.to(out_dt);
-          table.nn(in_place.raw(), out_dt, lhs.raw(), rhs.view(), Dtype::bf16, g.shape(), c.Kd, N);
-          const std::string in_place_ran = table.take_choices();
-          table.nn(kept.raw(), out_dt, lhs.raw(), rhs.view().kept(&packs), Dtype::bf16, g.shape(), c.Kd, N);
-          if (table.take_choices() != in_place_ran) continue;
-          EXPECT_EQ(std::memcmp(in_place.raw(), kept.raw(), kept.bytes()), 0)
-              << "nn into " << dtype_name(out_dt) << ", " << threads << " threads";
-        }
-        if (N % 2 != 0) continue;                                                       // no SwiGLU halves
-        Tensor h = nan_filled(Dtype::bf16, {g.rows(), N}), h_kept = h.to(Dtype::bf16);  // (rows, 2M)
-        Tensor out = nan_filled(Dtype::bf16, {g.rows(), N / 2}), out_kept = out.to(Dtype::bf16);
-        table.nn_swiglu(h.raw(), out.raw(), Dtype::bf16, lhs.raw(), rhs.view(), Dtype::bf16, g.shape(), c.Kd,
-                        N / 2, nullptr, true);
-        const std::string in_place_ran = table.take_choices();
-        table.nn_swiglu(h_kept.raw(), out_kept.raw(), Dtype::bf16, lhs.raw(), rhs.view().kept(&swiglu_packs),
-                        Dtype::bf16, g.shape(), c.Kd, N / 2, nullptr, true);
-        if (table.take_choices() != in_place_ran) continue;
-        EXPECT_EQ(std::memcmp(out.raw(), out_kept.raw(), out.bytes()), 0)
-            << "nn_swiglu, " << threads << " threads";
-      }
-    }
-  omp_set_num_threads(threads_before);
+  check_kept_weights_give_the_bits(
+      inputs,
+      [&](void* out, Dtype out_dt, const void* lhs, ExpertWeights rhs, GroupedShape g, int64_t Kd,
+          int64_t N) {
+        table.nn(out, out_dt, lhs, rhs, Dtype::bf16, g, Kd, N);
+        return table.take_choices();
+      },
+      [&](void* h, void* out, const void* lhs, ExpertWeights rhs, GroupedShape g, int64_t Kd, int64_t M) {
+        table.nn_swiglu(h, out, Dtype::bf16, lhs, rhs, Dtype::bf16, g, Kd, M, nullptr, true);
+        return table.take_choices();
+      });
 }
 
 // A padding_kept check's outputs: rows of `width`, NaN in the live rows and `left` in the padding rows (3;

@@ -15,6 +15,7 @@
 #include <omp.h>
 
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "cpu/gemm/gemm_variants.h"
@@ -82,6 +83,23 @@ TEST(AmxEmulated, SameBitsOnAnyThreadCount) {
   omp_set_num_threads(threads_before);
   for (size_t i = 1; i < outs.size(); ++i)
     EXPECT_EQ(std::memcmp(outs[0].raw(), outs[i].raw(), outs[0].bytes()), 0) << "run " << i;
+}
+
+// Kept weights (ExpertWeights::packs: a forward run's): the first call packs every item's B tiles once, later
+// calls read that packing; the bits are those of the weights packed per call.
+TEST(AmxEmulated, KeptWeightsGiveTheBitsOfWeightsPackedPerCall) {
+  Inputs inputs(testing::test_seed());
+  check_kept_weights_give_the_bits(
+      inputs,
+      [](void* out, Dtype out_dt, const void* lhs, ExpertWeights rhs, GroupedShape g, int64_t Kd, int64_t N) {
+        amx_emulated::grouped_gemm_nn(kDefaults, out, out_dt, lhs, rhs, Dtype::bf16, g, Kd, N);
+        return std::string();
+      },
+      [](void* h, void* out, const void* lhs, ExpertWeights rhs, GroupedShape g, int64_t Kd, int64_t M) {
+        amx_emulated::grouped_gemm_nn_swiglu(kDefaults, h, out, Dtype::bf16, lhs, rhs, Dtype::bf16, g, Kd, M,
+                                             nullptr, true);
+        return std::string();
+      });
 }
 
 // The int8 kernel (src/cpu/gemm/amx/gemm_amx_s8_kernel.h) on emulated TDPBSSD tiles: every case of

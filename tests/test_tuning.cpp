@@ -164,9 +164,21 @@ TEST(Tuning, AColdClassKeepsGemvUnlessAnotherBeatsItByTheMargin) {
   EXPECT_EQ(pick_candidate({0.70e-3, 0.40e-3, 0.46e-3}, 1), 1u) << "the preferred one is also the fastest";
 }
 
+// A bf16 nn call of groups of at most `rows` rows.
+GemmCall bf16_nn_call(int64_t rows, int64_t experts, int64_t Kd, int64_t N) {
+  GemmCall call;
+  call.in_dtype = call.b_dtype = call.out_dtype = Dtype::bf16;
+  call.rows = rows;
+  call.experts = experts;
+  call.Kd = Kd;
+  call.N = N;
+  return call;
+}
+
 // Wired into auto: a few-row bf16 class on kept weights records the pick pick_candidate makes of its
-// recorded seconds with gemv preferred; the same class on weights read in place, the fastest.
-TEST(Tuning, FewRowClassesOnKeptWeightsPreferGemv) {
+// recorded seconds with the faster of gemv and amx preferred; the same class on weights read in place, the
+// fastest.
+TEST(Tuning, FewRowClassesOnKeptWeightsPreferAPackingVariant) {
   const std::vector<int64_t> offset{0, 3, 3, 7};  // (E+1): 3 experts of 3, 0 and 4 rows
   std::vector<bf16_t> lhs(7 * 32), rhs(3 * 32 * 48), out(7 * 48);
   for (size_t i = 0; i < lhs.size(); ++i) lhs[i] = f32_to_bf16(float(i % 7) / 8.0f);
@@ -185,30 +197,32 @@ TEST(Tuning, FewRowClassesOnKeptWeightsPreferGemv) {
     if (entry["seconds"].size() < 2 || !entry["seconds"].contains("gemv")) GTEST_SKIP() << entry.dump();
     std::vector<double> times;
     std::vector<std::string> names;
-    std::optional<size_t> gemv;
     for (const auto& [name, seconds] : entry["seconds"].items()) {
-      if (name == "gemv") gemv = names.size();
       names.push_back(name);
       times.push_back(seconds.get<double>());
     }
-    EXPECT_EQ(entry["variant"], names[pick_candidate(times, kept ? gemv : std::nullopt)]) << entry.dump();
+    GemmCall call = bf16_nn_call(4, 3, 32, 48);
+    call.weights_kept = kept;
+    EXPECT_EQ(entry["variant"], names[pick_candidate(times, preferred_candidate(call, names, times))])
+        << entry.dump();
   }
 }
 
-TEST(Tuning, GemvIsPreferredOnAColdCallsKeptWeightsOnly) {
-  GemmCall call;
-  call.in_dtype = call.b_dtype = call.out_dtype = Dtype::bf16;
-  call.rows = 4;
-  call.experts = 8;
-  call.Kd = 768;
-  call.N = 2048;
-  const std::vector<std::string> names{"dpbf16", "gemv", "onednn"};
-  EXPECT_EQ(preferred_candidate(call, names), std::nullopt) << "weights read in place: measured alone";
+// The variants that read their own packing of kept weights (gemv, amx): the faster of them, on a cold call's
+// kept weights only.
+TEST(Tuning, APackingVariantIsPreferredOnAColdCallsKeptWeightsOnly) {
+  GemmCall call = bf16_nn_call(4, 8, 768, 2048);
+  const std::vector<std::string> names{"amx", "dpbf16", "gemv", "onednn"};
+  const std::vector<double> times{0.60e-3, 0.70e-3, 0.50e-3, 0.42e-3};
+  EXPECT_EQ(preferred_candidate(call, names, times), std::nullopt) << "weights read in place: measured alone";
   call.weights_kept = true;
-  EXPECT_EQ(preferred_candidate(call, names), std::optional<size_t>(1));
-  EXPECT_EQ(preferred_candidate(call, {"dpbf16", "onednn"}), std::nullopt) << "no gemv among them";
+  EXPECT_EQ(preferred_candidate(call, names, times), std::optional<size_t>(2)) << "gemv: faster than amx";
+  EXPECT_EQ(preferred_candidate(call, names, {0.45e-3, 0.70e-3, 0.50e-3, 0.42e-3}), std::optional<size_t>(0))
+      << "amx: faster than gemv";
+  EXPECT_EQ(preferred_candidate(call, {"dpbf16", "onednn"}, {0.70e-3, 0.42e-3}), std::nullopt)
+      << "neither among them";
   call.rows = kFewRows + 1;
-  EXPECT_EQ(preferred_candidate(call, names), std::nullopt) << "not a few-row call";
+  EXPECT_EQ(preferred_candidate(call, names, times), std::nullopt) << "not a few-row call";
 }
 
 TEST(Tuning, AHopelessCandidateRunsOnceAndOnlyContendersRunAgain) {

@@ -9,13 +9,13 @@
 // last-level cache, where the arithmetic alone counts. Candidates run interleaved round by round and the best
 // round is kept (the 2-core box is shared: contention only ever slows a call down, and its memory bandwidth
 // moves by 2x from minute to minute, so only the ratio to the read of the same round's process means
-// anything). "gemv kept" (nn) is gemv on weights it packed once in its tile order (a forward run's), "gemv
-// parts" gemv on the weights as two parts of N / 2 columns each (forward_backward's up, [w1 | w3]). Prints
-// per call: ms, GB/s of weights, x the read, TF/s.
+// anything). "gemv kept" and "amx kept" (nn) are gemv and amx on weights they packed once in their own layout
+// (a forward run's), "gemv parts" gemv on the weights as two parts of N / 2 columns each (forward_backward's
+// up, [w1 | w3]). Prints per call: ms, GB/s of weights, x the read, TF/s.
 //
 //   moe_bench_few_rows [rounds=5] [rows=all|1-256] [variants=all|gemv,avx2,...] [experts=64] [form=nn|nt|tn]
 // rows all: 1, 2, 4, 8, 16, 32, 48, 64, 96 and 128; variants: those named (gemv also runs "gemv kept" and
-// "gemv parts") and the read.
+// "gemv parts", amx "amx kept") and the read.
 #include <omp.h>
 
 #include <algorithm>
@@ -134,24 +134,25 @@ void bench_projection(const Projection& p, Buffer<bf16_t>& w, int64_t experts, i
   std::vector<Candidate> c{{"read", [&] { sink = sink + bench::read_words(w.data(), bytes, threads); }}};
   for (const std::string& name : own_kernels(call))
     if (chosen(name, only)) c.push_back({name, form_call(form, name, p, w, lhs, dout, out, groups)});
-  // gemv on the weights packed once in its tile order (a forward run's: the first, untimed call packs).
+  // The variants that pack kept weights once, on the weights packed in their own layout (a forward run's: the
+  // first, untimed call packs): gemv's tile order, amx's B tiles.
   WeightPacks packs;
   GemmCall kept_call = call;
   kept_call.weights_kept = true;
-  auto gemv_runs = [&](const GemmCall& nn) {
-    return form == GemmForm::nn && table("gemv").row_for(nn).variant->name == std::string("gemv");
-  };
-  if (gemv_runs(kept_call) && chosen("gemv kept", only)) {
-    const ExpertWeights kept = ExpertWeights(w.data()).kept(&packs);
-    auto run = [&, kept] {
-      table("gemv").nn(out.data(), Dtype::bf16, lhs.data(), kept, Dtype::bf16, groups, p.Kd, p.N);
-    };
-    run();
-    c.push_back({"gemv kept", run});
-  }
+  for (const std::string& name : form == GemmForm::nn ? own_kernels(kept_call) : std::vector<std::string>{})
+    if ((name == "gemv" || name == "amx") && chosen(name + " kept", only)) {
+      const ExpertWeights kept = ExpertWeights(w.data()).kept(&packs);
+      auto run = [&, name, kept] {
+        table(name).nn(out.data(), Dtype::bf16, lhs.data(), kept, Dtype::bf16, groups, p.Kd, p.N);
+      };
+      run();
+      c.push_back({name + " kept", run});
+    }
   // gemv on two weight parts [w1 | w3] read where they lie (forward_backward's up: the seed builds w13 inside
   // the differentiated call, which the block skips): the same bytes as (E, Kd, N / 2) twice.
-  if (gemv_runs(call) && p.N % 2 == 0 && chosen("gemv parts", only)) {
+  const bool gemv_runs =
+      form == GemmForm::nn && table("gemv").row_for(call).variant->name == std::string("gemv");
+  if (gemv_runs && p.N % 2 == 0 && chosen("gemv parts", only)) {
     const ExpertWeights parts(w.data(), w.data() + experts * p.Kd * p.N / 2);
     c.push_back({"gemv parts", [&, parts] {
                    table("gemv").nn(out.data(), Dtype::bf16, lhs.data(), parts, Dtype::bf16, groups, p.Kd,

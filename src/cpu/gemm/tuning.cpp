@@ -124,11 +124,14 @@ bool weights_come_cold(const GemmCall& call) {
   return call.form != GemmForm::dense && call.rows <= kFewRows;
 }
 
-std::optional<size_t> preferred_candidate(const GemmCall& call, const std::vector<std::string>& names) {
+std::optional<size_t> preferred_candidate(const GemmCall& call, const std::vector<std::string>& names,
+                                          const std::vector<double>& times) {
   if (!weights_come_cold(call) || !call.weights_kept) return std::nullopt;
-  const auto gemv = std::find(names.begin(), names.end(), "gemv");
-  if (gemv == names.end()) return std::nullopt;
-  return size_t(gemv - names.begin());
+  std::optional<size_t> preferred;
+  for (size_t i = 0; i < names.size(); ++i)
+    if ((names[i] == "gemv" || names[i] == "amx") && (!preferred || times[i] < times[*preferred]))
+      preferred = i;
+  return preferred;
 }
 
 size_t pick_candidate(const std::vector<double>& times, std::optional<size_t> preferred) {

@@ -47,9 +47,11 @@ std::vector<double> time_candidates(size_t n, const std::function<double(size_t)
 // oneDNN's nn timed 6-16 % under gemv's on kept weights at Qwen3-30B-A3B's 1-token down (0.40-0.47 against
 // 0.46-0.53 ms in 9 tunings) while in the block it ran 0.56-0.68 against gemv's 0.31-0.53. On weights kept
 // across calls gemv reads its own packing at 0.89-0.96 of a sequential read (onednn 0.41-0.77, dpbf16
-// 0.43-0.68: moe_bench_few_rows, the same Zen 5), so a few-row class on kept weights keeps gemv unless
-// another candidate beat it by more than kColdMargin (pick_candidate). On weights read in place the
-// measurement decides alone (there oneDNN's 1-row nn read 0.75-0.77 of a read against gemv's 0.65-0.66).
+// 0.43-0.68: moe_bench_few_rows, the same Zen 5), so a few-row class on kept weights keeps the faster of the
+// variants that read their own packing of them (gemv; amx, whose B tiles read 0.84-0.94 of a read at one row
+// on an AMX Xeon, where gemv's tile order read 0.64-0.69) unless another candidate beat it by more than
+// kColdMargin (pick_candidate). On weights read in place the measurement decides alone (there oneDNN's 1-row
+// nn read 0.75-0.77 of a read against gemv's 0.65-0.66).
 constexpr double kColdMargin = 1.25;
 
 // The candidate auto keeps from their times: the fastest, but `preferred` (where given) unless the fastest
@@ -65,8 +67,10 @@ constexpr int64_t kFewRows = 32;
 // ran since its last call). With more rows its activations count as much, and a block's call meets those warm
 // (the op before it just wrote them): such calls are measured back to back.
 bool weights_come_cold(const GemmCall& call);
-// Among the candidates `names` of `call`, the one pick_candidate prefers: gemv on a cold call's kept weights.
-std::optional<size_t> preferred_candidate(const GemmCall& call, const std::vector<std::string>& names);
+// Among the candidates `names` of `call`, timed `times`, the one pick_candidate prefers: on a cold call's
+// kept weights, the faster of gemv and amx.
+std::optional<size_t> preferred_candidate(const GemmCall& call, const std::vector<std::string>& names,
+                                          const std::vector<double>& times);
 
 // The last-level cache a thread of cpu 0 shares (sysfs; glibc's sysconf reports the host's total in some VMs:
 // 320 MiB on a 2-core guest whose L3 is 32 MiB), within [16, 256] MiB; 32 MiB where neither says.

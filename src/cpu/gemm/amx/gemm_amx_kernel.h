@@ -15,6 +15,9 @@
 // Weights are packed inside the call (forward_backward changes them every step): a thread packs the
 // four B tiles of its item's column block (K x 64 columns, or 32 gate and the same 32 up columns for
 // SwiGLU) when its item's (expert, column block) changes, then its row blocks of that expert reuse them.
+// Weights kept across calls (nn and nn_swiglu with ExpertWeights::packs: a forward run's) are packed once,
+// every (expert, column block)'s four B tiles in the order items read them, and later calls read that
+// packing: at few rows an expert, packing per call read and wrote every weight for a few rows' products.
 // nn reads the weights (K, N) with rows along the reduction, nt (N, K) transposed: there a B tile's pair
 // (k, k + 1) of a column is two neighbours of one weight row.
 // Packed layout, per B tile: chunks of 32 reduction elements, each 16 pair rows x 16 columns x 2 (the
@@ -30,6 +33,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "cpu/gemm/amx/amx_kernel_parts.h"
@@ -173,9 +177,10 @@ struct AmxGemm {
     }
   }
 
-  // Rows [0, n) of a (n, Kd) block -> (32, chunks * 32), zeros past n and Kd.
+  // Rows [0, n) of a (n, Kd) block -> (32, chunks * 32), zeros past n and Kd; of 16 rows when n <= 16 (the
+  // block's second A tile is then not loaded).
   static void stage_rows(const bf16_t* src, int64_t n, int64_t Kd, int64_t depth, bf16_t* dst) {
-    for (int64_t r = 0; r < kBlockRows; ++r) {
+    for (int64_t r = 0; r < (n > 16 ? kBlockRows : 16); ++r) {
       bf16_t* d = dst + r * depth;
       const int64_t have = r < n ? Kd : 0;
       if (have > 0) std::copy(src + r * Kd, src + r * Kd + have, d);
@@ -265,6 +270,7 @@ struct AmxGemm {
                                       [&](int64_t e) { return ceil_div(item_rows(c, e), kBlockRows); });
     int64_t max_chunks = 0;  // the longest reduction's, for the buffers
     for (int64_t e = 0; e < E; ++e) max_chunks = std::max(max_chunks, ceil_div(reduction(c, e), kDepth));
+    const bf16_t* kept = c.rhs.packs && !c.transposed && !c.tn ? kept_panels(c, items.col_blocks) : nullptr;
     gemm_detail::WorkShares shares(items.first.back(), omp_get_max_threads());
 #pragma omp parallel
     {
@@ -277,16 +283,38 @@ struct AmxGemm {
         }
       }
       const int t = omp_get_thread_num();
-      run_items(c, items, shares, t, max_chunks);
+      run_items(c, items, shares, t, max_chunks, kept);
     }
   }
 
-  // Thread t's items of the work list (its contiguous share, then those others left: WorkShares).
+  // nn's and nn_swiglu's kept weights (c.rhs.packs) as (E, col_blocks, 4, chunks, 16, 16, 2): each item's
+  // panel, packed on the first call with these packs.
+  static const bf16_t* kept_panels(const Call& c, int64_t col_blocks) {
+    const std::string layout = c.swiglu ? "amx bf16 B tiles, gate and up" : "amx bf16 B tiles";
+    const int64_t E = c.groups.experts, chunks = ceil_div(c.K, kDepth);
+    if (const uint8_t* found = c.rhs.packs->find(layout, c.rhs.first, E, c.K, c.N))
+      return reinterpret_cast<const bf16_t*>(found);
+    const int64_t panel_elems = kItemTiles * chunks * kTileElems;
+    auto* dst = reinterpret_cast<bf16_t*>(
+        c.rhs.packs->make(layout, c.rhs.first, E, c.K, c.N, size_t(E * col_blocks * panel_elems) * 2));
+#pragma omp parallel for schedule(dynamic)
+    for (int64_t i = 0; i < E * col_blocks; ++i)
+      for (int64_t t = 0; t < kItemTiles; ++t) {
+        int64_t col, count;
+        tile_columns(c, i % col_blocks, t, col, count);
+        pack_tile(c, i / col_blocks, col, count, chunks, dst + i * panel_elems + t * chunks * kTileElems);
+      }
+    return dst;
+  }
+
+  // Thread t's items of the work list (its contiguous share, then those others left: WorkShares); kept: the
+  // weights' panels (kept_panels), or nullptr (packed here).
   static void run_items(const Call& c, const typename Parts::Items& items, gemm_detail::WorkShares& shares,
-                        int t, int64_t max_chunks) {
-    std::vector<bf16_t> panel(size_t(kItemTiles * max_chunks * kTileElems));  // (4, chunks, 16, 16, 2)
-    std::vector<bf16_t> staged(size_t(kBlockRows * max_chunks * kDepth));     // (32, depth)
-    alignas(64) float acc[kBlockRows * 2 * kTileCols];                        // (32, 32)
+                        int t, int64_t max_chunks, const bf16_t* kept) {
+    std::vector<bf16_t> panel(kept ? 0
+                                   : size_t(kItemTiles * max_chunks * kTileElems));  // (4, chunks, 16, 16, 2)
+    std::vector<bf16_t> staged(size_t(kBlockRows * max_chunks * kDepth));            // (32, depth)
+    alignas(64) float acc[kBlockRows * 2 * kTileCols];                               // (32, 32)
     const int64_t col_blocks = items.col_blocks;
     int64_t e = 0;
     int64_t packed_e = -1, packed_cb = -1, staged_e = -1, staged_rb = -1;
@@ -305,11 +333,13 @@ struct AmxGemm {
       for (int64_t t = 0; t < kItemTiles; ++t) {
         int64_t col;
         tile_columns(c, cb, t, col, cols[t]);
-        if (e != packed_e || cb != packed_cb)
+        if (!kept && (e != packed_e || cb != packed_cb))
           pack_tile(c, e, col, cols[t], chunks, panel.data() + t * chunks * kTileElems);
       }
       packed_e = e;
       packed_cb = cb;
+      const bf16_t* b_tiles =
+          kept ? kept + (e * col_blocks + cb) * kItemTiles * chunks * kTileElems : panel.data();
       // The block's rows: lhs's rows of the group (nn, nt) or lhs's columns (tn: rows of lhs^T).
       const int64_t n = std::min(kBlockRows, item_rows(c, e) - rb * kBlockRows);
       const int64_t r0 = (c.tn ? e * c.K : g.row0) + rb * kBlockRows;  // out's row
@@ -323,13 +353,16 @@ struct AmxGemm {
         a = staged.data();
         ld = depth;
       } else if (n < kBlockRows || depth != c.K) {
-        stage_rows(a, n, c.K, depth, staged.data());
+        // Items of one row block follow each other (kept weights at few rows: every column block's).
+        if (e != staged_e || rb != staged_rb) stage_rows(a, n, c.K, depth, staged.data());
+        staged_e = e;
+        staged_rb = rb;
         a = staged.data();
         ld = depth;
       }
       for (int64_t s = 0; s < 2; ++s) {
         if (cols[2 * s] == 0) break;  // past the last column
-        const bf16_t* b = panel.data() + 2 * s * chunks * kTileElems;
+        const bf16_t* b = b_tiles + 2 * s * chunks * kTileElems;
         Parts::template multiply<TileDot::bf16>(a, ld * int64_t(sizeof(bf16_t)), n, b,
                                                 b + chunks * kTileElems, chunks, acc);
         epilogue(c, acc, r0, n, cb, s);
