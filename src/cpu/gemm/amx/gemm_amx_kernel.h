@@ -196,35 +196,58 @@ struct AmxGemm {
       for (int64_t i = 0; i < n; ++i) dst[i * depth + r] = src[r * ld + i];
   }
 
-  // A float32 value as a tensor of dt stores it, and back.
-  static float stored(float v, Dtype dt) { return dt == Dtype::bf16 ? round_to_bf16(v) : v; }
+  // dst[i] (dt: float32 or bf16, added into float32 where accumulating) = src[i], for i < n: vector
+  // conversions a row at a time (the AMX instance's are AVX-512's), not a dtype branch an element; at 32 rows
+  // an expert and Kd 768-2048 those took about as long as the tiles' products.
+  static void store_row(void* dst, Dtype dt, const float* src, int64_t n, bool accumulate = false) {
+    if (accumulate) {
+      float* d = static_cast<float*>(dst);
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) d[i] += src[i];
+    } else if (dt == Dtype::bf16) {
+      cpu::f32_to_bf16_row(static_cast<bf16_t*>(dst), src, n);
+    } else {
+      std::memcpy(dst, src, size_t(n) * sizeof(float));
+    }
+  }
+
+  // dst[i] = src[i] as a tensor of dt stores it (bf16: rounded), for i < n <= 16.
+  static void stored_row(const float* src, Dtype dt, int64_t n, float* dst) {
+    if (dt != Dtype::bf16) return void(std::memcpy(dst, src, size_t(n) * sizeof(float)));
+    bf16_t rounded[kTileCols];
+    cpu::f32_to_bf16_row(rounded, src, n);
+    cpu::bf16_to_f32_row(dst, rounded, n);
+  }
 
   // Register block s of an item: acc (n, 32) to rows [r0, r0 + n) of the output, from column block cb.
   // nn: out's columns cb * 64 + s * 32 + [0, 32); nn_swiglu: acc's columns 0-15 are gate, 16-31 up of
   // g's columns j0 + [0, 16), h and g computed from h's values as stored (as swiglu_forward does).
   static void epilogue(const Call& c, const float* acc, int64_t r0, int64_t n, int64_t cb, int64_t s) {
     const Dtype dt = c.out_dtype;
+    const int64_t size = dtype_size(dt);
     if (!c.swiglu) {
       const int64_t c0 = cb * 4 * kTileCols + s * 2 * kTileCols,
                     cols = std::min<int64_t>(2 * kTileCols, c.N - c0);
       for (int64_t r = 0; r < n; ++r)
-        for (int64_t j = 0; j < cols; ++j)
-          Parts::store_result(c.out, (r0 + r) * c.N + c0 + j, dt, acc[r * 2 * kTileCols + j], c.accumulate);
+        store_row(static_cast<char*>(c.out) + ((r0 + r) * c.N + c0) * size, dt, acc + r * 2 * kTileCols, cols,
+                  c.accumulate);
       return;
     }
     const int64_t M = c.N / 2, j0 = cb * 2 * kTileCols + s * kTileCols, cols = std::min(kTileCols, M - j0);
     for (int64_t r = 0; r < n; ++r) {
       const int64_t row = r0 + r;
       const float w = c.row_weight ? c.row_weight[row] : 1.0f;
-      for (int64_t j = 0; j < cols; ++j) {
-        const float gate = stored(acc[r * 2 * kTileCols + j], dt),
-                    up = stored(acc[r * 2 * kTileCols + kTileCols + j], dt);
-        if (c.keep_h) {
-          Parts::store_result(c.out, row * c.N + j0 + j, dt, gate);
-          Parts::store_result(c.out, row * c.N + M + j0 + j, dt, up);
-        }
-        Parts::store_result(c.g, row * M + j0 + j, dt, gate * cpu::sigmoid_approx(gate) * up * w);
+      alignas(64) float gate[kTileCols], up[kTileCols], g[kTileCols];
+      stored_row(acc + r * 2 * kTileCols, dt, cols, gate);
+      stored_row(acc + r * 2 * kTileCols + kTileCols, dt, cols, up);
+      char* h_row = static_cast<char*>(c.out) + row * c.N * size;
+      if (c.keep_h) {
+        store_row(h_row + j0 * size, dt, gate, cols);
+        store_row(h_row + (M + j0) * size, dt, up, cols);
       }
+#pragma omp simd
+      for (int64_t j = 0; j < cols; ++j) g[j] = gate[j] * cpu::sigmoid_approx(gate[j]) * up[j] * w;
+      store_row(static_cast<char*>(c.g) + (row * M + j0) * size, dt, g, cols);
     }
   }
 
