@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "moe/backend.h"
+#include "moe/cpu_isa.h"
 #include "moe/memory_limit.h"
 #include "test_util.h"
 
@@ -576,10 +577,10 @@ TEST(Cli, Float16OnTheCpuCountsItsWideningScratch) {
   EXPECT_GE(c.estimated_bytes() - on_cuda, widened_w13);
 }
 
-// A bf16 forward on the cpu at 64 or fewer rows an expert keeps gemv's packing of the routed weights: the
-// pre-flight counts it there, and not where the weights change every call (forward_backward) or groups are
-// larger.
-TEST(Cli, Bf16ForwardCountsGemvsPackedWeights) {
+// A bf16 forward on the cpu keeps gemv's packing of the routed weights, and where the CPU runs AMX amx's too
+// (the layer's sizes are whole tiles: the same bytes): the pre-flight counts them there, and not where the
+// weights change every call (forward_backward).
+TEST(Cli, Bf16ForwardCountsThePackedWeights) {
   moe::MoeConfig c = preflight_layer(moe::Dtype::bf16);
   // What the cpu counts over the cuda device's estimate (the same but for the packing).
   auto cpu_over_cuda = [&](int64_t tokens, moe::BenchPass pass) {
@@ -590,11 +591,12 @@ TEST(Cli, Bf16ForwardCountsGemvsPackedWeights) {
     c.device = "cuda";
     return cpu - c.estimated_bytes();
   };
-  const double routed = 3.0 * 16 * 1024 * 512 * 2;
-  EXPECT_EQ(cpu_over_cuda(64, moe::BenchPass::forward), routed);   // 8 rows an expert
-  EXPECT_EQ(cpu_over_cuda(256, moe::BenchPass::forward), routed);  // 32
+  const double routed = 3.0 * 16 * 1024 * 512 * 2,
+               packed = routed * (moe::isa_level() >= moe::IsaLevel::amx ? 2 : 1);
+  EXPECT_EQ(cpu_over_cuda(64, moe::BenchPass::forward), packed);   // 8 rows an expert
+  EXPECT_EQ(cpu_over_cuda(256, moe::BenchPass::forward), packed);  // 32
   // 128 on average: a skewed routing still leaves experts with few rows, which gemv runs (GroupSplit).
-  EXPECT_EQ(cpu_over_cuda(1024, moe::BenchPass::forward), routed);
+  EXPECT_EQ(cpu_over_cuda(1024, moe::BenchPass::forward), packed);
   EXPECT_EQ(cpu_over_cuda(64, moe::BenchPass::forward_backward), 0);
 }
 

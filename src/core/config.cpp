@@ -9,6 +9,7 @@
 #include <tuple>
 #include <utility>
 
+#include "moe/cpu_isa.h"
 #include "moe/rng.h"
 
 namespace moe {
@@ -160,10 +161,16 @@ double MoeConfig::estimated_bytes() const {
   // A bf16 forward on the cpu: gemv keeps the routed weights packed in its tile order for the run (their
   // values hold across a forward run's calls) once any expert has at most gemv_max_rows(true) rows (64, 128
   // on AVX2 CPUs), which a skewed routing gives at any token count (the kernel table runs those experts
-  // apart: GroupSplit).
-  const bool gemv_tiles = dtype == Dtype::bf16 && device == "cpu" && bench_pass == BenchPass::forward &&
+  // apart: GroupSplit). Where the CPU runs AMX, amx keeps its B tiles too (auto's measurement warms every
+  // candidate on kept weights): the reduction rounded up to 32, the columns to 64.
+  const bool kept_packs = dtype == Dtype::bf16 && device == "cpu" && bench_pass == BenchPass::forward &&
                           quant_mode == QuantMode::none;
-  double tiles = gemv_tiles ? 3 * E * H * M * es : 0;
+  const double amx_tiles = isa_level() >= IsaLevel::amx
+                               ? E * es *
+                                     (std::ceil(H / 32) * 32 * std::ceil(2 * M / 64) * 64 +
+                                      std::ceil(M / 32) * 32 * std::ceil(H / 64) * 64)
+                               : 0;
+  double tiles = kept_packs ? 3 * E * H * M * es + amx_tiles : 0;
   return params + acts + shared + grads + widening + tiles;
 }
 
