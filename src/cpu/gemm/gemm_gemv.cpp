@@ -97,6 +97,15 @@ bool zmm_instance() {
   return isa_level() >= IsaLevel::avx512_bf16;
 }
 
+// Whether nn runs the zmm instance. Intel's vdpbf16ps runs at under half the rate of float32 FMAs (2-core AMX
+// Xeon, --peak: 0.175 against 0.422 TF/s; AMD's at twice it), and nn is compute-bound there from ~8 rows: the
+// ymm instance's widening FMAs read 0.49-0.82 of a sequential read at 8 rows in place against 0.10-0.35, 32
+// rows 0.16-0.29 against 0.07-0.16 (moe_bench_few_rows 1 R gemv 64, alternately). Its nt and tn keep the zmm
+// instance there: at 8 rows 0.42-1.52 and 0.64-1.02 of the read against the ymm's 0.36-0.97 and 0.33-0.59.
+bool nn_zmm_instance() {
+  return zmm_instance() && cpu_isa().vendor != "GenuineIntel";
+}
+
 // From how many live rows a walk over packed weights prefetches ahead into L2 (kPackedAheadBytes), where
 // the hardware's prefetchers do not keep up alone: the one setting measured to differ between CPUs of one
 // ISA level. Zen 5 (AMD family 26), from 1 row: 1-4 rows read 0.95-1.15 of a sequential read with it against
@@ -129,7 +138,7 @@ void grouped_gemm_nn(const GemmThresholds& /*k*/, void* out, Dtype out_dtype, co
                      ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N) {
   check_groups(groups, Kd, N);
   MOE_CHECK(in_dtype == Dtype::bf16, "gemv takes bf16 inputs");
-  const bool zmm = zmm_instance();
+  const bool zmm = nn_zmm_instance();
   const auto nn = zmm ? &cpu::isa_avx512_bf16::gemv::nn : &cpu::isa_avx2::gemv::nn;
   const int64_t tile_cols =
       zmm ? cpu::isa_avx512_bf16::gemv::kTileColsOfInstance : cpu::isa_avx2::gemv::kTileColsOfInstance;
@@ -178,8 +187,9 @@ void grouped_gemm_tn(const GemmThresholds& /*k*/, void* drhs, Dtype out_dtype, c
 }
 
 std::string gemm_library_version() {
-  return zmm_instance() ? "moe-bench row-streaming kernel (vdpbf16ps, zmm)"
-                        : "moe-bench row-streaming kernel (AVX2 FMA, ymm)";
+  if (!zmm_instance()) return "moe-bench row-streaming kernel (AVX2 FMA, ymm)";
+  return nn_zmm_instance() ? "moe-bench row-streaming kernel (vdpbf16ps, zmm)"
+                           : "moe-bench row-streaming kernel (vdpbf16ps, zmm; nn AVX2 FMA, ymm)";
 }
 
 std::string supports(const GemmCall& call, const GemmThresholds& /*k*/) {
@@ -201,7 +211,7 @@ std::string unavailable() {
   return needs_isa(IsaLevel::avx2, "AVX2 and FMA");
 }
 
-// The zmm instance multiplies bf16 (vdpbf16ps); the ymm one widens it to float32.
+// The zmm instance multiplies bf16 (vdpbf16ps); the ymm one widens it to float32 (nn's, on Intel).
 bool bf16_arithmetic() {
   return zmm_instance();
 }
@@ -220,7 +230,7 @@ namespace moe {
 int64_t gemv_max_rows(bool weights_kept) {
   // In place, every instance stops at kGemvMaxRows; kept, at its own rows.
   if (!weights_kept) return kGemvMaxRows;
-  return gemv::zmm_instance() ? cpu::isa_avx512_bf16::gemv::kMaxRowsOfInstance
-                              : cpu::isa_avx2::gemv::kMaxRowsOfInstance;
+  return gemv::nn_zmm_instance() ? cpu::isa_avx512_bf16::gemv::kMaxRowsOfInstance
+                                 : cpu::isa_avx2::gemv::kMaxRowsOfInstance;
 }
 }  // namespace moe
