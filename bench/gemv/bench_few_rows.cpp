@@ -140,7 +140,7 @@ void bench_projection(const Projection& p, Buffer<bf16_t>& w, int64_t experts, i
   GemmCall kept_call = call;
   kept_call.weights_kept = true;
   for (const std::string& name : form == GemmForm::nn ? own_kernels(kept_call) : std::vector<std::string>{})
-    if ((name == "gemv" || name == "amx") && chosen(name + " kept", only)) {
+    if (packs_kept_bf16_weights(name) && chosen(name + " kept", only)) {
       const ExpertWeights kept = ExpertWeights(w.data()).kept(&packs);
       auto run = [&, name, kept] {
         table(name).nn(out.data(), Dtype::bf16, lhs.data(), kept, Dtype::bf16, groups, p.Kd, p.N);

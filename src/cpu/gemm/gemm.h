@@ -135,6 +135,13 @@ class WeightPacks {
   void check_same(const void* rhs, int64_t E, int64_t Kd, int64_t N) const;
 };
 
+// Whether variant `name` packs kept bf16 weights (nn and nn_swiglu's ExpertWeights::packs) into a layout of
+// its own once and reads that packing in later calls (gemv's tile order, amx's B tiles); the others read them
+// as they lie.
+inline bool packs_kept_bf16_weights(const std::string& name) {
+  return name == "gemv" || name == "amx";
+}
+
 // An op's slot for one weight's packs, kept across calls: renewed when another tensor comes. It holds the
 // tensors' storage, so no other tensor can come at their address while it keeps their packs.
 class KeptWeightPacks {

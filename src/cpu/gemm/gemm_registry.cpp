@@ -46,16 +46,17 @@ const std::vector<GemmVariant>& gemm_variants() {
           &gemm_detail::tn_twice<&cpu::isa_amx::grouped_gemm_tn>, nullptr, &cpu::isa_amx::grouped_gemm_nn_s8,
           &cpu::isa_amx::grouped_gemm_nn_s8_swiglu,
           "AMX tiles: bf16 (tdpbf16ps, float32 accumulator tiles) and int8 nn_s8 (tdpbssd, exact int32 "
-          "sums), weights packed per call into the tiles' pair or quad-interleaved layout, one work list "
-          "over (expert, column block, row block); the grouped forms of bf16 inputs, no dense kernel"),
+          "sums), weights packed per call into the tiles' pair or quad-interleaved layout (bf16 nn and "
+          "nn_swiglu: once for kept weights), one work list over (expert, column block, row block); the "
+          "grouped forms of bf16 inputs, no dense kernel"),
       MOE_GEMM_VARIANT(
           "gemv", gemv, IsaLevel::avx2, true, &gemv::grouped_gemm_nn, &gemv::grouped_gemm_nn_swiglu,
           &gemv::grouped_gemm_nt, &gemm_detail::nt_then_swiglu_grad<&gemv::grouped_gemm_nt>,
           &gemv::grouped_gemm_tn, &gemm_detail::tn_twice<&gemv::grouped_gemm_tn>, nullptr, nullptr, nullptr,
           "row-streaming kernel for groups of 1-64 rows (nt, tn: 1-16): each weight byte read once where it "
           "lies or as packed once for kept weights, prefetched ahead, gradients written with streaming "
-          "stores (vdpbf16ps on zmm from AVX-512 BF16, else AVX2 FMA on bf16 widened to float32); bf16 nn, "
-          "nn_swiglu, nt, nt_swiglu_grad, tn and tn_pair"),
+          "stores (vdpbf16ps on zmm from AVX-512 BF16 but nn on Intel, else AVX2 FMA on bf16 widened to "
+          "float32); bf16 nn, nn_swiglu, nt, nt_swiglu_grad, tn and tn_pair"),
 #ifdef MOE_HAVE_DPBF16
       MOE_GEMM_VARIANT(
           "dpbf16", dpbf16, IsaLevel::avx512_bf16, true, &dpbf16_forms::grouped_gemm_nn,

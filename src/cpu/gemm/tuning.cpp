@@ -129,8 +129,7 @@ std::optional<size_t> preferred_candidate(const GemmCall& call, const std::vecto
   if (!weights_come_cold(call) || !call.weights_kept) return std::nullopt;
   std::optional<size_t> preferred;
   for (size_t i = 0; i < names.size(); ++i)
-    if ((names[i] == "gemv" || names[i] == "amx") && (!preferred || times[i] < times[*preferred]))
-      preferred = i;
+    if (packs_kept_bf16_weights(names[i]) && (!preferred || times[i] < times[*preferred])) preferred = i;
   return preferred;
 }
 

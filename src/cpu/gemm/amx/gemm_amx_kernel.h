@@ -213,10 +213,13 @@ struct AmxGemm {
 
   // dst[i] = src[i] as a tensor of dt stores it (bf16: rounded), for i < n <= 16.
   static void stored_row(const float* src, Dtype dt, int64_t n, float* dst) {
-    if (dt != Dtype::bf16) return void(std::memcpy(dst, src, size_t(n) * sizeof(float)));
-    bf16_t rounded[kTileCols];
-    cpu::f32_to_bf16_row(rounded, src, n);
-    cpu::bf16_to_f32_row(dst, rounded, n);
+    if (dt == Dtype::bf16) {
+      bf16_t rounded[kTileCols];
+      cpu::f32_to_bf16_row(rounded, src, n);
+      cpu::bf16_to_f32_row(dst, rounded, n);
+    } else {
+      std::memcpy(dst, src, size_t(n) * sizeof(float));
+    }
   }
 
   // Register block s of an item: acc (n, 32) to rows [r0, r0 + n) of the output, from column block cb.
