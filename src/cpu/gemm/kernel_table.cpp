@@ -275,7 +275,8 @@ const GemmRow& GemmKernels::choose(const GemmCall& call, Run&& run) {
           // 64 experts of Qwen3-30B-A3B's or OLMoE's, most of it the VM's first touch of the memory): made
           // here, so that time_candidates' warm call runs as later calls do and never looks hopeless.
           if (call.weights_kept)
-            for (const GemmRow* r : candidates) run(*r);
+            for (const GemmRow* r : candidates)
+              if (packs_kept_bf16_weights(r->variant->name)) run(*r);
           const std::optional<CacheEvictor> evictor =
               weights_come_cold(call) ? std::optional<CacheEvictor>(std::in_place) : std::nullopt;
           const std::vector<double> times = time_candidates(candidates.size(), [&](size_t i) {
