@@ -507,7 +507,7 @@ TEST(GemmTable, ThresholdsOutOfRangeAreRefusedByName) {
   for (int64_t GemmThresholds::*field :
        {&GemmThresholds::dpbf16_max_group_rows, &GemmThresholds::dpbf16_min_f32_swiglu_rows,
         &GemmThresholds::dpbf16_stream_bytes, &GemmThresholds::dpbf16_tn_group_bytes,
-        &GemmThresholds::avx2_panel_cols}) {
+        &GemmThresholds::avx2_panel_cols, &GemmThresholds::amx_stream_bytes}) {
     for (int64_t bad : {int64_t(-1), (int64_t(1) << 40) + 1}) {
       GemmThresholds t;
       t.*field = bad;

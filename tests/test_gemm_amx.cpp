@@ -35,6 +35,16 @@ TEST(AmxEmulated, NnMatchesReference) {
   check_nn(inputs, kBf16In, [](auto&&... args) { amx_emulated::grouped_gemm_nn(kDefaults, args...); });
 }
 
+// Every output streamed where it can be (amx_stream_bytes 0: a register block's row of 32 columns on a
+// 64-byte line leaves with non-temporal stores, a ragged or unaligned one as before; N 2048's rows all
+// stream) holds the reference's sums. Where the build has no AVX-512 BF16 the rows are stored as before.
+TEST(AmxEmulated, NnStreamedOutputsMatchReference) {
+  GemmThresholds streaming = kDefaults;
+  streaming.amx_stream_bytes = 0;
+  Inputs inputs(testing::test_seed());
+  check_nn(inputs, kBf16In, [&](auto&&... args) { amx_emulated::grouped_gemm_nn(streaming, args...); });
+}
+
 TEST(AmxEmulated, NnSwigluMatchesReference) {
   Inputs inputs(testing::test_seed());
   check_nn_swiglu(inputs, kBf16In,

@@ -329,7 +329,8 @@ Status GemmThresholds::validate() const {
                              {"dpbf16_min_f32_swiglu_rows", dpbf16_min_f32_swiglu_rows},
                              {"dpbf16_stream_bytes", dpbf16_stream_bytes},
                              {"dpbf16_tn_group_bytes", dpbf16_tn_group_bytes},
-                             {"avx2_panel_cols", avx2_panel_cols}})
+                             {"avx2_panel_cols", avx2_panel_cols},
+                             {"amx_stream_bytes", amx_stream_bytes}})
     if (value < 0 || value > (int64_t(1) << 40))
       return Status::error(fmt::format("invalid GEMM threshold {}={}: must be in [0, 2^40]", name, value));
   if (avx2_panel_cols < 16 || avx2_panel_cols % 16 != 0)
@@ -347,7 +348,8 @@ std::vector<std::tuple<const char*, int64_t, int64_t>> threshold_fields(const Ge
           {"dpbf16_min_f32_swiglu_rows", t.dpbf16_min_f32_swiglu_rows, d.dpbf16_min_f32_swiglu_rows},
           {"dpbf16_stream_bytes", t.dpbf16_stream_bytes, d.dpbf16_stream_bytes},
           {"dpbf16_tn_group_bytes", t.dpbf16_tn_group_bytes, d.dpbf16_tn_group_bytes},
-          {"avx2_panel_cols", t.avx2_panel_cols, d.avx2_panel_cols}};
+          {"avx2_panel_cols", t.avx2_panel_cols, d.avx2_panel_cols},
+          {"amx_stream_bytes", t.amx_stream_bytes, d.amx_stream_bytes}};
 }
 
 }  // namespace

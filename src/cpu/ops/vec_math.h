@@ -87,13 +87,15 @@ inline __m512 bf16_to_f32(__m256i v) {
 // from z with log2(e) in two parts, as exp_approx's Cody-Waite) scaled by vscalefps, then 1 / (1 + 2^t)
 // as vrcp14ps refined by one Newton step: ~3e-7 relative for |z| < 87 (z is clamped there, as in
 // exp_approx), half of exp_approx's instructions and no division. A NaN z stays NaN (max and min return
-// their second operand, z, when it is NaN).
+// their second operand, z, when it is NaN). The masked forms with every lane set: GCC 12's unmasked ones
+// merge into an "undefined" vector that -Wmaybe-uninitialized reports where they inline.
 inline __m512 sigmoid16(__m512 z) {
-  z = _mm512_min_ps(_mm512_set1_ps(87.0f), _mm512_max_ps(_mm512_set1_ps(-87.0f), z));
+  constexpr __mmask16 kAll = 0xffff;
+  z = _mm512_maskz_min_ps(kAll, _mm512_set1_ps(87.0f), _mm512_maskz_max_ps(kAll, _mm512_set1_ps(-87.0f), z));
   constexpr float kLog2eHi = -1.44269502162933349609375f;  // -log2(e) = kLog2eHi + kLog2eLo
   constexpr float kLog2eLo = -1.925963033500011079e-08f;
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(z, _mm512_set1_ps(kLog2eHi)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 n = _mm512_maskz_roundscale_ps(kAll, _mm512_mul_ps(z, _mm512_set1_ps(kLog2eHi)),
+                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 f = _mm512_fmsub_ps(z, _mm512_set1_ps(kLog2eHi), n);
   f = _mm512_fmadd_ps(z, _mm512_set1_ps(kLog2eLo), f);
   __m512 p = _mm512_set1_ps(0.0013276467798277736f);
@@ -102,8 +104,8 @@ inline __m512 sigmoid16(__m512 z) {
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.24022120237350464f));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.6931469440460205f));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0000001192092896f));
-  const __m512 d = _mm512_add_ps(_mm512_scalef_ps(p, n), _mm512_set1_ps(1.0f));
-  const __m512 r = _mm512_rcp14_ps(d);
+  const __m512 d = _mm512_add_ps(_mm512_maskz_scalef_ps(kAll, p, n), _mm512_set1_ps(1.0f));
+  const __m512 r = _mm512_maskz_rcp14_ps(kAll, d);
   return _mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, _mm512_set1_ps(2.0f)));
 }
 #endif

@@ -66,6 +66,7 @@ struct AmxGemm {
     bool keep_h = true;
     bool transposed = false;  // nt: rhs[e] is (N, K), parts split the reduction
     bool accumulate = false;  // nt: out's live rows += the product (float32 out)
+    bool stream = false;      // nn: out's whole 64-byte lines leave with non-temporal stores
     // tn: out = drhs (E, K, N), group e's (K, N) = lhs_e^T (K, live_e) @ dout_e (live_e, N): the item's
     // rows are K's (every expert, an empty one's sums zeros), the reduction is the group's live rows.
     bool tn = false;
@@ -198,8 +199,14 @@ struct AmxGemm {
 
   // dst[i] (dt: float32 or bf16, added into float32 where accumulating) = src[i], for i < n: vector
   // conversions a row at a time (the AMX instance's are AVX-512's), not a dtype branch an element; at 32 rows
-  // an expert and Kd 768-2048 those took about as long as the tiles' products.
-  static void store_row(void* dst, Dtype dt, const float* src, int64_t n, bool accumulate = false) {
+  // an expert and Kd 768-2048 those took about as long as the tiles' products. stream: a whole register
+  // block's row (n = 32) on a 64-byte line goes out with non-temporal stores (the AMX instance).
+  static void store_row(void* dst, Dtype dt, const float* src, int64_t n, bool accumulate = false,
+                        bool stream = false) {
+#if defined(MOE_VEC_AVX512BF16)
+    if (stream && !accumulate && n == 2 * kTileCols && (reinterpret_cast<uintptr_t>(dst) & 63) == 0)
+      return stream_row(dst, dt, src);
+#endif
     if (accumulate) {
       float* d = static_cast<float*>(dst);
 #pragma omp simd
@@ -210,6 +217,19 @@ struct AmxGemm {
       std::memcpy(dst, src, size_t(n) * sizeof(float));
     }
   }
+#if defined(MOE_VEC_AVX512BF16)
+  // 32 values of src to dst (a 64-byte line: bf16 one line, float32 two), not read before: non-temporal.
+  static void stream_row(void* dst, Dtype dt, const float* src) {
+    const __m512 lo = _mm512_loadu_ps(src), hi = _mm512_loadu_ps(src + kTileCols);
+    if (dt == Dtype::bf16) {
+      const __m512bh both = _mm512_cvtne2ps_pbh(hi, lo);  // lo's in the low half, nearest even
+      _mm512_stream_si512(static_cast<__m512i*>(dst), reinterpret_cast<const __m512i&>(both));
+    } else {
+      _mm512_stream_ps(static_cast<float*>(dst), lo);
+      _mm512_stream_ps(static_cast<float*>(dst) + kTileCols, hi);
+    }
+  }
+#endif
 
   // dst[i] = src[i] as a tensor of dt stores it (bf16: rounded), for i < n <= 16.
   static void stored_row(const float* src, Dtype dt, int64_t n, float* dst) {
@@ -231,35 +251,98 @@ struct AmxGemm {
     if (!c.swiglu) {
       const int64_t c0 = cb * 4 * kTileCols + s * 2 * kTileCols,
                     cols = std::min<int64_t>(2 * kTileCols, c.N - c0);
+#if defined(MOE_VEC_AVX512BF16)
+      if (getenv("HACK_NT") && dt == Dtype::bf16 && !c.accumulate && cols == 32 && c.N % 32 == 0) {
+        for (int64_t r = 0; r < n; ++r) {
+          char* o = static_cast<char*>(c.out) + ((r0 + r) * c.N + c0) * size;
+          const __m512bh v =
+              _mm512_cvtne2ps_pbh(_mm512_loadu_ps(acc + r * 32 + 16), _mm512_loadu_ps(acc + r * 32));
+          _mm512_stream_si512(reinterpret_cast<__m512i*>(o), reinterpret_cast<const __m512i&>(v));
+        }
+        return;
+      }
+#endif
       for (int64_t r = 0; r < n; ++r)
         store_row(static_cast<char*>(c.out) + ((r0 + r) * c.N + c0) * size, dt, acc + r * 2 * kTileCols, cols,
-                  c.accumulate);
+                  c.accumulate, c.stream);
       return;
     }
     const int64_t M = c.N / 2, j0 = cb * 2 * kTileCols + s * kTileCols, cols = std::min(kTileCols, M - j0);
     for (int64_t r = 0; r < n; ++r) {
       const int64_t row = r0 + r;
-      const float w = c.row_weight ? c.row_weight[row] : 1.0f;
-      alignas(64) float gate[kTileCols], up[kTileCols], g[kTileCols];
-      stored_row(acc + r * 2 * kTileCols, dt, cols, gate);
-      stored_row(acc + r * 2 * kTileCols + kTileCols, dt, cols, up);
       char* h_row = static_cast<char*>(c.out) + row * c.N * size;
-      if (c.keep_h) {
-        store_row(h_row + j0 * size, dt, gate, cols);
-        store_row(h_row + (M + j0) * size, dt, up, cols);
-      }
-#pragma omp simd
-      for (int64_t j = 0; j < cols; ++j) g[j] = gate[j] * cpu::sigmoid_approx(gate[j]) * up[j] * w;
-      store_row(static_cast<char*>(c.g) + (row * M + j0) * size, dt, g, cols);
+      swiglu_row(acc + r * 2 * kTileCols, dt, c.row_weight ? c.row_weight[row] : 1.0f, cols,
+                 c.keep_h ? h_row + j0 * size : nullptr, h_row + (M + j0) * size,
+                 static_cast<char*>(c.g) + (row * M + j0) * size);
     }
   }
 
+  // One row of a SwiGLU register block: gate_up's 16 gate and 16 up sums -> h's gate and up columns (where
+  // h_gate is not null) and g's = silu(gate) * up * w, `cols` <= 16 of each, in dt; g from h's values as
+  // stored (bf16: rounded), as swiglu_forward computes it.
+#if defined(MOE_VEC_AVX512BF16)
+  // In vectors (the hardware instance): the portable loop's conversions and sigmoid took ~10 ms of a 44 ms up
+  // projection at T 512 (Qwen3-30B-A3B, AMX Xeon, 2 threads).
+  static void swiglu_row(const float* gate_up, Dtype dt, float w, int64_t cols, char* h_gate, char* h_up,
+                         char* g) {
+    const __mmask16 mask = cols >= kTileCols ? __mmask16(0xffff) : __mmask16((1u << cols) - 1);
+    __m512 gate = _mm512_loadu_ps(gate_up), up = _mm512_loadu_ps(gate_up + kTileCols);
+    if (dt == Dtype::bf16) {
+      const __m256i gate_bf16 = bf16_words(gate), up_bf16 = bf16_words(up);
+      gate = widened(gate_bf16);
+      up = widened(up_bf16);
+      if (h_gate) {
+        _mm256_mask_storeu_epi16(h_gate, mask, gate_bf16);
+        _mm256_mask_storeu_epi16(h_up, mask, up_bf16);
+      }
+    } else if (h_gate) {
+      _mm512_mask_storeu_ps(h_gate, mask, gate);
+      _mm512_mask_storeu_ps(h_up, mask, up);
+    }
+    const __m512 out =
+        _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(gate, cpu::sigmoid16(gate)), up), _mm512_set1_ps(w));
+    if (dt == Dtype::bf16)
+      _mm256_mask_storeu_epi16(g, mask, bf16_words(out));
+    else
+      _mm512_mask_storeu_ps(g, mask, out);
+  }
+  // 16 floats as bf16 (nearest even; a NaN quiet), as f32_to_bf16 rounds them.
+  static __m256i bf16_words(__m512 v) {
+    const __m256bh words = _mm512_cvtneps_pbh(v);
+    return reinterpret_cast<const __m256i&>(words);
+  }
+  // 16 bf16 as floats (exact). The masked forms with every lane set: GCC 12's unmasked ones merge into an
+  // "undefined" vector that -Wmaybe-uninitialized reports where they inline.
+  static __m512 widened(__m256i words) {
+    const __m512i wide = _mm512_maskz_cvtepu16_epi32(0xffff, words);
+    return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, wide, 16));
+  }
+#else
+  static void swiglu_row(const float* gate_up, Dtype dt, float w, int64_t cols, char* h_gate, char* h_up,
+                         char* g) {
+    alignas(64) float gate[kTileCols], up[kTileCols], out[kTileCols];
+    stored_row(gate_up, dt, cols, gate);
+    stored_row(gate_up + kTileCols, dt, cols, up);
+    if (h_gate) {
+      store_row(h_gate, dt, gate, cols);
+      store_row(h_up, dt, up, cols);
+    }
+#pragma omp simd
+    for (int64_t j = 0; j < cols; ++j) out[j] = gate[j] * cpu::sigmoid_approx(gate[j]) * up[j] * w;
+    store_row(g, dt, out, cols);
+  }
+#endif
+
   // cpu/gemm/gemm.h's nn and nn_swiglu (bf16 inputs: supports() refuses the others).
+  // stream_bytes: outputs of this many bytes or more stream (GemmThresholds::amx_stream_bytes).
   static void nn(void* out, Dtype out_dtype, const void* lhs, ExpertWeights rhs, Dtype in_dtype,
-                 GroupedShape groups, int64_t Kd, int64_t N) {
+                 GroupedShape groups, int64_t Kd, int64_t N, int64_t stream_bytes) {
     MOE_CHECK(in_dtype == Dtype::bf16, "the amx kernel takes bfloat16 inputs");
     gemm_detail::check_groups(groups, Kd, N);
-    run({out, out_dtype, static_cast<const bf16_t*>(lhs), rhs, groups, Kd, N});
+    Call c{out, out_dtype, static_cast<const bf16_t*>(lhs), rhs, groups, Kd, N};
+    const int64_t rows = groups.experts > 0 ? groups.group_offset[groups.experts] : 0;
+    c.stream = rows * N * int64_t(dtype_size(out_dtype)) >= stream_bytes;
+    run(c);
   }
   static void nt(void* out, Dtype out_dtype, const void* dout, ExpertWeights rhs, Dtype in_dtype,
                  GroupedShape groups, int64_t Kd, int64_t N, bool accumulate) {
@@ -395,6 +478,7 @@ struct AmxGemm {
       }
     }
     Tiles::release();
+    if (c.stream) _mm_sfence();  // the non-temporal stores, before the region's barrier
   }
 };
 
@@ -403,9 +487,9 @@ struct AmxGemm {
 // Defines cpu/gemm/gemm.h's nn, nn_swiglu, nt and tn (the signatures of gemm_variants.h's
 // MOE_DECLARE_GEMM_FORMS_WITH_NN_SWIGLU) in the enclosing namespace on AmxGemm<Tiles>.
 #define MOE_DEFINE_GEMM_AMX_FORMS(Tiles)                                                                     \
-  void grouped_gemm_nn(const GemmThresholds&, void* out, Dtype out_dtype, const void* lhs,                   \
+  void grouped_gemm_nn(const GemmThresholds& k, void* out, Dtype out_dtype, const void* lhs,                 \
                        ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N) {      \
-    ::moe::amx::AmxGemm<Tiles>::nn(out, out_dtype, lhs, rhs, in_dtype, groups, Kd, N);                       \
+    ::moe::amx::AmxGemm<Tiles>::nn(out, out_dtype, lhs, rhs, in_dtype, groups, Kd, N, k.amx_stream_bytes);   \
   }                                                                                                          \
   void grouped_gemm_nn_swiglu(const GemmThresholds&, void* h, void* g, Dtype out_dtype, const void* lhs,     \
                               ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t M, \
