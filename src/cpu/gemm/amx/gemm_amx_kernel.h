@@ -200,7 +200,7 @@ struct AmxGemm {
   // dst[i] (dt: float32 or bf16, added into float32 where accumulating) = src[i], for i < n: vector
   // conversions a row at a time (the AMX instance's are AVX-512's), not a dtype branch an element; at 32 rows
   // an expert and Kd 768-2048 those took about as long as the tiles' products. stream: a whole register
-  // block's row (n = 32) on a 64-byte line goes out with non-temporal stores (the AMX instance).
+  // block's row (n = 32) on a 64-byte line goes out with non-temporal stores (AVX-512 BF16 instances).
   static void store_row(void* dst, Dtype dt, const float* src, int64_t n, bool accumulate = false,
                         bool stream = false) {
 #if defined(MOE_VEC_AVX512BF16)
@@ -251,17 +251,6 @@ struct AmxGemm {
     if (!c.swiglu) {
       const int64_t c0 = cb * 4 * kTileCols + s * 2 * kTileCols,
                     cols = std::min<int64_t>(2 * kTileCols, c.N - c0);
-#if defined(MOE_VEC_AVX512BF16)
-      if (getenv("HACK_NT") && dt == Dtype::bf16 && !c.accumulate && cols == 32 && c.N % 32 == 0) {
-        for (int64_t r = 0; r < n; ++r) {
-          char* o = static_cast<char*>(c.out) + ((r0 + r) * c.N + c0) * size;
-          const __m512bh v =
-              _mm512_cvtne2ps_pbh(_mm512_loadu_ps(acc + r * 32 + 16), _mm512_loadu_ps(acc + r * 32));
-          _mm512_stream_si512(reinterpret_cast<__m512i*>(o), reinterpret_cast<const __m512i&>(v));
-        }
-        return;
-      }
-#endif
       for (int64_t r = 0; r < n; ++r)
         store_row(static_cast<char*>(c.out) + ((r0 + r) * c.N + c0) * size, dt, acc + r * 2 * kTileCols, cols,
                   c.accumulate, c.stream);
@@ -281,8 +270,9 @@ struct AmxGemm {
   // h_gate is not null) and g's = silu(gate) * up * w, `cols` <= 16 of each, in dt; g from h's values as
   // stored (bf16: rounded), as swiglu_forward computes it.
 #if defined(MOE_VEC_AVX512BF16)
-  // In vectors (the hardware instance): the portable loop's conversions and sigmoid took ~10 ms of a 44 ms up
-  // projection at T 512 (Qwen3-30B-A3B, AMX Xeon, 2 threads).
+  // In vectors where the instance is compiled for AVX-512 BF16 (the hardware one always): the portable loop's
+  // conversions and sigmoid took ~10 ms of a 44 ms up projection at T 512 (Qwen3-30B-A3B, AMX Xeon, 2
+  // threads).
   static void swiglu_row(const float* gate_up, Dtype dt, float w, int64_t cols, char* h_gate, char* h_up,
                          char* g) {
     const __mmask16 mask = cols >= kTileCols ? __mmask16(0xffff) : __mmask16((1u << cols) - 1);
