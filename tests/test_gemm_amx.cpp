@@ -35,14 +35,17 @@ TEST(AmxEmulated, NnMatchesReference) {
   check_nn(inputs, kBf16In, [](auto&&... args) { amx_emulated::grouped_gemm_nn(kDefaults, args...); });
 }
 
-// Every output streamed where it can be (amx_stream_bytes 0: a register block's row of 32 columns on a
-// 64-byte line leaves with non-temporal stores, a ragged or unaligned one as before; N 2048's rows all
-// stream) holds the reference's sums. Where the build has no AVX-512 BF16 the rows are stored as before.
-TEST(AmxEmulated, NnStreamedOutputsMatchReference) {
+// Every output streamed where it can be (amx_stream_bytes 0): nn's register block rows of 32 columns on a
+// 64-byte line with non-temporal stores, nn_swiglu's g through an item's stage where its 32 columns are whole
+// lines; ragged or unaligned ones stored as before (N 2048's rows all stream). Each holds the reference's
+// sums. Where the build has no AVX-512 BF16, nn's rows are stored as before and g's stage is copied out.
+TEST(AmxEmulated, StreamedOutputsMatchReference) {
   GemmThresholds streaming = kDefaults;
   streaming.amx_stream_bytes = 0;
   Inputs inputs(testing::test_seed());
   check_nn(inputs, kBf16In, [&](auto&&... args) { amx_emulated::grouped_gemm_nn(streaming, args...); });
+  check_nn_swiglu(inputs, kBf16In,
+                  [&](auto&&... args) { amx_emulated::grouped_gemm_nn_swiglu(streaming, args...); });
 }
 
 TEST(AmxEmulated, NnSwigluMatchesReference) {

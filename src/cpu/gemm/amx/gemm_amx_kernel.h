@@ -244,8 +244,10 @@ struct AmxGemm {
 
   // Register block s of an item: acc (n, 32) to rows [r0, r0 + n) of the output, from column block cb.
   // nn: out's columns cb * 64 + s * 32 + [0, 32); nn_swiglu: acc's columns 0-15 are gate, 16-31 up of
-  // g's columns j0 + [0, 16), h and g computed from h's values as stored (as swiglu_forward does).
-  static void epilogue(const Call& c, const float* acc, int64_t r0, int64_t n, int64_t cb, int64_t s) {
+  // g's columns j0 + [0, 16), h and g computed from h's values as stored (as swiglu_forward does); g into
+  // g_stage's columns s * 16 + [0, 16) where given (streams_g), else in place.
+  static void epilogue(const Call& c, const float* acc, int64_t r0, int64_t n, int64_t cb, int64_t s,
+                       char* g_stage) {
     const Dtype dt = c.out_dtype;
     const int64_t size = dtype_size(dt);
     if (!c.swiglu) {
@@ -260,9 +262,36 @@ struct AmxGemm {
     for (int64_t r = 0; r < n; ++r) {
       const int64_t row = r0 + r;
       char* h_row = static_cast<char*>(c.out) + row * c.N * size;
+      char* g_row = g_stage ? g_stage + (r * 2 + s) * kTileCols * size
+                            : static_cast<char*>(c.g) + (row * M + j0) * size;
       swiglu_row(acc + r * 2 * kTileCols, dt, c.row_weight ? c.row_weight[row] : 1.0f, cols,
-                 c.keep_h ? h_row + j0 * size : nullptr, h_row + (M + j0) * size,
-                 static_cast<char*>(c.g) + (row * M + j0) * size);
+                 c.keep_h ? h_row + j0 * size : nullptr, h_row + (M + j0) * size, g_row);
+    }
+  }
+
+  // Whether an nn_swiglu item's g leaves through a stage (its 32 columns of each row, a 64-byte line of bf16
+  // or two of float32, written by its two register blocks' epilogues) and then stream_g: g is large
+  // (Call::stream) and the item's 32 columns are whole lines. Stored in place, a line's two halves were each
+  // read from memory before being written.
+  static bool streams_g(const Call& c, const int64_t (&cols)[kItemTiles]) {
+    const int64_t line_elems = 64 / dtype_size(c.out_dtype), M = c.N / 2;
+    return c.swiglu && c.stream && cols[2] == kTileCols && M % line_elems == 0 &&
+           (reinterpret_cast<uintptr_t>(c.g) & 63) == 0;
+  }
+
+  // g_stage (n, 32) in out_dtype -> g's rows [r0, r0 + n), columns cb * 32 + [0, 32): non-temporal where the
+  // instance has AVX-512 BF16.
+  static void stream_g(const Call& c, const char* g_stage, int64_t r0, int64_t n, int64_t cb) {
+    const int64_t size = dtype_size(c.out_dtype), row_bytes = 2 * kTileCols * size;
+    for (int64_t r = 0; r < n; ++r) {
+      char* dst = static_cast<char*>(c.g) + ((r0 + r) * (c.N / 2) + cb * 2 * kTileCols) * size;
+#if defined(MOE_VEC_AVX512BF16)
+      for (int64_t b = 0; b < row_bytes; b += 64)
+        _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + b),
+                            _mm512_load_si512(g_stage + r * row_bytes + b));
+#else
+      std::memcpy(dst, g_stage + r * row_bytes, size_t(row_bytes));
+#endif
     }
   }
 
@@ -323,15 +352,21 @@ struct AmxGemm {
   }
 #endif
 
+  // The bytes of an output of `cols` columns over the groups' rows.
+  static int64_t out_bytes(const GroupedShape& groups, int64_t cols, Dtype dt) {
+    const int64_t rows = groups.experts > 0 ? groups.group_offset[groups.experts] : 0;
+    return rows * cols * int64_t(dtype_size(dt));
+  }
+
   // cpu/gemm/gemm.h's nn and nn_swiglu (bf16 inputs: supports() refuses the others).
-  // stream_bytes: outputs of this many bytes or more stream (GemmThresholds::amx_stream_bytes).
+  // stream_bytes: outputs (nn's out, nn_swiglu's g) of this many bytes or more stream
+  // (GemmThresholds::amx_stream_bytes).
   static void nn(void* out, Dtype out_dtype, const void* lhs, ExpertWeights rhs, Dtype in_dtype,
                  GroupedShape groups, int64_t Kd, int64_t N, int64_t stream_bytes) {
     MOE_CHECK(in_dtype == Dtype::bf16, "the amx kernel takes bfloat16 inputs");
     gemm_detail::check_groups(groups, Kd, N);
     Call c{out, out_dtype, static_cast<const bf16_t*>(lhs), rhs, groups, Kd, N};
-    const int64_t rows = groups.experts > 0 ? groups.group_offset[groups.experts] : 0;
-    c.stream = rows * N * int64_t(dtype_size(out_dtype)) >= stream_bytes;
+    c.stream = out_bytes(groups, N, out_dtype) >= stream_bytes;
     run(c);
   }
   static void nt(void* out, Dtype out_dtype, const void* dout, ExpertWeights rhs, Dtype in_dtype,
@@ -356,10 +391,14 @@ struct AmxGemm {
     run(c);
   }
   static void nn_swiglu(void* h, void* g, Dtype out_dtype, const void* lhs, ExpertWeights rhs, Dtype in_dtype,
-                        GroupedShape groups, int64_t Kd, int64_t M, const float* row_weight, bool keep_h) {
+                        GroupedShape groups, int64_t Kd, int64_t M, const float* row_weight, bool keep_h,
+                        int64_t stream_bytes) {
     MOE_CHECK(in_dtype == Dtype::bf16, "the amx kernel takes bfloat16 inputs");
     gemm_detail::check_groups(groups, Kd, 2 * M);
-    run({h, out_dtype, static_cast<const bf16_t*>(lhs), rhs, groups, Kd, 2 * M, true, g, row_weight, keep_h});
+    Call c{h,          out_dtype, static_cast<const bf16_t*>(lhs), rhs, groups, Kd, 2 * M, true, g,
+           row_weight, keep_h};
+    c.stream = out_bytes(groups, M, out_dtype) >= stream_bytes;
+    run(c);
   }
 
   static void run(const Call& c) {
@@ -414,6 +453,7 @@ struct AmxGemm {
                                    : size_t(kItemTiles * max_chunks * kTileElems));  // (4, chunks, 16, 16, 2)
     std::vector<bf16_t> staged(size_t(kBlockRows * max_chunks * kDepth));            // (32, depth)
     alignas(64) float acc[kBlockRows * 2 * kTileCols];                               // (32, 32)
+    alignas(64) char g_stage[kBlockRows * 2 * kTileCols * sizeof(float)];            // (32, 32) of g
     const int64_t col_blocks = items.col_blocks;
     int64_t e = 0;
     int64_t packed_e = -1, packed_cb = -1, staged_e = -1, staged_rb = -1;
@@ -459,13 +499,15 @@ struct AmxGemm {
         a = staged.data();
         ld = depth;
       }
+      const bool staged_g = streams_g(c, cols);
       for (int64_t s = 0; s < 2; ++s) {
         if (cols[2 * s] == 0) break;  // past the last column
         const bf16_t* b = b_tiles + 2 * s * chunks * kTileElems;
         Parts::template multiply<TileDot::bf16>(a, ld * int64_t(sizeof(bf16_t)), n, b,
                                                 b + chunks * kTileElems, chunks, acc);
-        epilogue(c, acc, r0, n, cb, s);
+        epilogue(c, acc, r0, n, cb, s, staged_g ? g_stage : nullptr);
       }
+      if (staged_g) stream_g(c, g_stage, r0, n, cb);
     }
     Tiles::release();
     if (c.stream) _mm_sfence();  // the non-temporal stores, before the region's barrier
@@ -481,11 +523,11 @@ struct AmxGemm {
                        ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N) {      \
     ::moe::amx::AmxGemm<Tiles>::nn(out, out_dtype, lhs, rhs, in_dtype, groups, Kd, N, k.amx_stream_bytes);   \
   }                                                                                                          \
-  void grouped_gemm_nn_swiglu(const GemmThresholds&, void* h, void* g, Dtype out_dtype, const void* lhs,     \
+  void grouped_gemm_nn_swiglu(const GemmThresholds& k, void* h, void* g, Dtype out_dtype, const void* lhs,   \
                               ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t M, \
                               const float* row_weight, bool keep_h) {                                        \
     ::moe::amx::AmxGemm<Tiles>::nn_swiglu(h, g, out_dtype, lhs, rhs, in_dtype, groups, Kd, M, row_weight,    \
-                                          keep_h);                                                           \
+                                          keep_h, k.amx_stream_bytes);                                       \
   }                                                                                                          \
   void grouped_gemm_nt(const GemmThresholds&, void* out, Dtype out_dtype, const void* dout,                  \
                        ExpertWeights rhs, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N,        \
