@@ -77,9 +77,11 @@ inline float sigmoid_approx(float z) {
 }
 
 #if defined(MOE_VEC_AVX512F)
-// 16 bf16 values as floats (exact: a bf16 is a float's high half).
+// 16 bf16 values as floats (exact: a bf16 is a float's high half). The masked forms with every lane set:
+// GCC 12's unmasked ones merge into an "undefined" vector that -Wmaybe-uninitialized reports where they
+// inline.
 inline __m512 bf16_to_f32(__m256i v) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
+  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, _mm512_maskz_cvtepu16_epi32(0xffff, v), 16));
 }
 
 // sigmoid(z) of 16 floats, for the GEMM epilogues where it sits between multiplies: 2^t, t = -z log2(e),

@@ -308,8 +308,8 @@ struct AmxGemm {
     __m512 gate = _mm512_loadu_ps(gate_up), up = _mm512_loadu_ps(gate_up + kTileCols);
     if (dt == Dtype::bf16) {
       const __m256i gate_bf16 = bf16_words(gate), up_bf16 = bf16_words(up);
-      gate = widened(gate_bf16);
-      up = widened(up_bf16);
+      gate = cpu::bf16_to_f32(gate_bf16);
+      up = cpu::bf16_to_f32(up_bf16);
       if (h_gate) {
         _mm256_mask_storeu_epi16(h_gate, mask, gate_bf16);
         _mm256_mask_storeu_epi16(h_up, mask, up_bf16);
@@ -329,12 +329,6 @@ struct AmxGemm {
   static __m256i bf16_words(__m512 v) {
     const __m256bh words = _mm512_cvtneps_pbh(v);
     return reinterpret_cast<const __m256i&>(words);
-  }
-  // 16 bf16 as floats (exact). The masked forms with every lane set: GCC 12's unmasked ones merge into an
-  // "undefined" vector that -Wmaybe-uninitialized reports where they inline.
-  static __m512 widened(__m256i words) {
-    const __m512i wide = _mm512_maskz_cvtepu16_epi32(0xffff, words);
-    return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, wide, 16));
   }
 #else
   static void swiglu_row(const float* gate_up, Dtype dt, float w, int64_t cols, char* h_gate, char* h_up,
