@@ -35,10 +35,11 @@ TEST(AmxEmulated, NnMatchesReference) {
   check_nn(inputs, kBf16In, [](auto&&... args) { amx_emulated::grouped_gemm_nn(kDefaults, args...); });
 }
 
-// Every output streamed where it can be (amx_stream_bytes 0): nn's register block rows of 32 columns on a
-// 64-byte line with non-temporal stores, nn_swiglu's g through an item's stage where its 32 columns are whole
-// lines; ragged or unaligned ones stored as before (N 2048's rows all stream). Each holds the reference's
-// sums. Where the build has no AVX-512 BF16, nn's rows are stored as before and g's stage is copied out.
+// Every output streamed where it can be (amx_stream_bytes 0): nn's and tn's register block rows of 32 columns
+// on a 64-byte line with non-temporal stores, nn_swiglu's g through an item's stage where its 32 columns are
+// whole lines; ragged or unaligned ones stored as before (N 2048's rows all stream). Each holds the
+// reference's sums. Where the build has no AVX-512 BF16, nn's rows are stored as before and g's stage is
+// copied out.
 TEST(AmxEmulated, StreamedOutputsMatchReference) {
   GemmThresholds streaming = kDefaults;
   streaming.amx_stream_bytes = 0;
@@ -46,6 +47,9 @@ TEST(AmxEmulated, StreamedOutputsMatchReference) {
   check_nn(inputs, kBf16In, [&](auto&&... args) { amx_emulated::grouped_gemm_nn(streaming, args...); });
   check_nn_swiglu(inputs, kBf16In,
                   [&](auto&&... args) { amx_emulated::grouped_gemm_nn_swiglu(streaming, args...); });
+  check_tn(
+      inputs, kBf16In, [&](auto&&... args) { amx_emulated::grouped_gemm_tn(streaming, args...); },
+      [&](auto&&... args) { gemm_detail::tn_twice<&amx_emulated::grouped_gemm_tn>(streaming, args...); });
 }
 
 TEST(AmxEmulated, NnSwigluMatchesReference) {
@@ -69,7 +73,8 @@ TEST(AmxEmulated, NtSwigluGradMatchesReference) {
 }
 
 // Padded cases read dout as a column slice (ld_dout = N + 5) and also run with zero_padding; tn_pair is
-// the registry's composition (two tn calls).
+// the registry's composition (two tn calls). dout's B tiles are packed per expert where they fit
+// kExpertPanelBytes (few rows) and per item past it (streamed_output, tn_tile_groups).
 TEST(AmxEmulated, TnMatchesReferenceAndZeroesEmptyExperts) {
   Inputs inputs(testing::test_seed());
   check_tn(

@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <atomic>
+#include <utility>
 #include <vector>
 
 #include "cpu/gemm/work_shares.h"
@@ -13,18 +14,23 @@ namespace moe::gemm_detail {
 namespace {
 
 // Which thread ran each item (-1: none; -2: more than one), `threads` shares among a team of `team` (at most
-// `threads`).
-std::vector<int> runners(int64_t count, int threads, int team) {
+// `threads`), taken one by one (most 0: next) or in runs of up to `most` (next_run).
+std::vector<int> runners(int64_t count, int threads, int team, int64_t most) {
   std::vector<std::atomic<int>> ran(static_cast<size_t>(count));
   for (auto& r : ran) r = -1;
   WorkShares shares(count, threads);
 #pragma omp parallel num_threads(team)
   {
     const int t = omp_get_thread_num();
-    for (int64_t i = shares.next(t); i >= 0; i = shares.next(t)) {
+    auto run_item = [&](int64_t i) {
       int none = -1;
       if (!ran[size_t(i)].compare_exchange_strong(none, t)) ran[size_t(i)] = -2;
-    }
+    };
+    if (most == 0)
+      for (int64_t i = shares.next(t); i >= 0; i = shares.next(t)) run_item(i);
+    else
+      for (WorkShares::Run r = shares.next_run(t, most); r.begin >= 0; r = shares.next_run(t, most))
+        for (int64_t i = r.begin; i < r.end; ++i) run_item(i);
   }
   return std::vector<int>(ran.begin(), ran.end());
 }
@@ -32,13 +38,27 @@ std::vector<int> runners(int64_t count, int threads, int team) {
 TEST(WorkShares, EveryItemRunsExactlyOnce) {
   for (int64_t count : {0, 1, 2, 3, 7, 64, 1001})
     for (int threads : {1, 2, 3, 4})
-      for (int team = 1; team <= threads; ++team) {
-        const std::vector<int> ran = runners(count, threads, team);
-        for (int64_t i = 0; i < count; ++i)
-          ASSERT_GE(ran[size_t(i)], 0)
-              << "item " << i << " of " << count << ", " << threads << " shares, team " << team
-              << (ran[size_t(i)] == -1 ? ": never ran" : ": ran twice");
-      }
+      for (int team = 1; team <= threads; ++team)
+        for (int64_t most : {0, 1, 3}) {
+          const std::vector<int> ran = runners(count, threads, team, most);
+          for (int64_t i = 0; i < count; ++i)
+            ASSERT_GE(ran[size_t(i)], 0)
+                << "item " << i << " of " << count << ", " << threads << " shares, team " << team
+                << ", runs of " << most << (ran[size_t(i)] == -1 ? ": never ran" : ": ran twice");
+        }
+}
+
+// next_run takes up to `most` items of the front at once, the rest of a share when fewer are left, and
+// steals as next() does.
+TEST(WorkShares, RunsTakeSeveralItemsInOrder) {
+  WorkShares shares(10, 2);
+  std::vector<std::pair<int64_t, int64_t>> runs;
+  for (WorkShares::Run r = shares.next_run(0, 3); r.begin >= 0; r = shares.next_run(0, 3))
+    runs.emplace_back(r.begin, r.end);
+  // Share [0, 5): [0, 3), [3, 5); then thread 1's back halves, each taken whole: [8, 10), [7, 8), [6, 7), [5,
+  // 6).
+  const std::vector<std::pair<int64_t, int64_t>> expected{{0, 3}, {3, 5}, {8, 10}, {7, 8}, {6, 7}, {5, 6}};
+  EXPECT_EQ(runs, expected);
 }
 
 TEST(WorkShares, AThreadTakesItsOwnShareFirstInOrder) {

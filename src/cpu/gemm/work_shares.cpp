@@ -38,14 +38,17 @@ void WorkShares::set(int t, int64_t begin, int64_t end) {
   __atomic_store_n(&shares_[size_t(t)].span, span(begin, end), __ATOMIC_RELEASE);  // tn sets them in a team
 }
 
-bool WorkShares::take_front(int t, int64_t& item) {
+bool WorkShares::take_front(int t, int64_t most, Run& run) {
   uint64_t& mine = shares_[size_t(t)].span;
   uint64_t s = __atomic_load_n(&mine, __ATOMIC_ACQUIRE);
-  while (front_of(s) < back_of(s))
-    if (__atomic_compare_exchange_n(&mine, &s, s + 1, true, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-      item = front_of(s);
+  while (front_of(s) < back_of(s)) {
+    const int64_t taken = std::min(most, back_of(s) - front_of(s));
+    if (__atomic_compare_exchange_n(&mine, &s, s + uint64_t(taken), true, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE)) {
+      run = {front_of(s), front_of(s) + taken};
       return true;
     }
+  }
   return false;
 }
 
@@ -75,11 +78,15 @@ bool WorkShares::take_back_half(int t) {
 }
 
 int64_t WorkShares::next(int t) {
-  MOE_CHECK(t >= 0 && t < threads_, "a thread of the work shares' team");
-  int64_t item = -1;
-  while (!take_front(t, item))
-    if (!take_back_half(t)) return -1;
-  return item;
+  return next_run(t, 1).begin;
+}
+
+WorkShares::Run WorkShares::next_run(int t, int64_t most) {
+  MOE_CHECK(t >= 0 && t < threads_ && most > 0, "a thread of the work shares' team takes items");
+  Run run;
+  while (!take_front(t, most, run))
+    if (!take_back_half(t)) return {-1, -1};
+  return run;
 }
 
 }  // namespace moe::gemm_detail

@@ -34,12 +34,19 @@ class WorkShares {
   // The item thread t runs next: the front of its share, else one of a share it took from another thread;
   // -1 when every item is taken.
   int64_t next(int t);
+  // Items [begin, end) thread t runs next, up to `most` of them at once, as next() takes them one by one;
+  // {-1, -1} when every item is taken. An atomic exchange per item costs where the items are short and the
+  // thread's stores are non-temporal (the exchange waits for them to leave).
+  struct Run {
+    int64_t begin = -1, end = -1;
+  };
+  Run next_run(int t, int64_t most);
 
  private:
   struct alignas(64) Share {
     uint64_t span;  // front | back << 32: items [front, back), changed atomically
   };
-  bool take_front(int t, int64_t& item);
+  bool take_front(int t, int64_t most, Run& run);
   bool take_back_half(int t);
 
   int threads_;

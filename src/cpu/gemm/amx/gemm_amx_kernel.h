@@ -66,7 +66,7 @@ struct AmxGemm {
     bool keep_h = true;
     bool transposed = false;  // nt: rhs[e] is (N, K), parts split the reduction
     bool accumulate = false;  // nt: out's live rows += the product (float32 out)
-    bool stream = false;      // nn: out's whole 64-byte lines leave with non-temporal stores
+    bool stream = false;      // nn, tn: out's whole 64-byte lines leave with non-temporal stores
     // tn: out = drhs (E, K, N), group e's (K, N) = lhs_e^T (K, live_e) @ dout_e (live_e, N): the item's
     // rows are K's (every expert, an empty one's sums zeros), the reduction is the group's live rows.
     bool tn = false;
@@ -131,6 +131,10 @@ struct AmxGemm {
       bf16_t* d = dst + k * kTileCols;  // pair row k / 2: 16 columns x 2
       if (contiguous && k + 1 < Kd) {
         interleave_pairs(base + k * ld, base + (k + 1) * ld, d);
+        continue;
+      }
+      if (k >= Kd || count == 0) {  // the reduction's padding (tn at few rows: most of a chunk), or no column
+        std::fill(d, d + 2 * kTileCols, bf16_t(0));
         continue;
       }
       for (int64_t n = 0; n < kTileCols; ++n) {
@@ -374,7 +378,7 @@ struct AmxGemm {
     run(c);
   }
   static void tn(void* drhs, Dtype out_dtype, const void* lhs, const void* dout, Dtype in_dtype,
-                 GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout) {
+                 GroupedShape groups, int64_t Kd, int64_t N, int64_t ld_dout, int64_t stream_bytes) {
     MOE_CHECK(in_dtype == Dtype::bf16, "the amx kernel takes bfloat16 inputs");
     MOE_CHECK(ld_dout >= N, "tn: dout's rows are ld_dout >= N apart");
     gemm_detail::check_groups(groups, Kd, N);
@@ -382,6 +386,7 @@ struct AmxGemm {
     c.tn = true;
     c.dout = static_cast<const bf16_t*>(dout);
     c.ld_dout = ld_dout;
+    c.stream = groups.experts * Kd * N * int64_t(dtype_size(out_dtype)) >= stream_bytes;
     run(c);
   }
   static void nn_swiglu(void* h, void* g, Dtype out_dtype, const void* lhs, ExpertWeights rhs, Dtype in_dtype,
@@ -431,28 +436,70 @@ struct AmxGemm {
         c.rhs.packs->make(layout, c.rhs.first, E, c.K, c.N, size_t(E * col_blocks * panel_elems) * 2));
 #pragma omp parallel for schedule(dynamic)
     for (int64_t i = 0; i < E * col_blocks; ++i)
-      for (int64_t t = 0; t < kItemTiles; ++t) {
-        int64_t col, count;
-        tile_columns(c, i % col_blocks, t, col, count);
-        pack_tile(c, i / col_blocks, col, count, chunks, dst + i * panel_elems + t * chunks * kTileElems);
-      }
+      pack_item(c, i / col_blocks, i % col_blocks, chunks, dst + i * panel_elems);
     return dst;
+  }
+
+  // The four B tiles of expert e's column block cb (dst: (4, chunks, 16, 16, 2)).
+  static void pack_item(const Call& c, int64_t e, int64_t cb, int64_t chunks, bf16_t* dst) {
+    for (int64_t t = 0; t < kItemTiles; ++t) {
+      int64_t col, count;
+      tile_columns(c, cb, t, col, count);
+      pack_tile(c, e, col, count, chunks, dst + t * chunks * kTileElems);
+    }
+  }
+
+  // tn's B tiles (dout's rows) of a whole expert at once, every column block's, where they take at most this
+  // many bytes (few rows an expert): its row blocks then share one packing (in L2), where packing per item
+  // packed dout's rows once per row block of K and took longer than the products.
+  // Items a thread takes from its share at once (WorkShares::next_run).
+  static constexpr int64_t kItemsTaken = 8;
+
+  static constexpr int64_t kExpertPanelBytes = int64_t(1) << 20;
+  static bool packs_per_expert(const Call& c, int64_t col_blocks, int64_t max_chunks) {
+    return c.tn &&
+           col_blocks * kItemTiles * max_chunks * kTileElems * int64_t(sizeof(bf16_t)) <= kExpertPanelBytes;
+  }
+
+  // Item (e, cb)'s B tiles packed into panel (per item, or per expert: packs_per_expert), unless the last
+  // call packed them; packed_e and packed_cb name what panel holds.
+  static const bf16_t* packed_item(const Call& c, int64_t e, int64_t cb, int64_t chunks, int64_t col_blocks,
+                                   bool per_expert, bf16_t* panel, int64_t& packed_e, int64_t& packed_cb) {
+    const int64_t panel_elems = kItemTiles * chunks * kTileElems;
+    if (per_expert) {
+      if (e != packed_e)
+        for (int64_t b = 0; b < col_blocks; ++b) pack_item(c, e, b, chunks, panel + b * panel_elems);
+      packed_e = e;
+      return panel + cb * panel_elems;
+    }
+    if (e != packed_e || cb != packed_cb) pack_item(c, e, cb, chunks, panel);
+    packed_e = e;
+    packed_cb = cb;
+    return panel;
   }
 
   // Thread t's items of the work list (its contiguous share, then those others left: WorkShares); kept: the
   // weights' panels (kept_panels), or nullptr (packed here).
   static void run_items(const Call& c, const typename Parts::Items& items, gemm_detail::WorkShares& shares,
                         int t, int64_t max_chunks, const bf16_t* kept) {
-    std::vector<bf16_t> panel(kept ? 0
-                                   : size_t(kItemTiles * max_chunks * kTileElems));  // (4, chunks, 16, 16, 2)
-    std::vector<bf16_t> staged(size_t(kBlockRows * max_chunks * kDepth));            // (32, depth)
-    alignas(64) float acc[kBlockRows * 2 * kTileCols];                               // (32, 32)
-    alignas(64) char g_stage[kBlockRows * 2 * kTileCols * sizeof(float)];            // (32, 32) of g
+    const bool per_expert = packs_per_expert(c, items.col_blocks, max_chunks);
+    std::vector<bf16_t> panel(
+        kept ? 0  // ([col_blocks,] 4, chunks, 16, 16, 2)
+             : size_t((per_expert ? items.col_blocks : 1) * kItemTiles * max_chunks * kTileElems));
+    std::vector<bf16_t> staged(size_t(kBlockRows * max_chunks * kDepth));  // (32, depth)
+    alignas(64) float acc[kBlockRows * 2 * kTileCols];                     // (32, 32)
+    alignas(64) char g_stage[kBlockRows * 2 * kTileCols * sizeof(float)];  // (32, 32) of g
     const int64_t col_blocks = items.col_blocks;
     int64_t e = 0;
     int64_t packed_e = -1, packed_cb = -1, staged_e = -1, staged_rb = -1;
     Tiles::configure();
-    for (int64_t i = shares.next(t); i >= 0; i = shares.next(t)) {
+    for (int64_t i = -1, end = -1;;) {
+      if (++i >= end) {
+        const gemm_detail::WorkShares::Run run = shares.next_run(t, kItemsTaken);
+        if (run.begin < 0) break;
+        i = run.begin;
+        end = run.end;
+      }
       if (i < items.first[size_t(e)] || i >= items.first[size_t(e + 1)]) e = items.expert_of(i);
       const gemm_detail::GroupRows g = gemm_detail::group_rows(c.groups, e);
       const int64_t chunks = ceil_div(reduction(c, e), kDepth), depth = chunks * kDepth;
@@ -466,13 +513,10 @@ struct AmxGemm {
       for (int64_t t = 0; t < kItemTiles; ++t) {
         int64_t col;
         tile_columns(c, cb, t, col, cols[t]);
-        if (!kept && (e != packed_e || cb != packed_cb))
-          pack_tile(c, e, col, cols[t], chunks, panel.data() + t * chunks * kTileElems);
       }
-      packed_e = e;
-      packed_cb = cb;
       const bf16_t* b_tiles =
-          kept ? kept + (e * col_blocks + cb) * kItemTiles * chunks * kTileElems : panel.data();
+          kept ? kept + (e * col_blocks + cb) * kItemTiles * chunks * kTileElems
+               : packed_item(c, e, cb, chunks, col_blocks, per_expert, panel.data(), packed_e, packed_cb);
       // The block's rows: lhs's rows of the group (nn, nt) or lhs's columns (tn: rows of lhs^T).
       const int64_t n = std::min(kBlockRows, item_rows(c, e) - rb * kBlockRows);
       const int64_t r0 = (c.tn ? e * c.K : g.row0) + rb * kBlockRows;  // out's row
@@ -528,8 +572,9 @@ struct AmxGemm {
                        bool accumulate) {                                                                    \
     ::moe::amx::AmxGemm<Tiles>::nt(out, out_dtype, dout, rhs, in_dtype, groups, Kd, N, accumulate);          \
   }                                                                                                          \
-  void grouped_gemm_tn(const GemmThresholds&, void* drhs, Dtype out_dtype, const void* lhs,                  \
+  void grouped_gemm_tn(const GemmThresholds& k, void* drhs, Dtype out_dtype, const void* lhs,                \
                        const void* dout, Dtype in_dtype, GroupedShape groups, int64_t Kd, int64_t N,         \
                        int64_t ld_dout) {                                                                    \
-    ::moe::amx::AmxGemm<Tiles>::tn(drhs, out_dtype, lhs, dout, in_dtype, groups, Kd, N, ld_dout);            \
+    ::moe::amx::AmxGemm<Tiles>::tn(drhs, out_dtype, lhs, dout, in_dtype, groups, Kd, N, ld_dout,             \
+                                   k.amx_stream_bytes);                                                      \
   }
