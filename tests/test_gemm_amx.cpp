@@ -30,6 +30,8 @@ using namespace gemm_test;  // NOLINT(google-build-using-namespace): the shared 
 
 const DtypePairs kBf16In = {{Dtype::bf16, Dtype::f32}, {Dtype::bf16, Dtype::bf16}};
 
+// Weights packed per call a group of column blocks at a time (group_blocks: up to 1 MiB), a row pair across
+// the group's columns: deep_kd's ten column blocks are two groups, the last ragged.
 TEST(AmxEmulated, NnMatchesReference) {
   Inputs inputs(testing::test_seed());
   check_nn(inputs, kBf16In, [](auto&&... args) { amx_emulated::grouped_gemm_nn(kDefaults, args...); });

@@ -494,49 +494,95 @@ struct AmxGemm {
     }
   }
 
-  // tn's B tiles (dout's rows) of a whole expert at once, every column block's, where they take at most this
-  // many bytes (few rows an expert): its row blocks then share one packing (in L2), where packing per item
-  // packed dout's rows once per row block of K and took longer than the products.
   // Items a thread takes from its share at once (WorkShares::next_run).
   static constexpr int64_t kItemsTaken = 8;
 
-  static constexpr int64_t kExpertPanelBytes = int64_t(1) << 20;
-  static bool packs_per_expert(const Call& c, int64_t col_blocks, int64_t max_chunks) {
-    return c.tn &&
-           col_blocks * kItemTiles * max_chunks * kTileElems * int64_t(sizeof(bf16_t)) <= kExpertPanelBytes;
+  // How many column blocks of an expert a thread packs at once (a group: its items then read one packing),
+  // up to 1 MiB of B tiles, in L2. tn's dout rows (few rows an expert: the whole expert's fit) were packed
+  // once per row block of K, and that took longer than the products. nn's weights packed per call
+  // (forward_backward's) are read a row pair at a time across the group's columns (pack_rows): packed per
+  // item, a pack read 128 bytes of each weight row, 4 KiB or more apart, and DRAM pages held it to 0.15-0.21
+  // of a read. nt's, per item.
+  static constexpr int64_t kGroupBytes = int64_t(1) << 20;
+  static int64_t group_blocks(const Call& c, int64_t col_blocks, int64_t max_chunks) {
+    if (c.transposed) return 1;
+    const int64_t block_bytes = kItemTiles * max_chunks * kTileElems * int64_t(sizeof(bf16_t));
+    if (c.tn) return block_bytes * col_blocks <= kGroupBytes ? col_blocks : 1;
+    return std::clamp<int64_t>(kGroupBytes / block_bytes, 1, col_blocks);
   }
 
-  // Item (e, cb)'s B tiles packed into panel (per item, or per expert: packs_per_expert), unless the last
-  // call packed them; packed_e and packed_cb name what panel holds.
-  static const bf16_t* packed_item(const Call& c, int64_t e, int64_t cb, int64_t chunks, int64_t col_blocks,
-                                   bool per_expert, bf16_t* panel, int64_t& packed_e, int64_t& packed_cb) {
-    const int64_t panel_elems = kItemTiles * chunks * kTileElems;
-    if (per_expert) {
-      if (e != packed_e)
-        for (int64_t b = 0; b < col_blocks; ++b) pack_item(c, e, b, chunks, panel + b * panel_elems);
-      packed_e = e;
-      return panel + cb * panel_elems;
+  // nn's B tiles of expert e's column blocks [cb0, cb1) into panel ((cb1 - cb0), 4, chunks, 16, 16, 2),
+  // reading the weights a row pair at a time across those columns (the rows two ahead prefetched); tiles
+  // not whole in one part (a ragged last one) by pack_tile, and the pair rows past the last whole pair
+  // (odd K, the reduction's padding) a column at a time.
+  static void pack_rows(const Call& c, int64_t e, int64_t cb0, int64_t cb1, int64_t chunks, bf16_t* panel) {
+    constexpr int64_t kRowsAhead = 4;
+    const int64_t tiles = (cb1 - cb0) * kItemTiles, tile_elems = chunks * kTileElems,
+                  ld = c.N / c.rhs.parts();
+    const int64_t pairs_end = c.K & ~int64_t(1);  // the rows read as pairs
+    constexpr int64_t kMaxTiles = kGroupBytes / (kTileElems * int64_t(sizeof(bf16_t)));  // one chunk each
+    MOE_CHECK(tiles <= kMaxTiles, "an amx column group of at most kGroupBytes");
+    const bf16_t* first_row[kMaxTiles];  // a whole tile's columns in row 0, or nullptr
+    for (int64_t i = 0; i < tiles; ++i) {
+      int64_t col, count;
+      tile_columns(c, cb0 + i / kItemTiles, i % kItemTiles, col, count);
+      const int64_t p = col / ld;
+      first_row[i] = nullptr;
+      if (count == kTileCols && (col + kTileCols - 1) / ld == p)
+        first_row[i] = static_cast<const bf16_t*>(c.rhs.part(int(p))) + e * c.K * ld + (col - p * ld);
+      else
+        pack_tile(c, e, col, count, chunks, panel + i * tile_elems);
     }
-    if (e != packed_e || cb != packed_cb) pack_item(c, e, cb, chunks, panel);
+    for (int64_t k = 0; k < pairs_end; k += 2)
+      for (int64_t i = 0; i < tiles; ++i)
+        if (const bf16_t* row = first_row[i]) {
+          if ((reinterpret_cast<uintptr_t>(row + k * ld) & 63) == 0) {  // once a line
+            _mm_prefetch(reinterpret_cast<const char*>(row + (k + kRowsAhead) * ld), _MM_HINT_T0);
+            _mm_prefetch(reinterpret_cast<const char*>(row + (k + kRowsAhead + 1) * ld), _MM_HINT_T0);
+          }
+          interleave_pairs(row + k * ld, row + (k + 1) * ld, panel + i * tile_elems + k * kTileCols);
+        }
+    for (int64_t i = 0; i < tiles; ++i)
+      if (first_row[i])
+        for (int64_t k = pairs_end; k < chunks * kDepth; k += 2) {
+          bf16_t* d = panel + i * tile_elems + k * kTileCols;
+          for (int64_t n = 0; n < kTileCols; ++n) {
+            d[2 * n] = k < c.K ? first_row[i][k * ld + n] : bf16_t(0);
+            d[2 * n + 1] = bf16_t(0);
+          }
+        }
+  }
+
+  // Item (e, cb)'s B tiles: its group's (group_blocks) packed into panel unless the last call packed them
+  // (packed_e, packed_group: what panel holds).
+  static const bf16_t* packed_item(const Call& c, int64_t e, int64_t cb, int64_t chunks, int64_t col_blocks,
+                                   int64_t group, bf16_t* panel, int64_t& packed_e, int64_t& packed_group) {
+    const int64_t panel_elems = kItemTiles * chunks * kTileElems, cb0 = cb / group * group;
+    if (e != packed_e || cb0 != packed_group) {
+      const int64_t cb1 = std::min(col_blocks, cb0 + group);
+      if (c.tn || c.transposed)
+        for (int64_t b = cb0; b < cb1; ++b) pack_item(c, e, b, chunks, panel + (b - cb0) * panel_elems);
+      else
+        pack_rows(c, e, cb0, cb1, chunks, panel);
+    }
     packed_e = e;
-    packed_cb = cb;
-    return panel;
+    packed_group = cb0;
+    return panel + (cb - cb0) * panel_elems;
   }
 
   // Thread t's items of the work list (its contiguous share, then those others left: WorkShares); kept: the
   // weights' panels (kept_panels), or nullptr (packed here).
   static void run_items(const Call& c, const typename Parts::Items& items, gemm_detail::WorkShares& shares,
                         int t, int64_t max_chunks, const bf16_t* kept) {
-    const bool per_expert = packs_per_expert(c, items.col_blocks, max_chunks);
-    std::vector<bf16_t> panel(
-        kept ? 0  // ([col_blocks,] 4, chunks, 16, 16, 2)
-             : size_t((per_expert ? items.col_blocks : 1) * kItemTiles * max_chunks * kTileElems));
+    const int64_t group = group_blocks(c, items.col_blocks, max_chunks);
+    Buffer<bf16_t> panel;  // (group, 4, chunks, 16, 16, 2): uninitialised, a cached block
+    if (!kept) panel = Buffer<bf16_t>(size_t(group * kItemTiles * max_chunks * kTileElems));
     std::vector<bf16_t> staged(size_t(kBlockRows * max_chunks * kDepth));  // (32, depth)
     alignas(64) float acc[kBlockRows * 2 * kTileCols];                     // (32, 32)
     alignas(64) char g_stage[kBlockRows * 2 * kTileCols * sizeof(float)];  // (32, 32) of g
     const int64_t col_blocks = items.col_blocks;
     int64_t e = 0;
-    int64_t packed_e = -1, packed_cb = -1, staged_e = -1, staged_rb = -1;
+    int64_t packed_e = -1, packed_group = -1, staged_e = -1, staged_rb = -1;
     Tiles::configure();
     for (int64_t i = -1, end = -1;;) {
       if (++i >= end) {
@@ -561,7 +607,7 @@ struct AmxGemm {
       }
       const bf16_t* b_tiles =
           kept ? kept + (e * col_blocks + cb) * kItemTiles * chunks * kTileElems
-               : packed_item(c, e, cb, chunks, col_blocks, per_expert, panel.data(), packed_e, packed_cb);
+               : packed_item(c, e, cb, chunks, col_blocks, group, panel.data(), packed_e, packed_group);
       // The block's rows: lhs's rows of the group (nn, nt) or lhs's columns (tn: rows of lhs^T).
       const int64_t n = std::min(kBlockRows, item_rows(c, e) - rb * kBlockRows);
       const int64_t r0 = (c.tn ? e * c.K : g.row0) + rb * kBlockRows;  // out's row
