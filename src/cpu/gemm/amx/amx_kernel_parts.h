@@ -58,10 +58,11 @@ struct AmxKernelParts {
 
   // acc (32, 32) of 4-byte sums = a (rows, `stride` bytes apart, 64 bytes a chunk) @ the B tiles b0 | b1
   // (1 KiB a chunk each), over `chunks` chunks; the second row tile only when `rows` > 16 (acc's rows
-  // 16-31 are then not written).
+  // 16-31 are then not written). from_memory: the B tiles stream from memory (kept weights), so they are
+  // prefetched; a thread's own packing is in its L2, where the prefetches were most of tn's time at 8 rows.
   template <TileDot Dot>
   static void multiply(const void* a_rows, int64_t stride, int64_t rows, const void* b0_tiles,
-                       const void* b1_tiles, int64_t chunks, void* acc) {
+                       const void* b1_tiles, int64_t chunks, bool from_memory, void* acc) {
     constexpr int64_t kChunkBytes = 64, kTileBytes = 16 * kChunkBytes, kAccRowBytes = 32 * 4;
     const char* a = static_cast<const char*>(a_rows);
     const char* b0 = static_cast<const char*>(b0_tiles);
@@ -73,7 +74,7 @@ struct AmxKernelParts {
     Tiles::template zero<1, 1>();
     for (int64_t kc = 0; kc < chunks; ++kc) {
       // The B tiles kPrefetchChunks ahead, into L1 (past a tile's last chunk, the next tile's first).
-      for (int64_t line = 0; line < kTileBytes; line += 64) {
+      for (int64_t line = 0; from_memory && line < kTileBytes; line += 64) {
         _mm_prefetch(b0 + (kc + kPrefetchChunks) * kTileBytes + line, _MM_HINT_T0);
         _mm_prefetch(b1 + (kc + kPrefetchChunks) * kTileBytes + line, _MM_HINT_T0);
       }

@@ -633,7 +633,7 @@ struct AmxGemm {
         if (cols[2 * s] == 0) break;  // past the last column
         const bf16_t* b = b_tiles + 2 * s * chunks * kTileElems;
         Parts::template multiply<TileDot::bf16>(a, ld * int64_t(sizeof(bf16_t)), n, b,
-                                                b + chunks * kTileElems, chunks, acc);
+                                                b + chunks * kTileElems, chunks, kept != nullptr, acc);
         epilogue(c, acc, r0, n, cb, s, staged_g ? g_stage : nullptr);
       }
       if (staged_g) stream_g(c, g_stage, r0, n, cb);

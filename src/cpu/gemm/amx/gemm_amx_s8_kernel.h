@@ -176,7 +176,7 @@ struct AmxS8Gemm {
       for (int64_t s = 0; s < 2; ++s) {
         if (cols[2 * s] == 0) break;  // past the last column
         const int8_t* b = panel.data() + 2 * s * chunks * kTileBytes;
-        Parts::template multiply<TileDot::s8>(a, ld, n, b, b + chunks * kTileBytes, chunks, acc);
+        Parts::template multiply<TileDot::s8>(a, ld, n, b, b + chunks * kTileBytes, chunks, false, acc);
         epilogue(c, acc, e, r0, n, cb, s);
       }
     }
@@ -305,7 +305,7 @@ struct AmxS8Gemm {
       for (int64_t b = 0; b < blocks; ++b) {
         const int8_t* gate = panel.data() + 2 * b * chunks * kTileBytes;
         Parts::template multiply<TileDot::s8>(staged.data(), depth, n, gate, gate + chunks * kTileBytes,
-                                              chunks, acc);
+                                              chunks, false, acc);
         swiglu_epilogue(c, acc, e, r0, n, b * kTileCols, std::min(kTileCols, c.M - b * kTileCols),
                         g_stage.data());
       }
