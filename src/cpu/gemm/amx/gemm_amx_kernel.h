@@ -578,7 +578,7 @@ struct AmxGemm {
     Buffer<bf16_t> panel;  // (group, 4, chunks, 16, 16, 2): uninitialised, a cached block
     if (!kept) panel = Buffer<bf16_t>(size_t(group * kItemTiles * max_chunks * kTileElems));
     std::vector<bf16_t> staged(size_t(kBlockRows * max_chunks * kDepth));  // (32, depth)
-    alignas(64) float acc[kBlockRows * 2 * kTileCols];                     // (32, 32)
+    alignas(64) float acc[2][kBlockRows * 2 * kTileCols];                  // (2, 32, 32)
     alignas(64) char g_stage[kBlockRows * 2 * kTileCols * sizeof(float)];  // (32, 32) of g
     const int64_t col_blocks = items.col_blocks;
     int64_t e = 0;
@@ -629,13 +629,15 @@ struct AmxGemm {
         ld = depth;
       }
       const bool staged_g = streams_g(c, cols);
-      for (int64_t s = 0; s < 2; ++s) {
-        if (cols[2 * s] == 0) break;  // past the last column
+      // Both register blocks' products, then both epilogues: the second block's products run while the
+      // first's epilogue does.
+      const int64_t blocks = cols[2] == 0 ? 1 : 2;
+      for (int64_t s = 0; s < blocks; ++s) {
         const bf16_t* b = b_tiles + 2 * s * chunks * kTileElems;
         Parts::template multiply<TileDot::bf16>(a, ld * int64_t(sizeof(bf16_t)), n, b,
-                                                b + chunks * kTileElems, chunks, kept != nullptr, acc);
-        epilogue(c, acc, r0, n, cb, s, staged_g ? g_stage : nullptr);
+                                                b + chunks * kTileElems, chunks, kept != nullptr, acc[s]);
       }
+      for (int64_t s = 0; s < blocks; ++s) epilogue(c, acc[s], r0, n, cb, s, staged_g ? g_stage : nullptr);
       if (staged_g) stream_g(c, g_stage, r0, n, cb);
     }
     Tiles::release();
