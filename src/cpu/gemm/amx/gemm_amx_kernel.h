@@ -192,9 +192,6 @@ struct AmxGemm {
   }
 
 #if defined(MOE_VEC_AVX512BF16)
-  // One whole chunk of pack_tile_transposed: the 32 reduction elements of 16 weight rows (w, ld apart) are 16
-  // pairs of each, so the B tile's pair rows are the transpose of a 16 x 16 matrix of 32-bit pairs; in
-  // registers, where a 32-bit copy a column made packing most of nt's time (0.26-0.37 of a read at 64 rows).
   // The 128-bit lanes of a and b that _mm512_shuffle_i32x4's imm picks: lanes 0, 1 of each (kLo), 2, 3 (kHi),
   // the even lanes of each (kEven), the odd (kOdd).
   static constexpr int kLo = 0x44, kHi = 0xEE, kEven = 0x88, kOdd = 0xDD;
@@ -202,6 +199,9 @@ struct AmxGemm {
   static __m512i lanes(__m512i a, __m512i b) {
     return _mm512_maskz_shuffle_i32x4(__mmask16(0xffff), a, b, Imm);
   }
+  // One whole chunk of pack_tile_transposed: the 32 reduction elements of 16 weight rows (w, ld apart) are 16
+  // pairs of each, so the B tile's pair rows are the transpose of a 16 x 16 matrix of 32-bit pairs; in
+  // registers, where a 32-bit copy a column made packing most of nt's time (0.26-0.37 of a read at 64 rows).
   static void transpose_chunk(const bf16_t* w, int64_t ld, bf16_t* d) {
     // The masked forms: GCC 12 warns of the plain ones' undefined pass-through (-Wuninitialized).
     constexpr __mmask16 kAll = 0xffff;
@@ -512,7 +512,7 @@ struct AmxGemm {
   }
 
   // nn's B tiles of expert e's column blocks [cb0, cb1) into panel ((cb1 - cb0), 4, chunks, 16, 16, 2),
-  // reading the weights a row pair at a time across those columns (the rows two ahead prefetched); tiles
+  // reading the weights a row pair at a time across those columns (the rows four ahead prefetched); tiles
   // not whole in one part (a ragged last one) by pack_tile, and the pair rows past the last whole pair
   // (odd K, the reduction's padding) a column at a time.
   static void pack_rows(const Call& c, int64_t e, int64_t cb0, int64_t cb1, int64_t chunks, bf16_t* panel) {
