@@ -76,7 +76,7 @@ TEST(AmxEmulated, NtSwigluGradMatchesReference) {
 
 // Padded cases read dout as a column slice (ld_dout = N + 5) and also run with zero_padding; tn_pair is
 // the registry's composition (two tn calls). dout's B tiles are packed per expert where they fit
-// kExpertPanelBytes (few rows) and per item past it (streamed_output, tn_tile_groups).
+// 1 MiB (group_blocks: few rows) and per item past it (streamed_output, tn_tile_groups).
 TEST(AmxEmulated, TnMatchesReferenceAndZeroesEmptyExperts) {
   Inputs inputs(testing::test_seed());
   check_tn(

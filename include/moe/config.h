@@ -208,9 +208,9 @@ struct GemmThresholds {
   // its output columns (a group's rows go in passes, or the panel narrows, where their partial sums over
   // it would pass 16 MiB). 2-core Zen 3, the kernels log (git show 26fb9b0:docs/kernels.md), sessions 19-20.
   int64_t avx2_panel_cols = 2048;
-  // amx's nn outputs and nn_swiglu's g of this many bytes or more leave with non-temporal stores: a T 512
-  // forward's down projection (16 MiB of bf16 rows) 20.8-21.2 -> 19.2-19.5 ms, each line no longer read
-  // before it is overwritten (AMX Xeon, 2 threads, Qwen3-30B-A3B).
+  // amx's nn outputs, nn_swiglu's g and tn's weight gradients of this many bytes or more leave with
+  // non-temporal stores: a T 512 forward's down projection (16 MiB of bf16 rows) 20.8-21.2 -> 19.2-19.5 ms,
+  // each line no longer read before it is overwritten (AMX Xeon, 2 threads, Qwen3-30B-A3B).
   int64_t amx_stream_bytes = int64_t(2) << 20;
 
   bool operator==(const GemmThresholds&) const = default;
