@@ -37,11 +37,11 @@ TEST(AmxEmulated, NnMatchesReference) {
   check_nn(inputs, kBf16In, [](auto&&... args) { amx_emulated::grouped_gemm_nn(kDefaults, args...); });
 }
 
-// Every output streamed where it can be (amx_stream_bytes 0): nn's and tn's register block rows of 32 columns
-// on a 64-byte line with non-temporal stores, nn_swiglu's g through an item's stage where its 32 columns are
-// whole lines; ragged or unaligned ones stored as before (N 2048's rows all stream). Each holds the
-// reference's sums. Where the build has no AVX-512 BF16, nn's rows are stored as before and g's stage is
-// copied out.
+// Every output streamed where it can be (amx_stream_bytes 0): nn's, nn_s8's and tn's register block rows of
+// 32 columns on a 64-byte line with non-temporal stores, nn_swiglu's g through an item's stage where its 32
+// columns are whole lines, nn_s8_swiglu's bf16 g where its rows are (M 32); ragged or unaligned ones stored
+// as before (N 2048's rows all stream). Each holds the reference's sums (nn_s8's bit for bit). Where the
+// build has no AVX-512 BF16, nn's rows are stored as before and g's stage is copied out.
 TEST(AmxEmulated, StreamedOutputsMatchReference) {
   GemmThresholds streaming = kDefaults;
   streaming.amx_stream_bytes = 0;
@@ -52,6 +52,11 @@ TEST(AmxEmulated, StreamedOutputsMatchReference) {
   check_tn(
       inputs, kBf16In, [&](auto&&... args) { amx_emulated::grouped_gemm_tn(streaming, args...); },
       [&](auto&&... args) { gemm_detail::tn_twice<&amx_emulated::grouped_gemm_tn>(streaming, args...); });
+  int8_test::check_nn_s8(testing::test_seed(),
+                         [&](auto&&... args) { amx_emulated::grouped_gemm_nn_s8(streaming, args...); });
+  int8_test::check_nn_s8_swiglu(testing::test_seed(), [&](auto&&... args) {
+    amx_emulated::grouped_gemm_nn_s8_swiglu(streaming, args...);
+  });
 }
 
 TEST(AmxEmulated, NnSwigluMatchesReference) {
@@ -158,6 +163,62 @@ TEST(AmxEmulated, NnS8EmptyReductionGivesZeros) {
     for (int64_t i = 0; i < got.numel(); ++i) ASSERT_EQ(got.get(i), 0.0f) << i;
   }
   omp_set_num_threads(threads_before);
+}
+
+// nn_s8 and nn_s8_swiglu on weights packed once (Int8Operands::rhs_packs: int8_routed_prequant's, every
+// expert's B tiles on the first call, both forms' layouts in one WeightPacks) give the bits of weights packed
+// per call (nn_s8's: the reference's), also in a second call whose rows reach experts the first left empty;
+// nn_s8_swiglu's items of 32 to 256 rows (M 23: 256; M 1026: 96, so an expert's 130 rows are an item of 96
+// and one of 34). The emulated tiles everywhere, the hardware's on AMX.
+template <class NnS8, class NnS8Swiglu>
+void check_s8_kept(NnS8 nn_s8, NnS8Swiglu nn_s8_swiglu) {
+  uint64_t key = testing::test_seed() + 31;
+  struct Shape {
+    int64_t Kd, M;
+    std::vector<std::vector<int64_t>> offsets;  // E + 1 each
+  };
+  const Shape shapes[] = {{66, 23, {{0, 0, 30, 30, 41}, {0, 17, 17, 60, 61}}},
+                          {130, 1026, {{0, 130, 130, 133}, {0, 1, 40, 41}}}};
+  for (const Shape& shape : shapes) {
+    const int64_t E = int64_t(shape.offsets[0].size()) - 1, Kd = shape.Kd, M = shape.M, N = 2 * M;
+    const std::vector<int8_t> rhs = int8_test::random_s8(E * Kd * N, ++key);
+    const std::vector<float> rs = int8_test::random_scales(E, ++key);
+    WeightPacks packs;
+    for (const std::vector<int64_t>& offset : shape.offsets) {
+      const int64_t rows = offset.back();
+      SCOPED_TRACE("M " + std::to_string(M) + ", rows " + std::to_string(rows));
+      const std::vector<int8_t> lhs = int8_test::random_s8(rows * Kd, ++key);
+      const std::vector<float> ls = int8_test::random_scales(rows, ++key);
+      Int8Operands in{lhs.data(), ls.data(), rhs.data(), rs.data()};
+      const GroupedShape groups{offset.data(), E};
+      Tensor want_h(Dtype::bf16, {rows, N}), h(Dtype::bf16, {rows, N});
+      Tensor want_g(Dtype::bf16, {rows, M}), g(Dtype::bf16, {rows, M});
+      Tensor want(Dtype::f32, {rows, N}), got(Dtype::f32, {rows, N});
+      std::vector<int8_t> want_q(size_t(rows * M)), q(want_q.size());
+      std::vector<float> want_scale(static_cast<size_t>(rows)), scale(want_scale.size());
+      ref_gemm::grouped_gemm_nn_s8(kDefaults, want.raw(), Dtype::f32, in, groups, Kd, N, false);
+      nn_s8_swiglu(kDefaults, {want_h.raw(), want_g.raw(), want_q.data(), want_scale.data()}, Dtype::bf16, in,
+                   {}, groups, Kd, M, nullptr);
+      in.rhs_packs = &packs;
+      nn_s8(kDefaults, got.raw(), Dtype::f32, in, groups, Kd, N, false);
+      EXPECT_EQ(std::memcmp(got.raw(), want.raw(), size_t(rows * N) * 4), 0) << "nn_s8";
+      nn_s8_swiglu(kDefaults, {h.raw(), g.raw(), q.data(), scale.data()}, Dtype::bf16, in, {}, groups, Kd, M,
+                   nullptr);
+      EXPECT_EQ(std::memcmp(h.raw(), want_h.raw(), size_t(rows * N) * 2), 0) << "h";
+      EXPECT_EQ(std::memcmp(g.raw(), want_g.raw(), size_t(rows * M) * 2), 0) << "g";
+      EXPECT_EQ(q, want_q);
+      EXPECT_EQ(scale, want_scale);
+    }
+  }
+}
+
+TEST(AmxEmulated, S8OnKeptWeightsEqualsPackedPerCall) {
+  check_s8_kept(&amx_emulated::grouped_gemm_nn_s8, &amx_emulated::grouped_gemm_nn_s8_swiglu);
+}
+
+TEST(AmxVariant, S8OnKeptWeightsEqualsPackedPerCall) {
+  if (!gemm_variant("amx")->unavailable().empty()) GTEST_SKIP() << gemm_variant("amx")->unavailable();
+  check_s8_kept(&cpu::isa_amx::grouped_gemm_nn_s8, &cpu::isa_amx::grouped_gemm_nn_s8_swiglu);
 }
 
 // The variant's rows: the grouped float forms of bf16 inputs and nn_s8; dense and float32 inputs refused

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "cpu/ops/vec_math.h"
 #include "moe/dtype.h"
 
 namespace moe::amx {
@@ -97,6 +98,37 @@ struct AmxKernelParts {
       Tiles::template store<1, 1>(out + 16 * kAccRowBytes + kAccRowBytes / 2, kAccRowBytes);
     }
   }
+
+#if defined(MOE_VEC_AVX512BF16)
+  // The epilogues' vector stores, where the instance is compiled for AVX-512 BF16 (the hardware one always).
+  // The first `count` of 16 lanes (none where count <= 0).
+  static __mmask16 first_lanes(int64_t count) {
+    return count >= 16 ? __mmask16(0xffff) : count <= 0 ? __mmask16(0) : __mmask16((1u << count) - 1);
+  }
+  // 16 floats as bf16 (nearest even; a NaN quiet), as f32_to_bf16 rounds them.
+  static __m256i bf16_words(__m512 v) {
+    const __m256bh words = _mm512_cvtneps_pbh(v);
+    return reinterpret_cast<const __m256i&>(words);
+  }
+  // v's lanes in mask to out as dt stores them, or added to a float32 out.
+  static void store16(void* out, Dtype dt, __m512 v, __mmask16 mask, bool accumulate = false) {
+    if (accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, out), v);
+    if (dt == Dtype::bf16)
+      _mm256_mask_storeu_epi16(out, mask, bf16_words(v));
+    else
+      _mm512_mask_storeu_ps(out, mask, v);
+  }
+  // 32 values (lo, hi) to a 64-byte aligned out (bf16 one line, float32 two), not read before: non-temporal.
+  static void stream_line(void* out, Dtype dt, __m512 lo, __m512 hi) {
+    if (dt == Dtype::bf16) {
+      const __m512bh both = _mm512_cvtne2ps_pbh(hi, lo);  // lo's in the low half, nearest even
+      _mm512_stream_si512(static_cast<__m512i*>(out), reinterpret_cast<const __m512i&>(both));
+    } else {
+      _mm512_stream_ps(static_cast<float*>(out), lo);
+      _mm512_stream_ps(static_cast<float*>(out) + 16, hi);
+    }
+  }
+#endif
 
   // An epilogue's result v for element i of out: added to a float32 out, or stored as dt (bf16: nearest
   // even).

@@ -254,7 +254,7 @@ struct AmxGemm {
                         bool stream = false) {
 #if defined(MOE_VEC_AVX512BF16)
     if (stream && !accumulate && n == 2 * kTileCols && (reinterpret_cast<uintptr_t>(dst) & 63) == 0)
-      return stream_row(dst, dt, src);
+      return Parts::stream_line(dst, dt, _mm512_loadu_ps(src), _mm512_loadu_ps(src + kTileCols));
 #endif
     if (accumulate) {
       float* d = static_cast<float*>(dst);
@@ -266,19 +266,6 @@ struct AmxGemm {
       std::memcpy(dst, src, size_t(n) * sizeof(float));
     }
   }
-#if defined(MOE_VEC_AVX512BF16)
-  // 32 values of src to dst (a 64-byte line: bf16 one line, float32 two), not read before: non-temporal.
-  static void stream_row(void* dst, Dtype dt, const float* src) {
-    const __m512 lo = _mm512_loadu_ps(src), hi = _mm512_loadu_ps(src + kTileCols);
-    if (dt == Dtype::bf16) {
-      const __m512bh both = _mm512_cvtne2ps_pbh(hi, lo);  // lo's in the low half, nearest even
-      _mm512_stream_si512(static_cast<__m512i*>(dst), reinterpret_cast<const __m512i&>(both));
-    } else {
-      _mm512_stream_ps(static_cast<float*>(dst), lo);
-      _mm512_stream_ps(static_cast<float*>(dst) + kTileCols, hi);
-    }
-  }
-#endif
 
   // dst[i] = src[i] as a tensor of dt stores it (bf16: rounded), for i < n <= 16.
   static void stored_row(const float* src, Dtype dt, int64_t n, float* dst) {
@@ -353,10 +340,10 @@ struct AmxGemm {
   // threads).
   static void swiglu_row(const float* gate_up, Dtype dt, float w, int64_t cols, char* h_gate, char* h_up,
                          char* g) {
-    const __mmask16 mask = cols >= kTileCols ? __mmask16(0xffff) : __mmask16((1u << cols) - 1);
+    const __mmask16 mask = Parts::first_lanes(cols);
     __m512 gate = _mm512_loadu_ps(gate_up), up = _mm512_loadu_ps(gate_up + kTileCols);
     if (dt == Dtype::bf16) {
-      const __m256i gate_bf16 = bf16_words(gate), up_bf16 = bf16_words(up);
+      const __m256i gate_bf16 = Parts::bf16_words(gate), up_bf16 = Parts::bf16_words(up);
       gate = cpu::bf16_to_f32(gate_bf16);
       up = cpu::bf16_to_f32(up_bf16);
       if (h_gate) {
@@ -369,15 +356,7 @@ struct AmxGemm {
     }
     const __m512 out =
         _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(gate, cpu::sigmoid16(gate)), up), _mm512_set1_ps(w));
-    if (dt == Dtype::bf16)
-      _mm256_mask_storeu_epi16(g, mask, bf16_words(out));
-    else
-      _mm512_mask_storeu_ps(g, mask, out);
-  }
-  // 16 floats as bf16 (nearest even; a NaN quiet), as f32_to_bf16 rounds them.
-  static __m256i bf16_words(__m512 v) {
-    const __m256bh words = _mm512_cvtneps_pbh(v);
-    return reinterpret_cast<const __m256i&>(words);
+    Parts::store16(g, dt, out, mask);
   }
 #else
   static void swiglu_row(const float* gate_up, Dtype dt, float w, int64_t cols, char* h_gate, char* h_up,

@@ -21,6 +21,7 @@
 #pragma GCC target( \
     "avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx512vnni,avx2,fma,f16c,bmi,bmi2,amx-tile,amx-bf16,amx-int8")
 
+#define MOE_TARGET_AVX512_BF16 1
 #include "cpu/gemm/amx/amx_tiles.h"
 #include "cpu/gemm/amx/gemm_amx_s8_kernel.h"
 

@@ -26,11 +26,14 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "cpu/gemm/amx/amx_kernel_parts.h"
 #include "cpu/gemm/gemm_variants.h"
 #include "cpu/gemm/work_shares.h"
+#include "cpu/ops/quantize_row.h"
+#include "cpu/ops/vec_math.h"
 #include "moe/dtype.h"
 
 namespace moe::amx {
@@ -53,6 +56,7 @@ struct AmxS8Gemm {
     GroupedShape groups;
     int64_t Kd, N;
     bool accumulate;  // out's live rows += the product (float32 out)
+    bool stream;      // out's whole 64-byte lines leave with non-temporal stores (not accumulating)
   };
 
   static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -103,6 +107,28 @@ struct AmxS8Gemm {
     const int64_t c0 = cb * kItemCols + s * 2 * kTileCols, cols = std::min<int64_t>(2 * kTileCols, c.N - c0);
     const float* rhs_scale = c.in.rhs_scale + (c.in.rhs_scale_per_column ? e * c.N + c0 : e);
     const int64_t scale_step = c.in.rhs_scale_per_column ? 1 : 0;
+#if defined(MOE_VEC_AVX512BF16)
+    const int64_t size = dtype_size(c.out_dtype);
+    const __mmask16 mask[2] = {Parts::first_lanes(cols), Parts::first_lanes(cols - kTileCols)};
+    __m512 scale[2];  // columns c0 + [0, 16) and c0 + [16, 32)
+    for (int h = 0; h < 2; ++h)
+      scale[h] =
+          scale_step ? _mm512_maskz_loadu_ps(mask[h], rhs_scale + h * kTileCols) : _mm512_set1_ps(*rhs_scale);
+    for (int64_t r = 0; r < n; ++r) {
+      const int64_t row = r0 + r;
+      const int32_t* sums = acc + r * 2 * kTileCols;
+      const __m512 lo = dequantized(sums, c.in.lhs_scale[row], scale[0]),
+                   hi = dequantized(sums + kTileCols, c.in.lhs_scale[row], scale[1]);
+      char* dst = static_cast<char*>(c.out) + (row * c.N + c0) * size;
+      if (c.stream && mask[1] == 0xffff && (reinterpret_cast<uintptr_t>(dst) & 63) == 0) {
+        Parts::stream_line(dst, c.out_dtype, lo, hi);
+        continue;
+      }
+      Parts::store16(dst, c.out_dtype, lo, mask[0], c.accumulate);
+      if (mask[1]) Parts::store16(dst + kTileCols * size, c.out_dtype, hi, mask[1], c.accumulate);
+    }
+    return;
+#endif
     for (int64_t r = 0; r < n; ++r) {
       const int64_t row = r0 + r;
       const float ls = c.in.lhs_scale[row];
@@ -114,12 +140,28 @@ struct AmxS8Gemm {
     }
   }
 
+#if defined(MOE_VEC_AVX512BF16)
+  // 16 sums dequantized as the reference's two rounded steps: float(float(sum) * lhs_scale) * rhs_scale.
+  static __m512 dequantized(const int32_t* sums, float lhs_scale, __m512 rhs_scale) {
+    const __m512 sum = _mm512_maskz_cvtepi32_ps(__mmask16(0xffff), _mm512_loadu_si512(sums));
+    return _mm512_mul_ps(_mm512_mul_ps(sum, _mm512_set1_ps(lhs_scale)), rhs_scale);
+  }
+  // v as dt stores it, back in float32.
+  static __m512 as_stored16(__m512 v, Dtype dt) {
+    return dt == Dtype::bf16 ? cpu::bf16_to_f32(Parts::bf16_words(v)) : v;
+  }
+#endif
+
+  // stream_bytes: outputs of this many bytes or more stream (GemmThresholds::amx_stream_bytes; at the
+  // reference layer's up projection, a 64 MiB bf16 out, 1.3x faster).
   static void nn_s8(void* out, Dtype out_dtype, Int8Operands in, GroupedShape groups, int64_t Kd, int64_t N,
-                    bool accumulate) {
+                    bool accumulate, int64_t stream_bytes) {
     MOE_CHECK(out_dtype == Dtype::f32 || out_dtype == Dtype::bf16, "amx nn_s8: float32 or bfloat16 out");
     MOE_CHECK(!accumulate || out_dtype == Dtype::f32, "amx nn_s8: accumulates in a float32 out only");
     gemm_detail::check_groups(groups, Kd, N);
-    run({out, out_dtype, in, groups, Kd, N, accumulate});
+    const int64_t rows = groups.experts > 0 ? groups.group_offset[groups.experts] : 0;
+    const bool stream = !accumulate && rows * N * int64_t(dtype_size(out_dtype)) >= stream_bytes;
+    run({out, out_dtype, in, groups, Kd, N, accumulate, stream});
   }
 
   static void run(const Call& c) {
@@ -127,6 +169,7 @@ struct AmxS8Gemm {
     const typename Parts::Items items(E, ceil_div(c.N, kItemCols), [&](int64_t e) {
       return ceil_div(gemm_detail::group_rows(c.groups, e).live, kBlockRows);
     });
+    const int8_t* kept = c.in.rhs_packs ? kept_panels(c, items.col_blocks, chunks) : nullptr;
     gemm_detail::WorkShares shares(items.first.back(), omp_get_max_threads());
 #pragma omp parallel
     {
@@ -136,17 +179,42 @@ struct AmxS8Gemm {
           gemm_detail::zero_padding_rows(c.out, c.out_dtype, gemm_detail::group_rows(c.groups, e), c.N);
       }
       const int t = omp_get_thread_num();
-      run_items(c, items, shares, t, chunks);  // Kd = 0: zero tiles, stored
+      run_items(c, items, shares, t, chunks, kept);  // Kd = 0: zero tiles, stored
     }
   }
 
-  // Thread t's items of the work list (its contiguous share, then those others left: WorkShares).
+  // The four B tiles of expert e's column block cb (panel: (4, chunks, 16, 16, 4)).
+  static void pack_item(const Call& c, int64_t e, int64_t cb, int64_t chunks, int8_t* panel) {
+    for (int64_t t = 0; t < kItemTiles; ++t) {
+      const int64_t col = cb * kItemCols + t * kTileCols;
+      pack_tile(c.in.rhs + e * c.Kd * c.N + col, c.N, c.Kd, std::clamp<int64_t>(c.N - col, 0, kTileCols),
+                chunks, panel + t * chunks * kTileBytes);
+    }
+  }
+  // Every item's panel (E, col_blocks, 4, chunks, 16, 16, 4), packed on the first call with these packs
+  // (Int8Operands::rhs_packs: int8_routed_prequant's kept weights).
+  static const int8_t* kept_panels(const Call& c, int64_t col_blocks, int64_t chunks) {
+    const std::string layout = "amx s8 B tiles";
+    const int64_t E = c.groups.experts, panel_bytes = kItemTiles * chunks * kTileBytes;
+    if (const uint8_t* found = c.in.rhs_packs->find(layout, c.in.rhs, E, c.Kd, c.N))
+      return reinterpret_cast<const int8_t*>(found);
+    auto* dst = reinterpret_cast<int8_t*>(
+        c.in.rhs_packs->make(layout, c.in.rhs, E, c.Kd, c.N, size_t(E * col_blocks * panel_bytes)));
+#pragma omp parallel for schedule(dynamic)
+    for (int64_t i = 0; i < E * col_blocks; ++i)
+      pack_item(c, i / col_blocks, i % col_blocks, chunks, dst + i * panel_bytes);
+    return dst;
+  }
+
+  // Thread t's items of the work list (its contiguous share, then those others left: WorkShares); kept: the
+  // weights' panels (kept_panels), or nullptr (an item's packed here when its (expert, column block)
+  // changes).
   static void run_items(const Call& c, const typename Parts::Items& items, gemm_detail::WorkShares& shares,
-                        int t, int64_t chunks) {
-    const int64_t depth = chunks * kDepth;
-    std::vector<int8_t> panel(size_t(kItemTiles * chunks * kTileBytes));  // (4, chunks, 16, 16, 4)
-    std::vector<int8_t> staged(size_t(kBlockRows * depth));               // (32, depth)
-    alignas(64) int32_t acc[kBlockRows * 2 * kTileCols];                  // (32, 32)
+                        int t, int64_t chunks, const int8_t* kept) {
+    const int64_t depth = chunks * kDepth, panel_bytes = kItemTiles * chunks * kTileBytes;
+    std::vector<int8_t> panel(kept ? 0 : size_t(panel_bytes));  // (4, chunks, 16, 16, 4)
+    std::vector<int8_t> staged(size_t(kBlockRows * depth));     // (32, depth)
+    alignas(64) int32_t acc[kBlockRows * 2 * kTileCols];        // (32, 32)
     int64_t e = 0;
     int64_t packed_e = -1, packed_cb = -1;
     Tiles::configure();
@@ -156,15 +224,12 @@ struct AmxS8Gemm {
       const int64_t row_blocks = items.row_blocks(e);
       const int64_t local = i - items.first[size_t(e)], cb = local / row_blocks, rb = local % row_blocks;
       int64_t cols[kItemTiles];  // each tile's valid columns
-      for (int64_t t = 0; t < kItemTiles; ++t) {
-        const int64_t col = cb * kItemCols + t * kTileCols;
-        cols[t] = std::clamp<int64_t>(c.N - col, 0, kTileCols);
-        if (e != packed_e || cb != packed_cb)
-          pack_tile(c.in.rhs + e * c.Kd * c.N + col, c.N, c.Kd, cols[t], chunks,
-                    panel.data() + t * chunks * kTileBytes);
-      }
+      for (int64_t t = 0; t < kItemTiles; ++t)
+        cols[t] = std::clamp<int64_t>(c.N - (cb * kItemCols + t * kTileCols), 0, kTileCols);
+      if (!kept && (e != packed_e || cb != packed_cb)) pack_item(c, e, cb, chunks, panel.data());
       packed_e = e;
       packed_cb = cb;
+      const int8_t* b_tiles = kept ? kept + (e * items.col_blocks + cb) * panel_bytes : panel.data();
       const int64_t n = std::min(kBlockRows, g.live - rb * kBlockRows), r0 = g.row0 + rb * kBlockRows;
       const int8_t* a = c.in.lhs + r0 * c.Kd;
       int64_t ld = c.Kd;
@@ -175,12 +240,14 @@ struct AmxS8Gemm {
       }
       for (int64_t s = 0; s < 2; ++s) {
         if (cols[2 * s] == 0) break;  // past the last column
-        const int8_t* b = panel.data() + 2 * s * chunks * kTileBytes;
-        Parts::template multiply<TileDot::s8>(a, ld, n, b, b + chunks * kTileBytes, chunks, false, acc);
+        const int8_t* b = b_tiles + 2 * s * chunks * kTileBytes;
+        Parts::template multiply<TileDot::s8>(a, ld, n, b, b + chunks * kTileBytes, chunks, kept != nullptr,
+                                              acc);
         epilogue(c, acc, e, r0, n, cb, s);
       }
     }
     Tiles::release();
+    if (c.stream) _mm_sfence();  // the non-temporal stores, before the region's barrier
   }
 
   // ---- nn_s8_swiglu (cpu/gemm/gemm.h)
@@ -199,6 +266,7 @@ struct AmxS8Gemm {
     GroupedShape groups;
     int64_t Kd, M;
     const float* row_weight;
+    bool stream;  // g's rows leave with non-temporal stores (flush_g)
   };
 
   // Tile v (0: gate, 1: up) of g's columns [j0, j0 + 16) of expert e: its weights (Kd, ld) and scales.
@@ -210,10 +278,11 @@ struct AmxS8Gemm {
     ld = 2 * c.M;
     return c.in.rhs + e * c.Kd * 2 * c.M + v * c.M + j0;
   }
-  static float swiglu_scale(const SwigluCall& c, int64_t e, int v, int64_t j) {
+  // Tile v's scale of g's column j: its column's (per-column scales) or its expert's.
+  static const float* swiglu_scale(const SwigluCall& c, int64_t e, int v, int64_t j) {
     const float* scales = c.up.rhs && v ? c.up.rhs_scale : c.in.rhs_scale;
-    if (!c.in.rhs_scale_per_column) return scales[e];
-    return c.up.rhs ? scales[e * c.M + j] : scales[e * 2 * c.M + v * c.M + j];
+    if (!c.in.rhs_scale_per_column) return scales + e;
+    return scales + (c.up.rhs ? e * c.M + j : e * 2 * c.M + v * c.M + j);
   }
   static float as_stored(float v, Dtype dt) {
     return dt == Dtype::bf16 ? bf16_to_f32(f32_to_bf16(v)) : v;
@@ -221,16 +290,42 @@ struct AmxS8Gemm {
 
   // The register block of acc (n, 32: 16 gate | 16 up sums) for g's columns [j0, j0 + count) of rows
   // [r0, r0 + n): h (where kept) and the staged rows of g (g_stage, M apart, as stored).
+  // In AVX-512 vectors where the instance has AVX-512 BF16 (the hardware one always): a scalar exp and a
+  // dtype branch an element made the fused form 0.51-0.55x nn_s8 and the SwiGLU pass (AMX Xeon, 2 threads).
   static void swiglu_epilogue(const SwigluCall& c, const int32_t* acc, int64_t e, int64_t r0, int64_t n,
                               int64_t j0, int64_t count, float* g_stage) {
+#if defined(MOE_VEC_AVX512BF16)
+    const __mmask16 mask = Parts::first_lanes(count);
+    const int64_t size = dtype_size(c.dt);
+    __m512 scale[2];
+    for (int v = 0; v < 2; ++v)
+      scale[v] = c.in.rhs_scale_per_column ? _mm512_maskz_loadu_ps(mask, swiglu_scale(c, e, v, j0))
+                                           : _mm512_set1_ps(*swiglu_scale(c, e, v, j0));
+    for (int64_t r = 0; r < n; ++r) {
+      const int64_t row = r0 + r;
+      const float ls = c.in.lhs_scale[row], w = c.row_weight ? c.row_weight[row] : 1.0f;
+      const int32_t* sums = acc + r * 2 * kTileCols;
+      const __m512 gate = as_stored16(dequantized(sums, ls, scale[0]), c.dt),
+                   up = as_stored16(dequantized(sums + kTileCols, ls, scale[1]), c.dt);
+      if (c.out.keep_h) {
+        char* h_row = static_cast<char*>(c.out.h) + row * 2 * c.M * size;
+        Parts::store16(h_row + j0 * size, c.dt, gate, mask);
+        Parts::store16(h_row + (c.M + j0) * size, c.dt, up, mask);
+      }
+      const __m512 g =
+          _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(gate, cpu::sigmoid16(gate)), up), _mm512_set1_ps(w));
+      _mm512_mask_storeu_ps(g_stage + r * c.M + j0, mask, as_stored16(g, c.dt));
+    }
+    return;
+#endif
     for (int64_t r = 0; r < n; ++r) {
       const int64_t row = r0 + r;
       const float ls = c.in.lhs_scale[row], w = c.row_weight ? c.row_weight[row] : 1.0f;
       const int32_t* sums = acc + r * 2 * kTileCols;
       for (int64_t j = 0; j < count; ++j) {
-        const float gate = as_stored(float(float(sums[j]) * ls) * swiglu_scale(c, e, 0, j0 + j), c.dt);
+        const float gate = as_stored(float(float(sums[j]) * ls) * *swiglu_scale(c, e, 0, j0 + j), c.dt);
         const float up =
-            as_stored(float(float(sums[kTileCols + j]) * ls) * swiglu_scale(c, e, 1, j0 + j), c.dt);
+            as_stored(float(float(sums[kTileCols + j]) * ls) * *swiglu_scale(c, e, 1, j0 + j), c.dt);
         if (c.out.keep_h) {
           Parts::store_result(c.out.h, row * 2 * c.M + j0 + j, c.dt, gate);
           Parts::store_result(c.out.h, row * 2 * c.M + c.M + j0 + j, c.dt, up);
@@ -240,78 +335,119 @@ struct AmxS8Gemm {
     }
   }
 
-  // The block's staged rows of g -> g, and g's rows quantized as moe/quantize.h's quantize_rows does: scale =
-  // amax / 127 + FLT_MIN, q = clip(round_half_even(x / scale), -127, 127) by a float32 division (rounded by
-  // the 1.5 x 2^23 addition, exact here, as cpu/ops/quantize_row.h; no library call from this ISA's code).
-  static void flush_g(const SwigluCall& c, const float* g_stage, int64_t r0, int64_t n) {
+  // The item's staged rows of g (as stored) -> g, and g's rows quantized as moe/quantize.h's quantize_rows
+  // does (cpu/ops/quantize_row.h: bitwise the reference's). g's rows go out with non-temporal stores where
+  // they are whole lines of bf16 and g is large (nothing reads them in the call; stored, each line was read
+  // first).
+  static void flush_g(const SwigluCall& c, const float* g_stage, int64_t r0, int64_t n, bool stream) {
+    const int64_t size = dtype_size(c.dt);
     for (int64_t r = 0; r < n; ++r) {
       const float* g = g_stage + r * c.M;
-      float amax = 0.0f;
-      for (int64_t j = 0; j < c.M; ++j) amax = std::fabs(g[j]) > amax ? std::fabs(g[j]) : amax;
-      const float scale = amax / 127.0f + FLT_MIN;
-      c.out.g_scale[r0 + r] = scale;
-      for (int64_t j = 0; j < c.M; ++j) {
-        Parts::store_result(c.out.g, (r0 + r) * c.M + j, c.dt, g[j]);  // exact: g[j] is as stored
-        const float q = (g[j] / scale + 12582912.0f) - 12582912.0f;
-        c.out.gq[(r0 + r) * c.M + j] = int8_t(q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q);
-      }
+      void* g_row = static_cast<char*>(c.out.g) + (r0 + r) * c.M * size;
+      if (stream)
+        cpu::stream_row_bf16(static_cast<bf16_t*>(g_row), g, c.M);  // exact: g is as stored
+      else
+        cpu::store_row(g_row, c.dt, g, c.M);
+      c.out.g_scale[r0 + r] = cpu::quantize_block(c.out.gq + (r0 + r) * c.M, g, Dtype::f32, 0, c.M);
     }
   }
 
   static void nn_s8_swiglu(S8SwigluOut out, Dtype dt, Int8Operands in, Int8UpPart up, GroupedShape groups,
-                           int64_t Kd, int64_t M, const float* row_weight) {
+                           int64_t Kd, int64_t M, const float* row_weight, int64_t stream_bytes) {
     MOE_CHECK(dt == Dtype::f32 || dt == Dtype::bf16, "amx nn_s8_swiglu: float32 or bfloat16 h and g");
     gemm_detail::check_groups(groups, Kd, 2 * M);
     gemm_detail::write_s8_swiglu_padding(out, dt, groups, M);
-    const SwigluCall c{out, dt, in, up, groups, Kd, M, row_weight};
+    const int64_t total_rows = groups.experts > 0 ? groups.group_offset[groups.experts] : 0;
+    const bool stream = total_rows * M * int64_t(dtype_size(dt)) >= stream_bytes &&
+                        cpu::streams_bf16_rows(dt, M, out.g);  // every row: M * 2 bytes are whole lines
+    const SwigluCall c{out, dt, in, up, groups, Kd, M, row_weight, stream};
+    const int64_t rows = swiglu_item_rows(M);
     const typename Parts::Items items(groups.experts, 1, [&](int64_t e) {
-      return ceil_div(gemm_detail::group_rows(groups, e).live, kBlockRows);
+      return ceil_div(gemm_detail::group_rows(groups, e).live, rows);
     });
+    const int8_t* kept = in.rhs_packs ? kept_swiglu_panels(c) : nullptr;
     gemm_detail::WorkShares shares(items.first.back(), omp_get_max_threads());
 #pragma omp parallel
     {
       const int t = omp_get_thread_num();
-      run_swiglu_items(c, items, shares, t);
+      run_swiglu_items(c, items, rows, shares, t, kept);
     }
   }
 
-  // Thread t's items (one row block of an expert each, all columns), as run_items takes them.
-  static void run_swiglu_items(const SwigluCall& c, const typename Parts::Items& items,
-                               gemm_detail::WorkShares& shares, int t) {
+  // The rows of an nn_s8_swiglu item: a multiple of 32 whose rows of g (float32, staged until quantized) fill
+  // up to 512 KiB, so they stay in L2 with the item's lhs rows while every column block runs over them.
+  static int64_t swiglu_item_rows(int64_t M) {
+    constexpr int64_t kStageBytes = 512 << 10;
+    const int64_t fit = kStageBytes / (std::max<int64_t>(M, 1) * int64_t(sizeof(float)));
+    return std::clamp<int64_t>(fit / kBlockRows * kBlockRows, kBlockRows, 8 * kBlockRows);
+  }
+
+  // Bytes of expert e's gate and up B tiles: (blocks, gate | up, chunks, 16, 16, 4).
+  static int64_t swiglu_panel_bytes(const SwigluCall& c) {
+    return ceil_div(c.M, kTileCols) * 2 * ceil_div(c.Kd, kDepth) * kTileBytes;
+  }
+  static void pack_swiglu_expert(const SwigluCall& c, int64_t e, int8_t* panel) {
+    const int64_t chunks = ceil_div(c.Kd, kDepth);
+    for (int64_t b = 0; b < ceil_div(c.M, kTileCols); ++b)
+      for (int v = 0; v < 2; ++v) {
+        int64_t ld = 0;
+        const int8_t* w = swiglu_weights(c, e, v, b * kTileCols, ld);
+        pack_tile(w, ld, c.Kd, std::min(kTileCols, c.M - b * kTileCols), chunks,
+                  panel + (2 * b + v) * chunks * kTileBytes);
+      }
+  }
+  // Every expert's panel, packed on the first call with these packs (int8_routed_prequant's kept weights).
+  static const int8_t* kept_swiglu_panels(const SwigluCall& c) {
+    const std::string layout = "amx s8 B tiles, gate and up";
+    const int64_t E = c.groups.experts, bytes = swiglu_panel_bytes(c);
+    WeightPacks* packs = c.in.rhs_packs;
+    if (const uint8_t* found = packs->find(layout, c.in.rhs, E, c.Kd, 2 * c.M))
+      return reinterpret_cast<const int8_t*>(found);
+    auto* dst = reinterpret_cast<int8_t*>(packs->make(layout, c.in.rhs, E, c.Kd, 2 * c.M, size_t(E * bytes)));
+#pragma omp parallel for schedule(dynamic)
+    for (int64_t e = 0; e < E; ++e) pack_swiglu_expert(c, e, dst + e * bytes);
+    return dst;
+  }
+
+  // Thread t's items (up to `item_rows` rows of an expert each, all columns), as run_items takes them: each
+  // column block's gate and up tiles run over the item's row blocks in turn (in L1 meanwhile), the rows of g
+  // wait in g_stage, quantized when the item is done. kept: every expert's panel, or nullptr (a thread packs
+  // an expert's when its items reach it).
+  static void run_swiglu_items(const SwigluCall& c, const typename Parts::Items& items, int64_t item_rows,
+                               gemm_detail::WorkShares& shares, int t, const int8_t* kept) {
     const int64_t chunks = ceil_div(c.Kd, kDepth), depth = chunks * kDepth;
     const int64_t blocks = ceil_div(c.M, kTileCols);  // register blocks: 16 g columns each
-    std::vector<int8_t> panel(size_t(blocks * 2 * chunks * kTileBytes));  // (blocks, gate | up, chunks, ...)
-    std::vector<int8_t> staged(size_t(kBlockRows * depth));
-    std::vector<float> g_stage(size_t(kBlockRows * c.M));
+    std::vector<int8_t> panel(kept ? 0 : size_t(swiglu_panel_bytes(c)));
+    std::vector<int8_t> staged(size_t(item_rows * depth));  // (item_rows, depth)
+    std::vector<float> g_stage(size_t(item_rows * c.M));    // (item_rows, M)
     alignas(64) int32_t acc[kBlockRows * 2 * kTileCols];
     int64_t e = 0, packed_e = -1;
     Tiles::configure();
     for (int64_t i = shares.next(t); i >= 0; i = shares.next(t)) {
       if (i < items.first[size_t(e)] || i >= items.first[size_t(e + 1)]) e = items.expert_of(i);
-      if (e != packed_e) {
-        for (int64_t b = 0; b < blocks; ++b)
-          for (int v = 0; v < 2; ++v) {
-            int64_t ld = 0;
-            const int8_t* w = swiglu_weights(c, e, v, b * kTileCols, ld);
-            pack_tile(w, ld, c.Kd, std::min(kTileCols, c.M - b * kTileCols), chunks,
-                      panel.data() + (2 * b + v) * chunks * kTileBytes);
-          }
-        packed_e = e;
-      }
+      if (!kept && e != packed_e) pack_swiglu_expert(c, e, panel.data());
+      packed_e = e;
+      const int8_t* expert_panel = kept ? kept + e * swiglu_panel_bytes(c) : panel.data();
       const gemm_detail::GroupRows g = gemm_detail::group_rows(c.groups, e);
-      const int64_t rb = i - items.first[size_t(e)];
-      const int64_t n = std::min(kBlockRows, g.live - rb * kBlockRows), r0 = g.row0 + rb * kBlockRows;
-      stage_rows(c.in.lhs + r0 * c.Kd, n, c.Kd, depth, staged.data());
+      const int64_t r0 = g.row0 + (i - items.first[size_t(e)]) * item_rows;
+      const int64_t rows = std::min(item_rows, g.row0 + g.live - r0);
+      for (int64_t rb = 0; rb < rows; rb += kBlockRows)
+        stage_rows(c.in.lhs + (r0 + rb) * c.Kd, std::min(kBlockRows, rows - rb), c.Kd, depth,
+                   staged.data() + rb * depth);
       for (int64_t b = 0; b < blocks; ++b) {
-        const int8_t* gate = panel.data() + 2 * b * chunks * kTileBytes;
-        Parts::template multiply<TileDot::s8>(staged.data(), depth, n, gate, gate + chunks * kTileBytes,
-                                              chunks, false, acc);
-        swiglu_epilogue(c, acc, e, r0, n, b * kTileCols, std::min(kTileCols, c.M - b * kTileCols),
-                        g_stage.data());
+        const int8_t* gate = expert_panel + 2 * b * chunks * kTileBytes;
+        for (int64_t rb = 0; rb < rows; rb += kBlockRows) {
+          const int64_t n = std::min(kBlockRows, rows - rb);
+          Parts::template multiply<TileDot::s8>(staged.data() + rb * depth, depth, n, gate,
+                                                gate + chunks * kTileBytes, chunks, kept != nullptr, acc);
+          swiglu_epilogue(c, acc, e, r0 + rb, n, b * kTileCols, std::min(kTileCols, c.M - b * kTileCols),
+                          g_stage.data() + rb * c.M);
+        }
       }
-      flush_g(c, g_stage.data(), r0, n);
+      flush_g(c, g_stage.data(), r0, rows, c.stream);
     }
     Tiles::release();
+    if (c.stream) cpu::end_streams();  // the non-temporal stores, before the region's barrier
   }
 };
 
@@ -319,17 +455,18 @@ struct AmxS8Gemm {
 
 // Defines cpu/gemm/gemm.h's nn_s8_swiglu (gemm_variants.h's MOE_DECLARE_GEMM_NN_S8_SWIGLU) in the enclosing
 // namespace on AmxS8Gemm<Tiles>.
-#define MOE_DEFINE_GEMM_AMX_NN_S8_SWIGLU(Tiles)                                                            \
-  void grouped_gemm_nn_s8_swiglu(const GemmThresholds&, S8SwigluOut out, Dtype out_dtype, Int8Operands in, \
-                                 Int8UpPart up, GroupedShape groups, int64_t Kd, int64_t M,                \
-                                 const float* row_weight) {                                                \
-    ::moe::amx::AmxS8Gemm<Tiles>::nn_s8_swiglu(out, out_dtype, in, up, groups, Kd, M, row_weight);         \
+#define MOE_DEFINE_GEMM_AMX_NN_S8_SWIGLU(Tiles)                                                              \
+  void grouped_gemm_nn_s8_swiglu(const GemmThresholds& k, S8SwigluOut out, Dtype out_dtype, Int8Operands in, \
+                                 Int8UpPart up, GroupedShape groups, int64_t Kd, int64_t M,                  \
+                                 const float* row_weight) {                                                  \
+    ::moe::amx::AmxS8Gemm<Tiles>::nn_s8_swiglu(out, out_dtype, in, up, groups, Kd, M, row_weight,            \
+                                               k.amx_stream_bytes);                                          \
   }
 
 // Defines cpu/gemm/gemm.h's nn_s8 (gemm_variants.h's MOE_DECLARE_GEMM_NN_S8) in the enclosing namespace on
 // AmxS8Gemm<Tiles>.
-#define MOE_DEFINE_GEMM_AMX_NN_S8(Tiles)                                                      \
-  void grouped_gemm_nn_s8(const GemmThresholds&, void* out, Dtype out_dtype, Int8Operands in, \
-                          GroupedShape groups, int64_t Kd, int64_t N, bool accumulate) {      \
-    ::moe::amx::AmxS8Gemm<Tiles>::nn_s8(out, out_dtype, in, groups, Kd, N, accumulate);       \
+#define MOE_DEFINE_GEMM_AMX_NN_S8(Tiles)                                                                    \
+  void grouped_gemm_nn_s8(const GemmThresholds& k, void* out, Dtype out_dtype, Int8Operands in,             \
+                          GroupedShape groups, int64_t Kd, int64_t N, bool accumulate) {                    \
+    ::moe::amx::AmxS8Gemm<Tiles>::nn_s8(out, out_dtype, in, groups, Kd, N, accumulate, k.amx_stream_bytes); \
   }
