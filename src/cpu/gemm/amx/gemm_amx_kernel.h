@@ -487,7 +487,8 @@ struct AmxGemm {
     if (c.transposed) return 1;
     const int64_t block_bytes = kItemTiles * max_chunks * kTileElems * int64_t(sizeof(bf16_t));
     if (c.tn) return block_bytes * col_blocks <= kGroupBytes ? col_blocks : 1;
-    return std::clamp<int64_t>(kGroupBytes / block_bytes, 1, col_blocks);
+    return std::clamp<int64_t>(kGroupBytes / std::max<int64_t>(block_bytes, 1), 1,
+                               std::max<int64_t>(col_blocks, 1));
   }
 
   // nn's B tiles of expert e's column blocks [cb0, cb1) into panel ((cb1 - cb0), 4, chunks, 16, 16, 2),
