@@ -145,7 +145,8 @@ void bench_shape(const GemmShape& shape, int rounds) {
 
 // The up projection with SwiGLU, as the block runs it (bf16 h and g; the int8 forms also quantize g's rows,
 // down's input): bf16's fused nn_swiglu against each int8 variant's nn_s8_swiglu and its nn_s8 followed by
-// SwiGLU's quantizing pass, the weights packed once (int8_routed_prequant's case).
+// SwiGLU's quantizing pass, the weights packed once (int8_routed_prequant's case), and nn_s8_swiglu packing
+// them in the call (int8_routed's).
 void bench_swiglu(const GemmShape& shape, int rounds) {
   const int64_t E = shape.experts, Kd = shape.Kd, M = shape.N / 2;
   const std::vector<int64_t> off = group_offsets(E);
@@ -175,6 +176,10 @@ void bench_swiglu(const GemmShape& shape, int rounds) {
                    Int8Operands once = in;
                    once.rhs_packs = kept;
                    table(name).nn_s8_swiglu({h.data(), g.data(), q, g_scale.data(), false}, Dtype::bf16, once,
+                                            {}, groups, Kd, M, nullptr);
+                 }});
+    c.push_back({"  per call (" + name + ")", [&, name] {
+                   table(name).nn_s8_swiglu({h.data(), g.data(), q, g_scale.data(), false}, Dtype::bf16, in,
                                             {}, groups, Kd, M, nullptr);
                  }});
     c.push_back({"  nn_s8, then the pass (" + name + ")", [&, name, kept] {
