@@ -6,8 +6,11 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "cpu/gemm/gemm_variants.h"
@@ -16,7 +19,8 @@
 // Everything from here to pop_options is AMX and AVX-512 code, whatever the build's -march, with the
 // same target as src/cpu/gemm/amx/gemm_amx.cpp and peak_amx.cpp (all three compile the tile layer's inline
 // functions; the linker keeps one copy). The headers above are the build ISA's (docs/design.md, "ISA
-// levels").
+// levels"), the standard headers the kernel header, vec_math.h and quantize_row.h include among them, so no
+// library inline function is compiled for AVX-512 here.
 #pragma GCC push_options
 #pragma GCC target( \
     "avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx512vnni,avx2,fma,f16c,bmi,bmi2,amx-tile,amx-bf16,amx-int8")

@@ -11,18 +11,18 @@
 // The bf16 kernel's work list and blocking: items (expert, column block of 64 columns, row block of 32
 // rows), expert-major with row blocks innermost, cut into one contiguous range of equal items per thread;
 // an item is two register blocks of 32 rows x 32 columns (four accumulator tiles fed by two A and two B
-// tiles). A thread packs its item's four B tiles when the item's (expert, column block) changes: per
-// tile, chunks of 64 reduction elements, each 16 quad rows x 16 columns x 4 (the (K/4, N, 4) layout
-// TDPBSSD reads), zeros past Kd and past N. A rows are loaded where they lie when a block has 32 live
-// rows and Kd is a multiple of 64, else staged in a zero-padded block. Padding rows are zeros (left
-// alone when accumulating, as the reference).
+// tiles). B tiles: per tile, chunks of 64 reduction elements, each 16 quad rows x 16 columns x 4 (the (K/4,
+// N, 4) layout TDPBSSD reads), zeros past Kd and past N; kept weights (Int8Operands::rhs_packs) are packed
+// once, else a thread packs a group of column blocks when its item's group changes. A rows are loaded where
+// they lie when a block has 32 live rows and Kd is a multiple of 64, else staged in a zero-padded block.
+// Padding rows are zeros (left alone when accumulating, as the reference). The epilogues run in AVX-512
+// vectors where the instance has AVX-512 BF16 (the hardware one always), the same float32 steps.
 #pragma once
 
 #include <emmintrin.h>
 #include <omp.h>
 
 #include <algorithm>
-#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -270,7 +270,7 @@ struct AmxS8Gemm {
       }
     }
     Tiles::release();
-    if (c.stream) _mm_sfence();  // the non-temporal stores, before the region's barrier
+    if (c.stream) cpu::end_streams();  // the non-temporal stores, before the region's barrier
   }
 
   // ---- nn_s8_swiglu (cpu/gemm/gemm.h)
@@ -362,12 +362,12 @@ struct AmxS8Gemm {
   // does (cpu/ops/quantize_row.h: bitwise the reference's). g's rows go out with non-temporal stores where
   // they are whole lines of bf16 and g is large (nothing reads them in the call; stored, each line was read
   // first).
-  static void flush_g(const SwigluCall& c, const float* g_stage, int64_t r0, int64_t n, bool stream) {
+  static void flush_g(const SwigluCall& c, const float* g_stage, int64_t r0, int64_t n) {
     const int64_t size = dtype_size(c.dt);
     for (int64_t r = 0; r < n; ++r) {
       const float* g = g_stage + r * c.M;
       void* g_row = static_cast<char*>(c.out.g) + (r0 + r) * c.M * size;
-      if (stream)
+      if (c.stream)
         cpu::stream_row_bf16(static_cast<bf16_t*>(g_row), g, c.M);  // exact: g is as stored
       else
         cpu::store_row(g_row, c.dt, g, c.M);
@@ -465,7 +465,7 @@ struct AmxS8Gemm {
                           g_stage.data() + rb * c.M);
         }
       }
-      flush_g(c, g_stage.data(), r0, rows, c.stream);
+      flush_g(c, g_stage.data(), r0, rows);
     }
     Tiles::release();
     if (c.stream) cpu::end_streams();  // the non-temporal stores, before the region's barrier
