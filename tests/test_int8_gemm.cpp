@@ -81,6 +81,23 @@ const auto kQuantizeLevels = testing::isa_instances(
     &cpu::baseline_quantize_passes, &cpu::avx2_quantize_passes, &cpu::avx512_bf16_quantize_passes);
 using QuantizeAt = testing::IsaInstanceTest<cpu::QuantizePasses>;
 
+struct QuantizedRows {
+  std::vector<int8_t> q;
+  std::vector<float> scale;
+};
+
+// x's rows quantized by `passes`, which must equal the reference's bit for bit; returns the reference's.
+QuantizedRows rows_equal_the_reference(const cpu::QuantizePasses& passes, const Tensor& x, int64_t rows,
+                                       int64_t cols, bool transposed) {
+  std::vector<int8_t> q(static_cast<size_t>(rows * cols)), qr(q.size());
+  std::vector<float> s(static_cast<size_t>(rows)), sr(s.size());
+  passes.rows(q.data(), s.data(), x.raw(), x.dtype(), rows, cols, cols, transposed);
+  ref_quant::quantize_rows(qr.data(), sr.data(), x.raw(), x.dtype(), rows, cols, cols, transposed);
+  expect_bytes_equal(q, qr, transposed ? "rows transposed" : "rows");
+  expect_scales_equal(s, sr, "rows");
+  return {qr, sr};
+}
+
 TEST_P(QuantizeAt, RowsMatchTheReferenceAndRoundTrip) {
   const uint64_t key = testing::test_seed();
   for (Dtype dt : {Dtype::f32, Dtype::bf16})
@@ -90,12 +107,7 @@ TEST_P(QuantizeAt, RowsMatchTheReferenceAndRoundTrip) {
       if (rows > 2)
         for (int64_t c = 0; c < cols; ++c) x.set(2 * cols + c, 0.0f);  // an all-zero row
       for (bool transposed : {false, true}) {
-        std::vector<int8_t> q(static_cast<size_t>(rows * cols)), qr(q.size());
-        std::vector<float> s(static_cast<size_t>(rows)), sr(s.size());
-        passes_.rows(q.data(), s.data(), x.raw(), dt, rows, cols, cols, transposed);
-        ref_quant::quantize_rows(qr.data(), sr.data(), x.raw(), dt, rows, cols, cols, transposed);
-        expect_bytes_equal(q, qr, transposed ? "rows transposed" : "rows");
-        expect_scales_equal(s, sr, "rows");
+        const auto [qr, sr] = rows_equal_the_reference(passes_, x, rows, cols, transposed);
         if (!transposed) expect_round_trip(x, qr, sr, rows, cols, true);
         if (rows > 2) {
           EXPECT_EQ(sr[2], FLT_MIN);  // a zero row: the smallest scale, zeros, no NaN
@@ -104,6 +116,40 @@ TEST_P(QuantizeAt, RowsMatchTheReferenceAndRoundTrip) {
         }
       }
     }
+}
+
+// Rows whose values sit on and a few ulps around half steps of their row's scale (x = (k + 0.5) * scale
+// for k in [-127, 126]), among spread ones: the cpu multiplies by the scale's reciprocal where that rounds
+// as the reference's division does, and must divide exactly where it may not.
+Tensor near_half_steps(Dtype dt, int64_t rows, int64_t cols, uint64_t key) {
+  Tensor t(dt, {rows, cols});
+  for (int64_t r = 0; r < rows; ++r) {
+    // bf16 holds (k + 0.5) * 2^-m exactly; float32 takes any scale.
+    const double amax = dt == Dtype::bf16 ? 127.0 * std::ldexp(1.0, -int(r % 9))
+                                          : 127.0 * std::exp(6.0 * random_uniform(key, uint64_t(r)) - 3.0);
+    t.set(r * cols, float(amax));
+    const float scale = quant_scale(t.get(r * cols));
+    for (int64_t c = 1; c < cols; ++c) {
+      const uint64_t i = uint64_t(r * cols + c);
+      const double k = std::floor(random_uniform(key + 1, i) * 254.0) - 127.0;
+      float v = float((k + 0.5) * double(scale));
+      for (int64_t ulps = int64_t(i % 7) - 3; ulps != 0; ulps += ulps > 0 ? -1 : 1)
+        v = std::nextafter(v, ulps > 0 ? INFINITY : -INFINITY);
+      if (i % 5 == 0) v = float(random_normal(key + 2, i) * amax / 4);
+      t.set(r * cols + c, std::clamp(v, -float(amax), float(amax)));
+    }
+  }
+  return t;
+}
+
+TEST_P(QuantizeAt, ValuesNearHalfStepsMatchTheReference) {
+  const uint64_t key = testing::test_seed() + 3;
+  for (Dtype dt : {Dtype::f32, Dtype::bf16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const int64_t rows = 40, cols = 509;
+    const Tensor x = near_half_steps(dt, rows, cols, key);
+    for (bool transposed : {false, true}) rows_equal_the_reference(passes_, x, rows, cols, transposed);
+  }
 }
 
 // Per token, then gathered: a dispatched buffer (each token's row copied to its assignments' rows in

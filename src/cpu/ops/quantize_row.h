@@ -48,14 +48,76 @@ inline float amax_of(const void* x, Dtype dt, int64_t first, int64_t n) {
   return f;
 }
 
-// q[i * q_stride] = quantized p[i] for n values.
+// q[i * q_stride] = quantized p[i] for n values, by the reference's division.
 template <typename In>
-inline void quantize_values(int8_t* q, int64_t q_stride, const In* p, int64_t n, float scale) {
+inline void quantize_divided(int8_t* q, int64_t q_stride, const In* p, int64_t n, float scale) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
     const float v = std::clamp((widen(p[i]) / scale + kRoundingShift) - kRoundingShift, -127.0f, 127.0f);
     q[i * q_stride] = int8_t(v);
   }
+}
+
+#if defined(MOE_VEC_AVX512F)
+// A product by the scale's reciprocal and the quotient the reference rounds differ by less than 2^-14 where
+// the product is below 256 (each is within 2^-15 of v / scale), so a product farther than this from every
+// half step rounds to the quotient's integer.
+constexpr float kHalfStepMargin = 1.0f / 8192;  // 2^-13
+
+// 16 stored values as float. The intrinsics' masked forms (all lanes): GCC 12 warns on the unmasked ones'
+// undefined source.
+constexpr __mmask16 kAllLanes = 0xffff;
+inline __m512 load16_as_f32(const float* p) {
+  return _mm512_loadu_ps(p);
+}
+inline __m512 load16_as_f32(const bf16_t* p) {
+  const __m256i words = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(
+      _mm512_maskz_slli_epi32(kAllLanes, _mm512_maskz_cvtepu16_epi32(kAllLanes, words), 16));
+}
+inline __m512 load16_as_f32(const f16_t* p) {
+  return _mm512_maskz_cvtph_ps(kAllLanes, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// q[i * q_stride] = quantized p[i] for 16 values by the scale's reciprocal, where each is an integer's away
+// from a half step (then bitwise quantize_divided); returns whether it wrote them.
+template <typename In>
+inline bool quantize16_by_reciprocal(int8_t* q, int64_t q_stride, const In* p, __m512 inverse) {
+  const __m512 x = _mm512_mul_ps(load16_as_f32(p), inverse);
+  const __m512 rounded =
+      _mm512_maskz_roundscale_ps(kAllLanes, x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 gap = _mm512_sub_ps(_mm512_set1_ps(0.5f), _mm512_abs_ps(_mm512_sub_ps(x, rounded)));
+  const __mmask16 safe = _mm512_cmp_ps_mask(_mm512_abs_ps(x), _mm512_set1_ps(256.0f), _CMP_LT_OQ) &
+                         _mm512_cmp_ps_mask(gap, _mm512_set1_ps(kHalfStepMargin), _CMP_GE_OQ);
+  if (safe != kAllLanes) return false;  // NaN, large or near a half step
+  const __m512 clamped = _mm512_maskz_min_ps(
+      kAllLanes, _mm512_maskz_max_ps(kAllLanes, rounded, _mm512_set1_ps(-127.0f)), _mm512_set1_ps(127.0f));
+  const __m128i bytes =
+      _mm512_maskz_cvtepi32_epi8(kAllLanes, _mm512_maskz_cvtps_epi32(kAllLanes, clamped));  // integers: exact
+  if (q_stride == 1) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q), bytes);
+  } else {
+    alignas(16) int8_t b[16];
+    _mm_store_si128(reinterpret_cast<__m128i*>(b), bytes);
+    for (int64_t j = 0; j < 16; ++j) q[j * q_stride] = b[j];
+  }
+  return true;
+}
+#endif
+
+// q[i * q_stride] = quantized p[i] for n values, bitwise quantize_divided. With AVX-512, 16 values at a time
+// by the scale's reciprocal where that rounds alike (all but ~0.4 % of blocks of spread values): the
+// division was most of int8_routed's weight quantization (AMX Xeon: 12.6 of 17 ms a call).
+template <typename In>
+inline void quantize_values(int8_t* q, int64_t q_stride, const In* p, int64_t n, float scale) {
+  int64_t i = 0;
+#if defined(MOE_VEC_AVX512F)
+  const __m512 inverse = _mm512_set1_ps(1.0f / scale);
+  for (; i + 16 <= n; i += 16)
+    if (!quantize16_by_reciprocal(q + i * q_stride, q_stride, p + i, inverse))
+      quantize_divided(q + i * q_stride, q_stride, p + i, 16, scale);
+#endif
+  quantize_divided(q + i * q_stride, q_stride, p + i, n - i, scale);
 }
 
 // q[i * q_stride] = quantized x[first + i] for n values.

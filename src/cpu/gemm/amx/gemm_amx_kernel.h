@@ -11,7 +11,8 @@
 // innermost),
 // cut into one contiguous range per thread: every item is the same work (a small expert has few items,
 // not a slow one), so no thread waits on another's expert. An item is two register blocks of 32 rows x
-// 32 columns (four accumulator tiles fed by two A and two B tiles).
+// 32 columns (four accumulator tiles fed by two A and two B tiles); its epilogues run during the next item's
+// products (Parts::multiply_overlapped), a few rows after each chunk.
 // Weights are packed inside the call (forward_backward changes them every step): a thread packs the
 // four B tiles of its item's column block (K x 64 columns, or 32 gate and the same 32 up columns for
 // SwiGLU) when its item's (expert, column block) changes, then its row blocks of that expert reuse them.
@@ -278,24 +279,24 @@ struct AmxGemm {
     }
   }
 
-  // Register block s of an item: acc (n, 32) to rows [r0, r0 + n) of the output, from column block cb.
-  // nn: out's columns cb * 64 + s * 32 + [0, 32); nn_swiglu: acc's columns 0-15 are gate, 16-31 up of
-  // g's columns j0 + [0, 16), h and g computed from h's values as stored (as swiglu_forward does); g into
-  // g_stage's columns s * 16 + [0, 16) where given (streams_g), else in place.
-  static void epilogue(const Call& c, const float* acc, int64_t r0, int64_t n, int64_t cb, int64_t s,
-                       char* g_stage) {
+  // Rows [from, to) of register block s of an item: acc (n, 32) to rows [r0, r0 + n) of the output, from
+  // column block cb. nn: out's columns cb * 64 + s * 32 + [0, 32); nn_swiglu: acc's columns 0-15 are gate,
+  // 16-31 up of g's columns j0 + [0, 16), h and g computed from h's values as stored (as swiglu_forward
+  // does); g into g_stage's columns s * 16 + [0, 16) where given (streams_g), else in place.
+  static void epilogue(const Call& c, const float* acc, int64_t r0, int64_t from, int64_t to, int64_t cb,
+                       int64_t s, char* g_stage) {
     const Dtype dt = c.out_dtype;
     const int64_t size = dtype_size(dt);
     if (!c.swiglu) {
       const int64_t c0 = cb * 4 * kTileCols + s * 2 * kTileCols,
                     cols = std::min<int64_t>(2 * kTileCols, c.N - c0);
-      for (int64_t r = 0; r < n; ++r)
+      for (int64_t r = from; r < to; ++r)
         store_row(static_cast<char*>(c.out) + ((r0 + r) * c.N + c0) * size, dt, acc + r * 2 * kTileCols, cols,
                   c.accumulate, c.stream);
       return;
     }
     const int64_t M = c.N / 2, j0 = cb * 2 * kTileCols + s * kTileCols, cols = std::min(kTileCols, M - j0);
-    for (int64_t r = 0; r < n; ++r) {
+    for (int64_t r = from; r < to; ++r) {
       const int64_t row = r0 + r;
       char* h_row = static_cast<char*>(c.out) + row * c.N * size;
       char* g_row = g_stage ? g_stage + (r * 2 + s) * kTileCols * size
@@ -315,11 +316,11 @@ struct AmxGemm {
            (reinterpret_cast<uintptr_t>(c.g) & 63) == 0;
   }
 
-  // g_stage (n, 32) in out_dtype -> g's rows [r0, r0 + n), columns cb * 32 + [0, 32): non-temporal where the
-  // instance has AVX-512 BF16.
-  static void stream_g(const Call& c, const char* g_stage, int64_t r0, int64_t n, int64_t cb) {
+  // Rows [from, to) of g_stage (n, 32) in out_dtype -> g's rows r0 + [from, to), columns cb * 32 + [0, 32):
+  // non-temporal where the instance has AVX-512 BF16.
+  static void stream_g(const Call& c, const char* g_stage, int64_t r0, int64_t from, int64_t to, int64_t cb) {
     const int64_t size = dtype_size(c.out_dtype), row_bytes = 2 * kTileCols * size;
-    for (int64_t r = 0; r < n; ++r) {
+    for (int64_t r = from; r < to; ++r) {
       char* dst = static_cast<char*>(c.g) + ((r0 + r) * (c.N / 2) + cb * 2 * kTileCols) * size;
 #if defined(MOE_VEC_AVX512BF16)
       for (int64_t b = 0; b < row_bytes; b += 64)
@@ -550,6 +551,29 @@ struct AmxGemm {
     return panel + (cb - cb0) * panel_elems;
   }
 
+  // An item whose sums wait for their epilogues: its register blocks' acc (n, 32 each) for rows
+  // [r0, r0 + n) of the output from column block cb, and g's stage where streams_g.
+  struct PendingItem {
+    const float* acc[2] = {};
+    int64_t r0 = 0, n = 0, cb = 0, blocks = 0;
+    char* g_stage = nullptr;
+
+    // Its epilogue in units of a row: each block's n rows, then the stage's n rows to g.
+    int64_t units() const { return n * (blocks + (g_stage ? 1 : 0)); }
+  };
+
+  // Units [from, to) of p's epilogue.
+  static void epilogue_units(const Call& c, const PendingItem& p, int64_t from, int64_t to) {
+    for (int64_t u = from; u < to;) {
+      const int64_t part = u / p.n, r = u % p.n, end = std::min(to, (part + 1) * p.n);
+      if (part < p.blocks)
+        epilogue(c, p.acc[part], p.r0, r, r + end - u, p.cb, part, p.g_stage);
+      else
+        stream_g(c, p.g_stage, p.r0, r, r + end - u, p.cb);
+      u = end;
+    }
+  }
+
   // Thread t's items of the work list (its contiguous share, then those others left: WorkShares); kept: the
   // weights' panels (kept_panels), or nullptr (packed here).
   static void run_items(const Call& c, const typename Parts::Items& items, gemm_detail::WorkShares& shares,
@@ -558,8 +582,11 @@ struct AmxGemm {
     Buffer<bf16_t> panel;  // (group, 4, chunks, 16, 16, 2): uninitialised, a cached block
     if (!kept) panel = Buffer<bf16_t>(size_t(group * kItemTiles * max_chunks * kTileElems));
     std::vector<bf16_t> staged(size_t(kBlockRows * max_chunks * kDepth));  // (32, depth)
-    alignas(64) float acc[2][kBlockRows * 2 * kTileCols];                  // (2, 32, 32)
-    alignas(64) char g_stage[kBlockRows * 2 * kTileCols * sizeof(float)];  // (32, 32) of g
+    // An item's and the item before's: (2, 32, 32) sums, g's (32, 32).
+    alignas(64) float acc[2][2][kBlockRows * 2 * kTileCols];
+    alignas(64) char g_stage[2][kBlockRows * 2 * kTileCols * sizeof(float)];
+    PendingItem pending;  // its epilogues run during the next item's products, while the tile unit multiplies
+    int slot = 0;
     const int64_t col_blocks = items.col_blocks;
     int64_t e = 0;
     int64_t packed_e = -1, packed_group = -1, staged_e = -1, staged_rb = -1;
@@ -608,18 +635,21 @@ struct AmxGemm {
         a = staged.data();
         ld = depth;
       }
-      const bool staged_g = streams_g(c, cols);
-      // Both register blocks' products, then both epilogues: the second block's products run while the
-      // first's epilogue does.
-      const int64_t blocks = cols[2] == 0 ? 1 : 2;
+      // Both register blocks' products, the item before's epilogues spread over them.
+      const int64_t blocks = cols[2] == 0 ? 1 : 2, units = pending.units();
       for (int64_t s = 0; s < blocks; ++s) {
         const bf16_t* b = b_tiles + 2 * s * chunks * kTileElems;
-        Parts::template multiply<TileDot::bf16>(a, ld * int64_t(sizeof(bf16_t)), n, b,
-                                                b + chunks * kTileElems, chunks, kept != nullptr, acc[s]);
+        const int64_t first = units * s / blocks, count = units * (s + 1) / blocks - first;
+        Parts::template multiply_overlapped<TileDot::bf16>(
+            a, ld * int64_t(sizeof(bf16_t)), n, b, b + chunks * kTileElems, chunks, kept != nullptr,
+            acc[slot][s], count,
+            [&](int64_t from, int64_t to) { epilogue_units(c, pending, first + from, first + to); });
       }
-      for (int64_t s = 0; s < blocks; ++s) epilogue(c, acc[s], r0, n, cb, s, staged_g ? g_stage : nullptr);
-      if (staged_g) stream_g(c, g_stage, r0, n, cb);
+      pending = {
+          {acc[slot][0], acc[slot][1]}, r0, n, cb, blocks, streams_g(c, cols) ? g_stage[slot] : nullptr};
+      slot ^= 1;
     }
+    epilogue_units(c, pending, 0, pending.units());
     Tiles::release();
     if (c.stream) _mm_sfence();  // the non-temporal stores, before the region's barrier
   }

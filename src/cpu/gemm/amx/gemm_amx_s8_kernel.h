@@ -16,7 +16,8 @@
 // once, else a thread packs a group of column blocks when its item's group changes. A rows are loaded where
 // they lie when a block has 32 live rows and Kd is a multiple of 64, else staged in a zero-padded block.
 // Padding rows are zeros (left alone when accumulating, as the reference). The epilogues run in AVX-512
-// vectors where the instance has AVX-512 BF16 (the hardware one always), the same float32 steps.
+// vectors where the instance has AVX-512 BF16 (the hardware one always), the same float32 steps, each
+// register block's a few rows after each chunk of the next block's products (Parts::multiply_overlapped).
 #pragma once
 
 #include <emmintrin.h>
@@ -111,10 +112,17 @@ struct AmxS8Gemm {
     }
   }
 
-  // Register block s of an item: acc (n, 32) to rows [r0, r0 + n) of expert e's output, columns
-  // cb * 64 + s * 32 + [0, 32), dequantized as the reference does.
-  static void epilogue(const Call& c, const int32_t* acc, int64_t e, int64_t r0, int64_t n, int64_t cb,
-                       int64_t s) {
+  // A register block whose sums wait for their epilogue: register block s of an item, acc (n, 32) for rows
+  // [r0, r0 + n) of expert e's output, columns cb * 64 + s * 32 + [0, 32).
+  struct Block {
+    const int32_t* acc;
+    int64_t e, r0, n, cb, s;
+  };
+
+  // Rows [from, to) of block k to the output, dequantized as the reference does.
+  static void epilogue(const Call& c, const Block& k, int64_t from, int64_t to) {
+    const int32_t* acc = k.acc;
+    const int64_t e = k.e, r0 = k.r0, cb = k.cb, s = k.s;
     const int64_t c0 = cb * kItemCols + s * 2 * kTileCols, cols = std::min<int64_t>(2 * kTileCols, c.N - c0);
     const float* rhs_scale = c.in.rhs_scale + (c.in.rhs_scale_per_column ? e * c.N + c0 : e);
     const int64_t scale_step = c.in.rhs_scale_per_column ? 1 : 0;
@@ -125,7 +133,7 @@ struct AmxS8Gemm {
     for (int h = 0; h < 2; ++h)
       scale[h] =
           scale_step ? _mm512_maskz_loadu_ps(mask[h], rhs_scale + h * kTileCols) : _mm512_set1_ps(*rhs_scale);
-    for (int64_t r = 0; r < n; ++r) {
+    for (int64_t r = from; r < to; ++r) {
       const int64_t row = r0 + r;
       const int32_t* sums = acc + r * 2 * kTileCols;
       const __m512 lo = dequantized(sums, c.in.lhs_scale[row], scale[0]),
@@ -140,7 +148,7 @@ struct AmxS8Gemm {
     }
     return;
 #endif
-    for (int64_t r = 0; r < n; ++r) {
+    for (int64_t r = from; r < to; ++r) {
       const int64_t row = r0 + r;
       const float ls = c.in.lhs_scale[row];
       const int32_t* sums = acc + r * 2 * kTileCols;
@@ -234,7 +242,9 @@ struct AmxS8Gemm {
     const int64_t group = group_blocks(items.col_blocks, chunks);
     std::vector<int8_t> panel(kept ? 0 : size_t(group * panel_bytes));  // (group, 4, chunks, 16, 16, 4)
     std::vector<int8_t> staged(size_t(kBlockRows * depth));             // (32, depth)
-    alignas(64) int32_t acc[kBlockRows * 2 * kTileCols];                // (32, 32)
+    alignas(64) int32_t acc[2][kBlockRows * 2 * kTileCols];  // (32, 32): a block's sums, the block before's
+    Block pending{};  // its epilogue runs between the next block's chunks, while the tile unit multiplies
+    int slot = 0;
     int64_t e = 0;
     int64_t packed_e = -1, packed_group = -1;
     Tiles::configure();
@@ -264,11 +274,14 @@ struct AmxS8Gemm {
       for (int64_t s = 0; s < 2; ++s) {
         if (cols[2 * s] == 0) break;  // past the last column
         const int8_t* b = b_tiles + 2 * s * chunks * kTileBytes;
-        Parts::template multiply<TileDot::s8>(a, ld, n, b, b + chunks * kTileBytes, chunks, kept != nullptr,
-                                              acc);
-        epilogue(c, acc, e, r0, n, cb, s);
+        Parts::template multiply_overlapped<TileDot::s8>(
+            a, ld, n, b, b + chunks * kTileBytes, chunks, kept != nullptr, acc[slot], pending.n,
+            [&](int64_t from, int64_t to) { epilogue(c, pending, from, to); });
+        pending = {acc[slot], e, r0, n, cb, s};
+        slot ^= 1;
       }
     }
+    epilogue(c, pending, 0, pending.n);
     Tiles::release();
     if (c.stream) cpu::end_streams();  // the non-temporal stores, before the region's barrier
   }
@@ -311,20 +324,28 @@ struct AmxS8Gemm {
     return dt == Dtype::bf16 ? bf16_to_f32(f32_to_bf16(v)) : v;
   }
 
-  // The register block of acc (n, 32: 16 gate | 16 up sums) for g's columns [j0, j0 + count) of rows
-  // [r0, r0 + n): h (where kept) and the staged rows of g (g_stage, M apart, as stored).
+  // A register block whose sums wait for their epilogue: acc (n, 32: 16 gate | 16 up sums) for g's columns
+  // [j0, j0 + count) of rows [r0, r0 + n) of expert e, staged in g_stage (as stored: dt, rows M apart).
+  struct SwigluBlock {
+    const int32_t* acc;
+    int64_t e, r0, n, j0, count;
+    char* g_stage;
+  };
+
+  // Rows [from, to) of block k's epilogue: h (where kept) and the staged rows of g (as stored).
   // In AVX-512 vectors where the instance has AVX-512 BF16 (the hardware one always): a scalar exp and a
   // dtype branch an element made the fused form 0.51-0.55x nn_s8 and the SwiGLU pass (AMX Xeon, 2 threads).
-  static void swiglu_epilogue(const SwigluCall& c, const int32_t* acc, int64_t e, int64_t r0, int64_t n,
-                              int64_t j0, int64_t count, float* g_stage) {
+  static void swiglu_epilogue(const SwigluCall& c, const SwigluBlock& k, int64_t from, int64_t to) {
+    const int32_t* acc = k.acc;
+    const int64_t e = k.e, r0 = k.r0, j0 = k.j0, count = k.count, size = dtype_size(c.dt);
+    char* g_stage = k.g_stage;
 #if defined(MOE_VEC_AVX512BF16)
     const __mmask16 mask = Parts::first_lanes(count);
-    const int64_t size = dtype_size(c.dt);
     __m512 scale[2];
     for (int v = 0; v < 2; ++v)
       scale[v] = c.in.rhs_scale_per_column ? _mm512_maskz_loadu_ps(mask, swiglu_scale(c, e, v, j0))
                                            : _mm512_set1_ps(*swiglu_scale(c, e, v, j0));
-    for (int64_t r = 0; r < n; ++r) {
+    for (int64_t r = from; r < to; ++r) {
       const int64_t row = r0 + r;
       const float ls = c.in.lhs_scale[row], w = c.row_weight ? c.row_weight[row] : 1.0f;
       const int32_t* sums = acc + r * 2 * kTileCols;
@@ -337,11 +358,11 @@ struct AmxS8Gemm {
       }
       const __m512 g =
           _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(gate, cpu::sigmoid16(gate)), up), _mm512_set1_ps(w));
-      _mm512_mask_storeu_ps(g_stage + r * c.M + j0, mask, as_stored16(g, c.dt));
+      Parts::store16(g_stage + (r * c.M + j0) * size, c.dt, g, mask);
     }
     return;
 #endif
-    for (int64_t r = 0; r < n; ++r) {
+    for (int64_t r = from; r < to; ++r) {
       const int64_t row = r0 + r;
       const float ls = c.in.lhs_scale[row], w = c.row_weight ? c.row_weight[row] : 1.0f;
       const int32_t* sums = acc + r * 2 * kTileCols;
@@ -353,25 +374,27 @@ struct AmxS8Gemm {
           Parts::store_result(c.out.h, row * 2 * c.M + j0 + j, c.dt, gate);
           Parts::store_result(c.out.h, row * 2 * c.M + c.M + j0 + j, c.dt, up);
         }
-        g_stage[r * c.M + j0 + j] = as_stored(gate / (1.0f + std::exp(-gate)) * up * w, c.dt);
+        Parts::store_result(g_stage, r * c.M + j0 + j, c.dt, gate / (1.0f + std::exp(-gate)) * up * w);
       }
     }
   }
 
-  // The item's staged rows of g (as stored) -> g, and g's rows quantized as moe/quantize.h's quantize_rows
-  // does (cpu/ops/quantize_row.h: bitwise the reference's). g's rows go out with non-temporal stores where
-  // they are whole lines of bf16 and g is large (nothing reads them in the call; stored, each line was read
-  // first).
-  static void flush_g(const SwigluCall& c, const float* g_stage, int64_t r0, int64_t n) {
-    const int64_t size = dtype_size(c.dt);
+  // The item's staged rows of g (as stored: dt) -> g's rows [r0, r0 + n), and g's rows quantized as
+  // moe/quantize.h's quantize_rows does (cpu/ops/quantize_row.h: bitwise the reference's). g's rows go out
+  // with non-temporal stores where they are whole lines of bf16 and g is large (nothing reads them in the
+  // call; stored, each line was read first). Spread over the next item's products in place of after them,
+  // the same work took 5 % more time (ref up, AMX Xeon).
+  static void flush_g(const SwigluCall& c, const char* g_stage, int64_t r0, int64_t n) {
+    const int64_t row_bytes = c.M * int64_t(dtype_size(c.dt));
     for (int64_t r = 0; r < n; ++r) {
-      const float* g = g_stage + r * c.M;
-      void* g_row = static_cast<char*>(c.out.g) + (r0 + r) * c.M * size;
+      const char* g = g_stage + r * row_bytes;
+      const int64_t row = r0 + r;
+      char* g_row = static_cast<char*>(c.out.g) + row * row_bytes;
       if (c.stream)
-        cpu::stream_row_bf16(static_cast<bf16_t*>(g_row), g, c.M);  // exact: g is as stored
+        cpu::stream_copy(g_row, g, size_t(row_bytes));
       else
-        cpu::store_row(g_row, c.dt, g, c.M);
-      c.out.g_scale[r0 + r] = cpu::quantize_block(c.out.gq + (r0 + r) * c.M, g, Dtype::f32, 0, c.M);
+        std::memcpy(g_row, g, size_t(row_bytes));
+      c.out.g_scale[row] = cpu::quantize_block(c.out.gq + row * c.M, g, c.dt, 0, c.M);
     }
   }
 
@@ -384,7 +407,7 @@ struct AmxS8Gemm {
     const bool stream = total_rows * M * int64_t(dtype_size(dt)) >= stream_bytes &&
                         cpu::streams_bf16_rows(dt, M, out.g);  // every row: M * 2 bytes are whole lines
     const SwigluCall c{out, dt, in, up, groups, Kd, M, row_weight, stream};
-    const int64_t rows = swiglu_item_rows(M);
+    const int64_t rows = swiglu_item_rows(M, dt);
     const typename Parts::Items items(groups.experts, 1, [&](int64_t e) {
       return ceil_div(gemm_detail::group_rows(groups, e).live, rows);
     });
@@ -397,11 +420,11 @@ struct AmxS8Gemm {
     }
   }
 
-  // The rows of an nn_s8_swiglu item: a multiple of 32 whose rows of g (float32, staged until quantized) fill
-  // up to 512 KiB, so they stay in L2 with the item's lhs rows while every column block runs over them.
-  static int64_t swiglu_item_rows(int64_t M) {
+  // The rows of an nn_s8_swiglu item: a multiple of 32 whose rows of g (as stored, staged until quantized)
+  // fill up to 512 KiB, so they stay in L2 with the item's lhs rows while every column block runs over them.
+  static int64_t swiglu_item_rows(int64_t M, Dtype dt) {
     constexpr int64_t kStageBytes = 512 << 10;
-    const int64_t fit = kStageBytes / (std::max<int64_t>(M, 1) * int64_t(sizeof(float)));
+    const int64_t fit = kStageBytes / (std::max<int64_t>(M, 1) * int64_t(dtype_size(dt)));
     return std::clamp<int64_t>(fit / kBlockRows * kBlockRows, kBlockRows, 8 * kBlockRows);
   }
 
@@ -431,17 +454,18 @@ struct AmxS8Gemm {
   }
 
   // Thread t's items (up to `item_rows` rows of an expert each, all columns), as run_items takes them: each
-  // column block's gate and up tiles run over the item's row blocks in turn (in L1 meanwhile), the rows of g
-  // wait in g_stage, quantized when the item is done. kept: every expert's panel, or nullptr (a thread packs
-  // an expert's when its items reach it).
+  // column block's gate and up tiles run over the item's row blocks in turn (in L1 meanwhile), each register
+  // block's epilogue during the next block's products, the rows of g wait in g_stage, quantized when the
+  // item is done. kept: every expert's panel, or nullptr (a thread packs an expert's when its items reach
+  // it).
   static void run_swiglu_items(const SwigluCall& c, const typename Parts::Items& items, int64_t item_rows,
                                gemm_detail::WorkShares& shares, int t, const int8_t* kept) {
     const int64_t chunks = ceil_div(c.Kd, kDepth), depth = chunks * kDepth;
-    const int64_t blocks = ceil_div(c.M, kTileCols);  // register blocks: 16 g columns each
+    const int64_t blocks = ceil_div(c.M, kTileCols), size = dtype_size(c.dt);  // blocks: 16 g columns each
     std::vector<int8_t> panel(kept ? 0 : size_t(swiglu_panel_bytes(c)));
-    std::vector<int8_t> staged(size_t(item_rows * depth));  // (item_rows, depth)
-    std::vector<float> g_stage(size_t(item_rows * c.M));    // (item_rows, M)
-    alignas(64) int32_t acc[kBlockRows * 2 * kTileCols];
+    std::vector<int8_t> staged(size_t(item_rows * depth));   // (item_rows, depth)
+    Buffer<char> g_stage(size_t(item_rows * c.M * size));    // (item_rows, M) in dt
+    alignas(64) int32_t acc[2][kBlockRows * 2 * kTileCols];  // a block's sums, the block before's
     int64_t e = 0, packed_e = -1;
     Tiles::configure();
     for (int64_t i = shares.next(t); i >= 0; i = shares.next(t)) {
@@ -455,16 +479,22 @@ struct AmxS8Gemm {
       for (int64_t rb = 0; rb < rows; rb += kBlockRows)
         stage_rows(c.in.lhs + (r0 + rb) * c.Kd, std::min(kBlockRows, rows - rb), c.Kd, depth,
                    staged.data() + rb * depth);
+      SwigluBlock pending{};
+      int slot = 0;
       for (int64_t b = 0; b < blocks; ++b) {
         const int8_t* gate = expert_panel + 2 * b * chunks * kTileBytes;
         for (int64_t rb = 0; rb < rows; rb += kBlockRows) {
           const int64_t n = std::min(kBlockRows, rows - rb);
-          Parts::template multiply<TileDot::s8>(staged.data() + rb * depth, depth, n, gate,
-                                                gate + chunks * kTileBytes, chunks, kept != nullptr, acc);
-          swiglu_epilogue(c, acc, e, r0 + rb, n, b * kTileCols, std::min(kTileCols, c.M - b * kTileCols),
-                          g_stage.data() + rb * c.M);
+          Parts::template multiply_overlapped<TileDot::s8>(
+              staged.data() + rb * depth, depth, n, gate, gate + chunks * kTileBytes, chunks, kept != nullptr,
+              acc[slot], pending.n, [&](int64_t from, int64_t to) { swiglu_epilogue(c, pending, from, to); });
+          const int64_t j0 = b * kTileCols;
+          pending = {
+              acc[slot], e, r0 + rb, n, j0, std::min(kTileCols, c.M - j0), g_stage.data() + rb * c.M * size};
+          slot ^= 1;
         }
       }
+      swiglu_epilogue(c, pending, 0, pending.n);
       flush_g(c, g_stage.data(), r0, rows);
     }
     Tiles::release();
