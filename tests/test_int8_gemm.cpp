@@ -18,6 +18,7 @@
 #include "cpu/gemm/gemm_s8.h"
 #include "cpu/gemm/gemm_variants.h"
 #include "cpu/ops/quantize_isa.h"
+#include "cpu/ops/transpose_s8.h"
 #include "int8_gemm_cases.h"
 #include "isa_instances.h"
 #include "moe/cpu_isa.h"
@@ -253,6 +254,31 @@ TEST(Quantize, TheSeedsRules) {
   ref_quant::quantize_rows(q.data(), &scale, x, Dtype::f32, 1, 7, 7);
   EXPECT_EQ(scale, 1.0f + FLT_MIN);  // == 1.0f: FLT_MIN vanishes next to 1
   EXPECT_EQ(std::vector<int>(q.begin(), q.end()), (std::vector<int>{127, 0, 2, 2, 0, -127, 64}));
+}
+
+// The int8 transpose the backward takes its transposed weights by equals the plain loop, at whole and
+// partial 16 x 16 tiles and 64 x 64 blocks, per expert.
+TEST(TransposeS8, EqualsThePlainLoop) {
+  const uint64_t key = testing::test_seed() + 4;
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1},
+                            {16, 16},
+                            {17, 33},
+                            {64, 64},
+                            {100, 3},
+                            {3, 100},
+                            {130, 70},
+                            {0, 5}})
+    for (int64_t experts : {1, 3}) {
+      SCOPED_TRACE(std::to_string(experts) + " x " + std::to_string(rows) + "x" + std::to_string(cols));
+      std::vector<int8_t> src(size_t(experts * rows * cols)), dst(src.size(), 0), expected(src.size());
+      for (size_t i = 0; i < src.size(); ++i) src[i] = int8_t(int(random_uniform(key, i) * 255.0) - 127);
+      for (int64_t e = 0; e < experts; ++e)
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < cols; ++c)
+            expected[size_t((e * cols + c) * rows + r)] = src[size_t((e * rows + r) * cols + c)];
+      cpu::transpose_s8(dst.data(), src.data(), experts, rows, cols);
+      expect_bytes_equal(dst, expected, "transpose");
+    }
 }
 
 // ---- nn_s8 ----------------------------------------------------------------------------------------

@@ -1,9 +1,11 @@
 #include "cpu/ops/expert_ffn_int8.h"
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
 #include "cpu/ops/swiglu.h"
+#include "cpu/ops/transpose_s8.h"
 #include "moe/backend.h"
 #include "moe/quantize.h"
 
@@ -148,18 +150,33 @@ class Int8ExpertFfn final : public ExpertFfnOp {
   }
   static Weight view(Quantized& q) { return {q.q.data<int8_t>(), q.scale.data<float>()}; }
 
+  // q's transpose from `forward` (this call's quantization of the same weights, Kd x N an expert), where
+  // `fresh`: element-wise quantization with one scale an expert commutes with the transpose. Returns
+  // whether it did (else the caller quantizes).
+  bool transposed_from(Quantized& q, const Quantized& forward, bool& fresh, int64_t Kd, int64_t N) {
+    if (!fresh) return false;
+    tracer_("quantize_weights", [&] {
+      transpose_s8(q.q.data<int8_t>(), forward.q.data<int8_t>(), E_, Kd, N);
+      std::copy_n(forward.scale.data<float>(), E_, q.scale.data<float>());
+    });
+    fresh = false;  // a later backward (another call's) quantizes its weights again
+    return true;
+  }
+
   // The first projection's weights of part p (fused: one [w1 | w3] part; else w1 = 0, w3 = 1), quantized
   // once outside (prequant) or here: the forward's, or their transpose for the backward (the same
-  // scale, since the same values).
+  // scale, since the same values: the forward's transposed where this call's forward quantized them).
   Weight up_weight(const FfnWeights& w, int p, bool transposed) {
     if (prequantized_)
       return view(traits_.fuse_w13 ? w.q13 : (p ? w.q3 : w.q1), transposed, up_packs_[p][transposed]);
     Quantized& q = transposed ? up_qt_[p] : up_q_[p];
+    const int64_t cols = traits_.fuse_w13 ? 2 * M_ : M_;
+    if (transposed && transposed_from(q, up_q_[p], up_fresh_[p], H_, cols)) return view(q);
+    if (!transposed) up_fresh_[p] = backward_;
     tracer_("quantize_weights", [&] {
       const ExpertWeights src = !traits_.fuse_w13 ? ExpertWeights((p ? w.w3 : w.w1).raw())
                                 : w.w13.empty()   ? ExpertWeights(w.w1.raw(), w.w3.raw())
                                                   : ExpertWeights(w.w13.raw());
-      const int64_t cols = traits_.fuse_w13 ? 2 * M_ : M_;
       k_.quantize_experts(q.q.data<int8_t>(), q.scale.data<float>(), src, dt_, E_, H_, cols, transposed);
     });
     return view(q);
@@ -167,6 +184,8 @@ class Int8ExpertFfn final : public ExpertFfnOp {
   Weight down_weight(const FfnWeights& w, bool transposed) {
     if (prequantized_) return view(w.q2, transposed, down_packs_[transposed]);
     Quantized& q = transposed ? down_qt_ : down_q_;
+    if (transposed && transposed_from(q, down_q_, down_fresh_, M_, H_)) return view(q);
+    if (!transposed) down_fresh_ = backward_;
     tracer_("quantize_weights", [&] {
       k_.quantize_experts(q.q.data<int8_t>(), q.scale.data<float>(), w.w2.raw(), dt_, E_, M_, H_, transposed);
     });
@@ -212,7 +231,9 @@ class Int8ExpertFfn final : public ExpertFfnOp {
   Tensor dg_;  // dg (max_rows, M)  backward; the forward's g under expert_mlp remat
   Quantized xq_, gq_, dyq_, dhq_;
   Quantized up_q_[2], up_qt_[2], down_q_, down_qt_;  // int8_routed / int8_all only
-  KeptWeightPacks up_packs_[2][2], down_packs_[2];   // prequant: [part][transposed], [transposed]
+  // Whether up_q_ and down_q_ hold this call's forward's quantization, which its backward transposes.
+  bool up_fresh_[2] = {false, false}, down_fresh_ = false;
+  KeptWeightPacks up_packs_[2][2], down_packs_[2];  // prequant: [part][transposed], [transposed]
 };
 
 }  // namespace
