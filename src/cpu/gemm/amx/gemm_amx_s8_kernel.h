@@ -337,10 +337,11 @@ struct AmxS8Gemm {
   // dtype branch an element made the fused form 0.51-0.55x nn_s8 and the SwiGLU pass (AMX Xeon, 2 threads).
   static void swiglu_epilogue(const SwigluCall& c, const SwigluBlock& k, int64_t from, int64_t to) {
     const int32_t* acc = k.acc;
-    const int64_t e = k.e, r0 = k.r0, j0 = k.j0, count = k.count, size = dtype_size(c.dt);
+    const int64_t e = k.e, r0 = k.r0, j0 = k.j0, count = k.count;
     char* g_stage = k.g_stage;
 #if defined(MOE_VEC_AVX512BF16)
     const __mmask16 mask = Parts::first_lanes(count);
+    const int64_t size = dtype_size(c.dt);
     __m512 scale[2];
     for (int v = 0; v < 2; ++v)
       scale[v] = c.in.rhs_scale_per_column ? _mm512_maskz_loadu_ps(mask, swiglu_scale(c, e, v, j0))
