@@ -57,21 +57,15 @@ struct AmxKernelParts {
   // dropped.
   static constexpr int64_t kPrefetchChunks = 2;
 
-  // No work between a multiply's chunks.
-  struct NoWork {
-    void operator()(int64_t) const {}
-  };
-
   // acc (32, 32) of 4-byte sums = a (rows, `stride` bytes apart, 64 bytes a chunk) @ the B tiles b0 | b1
   // (1 KiB a chunk each), over `chunks` chunks; the second row tile only when `rows` > 16 (acc's rows
   // 16-31 are then not written). from_memory: the B tiles stream from memory (kept weights), so they are
   // prefetched; a thread's own packing is in its L2, where the prefetches were most of tn's time at 8 rows.
   // between(kc) runs after chunk kc's products are issued: vector work independent of them (an earlier
   // block's epilogue) then runs while the tile unit multiplies, in place of after it.
-  template <TileDot Dot, class Between = NoWork>
+  template <TileDot Dot, class Between>
   static void multiply(const void* a_rows, int64_t stride, int64_t rows, const void* b0_tiles,
-                       const void* b1_tiles, int64_t chunks, bool from_memory, void* acc,
-                       Between between = {}) {
+                       const void* b1_tiles, int64_t chunks, bool from_memory, void* acc, Between between) {
     constexpr int64_t kChunkBytes = 64, kTileBytes = 16 * kChunkBytes, kAccRowBytes = 32 * 4;
     const char* a = static_cast<const char*>(a_rows);
     const char* b0 = static_cast<const char*>(b0_tiles);
