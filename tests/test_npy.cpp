@@ -392,8 +392,9 @@ TEST(Environment, FieldsAreFilledAndPrintAsFlatJson) {
       key.erase(key.find_last_not_of(" \t") + 1);
       first[key] = line.substr(std::min(line.size(), colon + 2));
     }
-  if (first.count("vendor_id") && first.count("cpu family") && first.count("model"))
+  if (first.count("vendor_id") && first.count("cpu family") && first.count("model")) {
     EXPECT_EQ(env.cpu_id, first["vendor_id"] + " family " + first["cpu family"] + " model " + first["model"]);
+  }
   EXPECT_GE(env.threads, 1);
   ASSERT_EQ(env.date.size(), 20u) << env.date;  // 2024-05-01T12:34:56Z
   EXPECT_EQ(env.date[10], 'T');

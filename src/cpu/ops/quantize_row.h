@@ -58,12 +58,23 @@ inline void quantize_divided(int8_t* q, int64_t q_stride, const In* p, int64_t n
   }
 }
 
-#if defined(MOE_VEC_AVX512F)
+#if defined(MOE_VEC_AVX2)
 // A product by the scale's reciprocal and the quotient the reference rounds differ by less than 2^-14 where
 // the product is below 256 (each is within 2^-15 of v / scale), so a product farther than this from every
 // half step rounds to the quotient's integer.
 constexpr float kHalfStepMargin = 1.0f / 8192;  // 2^-13
 
+// q[j * q_stride] = bytes[j] for the first `count` (8 or 16) bytes of a vector.
+inline void store_bytes(int8_t* q, int64_t q_stride, __m128i bytes, int count) {
+  if (q_stride == 1 && count == 16) return _mm_storeu_si128(reinterpret_cast<__m128i*>(q), bytes);
+  if (q_stride == 1 && count == 8) return _mm_storel_epi64(reinterpret_cast<__m128i*>(q), bytes);
+  alignas(16) int8_t b[16];
+  _mm_store_si128(reinterpret_cast<__m128i*>(b), bytes);
+  for (int j = 0; j < count; ++j) q[j * q_stride] = b[j];
+}
+#endif
+
+#if defined(MOE_VEC_AVX512F)
 // 16 stored values as float. The intrinsics' masked forms (all lanes): GCC 12 warns on the unmasked ones'
 // undefined source.
 constexpr __mmask16 kAllLanes = 0xffff;
@@ -82,8 +93,8 @@ inline __m512 load16_as_f32(const f16_t* p) {
 // q[i * q_stride] = quantized p[i] for 16 values by the scale's reciprocal, where each is an integer's away
 // from a half step (then bitwise quantize_divided); returns whether it wrote them.
 template <typename In>
-inline bool quantize16_by_reciprocal(int8_t* q, int64_t q_stride, const In* p, __m512 inverse) {
-  const __m512 x = _mm512_mul_ps(load16_as_f32(p), inverse);
+inline bool quantize_vector_by_reciprocal(int8_t* q, int64_t q_stride, const In* p, float inverse_scale) {
+  const __m512 x = _mm512_mul_ps(load16_as_f32(p), _mm512_set1_ps(inverse_scale));
   const __m512 rounded =
       _mm512_maskz_roundscale_ps(kAllLanes, x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 gap = _mm512_sub_ps(_mm512_set1_ps(0.5f), _mm512_abs_ps(_mm512_sub_ps(x, rounded)));
@@ -94,28 +105,58 @@ inline bool quantize16_by_reciprocal(int8_t* q, int64_t q_stride, const In* p, _
       kAllLanes, _mm512_maskz_max_ps(kAllLanes, rounded, _mm512_set1_ps(-127.0f)), _mm512_set1_ps(127.0f));
   const __m128i bytes =
       _mm512_maskz_cvtepi32_epi8(kAllLanes, _mm512_maskz_cvtps_epi32(kAllLanes, clamped));  // integers: exact
-  if (q_stride == 1) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(q), bytes);
-  } else {
-    alignas(16) int8_t b[16];
-    _mm_store_si128(reinterpret_cast<__m128i*>(b), bytes);
-    for (int64_t j = 0; j < 16; ++j) q[j * q_stride] = b[j];
-  }
+  store_bytes(q, q_stride, bytes, 16);
   return true;
 }
+constexpr int64_t kQuantizeVector = 16;
+#elif defined(MOE_VEC_AVX2)
+// 8 stored values as float (F16C comes with AVX2: vec_math.h).
+inline __m256 load8_as_f32(const float* p) {
+  return _mm256_loadu_ps(p);
+}
+inline __m256 load8_as_f32(const bf16_t* p) {
+  const __m128i words = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(words), 16));
+}
+inline __m256 load8_as_f32(const f16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+// The 16-value AVX-512 function's 8-value form (the same arithmetic and fallback).
+template <typename In>
+inline bool quantize_vector_by_reciprocal(int8_t* q, int64_t q_stride, const In* p, float inverse_scale) {
+  const __m256 x = _mm256_mul_ps(load8_as_f32(p), _mm256_set1_ps(inverse_scale));
+  const __m256 rounded = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 magnitude_bits = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256 gap =
+      _mm256_sub_ps(_mm256_set1_ps(0.5f), _mm256_and_ps(_mm256_sub_ps(x, rounded), magnitude_bits));
+  const __m256 safe =
+      _mm256_and_ps(_mm256_cmp_ps(_mm256_and_ps(x, magnitude_bits), _mm256_set1_ps(256.0f), _CMP_LT_OQ),
+                    _mm256_cmp_ps(gap, _mm256_set1_ps(kHalfStepMargin), _CMP_GE_OQ));
+  if (_mm256_movemask_ps(safe) != 0xff) return false;  // NaN, large or near a half step
+  const __m256 clamped =
+      _mm256_min_ps(_mm256_max_ps(rounded, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
+  const __m256i ints = _mm256_cvtps_epi32(clamped);  // integers: exact
+  const __m128i words = _mm_packs_epi32(_mm256_castsi256_si128(ints), _mm256_extracti128_si256(ints, 1));
+  const __m128i bytes = _mm_packs_epi16(words, words);  // within int8: no saturation
+  store_bytes(q, q_stride, bytes, 8);
+  return true;
+}
+constexpr int64_t kQuantizeVector = 8;
 #endif
 
-// q[i * q_stride] = quantized p[i] for n values, bitwise quantize_divided. With AVX-512, 16 values at a time
-// by the scale's reciprocal where that rounds alike (all but ~0.4 % of blocks of spread values): the
-// division was most of int8_routed's weight quantization (AMX Xeon: 12.6 of 17 ms a call).
+// q[i * q_stride] = quantized p[i] for n values, bitwise quantize_divided. With AVX2 or AVX-512, a vector of
+// values at a time by the scale's reciprocal where that rounds alike (all but ~0.4 % of 16-value blocks of
+// spread values): the division was most of int8_routed's weight quantization (AMX Xeon: 12.6 of 17 ms a
+// call).
 template <typename In>
 inline void quantize_values(int8_t* q, int64_t q_stride, const In* p, int64_t n, float scale) {
   int64_t i = 0;
-#if defined(MOE_VEC_AVX512F)
-  const __m512 inverse = _mm512_set1_ps(1.0f / scale);
-  for (; i + 16 <= n; i += 16)
-    if (!quantize16_by_reciprocal(q + i * q_stride, q_stride, p + i, inverse))
-      quantize_divided(q + i * q_stride, q_stride, p + i, 16, scale);
+#if defined(MOE_VEC_AVX2)
+  const float inverse_scale = 1.0f / scale;
+  for (; i + kQuantizeVector <= n; i += kQuantizeVector)
+    if (!quantize_vector_by_reciprocal(q + i * q_stride, q_stride, p + i, inverse_scale))
+      quantize_divided(q + i * q_stride, q_stride, p + i, kQuantizeVector, scale);
 #endif
   quantize_divided(q + i * q_stride, q_stride, p + i, n - i, scale);
 }
