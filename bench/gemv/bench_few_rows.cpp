@@ -11,7 +11,8 @@
 // moves by 2x from minute to minute, so only the ratio to the read of the same round's process means
 // anything). "gemv kept" and "amx kept" (nn) are gemv and amx on weights they packed once in their own layout
 // (a forward run's), "gemv parts" gemv on the weights as two parts of N / 2 columns each (forward_backward's
-// up, [w1 | w3]). Prints per call: ms, GB/s of weights, x the read, TF/s.
+// up, [w1 | w3]); for tn, "write" is a streaming write of the gradient's bytes (the probes' write kernel).
+// Prints per call: ms, GB/s of weights, x the read, TF/s.
 //
 //   moe_bench_few_rows [rounds=5] [rows=all|1-256] [variants=all|gemv,avx2,...] [experts=64] [form=nn|nt|tn]
 // rows all: 1, 2, 4, 8, 16, 32, 48, 64, 96 and 128; variants: those named (gemv also runs "gemv kept" and
@@ -132,6 +133,9 @@ void bench_projection(const Projection& p, Buffer<bf16_t>& w, int64_t experts, i
   volatile uint64_t sink = 0;
   const int threads = omp_get_max_threads();
   std::vector<Candidate> c{{"read", [&] { sink = sink + bench::read_words(w.data(), bytes, threads); }}};
+  // tn's bound at a few rows: a streaming write of the gradient's bytes (nonzero values), in the same rounds.
+  if (form == GemmForm::tn)
+    c.push_back({"write", [&] { bench::write_words(w.data(), bytes, threads, 0x3f803f803f803f80u); }});
   for (const std::string& name : own_kernels(call))
     if (chosen(name, only)) c.push_back({name, form_call(form, name, p, w, lhs, dout, out, groups)});
   // The variants that pack kept weights once, on the weights packed in their own layout (a forward run's: the
