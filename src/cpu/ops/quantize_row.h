@@ -82,9 +82,7 @@ inline __m512 load16_as_f32(const float* p) {
   return _mm512_loadu_ps(p);
 }
 inline __m512 load16_as_f32(const bf16_t* p) {
-  const __m256i words = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm512_castsi512_ps(
-      _mm512_maskz_slli_epi32(kAllLanes, _mm512_maskz_cvtepu16_epi32(kAllLanes, words), 16));
+  return bf16_to_f32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));  // vec_math.h's
 }
 inline __m512 load16_as_f32(const f16_t* p) {
   return _mm512_maskz_cvtph_ps(kAllLanes, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
