@@ -23,16 +23,7 @@ threads=${THREADS:-16}
 build=build-remote
 export LD_LIBRARY_PATH="$prefix/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 step lscpu
-if [[ -n ${MOE_PREBUILT:-} ]] && "$MOE_PREBUILT/moe-bench" --version >>"$log" 2>&1; then
-  # CTest's files and the tests name the source and build folders by the paths they had where they were
-  # built: make those paths lead here.
-  source_dir=$(sed -n 's/^# Source directory: //p' "$MOE_PREBUILT/CTestTestfile.cmake")
-  build=$(sed -n 's/^# Build directory: //p' "$MOE_PREBUILT/CTestTestfile.cmake")
-  [[ -e $source_dir ]] || { mkdir -p "$(dirname "$source_dir")" && ln -s "$PWD" "$source_dir"; }
-  [[ -e $build ]] || ln -s "$PWD/$MOE_PREBUILT" "$build"
-  echo "== prebuilt: $MOE_PREBUILT as $build" | tee -a "$log"
-else
-  [[ -n ${MOE_PREBUILT:-} ]] && echo "== prebuilt $MOE_PREBUILT does not run here: building" | tee -a "$log"
+if ! use_prebuilt; then
   step cmake -S . -B build-remote -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOE_BUILD_MICROBENCH=OFF \
     -DMOE_WITH_CUDA=OFF "-DCMAKE_PREFIX_PATH=$prefix" "-DCMAKE_LIBRARY_PATH=$prefix/lib/x86_64-linux-gnu"
   step cmake --build build-remote -j "$(nproc)" -- -k 0

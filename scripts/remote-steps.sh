@@ -10,6 +10,22 @@ remote_steps() {
   status=0
   : >"$log"
 }
+# `use_prebuilt`: where MOE_PREBUILT names a staged build (scripts/stage-prebuilt.sh) that runs here, sets
+# $build to the build folder it was built in and makes that path and its source folder's lead here (CTest's
+# files and the tests name them), then succeeds; otherwise fails, and the caller builds.
+use_prebuilt() {
+  [[ -n ${MOE_PREBUILT:-} ]] || return 1
+  if ! "$MOE_PREBUILT/moe-bench" --version >>"$log" 2>&1; then
+    echo "== prebuilt $MOE_PREBUILT does not run here: building" | tee -a "$log"
+    return 1
+  fi
+  local source_dir
+  source_dir=$(sed -n 's/^# Source directory: //p' "$MOE_PREBUILT/CTestTestfile.cmake")
+  build=$(sed -n 's/^# Build directory: //p' "$MOE_PREBUILT/CTestTestfile.cmake")
+  [[ -e $source_dir ]] || { mkdir -p "$(dirname "$source_dir")" && ln -s "$PWD" "$source_dir"; }
+  [[ -e $build ]] || ln -s "$PWD/$MOE_PREBUILT" "$build"
+  echo "== prebuilt: $MOE_PREBUILT as $build" | tee -a "$log"
+}
 step() {
   echo "== $*" | tee -a "$log"
   "$@" >>"$log" 2>&1 || { echo "   FAILED (exit $?)" | tee -a "$log"; status=1; }
