@@ -412,13 +412,40 @@ TEST(Tuning, AnEntryThatDidNotTimeEveryCandidateIsMeasuredAgain) {
   EXPECT_EQ(again.measurements(), 0) << "the replaced entry times them all";
 }
 
+// A choice measured under one OpenMP wait policy is not taken under another (a few-row call's parallel
+// regions cost differently: tuned in a passive process, the AMX host's 1-token down kept dpbf16 at half
+// gemv's speed in spinning ones): the class is measured again and both entries stay in the file.
+TEST(Tuning, AChoiceMeasuredUnderAnotherWaitPolicyIsMeasuredAgain) {
+  MOE_SKIP_WITHOUT_A_CHOICE();
+  const std::string path = testing::temp_dir("tuning_wait_policy") + "/tuning.json";
+  const NnCase c(testing::test_seed());
+  const auto measurements = [&](const std::string& wait_policy) {
+    GemmTuner tuner(path, false, wait_policy);
+    GemmKernels table(config_for(path), &tuner);
+    c.run(table);
+    return table.measurements();
+  };
+  EXPECT_EQ(measurements("passive"), 1);
+  EXPECT_EQ(measurements("passive"), 0) << "the same policy takes the file's choice";
+  EXPECT_EQ(measurements("spin"), 1) << "another policy measures again";
+  EXPECT_EQ(measurements("spin"), 0);
+  const nlohmann::json doc = nlohmann::json::parse(testing::read_file(path));
+  ASSERT_EQ(doc["entries"].size(), 2u) << doc.dump();
+  for (const char* policy : {" wait=passive ", " wait=spin "}) {
+    bool keyed = false;
+    for (const auto& [key, entry] : doc["entries"].items()) keyed |= key.find(policy) != std::string::npos;
+    EXPECT_TRUE(keyed) << policy << " in " << doc.dump();
+  }
+}
+
 // The CLI: --tuning-file is where auto keeps its choices; rows name the kernels per form, the CPU and the
-// ISA level (the text RESULT line too, one word per value); --tuning-file none measures nothing.
+// ISA level (the text RESULT line too, one word per value); --tuning-file none measures nothing. One wait
+// policy for both processes: auto's may differ between them, and the second would then measure again.
 TEST(Tuning, TheCliKeepsChoicesInTheFileAndRowsNameTheKernels) {
   const std::string dir = testing::temp_dir("tuning_cli"), path = dir + "/t.json";
   const std::string run =
       "--tokens 64 --hidden 32 --mlp-dim 16 --experts 4 --topk 2 --iters 1 --warmup 0 --impl fused_w13 "
-      "--bench-pass forward_backward --dtype float32 --ceiling off --tuning-file " +
+      "--bench-pass forward_backward --dtype float32 --ceiling off --wait-policy passive --tuning-file " +
       path;
   const testing::Ran jsonl = testing::run_bench(run + " --format jsonl");
   ASSERT_EQ(jsonl.exit_code, 0) << jsonl.err;
@@ -431,7 +458,12 @@ TEST(Tuning, TheCliKeepsChoicesInTheFileAndRowsNameTheKernels) {
   EXPECT_EQ(row["isa"], isa_level_name(isa_level()));
   EXPECT_FALSE(row["gemm_thresholds"].get<std::string>().empty());
   if (candidates() >= 2) {
-    EXPECT_TRUE(std::filesystem::exists(path));
+    // Its choices are keyed by the policy the row says its threads waited under.
+    const nlohmann::json doc = nlohmann::json::parse(testing::read_file(path));
+    ASSERT_FALSE(doc["entries"].empty()) << doc.dump();
+    const std::string wait = " wait=" + row["wait_policy"].get<std::string>() + " ";
+    for (const auto& [key, entry] : doc["entries"].items())
+      EXPECT_NE(key.find(wait), std::string::npos) << key;
   }
   const testing::Ran text = testing::run_bench(run);
   ASSERT_EQ(text.exit_code, 0) << text.err;

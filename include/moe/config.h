@@ -233,6 +233,12 @@ struct KernelConfig {
   // Neither is part of a run's identity: rows name the kernels that ran (gemm_kernels).
   std::string tuning_file;
   bool retune = false;
+  // How this process's OpenMP threads wait between parallel regions (spin, passive, bounded; "" where the
+  // caller does not say): part of the tuning file's key, since a few-row call's short parallel regions cost
+  // differently under each (the AMX host's Qwen3-30B-A3B 1-token down, tuned in a passive process, kept
+  // dpbf16 at half gemv's speed in later spinning ones). The harness fills it from the settled policy; rows
+  // carry it as wait_policy, and it is not part of a run's identity either.
+  std::string wait_policy;
 
   Status validate() const;
   // threads, gmm_tile_rows, gemm_variant, cuda_gemm_streams, and each threshold that differs from its

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "bench/probes/wait_policy.h"
 #include "moe/backend.h"
 
 namespace moe {
@@ -15,11 +16,17 @@ namespace moe {
 class BackendPool {
  public:
   // REQUIRES: device is registered and check_kernel_config(kernel) is ok (parse_options checked both).
+  // The backend's kernels learn the process's OpenMP wait policy (settled before any run), which keys
+  // their tuning.
   Backend& get(const std::string& device, const KernelConfig& kernel) {
     const std::string key =
         device + " " + kernel.to_json() + " " + kernel.tuning_file + " " + (kernel.retune ? "retune" : "");
     std::unique_ptr<Backend>& b = backends_[key];
-    if (!b) b = make_backend(device, kernel);
+    if (!b) {
+      KernelConfig waiting = kernel;
+      waiting.wait_policy = bench::name(bench::process_wait_policy().policy);
+      b = make_backend(device, waiting);
+    }
     MOE_CHECK(b != nullptr, "BackendPool: an unregistered device " + device);
     return *b;
   }

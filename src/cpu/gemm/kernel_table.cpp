@@ -203,7 +203,8 @@ namespace {
 
 std::unique_ptr<GemmTuner> tuner_for(const KernelConfig& kernel) {
   if (kernel.tuning_file == "none") return nullptr;
-  return std::make_unique<GemmTuner>(GemmTuner::resolve_path(kernel.tuning_file), kernel.retune);
+  return std::make_unique<GemmTuner>(GemmTuner::resolve_path(kernel.tuning_file), kernel.retune,
+                                     kernel.wait_policy);
 }
 
 }  // namespace

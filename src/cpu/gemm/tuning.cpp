@@ -167,7 +167,8 @@ std::vector<double> time_candidates(size_t n, const std::function<double(size_t)
   return fastest;
 }
 
-GemmTuner::GemmTuner(std::string path, bool retune) : path_(std::move(path)), retune_(retune) {}
+GemmTuner::GemmTuner(std::string path, bool retune, std::string wait_policy)
+    : path_(std::move(path)), retune_(retune), wait_policy_(std::move(wait_policy)) {}
 
 std::string GemmTuner::resolve_path(const std::string& tuning_file) {
   if (!tuning_file.empty()) return tuning_file;
@@ -178,8 +179,9 @@ std::string GemmTuner::resolve_path(const std::string& tuning_file) {
 }
 
 std::string GemmTuner::key(const std::string& shape_class) const {
-  return fmt::format("isa={} threads={} libs={}; moe-bench {} | {}", isa_level_name(isa_level()),
-                     omp_get_max_threads(), gemm_library_version(), build_version(), shape_class);
+  const std::string wait = wait_policy_.empty() ? "" : " wait=" + wait_policy_;
+  return fmt::format("isa={} threads={}{} libs={}; moe-bench {} | {}", isa_level_name(isa_level()),
+                     omp_get_max_threads(), wait, gemm_library_version(), build_version(), shape_class);
 }
 
 void GemmTuner::warn(const std::string& why) {

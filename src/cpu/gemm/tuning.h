@@ -3,8 +3,8 @@
 // measured fastest, so later processes take it without measuring. One JSON object:
 //   {"format": "moe-bench tuning 1", "cpu_model": "...", "entries": {"KEY": {"variant": "onednn",
 //    "seconds": {"onednn": 0.0012, "portable": 0.0031}, "date": "..."}}}
-// KEY = "isa=avx2 threads=2 libs=... | nn bfloat16->bfloat16 Kd=1024 N=2048 E=16 rows<=1024 parts=2".
-// Where: KernelConfig::tuning_file (--tuning-file), else MOE_TUNING_FILE, else $XDG_CACHE_HOME (or
+// KEY = "isa=avx2 threads=2 wait=spin libs=... | nn bfloat16->bfloat16 Kd=1024 N=2048 E=16 rows<=1024
+// parts=2". Where: KernelConfig::tuning_file (--tuning-file), else MOE_TUNING_FILE, else $XDG_CACHE_HOME (or
 // ~/.cache)/moe-bench/tuning.json. A file that cannot be read, does not parse as ours, or was made on
 // another CPU model is ignored with one warning line on stderr and never written over: this process
 // then keeps what it measures in memory. Entries naming a variant that does not run here are never
@@ -90,8 +90,9 @@ class CacheEvictor {
 class GemmTuner {
  public:
   // path: the file ("" : none, choices stay in memory). retune: every class is measured again once in
-  // this process and replaces the file's entry.
-  GemmTuner(std::string path, bool retune);
+  // this process and replaces the file's entry. wait_policy: how the process's OpenMP threads wait
+  // (KernelConfig::wait_policy), in the key where given.
+  GemmTuner(std::string path, bool retune, std::string wait_policy = "");
 
   // kernel.tuning_file if given, else MOE_TUNING_FILE, else the XDG cache's moe-bench/tuning.json ("" if
   // neither XDG_CACHE_HOME nor HOME is set).
@@ -115,6 +116,7 @@ class GemmTuner {
 
   std::string path_;
   bool retune_;
+  std::string wait_policy_;
   bool loaded_ = false;
   bool writable_ = true;  // false once the file proved unreadable, corrupt or foreign
   struct Entry {
