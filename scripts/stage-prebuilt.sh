@@ -14,10 +14,13 @@ cd "$(dirname "$0")/.."
 build=${1:?usage: $0 BUILD_DIR [STAGE_DIR]}
 stage=${2:-.prebuilt}
 exclude=.git/info/exclude
-if ! grep -qx "/$stage/" "$exclude" 2>/dev/null; then
+# Adds folder $1 (relative to the repository) to git's local ignore list, once.
+ignore_folder() {
+  grep -qx "/$1/" "$exclude" 2>/dev/null && return
   [[ -s $exclude && $(tail -c1 "$exclude") != "" ]] && echo >>"$exclude"
-  echo "/$stage/" >>"$exclude"
-fi
+  echo "/$1/" >>"$exclude"
+}
+ignore_folder "$stage"
 if [[ ! -x $build/moe-bench || ! -f $build/CTestTestfile.cmake ]]; then
   echo "stage-prebuilt: $build is no moe-bench build folder (no moe-bench or CTestTestfile.cmake)" >&2
   exit 2
@@ -34,9 +37,7 @@ echo "stage-prebuilt: $stage ready ($(du -sh "$stage" | cut -f1)) from $build" >
 if [[ -n ${PACK:-} ]]; then
   [[ -d .devdeps/usr/lib ]] || { echo "stage-prebuilt: no .devdeps/usr/lib (run scripts/gpu-deps.sh)" >&2; exit 2; }
   pack_dir=$(dirname "$PACK")
-  if [[ $pack_dir != . ]] && ! grep -qx "/$pack_dir/" "$exclude"; then
-    echo "/$pack_dir/" >>"$exclude"
-  fi
+  [[ $pack_dir == . ]] || ignore_folder "$pack_dir"
   mkdir -p "$pack_dir"
   XZ_OPT=-T0 tar cJf "$PACK" "$stage" .devdeps/usr/lib
   echo "stage-prebuilt: $PACK ready ($(du -sh "$PACK" | cut -f1))" >&2

@@ -113,8 +113,7 @@ inline __m256 load8_as_f32(const float* p) {
   return _mm256_loadu_ps(p);
 }
 inline __m256 load8_as_f32(const bf16_t* p) {
-  const __m128i words = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(words), 16));
+  return bf16_to_f32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));  // vec_math.h's
 }
 inline __m256 load8_as_f32(const f16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));

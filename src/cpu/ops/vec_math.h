@@ -135,6 +135,11 @@ inline void bf16_to_f32_row(float* dst, const bf16_t* src, int64_t n) {
 }
 
 #if defined(MOE_VEC_AVX2)
+// 8 bf16 values as floats (exact).
+inline __m256 bf16_to_f32(__m128i v) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
+}
+
 // bf16_words for eight floats none of which is NaN (a NaN's carry could reach its exponent or sign).
 inline __m256i bf16_words_not_nan(__m256 v) {
   const __m256i bits = _mm256_castps_si256(v);
