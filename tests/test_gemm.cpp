@@ -305,6 +305,44 @@ TEST_P(EveryGemmVariant, RepeatedCallsAreBitwiseIdentical) {
   }
 }
 
+// A variant that keeps staged operands across calls (gemv's nn and tn: a group's lhs rows, and dout, a
+// thread's last expert's) reads them again where a call brings new values at the same addresses: the calls
+// on rewritten inputs give the bits of the same calls on a fresh copy of them (nn, nt and tn; 1-3 threads).
+TEST_P(EveryGemmVariant, InputsRewrittenInPlaceAreReadAfresh) {
+  MOE_TABLE_OR_SKIP(GetParam());
+  Inputs inputs(testing::test_seed());
+  // One group: each thread's first item in a call is the one its last took in the call before.
+  const Groups g({15}, /*with_padding=*/false);
+  const int64_t Kd = 77, N = 200;
+  const int threads_before = omp_get_max_threads();
+  for (Dtype in : kDtypes)
+    for (int threads : {1, 2, 3}) {
+      SCOPED_TRACE(std::string(dtype_name(in)) + ", " + std::to_string(threads) + " threads");
+      omp_set_num_threads(threads);
+      const Tensor rhs = inputs.random(in, {g.experts(), Kd, N});  // (E, Kd, N)
+      Tensor lhs = inputs.random(in, {g.rows(), Kd});              // (rows, Kd)
+      Tensor dout = inputs.random(in, {g.rows(), N});              // (rows, N)
+      // nn (rows, N), nt (rows, Kd) and tn (E, Kd, N) of lhs and dout.
+      auto calls = [&](const Tensor& l, const Tensor& d) {
+        std::vector<Tensor> o{Tensor(in, {g.rows(), N}), Tensor(in, {g.rows(), Kd}), Tensor(in, {1, Kd, N})};
+        table.nn(o[0].raw(), in, l.raw(), rhs.raw(), in, g.shape(), Kd, N);
+        table.nt(o[1].raw(), in, d.raw(), rhs.raw(), in, g.shape(), Kd, N, false);
+        table.tn(o[2].raw(), in, l.raw(), d.raw(), in, g.shape(), Kd, N, N);
+        return o;
+      };
+      calls(lhs, dout);
+      const Tensor next_lhs = inputs.random(in, {g.rows(), Kd});  // (rows, Kd)
+      const Tensor next_dout = inputs.random(in, {g.rows(), N});  // (rows, N)
+      std::memcpy(lhs.raw(), next_lhs.raw(), next_lhs.bytes());
+      std::memcpy(dout.raw(), next_dout.raw(), next_dout.bytes());
+      const std::vector<Tensor> in_place = calls(lhs, dout), want = calls(next_lhs, next_dout);
+      const char* forms[] = {"nn", "nt", "tn"};
+      for (size_t f = 0; f < want.size(); ++f)
+        EXPECT_EQ(std::memcmp(in_place[f].raw(), want[f].raw(), want[f].bytes()), 0) << forms[f];
+    }
+  omp_set_num_threads(threads_before);
+}
+
 // Whether every variant a table's choices name (take_choices: "nn:avx2,nt:avx2+onednn") claims sums that do
 // not depend on the thread count.
 bool all_claim_same_sums(const std::string& choices) {
