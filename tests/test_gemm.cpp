@@ -324,7 +324,8 @@ TEST_P(EveryGemmVariant, InputsRewrittenInPlaceAreReadAfresh) {
       Tensor dout = inputs.random(in, {g.rows(), N});              // (rows, N)
       // nn (rows, N), nt (rows, Kd) and tn (E, Kd, N) of lhs and dout.
       auto calls = [&](const Tensor& l, const Tensor& d) {
-        std::vector<Tensor> o{Tensor(in, {g.rows(), N}), Tensor(in, {g.rows(), Kd}), Tensor(in, {1, Kd, N})};
+        std::vector<Tensor> o{Tensor(in, {g.rows(), N}), Tensor(in, {g.rows(), Kd}),
+                              Tensor(in, {g.experts(), Kd, N})};
         table.nn(o[0].raw(), in, l.raw(), rhs.raw(), in, g.shape(), Kd, N);
         table.nt(o[1].raw(), in, d.raw(), rhs.raw(), in, g.shape(), Kd, N, false);
         table.tn(o[2].raw(), in, l.raw(), d.raw(), in, g.shape(), Kd, N, N);
