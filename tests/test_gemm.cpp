@@ -331,7 +331,7 @@ TEST_P(EveryGemmVariant, InputsRewrittenInPlaceAreReadAfresh) {
         table.tn(o[2].raw(), in, l.raw(), d.raw(), in, g.shape(), Kd, N, N);
         return o;
       };
-      calls(lhs, dout);
+      calls(lhs, dout);  // what a variant stages from these addresses, before they are rewritten
       const Tensor next_lhs = inputs.random(in, {g.rows(), Kd});  // (rows, Kd)
       const Tensor next_dout = inputs.random(in, {g.rows(), N});  // (rows, N)
       std::memcpy(lhs.raw(), next_lhs.raw(), next_lhs.bytes());
